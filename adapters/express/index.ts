@@ -1,0 +1,2 @@
+// fencekeeper/express: entry point (filled in by its adapter issue)
+export {};

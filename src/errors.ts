@@ -1,0 +1,170 @@
+import type { FencingToken } from './token.js';
+
+/**
+ * Stable error codes. Callers classify errors by `code` (or instanceof), never
+ * by message text. ZooKeeper server errors carry 'ZK_*' codes; the raw number
+ * from the reply header is kept in `ZooKeeperError.zkCode`.
+ */
+export type ErrorCode =
+  | 'STALE_TOKEN'
+  | 'INVALID_TOKEN'
+  | 'INVALID_ARGUMENT'
+  | 'LOCK_LOST'
+  | 'LOCK_TIMEOUT'
+  | 'SESSION_EXPIRED'
+  | 'CONNECTION_LOSS'
+  | 'CLOSED'
+  | 'PROTOCOL'
+  | 'UNKNOWN_OUTCOME'
+  | ZooKeeperErrorCode;
+
+export type ZooKeeperErrorCode =
+  | 'ZK_SYSTEMERROR' | 'ZK_RUNTIMEINCONSISTENCY' | 'ZK_DATAINCONSISTENCY'
+  | 'ZK_CONNECTIONLOSS' | 'ZK_MARSHALLINGERROR' | 'ZK_UNIMPLEMENTED'
+  | 'ZK_OPERATIONTIMEOUT' | 'ZK_BADARGUMENTS' | 'ZK_NEWCONFIGNOQUORUM'
+  | 'ZK_RECONFIGINPROGRESS' | 'ZK_UNKNOWNSESSION' | 'ZK_APIERROR' | 'ZK_NONODE'
+  | 'ZK_NOAUTH' | 'ZK_BADVERSION' | 'ZK_NOCHILDRENFOREPHEMERALS' | 'ZK_NODEEXISTS'
+  | 'ZK_NOTEMPTY' | 'ZK_SESSIONEXPIRED' | 'ZK_INVALIDCALLBACK' | 'ZK_INVALIDACL'
+  | 'ZK_AUTHFAILED' | 'ZK_SESSIONMOVED' | 'ZK_NOTREADONLY' | 'ZK_EPHEMERALONLOCALSESSION'
+  | 'ZK_NOWATCHER' | 'ZK_REQUESTTIMEOUT' | 'ZK_RECONFIGDISABLED' | 'ZK_SESSIONCLOSEDREQUIRESASLAUTH'
+  | 'ZK_QUOTAEXCEEDED' | 'ZK_THROTTLEDOP' | 'ZK_UNKNOWN';
+
+// instanceof must hold across two copies of this package in one process (an
+// app and a library each depending on fencekeeper): each instance carries the
+// kinds of its class chain under a registry-wide symbol, and Symbol.hasInstance
+// checks that list instead of the prototype chain.
+const KINDS = Symbol.for('fencekeeper.error.kinds');
+
+interface Branded { readonly [KINDS]?: readonly string[] }
+
+export interface FencekeeperErrorOptions {
+  readonly cause?: unknown;
+  readonly retryable?: boolean;
+}
+
+export class FencekeeperError extends Error {
+  static readonly kind: string = 'FencekeeperError';
+  override readonly name: string;
+  readonly code: ErrorCode;
+  /** True when the same call may succeed if simply tried again. */
+  readonly retryable: boolean;
+  declare readonly [KINDS]: readonly string[];
+
+  constructor(code: ErrorCode, message: string, options: FencekeeperErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    this.retryable = options.retryable ?? false;
+    const kinds: string[] = [];
+    // Walk the constructor chain up to Error; a user's subclass without its
+    // own `kind` still inherits every kind above it.
+    for (let c: unknown = new.target; typeof c === 'function' && c !== Error; c = Object.getPrototypeOf(c)) {
+      if (Object.hasOwn(c, 'kind')) kinds.push((c as unknown as { kind: string }).kind);
+    }
+    Object.defineProperty(this, KINDS, { value: Object.freeze(kinds), enumerable: false });
+    this.name = kinds[0] ?? 'FencekeeperError';
+  }
+
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    if (typeof value !== 'object' || value === null) return false;
+    const kinds = (value as Branded)[KINDS];
+    return Array.isArray(kinds) && kinds.includes((this as unknown as { kind: string }).kind);
+  }
+}
+
+/** A write presented a token smaller than the one the resource has already seen. */
+export class StaleTokenError extends FencekeeperError {
+  static override readonly kind = 'StaleTokenError';
+  readonly resource: string;
+  readonly presented: FencingToken;
+  /** The resource's high-water mark when the write was refused (null if unknown). */
+  readonly current: FencingToken | null;
+  constructor(resource: string, presented: FencingToken, current: FencingToken | null, options?: FencekeeperErrorOptions) {
+    super('STALE_TOKEN', `stale fencing token for ${resource}: presented ${presented}, current ${current ?? 'unknown'}`, options);
+    this.resource = resource;
+    this.presented = presented;
+    this.current = current;
+  }
+}
+
+export class InvalidTokenError extends FencekeeperError {
+  static override readonly kind = 'InvalidTokenError';
+  constructor(message: string, options?: FencekeeperErrorOptions) { super('INVALID_TOKEN', message, options); }
+}
+
+/** A caller passed something unusable (a bad path, a bad option, a bad identifier). */
+export class InvalidArgumentError extends FencekeeperError {
+  static override readonly kind = 'InvalidArgumentError';
+  constructor(message: string, options?: FencekeeperErrorOptions) { super('INVALID_ARGUMENT', message, options); }
+}
+
+/** The lock (or leadership) can no longer be assumed held: stop writing. */
+export class LockLostError extends FencekeeperError {
+  static override readonly kind = 'LockLostError';
+  readonly lock: string;
+  readonly reason: 'released' | 'deadline' | 'session_expired' | 'node_deleted' | 'closed';
+  constructor(lock: string, reason: LockLostError['reason'], message?: string, options?: FencekeeperErrorOptions) {
+    super('LOCK_LOST', message ?? `lock ${lock} lost (${reason})`, options);
+    this.lock = lock;
+    this.reason = reason;
+  }
+}
+
+export class LockTimeoutError extends FencekeeperError {
+  static override readonly kind = 'LockTimeoutError';
+  readonly lock: string;
+  readonly timeoutMs: number;
+  constructor(lock: string, timeoutMs: number, options?: FencekeeperErrorOptions) {
+    super('LOCK_TIMEOUT', `lock ${lock} not acquired within ${timeoutMs} ms`, { retryable: true, ...options });
+    this.lock = lock;
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+export class SessionExpiredError extends FencekeeperError {
+  static override readonly kind = 'SessionExpiredError';
+  constructor(message = 'ZooKeeper session expired', options?: FencekeeperErrorOptions) {
+    super('SESSION_EXPIRED', message, options);
+  }
+}
+
+/**
+ * The connection dropped with the request in flight: it may or may not have
+ * been applied. Retryable for reads; a caller retrying a write must check.
+ */
+export class ConnectionLossError extends FencekeeperError {
+  static override readonly kind = 'ConnectionLossError';
+  constructor(message = 'connection to ZooKeeper lost', options?: FencekeeperErrorOptions) {
+    super('CONNECTION_LOSS', message, { retryable: true, ...options });
+  }
+}
+
+/** The client was closed by its owner; nothing more will be sent. */
+export class ClientClosedError extends FencekeeperError {
+  static override readonly kind = 'ClientClosedError';
+  constructor(message = 'client closed', options?: FencekeeperErrorOptions) { super('CLOSED', message, options); }
+}
+
+/** The peer sent bytes that break the protocol (a frame too large, an xid out of order). */
+export class ProtocolError extends FencekeeperError {
+  static override readonly kind = 'ProtocolError';
+  constructor(message: string, options?: FencekeeperErrorOptions) { super('PROTOCOL', message, options); }
+}
+
+/** A write whose outcome cannot be known (a 5xx after a conditional PUT that a read-back could not settle). */
+export class UnknownOutcomeError extends FencekeeperError {
+  static override readonly kind = 'UnknownOutcomeError';
+  constructor(message: string, options?: FencekeeperErrorOptions) { super('UNKNOWN_OUTCOME', message, { retryable: true, ...options }); }
+}
+
+/** An error answer from the ZooKeeper server, by its reply-header error number. */
+export class ZooKeeperError extends FencekeeperError {
+  static override readonly kind = 'ZooKeeperError';
+  /** The raw error number from the reply header (e.g. -101 for NONODE). */
+  readonly zkCode: number;
+  readonly path: string | undefined;
+  constructor(code: ZooKeeperErrorCode, zkCode: number, path: string | undefined, options?: FencekeeperErrorOptions) {
+    super(code, path === undefined ? `ZooKeeper error ${code} (${zkCode})` : `ZooKeeper error ${code} (${zkCode}) at ${path}`, options);
+    this.zkCode = zkCode;
+    this.path = path;
+  }
+}

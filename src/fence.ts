@@ -1,0 +1,44 @@
+import type { FencingToken } from './token.js';
+
+/**
+ * Where a resource keeps its fence: the largest token it has admitted.
+ * Defined in the core so that a store (PostgreSQL's, a user's own) and a
+ * consumer of stores (the Express middleware) never import each other.
+ *
+ * The guarantee a store gives is stronger than a compare: from `admit()` until
+ * the admission is settled (`commit()` or `abort()`), no other admission for
+ * the same resource proceeds. So a request carrying token n is never handled
+ * concurrently with, or after, one carrying a larger token: the check and the
+ * write it protects are one critical section, not two steps a paused holder
+ * could slip between.
+ */
+export interface FenceStore<Transaction = undefined> {
+  /**
+   * Wait for the resource's fence, compare `token` with its high-water mark
+   * and advance it (equal passes: the same holder writes many times). A
+   * smaller token rejects with StaleTokenError (carrying the current mark)
+   * and changes nothing. The fence stays held until the admission is settled.
+   * An aborted `signal` while waiting rejects with the signal's reason and
+   * leaves nothing held.
+   */
+  admit(resource: string, token: FencingToken, options?: { signal?: AbortSignal }): Promise<FenceAdmission<Transaction>>;
+  /** The resource's high-water mark, or null if it has never admitted a token. */
+  current(resource: string): Promise<FencingToken | null>;
+}
+
+export interface FenceAdmission<Transaction = undefined> {
+  readonly resource: string;
+  readonly token: FencingToken;
+  /** The mark before this admission (null: the first token this resource saw). */
+  readonly previous: FencingToken | null;
+  /**
+   * The store's transaction the handler may write through (PostgreSQL: the
+   * transaction holding the fence row's lock), so those writes commit only
+   * together with the fence advance.
+   */
+  readonly transaction: Transaction;
+  /** Keep the advance (and the transaction's writes) and free the fence. Idempotent. */
+  commit(): Promise<void>;
+  /** Undo the advance (and the transaction's writes) and free the fence. Idempotent. */
+  abort(): Promise<void>;
+}
