@@ -1,0 +1,157 @@
+// MemoryFenceStore: the fence of each resource kept in this process's memory.
+//
+// Two structures per resource:
+//   - the committed high-water mark (`#marks`): the largest token whose
+//     admission was committed. It only ever grows, so a token below it is
+//     stale now and forever, and is refused at once without waiting.
+//   - a FIFO mutex (`#fences`): present while an admission holds the fence,
+//     with the requests waiting behind it in arrival order.
+//
+// An admission does not move the mark until it commits; abort() has nothing to
+// undo. That matches what a transactional store (PostgreSQL) shows to a reader
+// outside the transaction: current() is the committed mark.
+//
+// Memory: a mark is kept for every resource that ever committed a token (a
+// fence that forgot its mark would admit a stale holder again), so the set of
+// resources must be bounded by the application, not derived from unchecked
+// client input. A mutex entry exists only while its fence is held and is
+// deleted when the last admission settles; a waiter is removed when it is
+// admitted, refused, or its signal aborts. Nothing outlives its request.
+import {
+  InvalidArgumentError,
+  StaleTokenError,
+  assertToken,
+  type FenceAdmission,
+  type FenceStore,
+  type FencingToken,
+} from '../../src/index.js';
+
+interface Waiter {
+  readonly token: FencingToken;
+  readonly resolve: (admission: FenceAdmission<undefined>) => void;
+  readonly reject: (reason: unknown) => void;
+  readonly signal: AbortSignal | undefined;
+  onAbort: (() => void) | undefined;
+}
+
+/** A held fence: the waiters queued behind its holder, oldest first. */
+interface Fence {
+  waiters: Waiter[] | undefined;
+}
+
+/** What the store and its admissions share; private to this module. */
+interface StoreState {
+  readonly marks: Map<string, FencingToken>;
+  readonly fences: Map<string, Fence>;
+}
+
+const SETTLED: Promise<void> = Promise.resolve();
+
+/**
+ * A FenceStore for a service that runs as one process: a per-resource FIFO
+ * mutex and a map of high-water marks. Not shared between processes or
+ * surviving a restart; behind a load balancer or across restarts use a store
+ * that keeps the fence with the data (PostgresFenceStore).
+ */
+export class MemoryFenceStore implements FenceStore<undefined> {
+  readonly #state: StoreState = { marks: new Map(), fences: new Map() };
+
+  admit(resource: string, token: FencingToken, options?: { signal?: AbortSignal }): Promise<FenceAdmission<undefined>> {
+    if (typeof resource !== 'string' || resource.length === 0) {
+      return Promise.reject(new InvalidArgumentError('resource must be a non-empty string'));
+    }
+    try {
+      assertToken(token);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const signal = options?.signal;
+    if (signal?.aborted) return Promise.reject(signal.reason);
+
+    // The committed mark only grows: below it is stale whatever the holder does.
+    const state = this.#state;
+    const mark = state.marks.get(resource);
+    if (mark !== undefined && token < mark) {
+      return Promise.reject(new StaleTokenError(resource, token, mark));
+    }
+
+    const fence = state.fences.get(resource);
+    if (fence === undefined) {
+      state.fences.set(resource, { waiters: undefined });
+      return Promise.resolve(new MemoryAdmission(state, resource, token, mark ?? null));
+    }
+
+    return new Promise<FenceAdmission<undefined>>((resolve, reject) => {
+      const waiter: Waiter = { token, resolve, reject, signal, onAbort: undefined };
+      if (signal !== undefined) {
+        waiter.onAbort = () => {
+          const queue = fence.waiters;
+          const at = queue === undefined ? -1 : queue.indexOf(waiter);
+          if (queue !== undefined && at !== -1) queue.splice(at, 1);
+          reject(signal.reason);
+        };
+        signal.addEventListener('abort', waiter.onAbort, { once: true });
+      }
+      (fence.waiters ??= []).push(waiter);
+    });
+  }
+
+  current(resource: string): Promise<FencingToken | null> {
+    return Promise.resolve(this.#state.marks.get(resource) ?? null);
+  }
+}
+
+/** Settle one admission (called once, by its commit() or abort()) and pass the fence on. */
+function release(state: StoreState, resource: string, token: FencingToken, commit: boolean): void {
+  if (commit) {
+    const mark = state.marks.get(resource);
+    if (mark === undefined || token > mark) state.marks.set(resource, token);
+  }
+  const fence = state.fences.get(resource);
+  if (fence === undefined) return;
+  const mark = state.marks.get(resource);
+  // Hand the fence to the oldest waiter whose token is still not stale;
+  // refuse the stale ones on the way (they change nothing).
+  for (let waiter = fence.waiters?.shift(); waiter !== undefined; waiter = fence.waiters?.shift()) {
+    if (waiter.onAbort !== undefined) waiter.signal?.removeEventListener('abort', waiter.onAbort);
+    if (mark !== undefined && waiter.token < mark) {
+      waiter.reject(new StaleTokenError(resource, waiter.token, mark));
+      continue;
+    }
+    waiter.resolve(new MemoryAdmission(state, resource, waiter.token, mark ?? null));
+    return;
+  }
+  state.fences.delete(resource);
+}
+
+class MemoryAdmission implements FenceAdmission<undefined> {
+  readonly resource: string;
+  readonly token: FencingToken;
+  readonly previous: FencingToken | null;
+  readonly transaction = undefined;
+  #state: StoreState | undefined;
+
+  constructor(state: StoreState, resource: string, token: FencingToken, previous: FencingToken | null) {
+    this.#state = state;
+    this.resource = resource;
+    this.token = token;
+    this.previous = previous;
+  }
+
+  commit(): Promise<void> {
+    this.#settle(true);
+    return SETTLED;
+  }
+
+  abort(): Promise<void> {
+    this.#settle(false);
+    return SETTLED;
+  }
+
+  #settle(commit: boolean): void {
+    const state = this.#state;
+    if (state === undefined) return; // settled already: commit and abort are idempotent
+    this.#state = undefined;
+    release(state, this.resource, this.token, commit);
+  }
+}

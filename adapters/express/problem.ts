@@ -1,0 +1,61 @@
+// Answers as RFC 9457 problem details (application/problem+json).
+//
+// The type is "about:blank" (RFC 9457 §4.2.1): the status code carries the
+// meaning and the title is its reason phrase. fencekeeper owns no resolvable
+// URI to name its own problem types with, so instead of inventing one it adds
+// an extension member `code` (a stable string, like the core's error codes)
+// for clients that must tell the cases apart; the 409 also carries `resource`,
+// `presented` and `current` as decimal strings (RFC 9457 §3.2 extensions).
+import type { ServerResponse } from 'node:http';
+import { STATUS_CODES } from 'node:http';
+
+export type ProblemCode =
+  | 'MISSING_TOKEN'
+  | 'INVALID_TOKEN'
+  | 'REPEATED_TOKEN'
+  | 'TOKEN_REFUSED'
+  | 'STALE_TOKEN'
+  | 'VERIFY_UNAVAILABLE'
+  | 'FENCE_UNAVAILABLE'
+  | 'RESOURCE_REFUSED'
+  | 'RESOURCE_UNRESOLVED';
+
+/** The body of an answer the middleware gives in place of the handler's. */
+export interface FencingProblem {
+  readonly type: 'about:blank';
+  readonly title: string;
+  readonly status: number;
+  readonly detail: string;
+  readonly code: ProblemCode;
+  readonly resource?: string;
+  readonly presented?: string;
+  readonly current?: string | null;
+}
+
+/**
+ * Write the problem as the whole response. Only what Node's ServerResponse
+ * offers, so the same code answers under Express 4 and 5.
+ */
+export function sendProblem(
+  res: ServerResponse,
+  status: number,
+  code: ProblemCode,
+  detail: string,
+  extra?: { resource: string; presented: string; current: string | null },
+): void {
+  if (res.headersSent || res.writableEnded) return;
+  const problem: FencingProblem = {
+    type: 'about:blank',
+    title: STATUS_CODES[status] ?? 'Error',
+    status,
+    detail,
+    code,
+    ...extra,
+  };
+  const body = JSON.stringify(problem);
+  res.statusCode = status;
+  res.setHeader('content-type', 'application/problem+json');
+  res.setHeader('content-length', Buffer.byteLength(body));
+  res.setHeader('cache-control', 'no-store');
+  res.end(body);
+}
