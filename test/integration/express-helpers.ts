@@ -1,0 +1,155 @@
+// Shared by the express integration tests: a real HTTP server on port 0, a
+// client that can send repeated headers and raw bytes, and a spying store.
+import http from 'node:http';
+import net from 'node:net';
+import type { AddressInfo } from 'node:net';
+import type { Express } from 'express';
+import type { FenceAdmission, FenceStore, FencingToken } from '../../src/index.js';
+
+export interface Deferred<T = void> {
+  promise: Promise<T>;
+  resolve: (value: T) => void;
+  reject: (reason: unknown) => void;
+}
+
+export function deferred<T = void>(): Deferred<T> {
+  let resolve!: (value: T) => void;
+  let reject!: (reason: unknown) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
+
+export interface Served {
+  server: http.Server;
+  port: number;
+  close(): Promise<void>;
+}
+
+export async function serve(app: Express | http.RequestListener): Promise<Served> {
+  const server = http.createServer(app);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    server,
+    port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+export interface Answer {
+  status: number;
+  contentType: string | undefined;
+  body: unknown;
+}
+
+export interface Sent {
+  answer: Promise<Answer>;
+  /** Tear the connection down from the client side. */
+  destroy(): void;
+}
+
+/** One request on its own connection; an array value sends the header repeatedly. */
+export function send(port: number, path: string, headers: Record<string, string | string[]> = {}): Sent {
+  let request!: http.ClientRequest;
+  const answer = new Promise<Answer>((resolve, reject) => {
+    request = http.request({ host: '127.0.0.1', port, path, method: 'POST', headers, agent: false }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        let body: unknown = text;
+        try {
+          body = JSON.parse(text);
+        } catch {
+          // not JSON: keep the text
+        }
+        resolve({ status: res.statusCode ?? 0, contentType: res.headers['content-type'], body });
+      });
+      res.on('error', reject);
+    });
+    request.on('error', reject);
+    request.end();
+  });
+  return { answer, destroy: () => request.destroy() };
+}
+
+export function post(port: number, path: string, headers: Record<string, string | string[]> = {}): Promise<Answer> {
+  return send(port, path, headers).answer;
+}
+
+/**
+ * Header lines as raw bytes over a socket: values Node's client refuses to
+ * send (and header names in odd case) reach the server exactly as given.
+ * Answers the status code (Node's own 400 for bytes its parser rejects).
+ */
+export function rawStatus(port: number, path: string, headerLines: Buffer[]): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1');
+    const chunks: Buffer[] = [];
+    socket.on('data', (chunk) => chunks.push(chunk));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const text = Buffer.concat(chunks).toString('latin1');
+      const match = /^HTTP\/1\.1 (\d{3}) /.exec(text);
+      if (match === null) return reject(new Error(`no HTTP answer: ${JSON.stringify(text.slice(0, 200))}`));
+      const at = text.indexOf('\r\n\r\n');
+      resolve({ status: Number(match[1]), body: at === -1 ? '' : text.slice(at + 4) });
+    });
+    const head = Buffer.from(`POST ${path} HTTP/1.1\r\nHost: fencekeeper.test\r\nConnection: close\r\nContent-Length: 0\r\n`, 'latin1');
+    const lines = headerLines.flatMap((line) => [line, Buffer.from('\r\n', 'latin1')]);
+    socket.end(Buffer.concat([head, ...lines, Buffer.from('\r\n', 'latin1')]));
+  });
+}
+
+/** A store that records each admit() and how it ended; delegates to a real store. */
+export class SpyStore<T> implements FenceStore<T> {
+  readonly calls: { token: FencingToken; outcome: 'pending' | 'admitted' | 'refused' }[] = [];
+  readonly #inner: FenceStore<T>;
+  #changes: Deferred[] = [];
+
+  constructor(inner: FenceStore<T>) {
+    this.#inner = inner;
+  }
+
+  async admit(resource: string, token: FencingToken, options?: { signal?: AbortSignal }): Promise<FenceAdmission<T>> {
+    const call = { token, outcome: 'pending' as 'pending' | 'admitted' | 'refused' };
+    this.calls.push(call);
+    this.#notify();
+    try {
+      const admission = await this.#inner.admit(resource, token, options);
+      call.outcome = 'admitted';
+      return admission;
+    } catch (error) {
+      call.outcome = 'refused';
+      throw error;
+    } finally {
+      this.#notify();
+    }
+  }
+
+  current(resource: string): Promise<FencingToken | null> {
+    return this.#inner.current(resource);
+  }
+
+  /** Resolves once `predicate` holds over the calls (checked on every change). */
+  async until(predicate: (calls: SpyStore<T>['calls']) => boolean): Promise<void> {
+    while (!predicate(this.calls)) {
+      const change = deferred();
+      this.#changes.push(change);
+      await change.promise;
+    }
+  }
+
+  #notify(): void {
+    const changes = this.#changes;
+    this.#changes = [];
+    for (const change of changes) change.resolve();
+  }
+}
