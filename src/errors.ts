@@ -162,9 +162,19 @@ export class ZooKeeperError extends FencekeeperError {
   /** The raw error number from the reply header (e.g. -101 for NONODE). */
   readonly zkCode: number;
   readonly path: string | undefined;
-  constructor(code: ZooKeeperErrorCode, zkCode: number, path: string | undefined, options?: FencekeeperErrorOptions) {
-    super(code, path === undefined ? `ZooKeeper error ${code} (${zkCode})` : `ZooKeeper error ${code} (${zkCode}) at ${path}`, options);
+  /** For a failed multi: the index of the operation that failed (the others were rolled back). */
+  readonly opIndex: number | undefined;
+  constructor(
+    code: ZooKeeperErrorCode,
+    zkCode: number,
+    path: string | undefined,
+    options?: FencekeeperErrorOptions & { readonly opIndex?: number },
+  ) {
+    const where = path === undefined ? '' : ` at ${path}`;
+    const op = options?.opIndex === undefined ? '' : ` (multi op ${options.opIndex})`;
+    super(code, `ZooKeeper error ${code} (${zkCode})${where}${op}`, options);
     this.zkCode = zkCode;
     this.path = path;
+    this.opIndex = options?.opIndex;
   }
 }

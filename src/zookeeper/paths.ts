@@ -1,0 +1,83 @@
+import { InvalidArgumentError } from '../errors.js';
+
+/**
+ * ZooKeeper's path rules (PathUtils.validatePath): absolute, no trailing
+ * slash (except the root), no empty, '.' or '..' segments, and none of the
+ * characters the server refuses (NUL, control characters, surrogates and the
+ * private-use and specials ranges). Checked on the client so a bad path is a
+ * clear InvalidArgumentError, not a round trip ending in BADARGUMENTS.
+ */
+export function validatePath(path: string, sequential = false): void {
+  if (typeof path !== 'string') throw new InvalidArgumentError(`path must be a string, got ${typeof path}`);
+  if (path.length === 0) throw new InvalidArgumentError('path must not be empty');
+  if (path[0] !== '/') throw new InvalidArgumentError(`path must start with '/': ${JSON.stringify(path)}`);
+  if (path.length === 1) {
+    if (sequential) return; // '/' + sequence suffix is a legal sequential create
+    return;
+  }
+  // A sequential create may end with '/': the server appends the counter.
+  const checked = sequential && path.endsWith('/') ? path.slice(0, -1) : path;
+  if (checked.endsWith('/')) throw new InvalidArgumentError(`path must not end with '/': ${JSON.stringify(path)}`);
+  const segments = checked.split('/');
+  for (let i = 1; i < segments.length; i++) {
+    const segment = segments[i] as string;
+    if (segment.length === 0) throw new InvalidArgumentError(`empty segment in path ${JSON.stringify(path)}`);
+    if (segment === '.' || segment === '..') throw new InvalidArgumentError(`relative segment '${segment}' in path ${JSON.stringify(path)}`);
+  }
+  for (let i = 0; i < checked.length; i++) {
+    const c = checked.charCodeAt(i);
+    if (c === 0) throw new InvalidArgumentError(`NUL character in path at index ${i}`);
+    if ((c > 0x00 && c < 0x20) || (c > 0x7e && c < 0xa0) || (c > 0xd7ff && c < 0xf900) || (c > 0xffef && c <= 0xffff)) {
+      throw new InvalidArgumentError(`invalid character U+${c.toString(16).padStart(4, '0')} in path at index ${i}`);
+    }
+  }
+}
+
+export interface ServerAddress { readonly host: string; readonly port: number }
+
+export interface ConnectString {
+  readonly servers: readonly ServerAddress[];
+  /** Chroot prefix without a trailing slash, or '' for none. */
+  readonly chroot: string;
+}
+
+/** 'h1:2181,h2:2181[/chroot]' (port defaults to 2181; IPv6 in brackets). */
+export function parseConnectString(text: string): ConnectString {
+  if (typeof text !== 'string' || text.trim() === '') {
+    throw new InvalidArgumentError('connectString must be a non-empty string like "127.0.0.1:2181"');
+  }
+  const slash = text.indexOf('/');
+  const hostPart = slash === -1 ? text : text.slice(0, slash);
+  let chroot = slash === -1 ? '' : text.slice(slash);
+  if (chroot === '/') chroot = '';
+  if (chroot !== '') validatePath(chroot);
+  const servers: ServerAddress[] = [];
+  for (const raw of hostPart.split(',')) {
+    const entry = raw.trim();
+    if (entry === '') continue;
+    let host: string;
+    let portText: string | undefined;
+    if (entry.startsWith('[')) {
+      const close = entry.indexOf(']');
+      if (close === -1) throw new InvalidArgumentError(`bad IPv6 address in connect string: ${entry}`);
+      host = entry.slice(1, close);
+      const rest = entry.slice(close + 1);
+      portText = rest.startsWith(':') ? rest.slice(1) : rest === '' ? undefined : rest;
+    } else {
+      const colon = entry.lastIndexOf(':');
+      host = colon === -1 ? entry : entry.slice(0, colon);
+      portText = colon === -1 ? undefined : entry.slice(colon + 1);
+    }
+    const port = portText === undefined ? 2181 : Number(portText);
+    if (host === '' || !Number.isInteger(port) || port < 1 || port > 65535 || (portText !== undefined && !/^[0-9]+$/.test(portText))) {
+      throw new InvalidArgumentError(`bad server address in connect string: ${JSON.stringify(entry)}`);
+    }
+    servers.push({ host, port });
+  }
+  if (servers.length === 0) throw new InvalidArgumentError(`no server in connect string ${JSON.stringify(text)}`);
+  return { servers, chroot };
+}
+
+export function joinPath(parent: string, child: string): string {
+  return parent === '/' ? `/${child}` : `${parent}/${child}`;
+}

@@ -1,0 +1,70 @@
+import { EventType } from './protocol.js';
+
+export type WatchEventType = 'created' | 'deleted' | 'dataChanged' | 'childrenChanged';
+export interface WatchEvent { readonly type: WatchEventType; readonly path: string }
+export type Watcher = (event: WatchEvent) => void;
+
+/** Which table a watch lives in, as ZooKeeper's server keeps them (ZKWatchManager). */
+export type WatchKind = 'data' | 'exist' | 'child';
+
+const EVENT_NAMES: ReadonlyMap<number, WatchEventType> = new Map([
+  [EventType.nodeCreated, 'created'],
+  [EventType.nodeDeleted, 'deleted'],
+  [EventType.nodeDataChanged, 'dataChanged'],
+  [EventType.nodeChildrenChanged, 'childrenChanged'],
+]);
+
+/**
+ * The client's one-shot watches, by kind and (client-side, un-chrooted) path.
+ * A watch is registered when the reply to the request that set it arrives,
+ * and removed when an event that triggers it is delivered: ZooKeeper's server
+ * forgets a watch once it has fired, so the client does too. The tables are
+ * what `setWatches` sends after a reconnect.
+ */
+export class WatchRegistry {
+  readonly #tables: Record<WatchKind, Map<string, Set<Watcher>>> = {
+    data: new Map(),
+    exist: new Map(),
+    child: new Map(),
+  };
+
+  add(kind: WatchKind, path: string, watcher: Watcher): void {
+    const table = this.#tables[kind];
+    let set = table.get(path);
+    if (set === undefined) table.set(path, (set = new Set()));
+    set.add(watcher);
+  }
+
+  paths(kind: WatchKind): string[] {
+    return [...this.#tables[kind].keys()];
+  }
+
+  get size(): number {
+    return this.#tables.data.size + this.#tables.exist.size + this.#tables.child.size;
+  }
+
+  /**
+   * The watchers an event triggers, removed from the tables (ZooKeeper's
+   * materialize rules): created/dataChanged fire data and exist watches,
+   * deleted fires data, exist and child watches, childrenChanged fires child
+   * watches. A watcher set on several tables for one path is called once.
+   */
+  take(type: number, path: string): { event: WatchEvent; watchers: Watcher[] } | null {
+    const name = EVENT_NAMES.get(type);
+    if (name === undefined) return null;
+    const kinds: WatchKind[] =
+      name === 'childrenChanged' ? ['child'] : name === 'deleted' ? ['data', 'exist', 'child'] : ['data', 'exist'];
+    const watchers = new Set<Watcher>();
+    for (const kind of kinds) {
+      const set = this.#tables[kind].get(path);
+      if (set === undefined) continue;
+      this.#tables[kind].delete(path);
+      for (const w of set) watchers.add(w);
+    }
+    return { event: { type: name, path }, watchers: [...watchers] };
+  }
+
+  clear(): void {
+    for (const table of Object.values(this.#tables)) table.clear();
+  }
+}
