@@ -1,0 +1,494 @@
+// fencekeeper/s3 against a real S3 server (Ceph RGW 16 in CI): fenced writes
+// through conditional PUTs. Every test works under its own random key prefix in
+// one bucket per file, removed in afterAll.
+import { randomBytes } from 'node:crypto';
+import { Readable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  CreateBucketCommand,
+  DeleteBucketCommand,
+  DeleteObjectCommand,
+  GetObjectCommand,
+  HeadObjectCommand,
+  ListObjectsV2Command,
+  PutObjectCommand,
+  S3Client,
+} from '@aws-sdk/client-s3';
+import type { S3ClientConfig } from '@aws-sdk/client-s3';
+import { InvalidArgumentError, InvalidTokenError, StaleTokenError, UnknownOutcomeError } from '../../src/index.js';
+import {
+  fencedDeleteObject,
+  fencedGetObject,
+  fencedPutObject,
+  isTombstone,
+  readFence,
+} from '../../adapters/s3/index.js';
+
+const endpoint = process.env['S3_ENDPOINT'] ?? 'http://127.0.0.1:7480';
+const config: S3ClientConfig = {
+  endpoint,
+  region: process.env['S3_REGION'] ?? 'us-east-1',
+  forcePathStyle: true,
+  credentials: {
+    accessKeyId: process.env['S3_ACCESS_KEY'] ?? 'test',
+    secretAccessKey: process.env['S3_SECRET_KEY'] ?? 'testsecret',
+  },
+};
+
+/** One request as the client's own middleware saw it: proof the user's stack still runs around ours. */
+interface SeenRequest {
+  readonly method: string;
+  readonly path: string;
+  readonly headers: Record<string, string>;
+  status?: number;
+}
+
+/** A fresh client (so a fresh fence cache) with a user middleware that records every request it sends. */
+function newClient(extra: Partial<S3ClientConfig> = {}): { client: S3Client; seen: SeenRequest[] } {
+  const client = new S3Client({ ...config, ...extra });
+  const seen: SeenRequest[] = [];
+  client.middlewareStack.add(
+    (next) => async (args) => {
+      const request = args.request as { method: string; path: string; headers: Record<string, string> };
+      const entry: SeenRequest = { method: request.method, path: request.path, headers: { ...request.headers } };
+      seen.push(entry);
+      try {
+        const out = await next(args);
+        entry.status = (out.response as { statusCode?: number }).statusCode ?? 0;
+        return out;
+      } catch (error) {
+        entry.status = (error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode ?? -1;
+        throw error;
+      }
+    },
+    { step: 'finalizeRequest', name: 'testRecorder' },
+  );
+  return { client, seen };
+}
+
+const bucket = `fk-s3-${randomBytes(5).toString('hex')}`;
+const admin = newClient().client;
+
+function prefix(): string {
+  return `t-${randomBytes(6).toString('hex')}`;
+}
+
+async function getRaw(Key: string): Promise<{ body: string; metadata: Record<string, string> }> {
+  const out = await admin.send(new GetObjectCommand({ Bucket: bucket, Key }));
+  return { body: await out.Body!.transformToString(), metadata: out.Metadata ?? {} };
+}
+
+async function exists(Key: string): Promise<boolean> {
+  try {
+    await admin.send(new HeadObjectCommand({ Bucket: bucket, Key }));
+    return true;
+  } catch (error) {
+    if ((error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode === 404) return false;
+    throw error;
+  }
+}
+
+async function expectRejects<E>(promise: Promise<unknown>, type: abstract new (...args: never[]) => E): Promise<E> {
+  const error = await promise.then(
+    () => { throw new Error('expected a rejection'); },
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(type);
+  return error as E;
+}
+
+beforeAll(async () => {
+  await admin.send(new CreateBucketCommand({ Bucket: bucket }));
+});
+
+afterAll(async () => {
+  let ContinuationToken: string | undefined;
+  do {
+    const page = await admin.send(new ListObjectsV2Command({ Bucket: bucket, ...(ContinuationToken ? { ContinuationToken } : {}) }));
+    for (const object of page.Contents ?? []) {
+      await admin.send(new DeleteObjectCommand({ Bucket: bucket, Key: object.Key! }));
+    }
+    ContinuationToken = page.NextContinuationToken;
+  } while (ContinuationToken !== undefined);
+  await admin.send(new DeleteBucketCommand({ Bucket: bucket }));
+  admin.destroy();
+});
+
+describe('fencedPutObject', () => {
+  it('creates with If-None-Match, stores the token, and the steady state costs one request', async () => {
+    const Key = `${prefix()}/obj`;
+    const { client, seen } = newClient();
+    const first = await fencedPutObject(client, { Bucket: bucket, Key, Body: 'v1', token: 35n });
+    expect(first.token).toBe(35n);
+    expect(seen.map((r) => r.method)).toEqual(['HEAD', 'PUT']);
+    expect(seen[1]!.headers['if-none-match']).toBe('*');
+    expect(seen[1]!.headers['x-amz-meta-fencing-token']).toBe('35');
+    expect(await readFence(client, { Bucket: bucket, Key })).toBe(35n);
+
+    seen.length = 0;
+    const second = await fencedPutObject(client, { Bucket: bucket, Key, Body: 'v2', token: 35n });
+    // The steady state: one conditional PUT, no HEAD; the ETag goes out unquoted (RGW needs it so).
+    expect(seen.map((r) => r.method)).toEqual(['PUT']);
+    expect(seen[0]!.headers['if-match']).toBe(first.etag.replaceAll('"', ''));
+    expect(seen[0]!.headers['if-match']).not.toContain('"');
+
+    seen.length = 0;
+    await fencedPutObject(client, { Bucket: bucket, Key, Body: Buffer.from('v3'), token: 36n });
+    expect(seen.map((r) => r.method)).toEqual(['PUT']);
+    expect(seen[0]!.headers['if-match']).toBe(second.etag.replaceAll('"', ''));
+    const raw = await getRaw(Key);
+    expect(raw.body).toBe('v3');
+    expect(raw.metadata['fencing-token']).toBe('36');
+    client.destroy();
+  });
+
+  it('keeps the user metadata and other PutObject fields', async () => {
+    const Key = `${prefix()}/meta`;
+    const { client } = newClient();
+    await fencedPutObject(client, {
+      Bucket: bucket, Key, Body: new TextEncoder().encode('{"a":1}'), token: 7n,
+      ContentType: 'application/json', Metadata: { owner: 'billing' },
+    });
+    const out = await admin.send(new HeadObjectCommand({ Bucket: bucket, Key }));
+    expect(out.ContentType).toBe('application/json');
+    expect(out.Metadata).toMatchObject({ owner: 'billing', 'fencing-token': '7' });
+    client.destroy();
+  });
+
+  it('refuses a stale token: 35 writes, 34 is refused, the object keeps 35', async () => {
+    const Key = `${prefix()}/stale`;
+    const holder35 = newClient();
+    const holder34 = newClient();
+    await fencedPutObject(holder35.client, { Bucket: bucket, Key, Body: 'by 35', token: 35n });
+
+    const error = await expectRejects(
+      fencedPutObject(holder34.client, { Bucket: bucket, Key, Body: 'by 34', token: 34n }),
+      StaleTokenError,
+    );
+    expect(error.presented).toBe(34n);
+    expect(error.current).toBe(35n);
+    expect(error.resource).toBe(`s3://${bucket}/${Key}`);
+    expect(holder34.seen.map((r) => r.method)).toEqual(['HEAD']); // refused before any PUT
+
+    // The same client (its cache says 35) refuses 34 without a request at all.
+    holder35.seen.length = 0;
+    await expectRejects(fencedPutObject(holder35.client, { Bucket: bucket, Key, Body: 'by 34', token: 34n }), StaleTokenError);
+    expect(holder35.seen).toEqual([]);
+
+    const raw = await getRaw(Key);
+    expect(raw.body).toBe('by 35');
+    expect(raw.metadata['fencing-token']).toBe('35');
+    holder35.client.destroy();
+    holder34.client.destroy();
+  });
+
+  it('the race that matters: 34 reads, is held, 35 writes, 34 resumes and is refused', async () => {
+    const Key = `${prefix()}/race`;
+    const setup = newClient();
+    await fencedPutObject(setup.client, { Bucket: bucket, Key, Body: 'by 33', token: 33n });
+
+    const holder34 = newClient();
+    const holder35 = newClient();
+    let reachedPut!: () => void;
+    const atPut = new Promise<void>((resolve) => { reachedPut = resolve; });
+    let resume!: () => void;
+    const held = new Promise<void>((resolve) => { resume = resolve; });
+    let holds = 0;
+    const write34 = fencedPutObject(holder34.client, { Bucket: bucket, Key, Body: 'by 34', token: 34n }, {
+      beforePut: async () => {
+        holds += 1;
+        if (holds === 1) { reachedPut(); await held; } // hold only the first attempt, after its read
+      },
+    });
+    await atPut; // 34 has read the fence (33) and judged its own token good
+    await fencedPutObject(holder35.client, { Bucket: bucket, Key, Body: 'by 35', token: 35n });
+    resume();
+
+    const error = await expectRejects(write34, StaleTokenError);
+    expect(error.current).toBe(35n);
+    // 34's PUT did go out, conditioned on what it had read, and failed its condition.
+    const puts34 = holder34.seen.filter((r) => r.method === 'PUT');
+    expect(puts34).toHaveLength(1);
+    expect(puts34[0]!.status).toBe(412);
+    const raw = await getRaw(Key);
+    expect(raw.body).toBe('by 35');
+    expect(raw.metadata['fencing-token']).toBe('35');
+    for (const c of [setup, holder34, holder35]) c.client.destroy();
+  });
+
+  it('a write made without fencing may be overwritten by any token', async () => {
+    const Key = `${prefix()}/unfenced`;
+    await admin.send(new PutObjectCommand({ Bucket: bucket, Key, Body: 'legacy' }));
+    const { client } = newClient();
+    expect(await readFence(client, { Bucket: bucket, Key })).toBeNull();
+    await fencedPutObject(client, { Bucket: bucket, Key, Body: 'fenced', token: 1n });
+    expect((await getRaw(Key)).metadata['fencing-token']).toBe('1');
+    client.destroy();
+  });
+
+  it('equal tokens pass: the same holder writing from two clients', async () => {
+    const Key = `${prefix()}/equal`;
+    const a = newClient();
+    const b = newClient();
+    await fencedPutObject(a.client, { Bucket: bucket, Key, Body: 'a1', token: 50n });
+    await fencedPutObject(b.client, { Bucket: bucket, Key, Body: 'b1', token: 50n });
+    await fencedPutObject(a.client, { Bucket: bucket, Key, Body: 'a2', token: 50n }); // a's cache is stale: 412, re-read, write
+    expect((await getRaw(Key)).body).toBe('a2');
+    expect(a.seen.filter((r) => r.method === 'PUT').map((r) => r.status)).toEqual([200, 412, 200]);
+    a.client.destroy();
+    b.client.destroy();
+  });
+});
+
+describe('racing writers', () => {
+  it('20 writers with distinct tokens on one key, 10 rounds: the fence never goes back', async () => {
+    const Key = `${prefix()}/herd`;
+    const writers = Array.from({ length: 20 }, () => newClient());
+    let highestAccepted = 0n;
+    let serverErrors = 0;
+    for (let round = 0; round < 10; round += 1) {
+      const base = BigInt(round * 100 + 1);
+      // Shuffle who carries which token, so the fastest writer is not always the highest.
+      const tokens = writers.map((_, i) => base + BigInt(i)).sort(() => Math.random() - 0.5);
+      const accepted: bigint[] = [];
+      const results = await Promise.allSettled(
+        writers.map(async (w, i) => {
+          const token = tokens[i]!;
+          await fencedPutObject(w.client, { Bucket: bucket, Key, Body: `round ${round} token ${token}`, token });
+          accepted.push(token); // in the order the writes were acknowledged
+          return token;
+        }),
+      );
+      for (const [i, result] of results.entries()) {
+        if (result.status === 'rejected') {
+          // The only acceptable failure: stale, and stale against a larger token.
+          expect(result.reason).toBeInstanceOf(StaleTokenError);
+          const stale = result.reason as StaleTokenError;
+          expect(stale.presented).toBe(tokens[i]);
+          expect(stale.current! > stale.presented).toBe(true);
+        }
+      }
+      // Acknowledged in increasing token order: no accepted write was followed by a lower one.
+      expect(accepted.length).toBeGreaterThan(0);
+      expect([...accepted].sort((x, y) => (x < y ? -1 : x > y ? 1 : 0))).toEqual(accepted);
+      expect(accepted[0]! > highestAccepted).toBe(true);
+      highestAccepted = accepted[accepted.length - 1]!;
+      // The round's highest writer always gets through (nobody can make it stale).
+      expect(accepted).toContain(base + 19n);
+      const raw = await getRaw(Key);
+      expect(raw.metadata['fencing-token']).toBe(String(highestAccepted));
+      expect(raw.body).toBe(`round ${round} token ${highestAccepted}`);
+    }
+    for (const w of writers) {
+      serverErrors += w.seen.filter((r) => r.method === 'PUT' && (r.status ?? 0) >= 500).length;
+      w.client.destroy();
+    }
+    // Informational: RGW answers some racing If-Match PUTs with 500; each was settled by a read-back.
+    console.info(`s3 herd: ${serverErrors} PUTs answered 5xx and were settled by reading back`);
+  });
+
+  it('new-key creation race, distinct tokens: exactly one If-None-Match PUT wins per round', async () => {
+    const writers = Array.from({ length: 8 }, () => newClient());
+    for (let round = 0; round < 5; round += 1) {
+      const Key = `${prefix()}/create-${round}`;
+      for (const w of writers) w.seen.length = 0;
+      const tokens = writers.map((_, i) => BigInt(i + 1)).sort(() => Math.random() - 0.5);
+      const accepted: bigint[] = [];
+      const results = await Promise.allSettled(writers.map(async (w, i) => {
+        await fencedPutObject(w.client, { Bucket: bucket, Key, Body: `token ${tokens[i]}`, token: tokens[i]! });
+        accepted.push(tokens[i]!);
+      }));
+      for (const r of results) if (r.status === 'rejected') expect(r.reason).toBeInstanceOf(StaleTokenError);
+      const creations = writers.flatMap((w) => w.seen).filter((r) => r.headers['if-none-match'] === '*' && r.status === 200);
+      expect(creations).toHaveLength(1);
+      // Later arrivals with larger tokens overwrite the creator (If-Match); smaller ones are stale.
+      expect([...accepted].sort((x, y) => (x < y ? -1 : 1))).toEqual(accepted);
+      expect(accepted).toContain(8n);
+      expect((await getRaw(Key)).body).toBe('token 8');
+    }
+    for (const w of writers) w.client.destroy();
+  });
+
+  it('new-key creation race, one token from many clients: one creation, every write succeeds', async () => {
+    // Equal tokens are the same holder writing from several places; all pass,
+    // in some order, and the key is created once.
+    const Key = `${prefix()}/create-equal`;
+    const writers = Array.from({ length: 6 }, () => newClient());
+    await Promise.all(writers.map((w, i) => fencedPutObject(w.client, { Bucket: bucket, Key, Body: `writer ${i}`, token: 77n })));
+    const creations = writers.flatMap((w) => w.seen).filter((r) => r.headers['if-none-match'] === '*' && r.status === 200);
+    expect(creations).toHaveLength(1);
+    const raw = await getRaw(Key);
+    expect(raw.metadata['fencing-token']).toBe('77');
+    expect(raw.body).toMatch(/^writer [0-5]$/);
+    for (const w of writers) w.client.destroy();
+  });
+});
+
+describe('bad input fails before writing', () => {
+  it('a missing or out-of-range token: InvalidTokenError, no request', async () => {
+    const Key = `${prefix()}/badtoken`;
+    const { client, seen } = newClient();
+    const untyped = fencedPutObject as (c: S3Client, input: object) => Promise<unknown>;
+    await expectRejects(untyped(client, { Bucket: bucket, Key, Body: 'x' }), InvalidTokenError);
+    await expectRejects(fencedPutObject(client, { Bucket: bucket, Key, Body: 'x', token: 0n }), InvalidTokenError);
+    await expectRejects(untyped(client, { Bucket: bucket, Key, Body: 'x', token: 35 }), InvalidTokenError);
+    await expectRejects(fencedDeleteObject(client, { Bucket: bucket, Key, token: -1n }), InvalidTokenError);
+    expect(seen).toEqual([]);
+    expect(await exists(Key)).toBe(false);
+    client.destroy();
+  });
+
+  it('a stream body: InvalidArgumentError, no request', async () => {
+    const Key = `${prefix()}/stream`;
+    const { client, seen } = newClient();
+    const untyped = fencedPutObject as (c: S3Client, input: object) => Promise<unknown>;
+    await expectRejects(untyped(client, { Bucket: bucket, Key, Body: Readable.from(['a', 'b']), token: 5n }), InvalidArgumentError);
+    expect(seen).toEqual([]);
+    expect(await exists(Key)).toBe(false);
+    client.destroy();
+  });
+
+  it('conditions or fence metadata passed by the caller: InvalidArgumentError, no request', async () => {
+    const Key = `${prefix()}/reserved`;
+    const { client, seen } = newClient();
+    const untyped = fencedPutObject as (c: S3Client, input: object) => Promise<unknown>;
+    await expectRejects(untyped(client, { Bucket: bucket, Key, Body: 'x', token: 5n, IfMatch: 'abc' }), InvalidArgumentError);
+    await expectRejects(
+      fencedPutObject(client, { Bucket: bucket, Key, Body: 'x', token: 5n, Metadata: { 'Fencing-Token': '999' } }),
+      InvalidArgumentError,
+    );
+    expect(seen).toEqual([]);
+    client.destroy();
+  });
+
+  it('corrupt fence metadata on an existing object: refused (fail closed), never overwritten', async () => {
+    const Key = `${prefix()}/corrupt`;
+    await admin.send(new PutObjectCommand({ Bucket: bucket, Key, Body: 'keep me', Metadata: { 'fencing-token': '12abc' } }));
+    const { client, seen } = newClient();
+    const error = await expectRejects(fencedPutObject(client, { Bucket: bucket, Key, Body: 'x', token: 99n }), InvalidTokenError);
+    expect(error.message).toContain(Key);
+    await expectRejects(fencedDeleteObject(client, { Bucket: bucket, Key, token: 99n }), InvalidTokenError);
+    await expectRejects(readFence(client, { Bucket: bucket, Key }), InvalidTokenError);
+    await expectRejects(fencedGetObject(client, { Bucket: bucket, Key }), InvalidTokenError);
+    expect(seen.filter((r) => r.method === 'PUT')).toEqual([]);
+    expect((await getRaw(Key)).body).toBe('keep me');
+    client.destroy();
+  });
+
+  it('a bucket that does not exist: a clear error, at once', async () => {
+    const missing = `fk-missing-${randomBytes(5).toString('hex')}`;
+    const { client } = newClient();
+    const error = await fencedPutObject(client, { Bucket: missing, Key: 'k', Body: 'x', token: 5n }).catch((e: unknown) => e);
+    expect((error as Error).name).toBe('NoSuchBucket');
+    await expectRejects(readFence(client, { Bucket: missing, Key: 'k' }), InvalidArgumentError);
+    expect(await fencedGetObject(client, { Bucket: bucket, Key: `${prefix()}/none` })).toBeNull();
+    await expect(fencedGetObject(client, { Bucket: missing, Key: 'k' })).rejects.toMatchObject({ name: 'NoSuchBucket' });
+    client.destroy();
+  });
+});
+
+describe('fencedDeleteObject', () => {
+  it('keeps the fence: after a delete by 35, 34 is refused and 36 may recreate', async () => {
+    const Key = `${prefix()}/del`;
+    const { client } = newClient();
+    await fencedPutObject(client, { Bucket: bucket, Key, Body: 'by 35', token: 35n });
+    await fencedDeleteObject(client, { Bucket: bucket, Key, token: 35n });
+
+    expect(await fencedGetObject(client, { Bucket: bucket, Key })).toBeNull();
+    expect(await readFence(client, { Bucket: bucket, Key })).toBe(35n);
+    const raw = await admin.send(new GetObjectCommand({ Bucket: bucket, Key }));
+    expect(isTombstone(raw)).toBe(true);
+    await raw.Body!.transformToByteArray();
+
+    const other = newClient();
+    await expectRejects(fencedPutObject(other.client, { Bucket: bucket, Key, Body: 'by 34', token: 34n }), StaleTokenError);
+    await expectRejects(fencedDeleteObject(other.client, { Bucket: bucket, Key, token: 34n }), StaleTokenError);
+
+    await fencedPutObject(other.client, { Bucket: bucket, Key, Body: 'by 36', token: 36n });
+    const back = await fencedGetObject(client, { Bucket: bucket, Key });
+    expect(back).not.toBeNull();
+    expect(back!.token).toBe(36n);
+    expect(await back!.Body!.transformToString()).toBe('by 36');
+    client.destroy();
+    other.client.destroy();
+  });
+
+  it('two tombstones never share an ETag (If-Match cannot be fooled by an identical delete)', async () => {
+    const Key = `${prefix()}/tomb-aba`;
+    const { client } = newClient();
+    const first = await fencedDeleteObject(client, { Bucket: bucket, Key, token: 10n });
+    const second = await fencedDeleteObject(client, { Bucket: bucket, Key, token: 10n });
+    expect(second.etag).not.toBe(first.etag);
+
+    // 11 reads 10's tombstone and is held; 12 deletes meanwhile. Were tombstones
+    // empty, 12's would have the ETag 11 read, and 11's PUT would land over it.
+    const holder11 = newClient();
+    const write11 = fencedDeleteObject(holder11.client, { Bucket: bucket, Key, token: 11n }, {
+      beforePut: async () => {
+        if (holder11.seen.some((r) => r.method === 'PUT')) return;
+        await fencedDeleteObject(newClient().client, { Bucket: bucket, Key, token: 12n });
+      },
+    });
+    await expectRejects(write11, StaleTokenError);
+    expect(await readFence(client, { Bucket: bucket, Key })).toBe(12n);
+    client.destroy();
+    holder11.client.destroy();
+  });
+});
+
+describe('unknown outcomes', () => {
+  /** Let the request reach the server, then pretend its answer was a 500 (a reply lost after the write landed). */
+  function loseReplies(client: S3Client, which: (method: string, n: number) => boolean): void {
+    const counts = new Map<string, number>();
+    client.middlewareStack.add(
+      (next) => async (args) => {
+        const method = (args.request as { method: string }).method;
+        const n = (counts.get(method) ?? 0) + 1;
+        counts.set(method, n);
+        const out = await next(args);
+        if (which(method, n)) {
+          throw Object.assign(new Error('injected: reply lost'), {
+            name: 'InternalError', $fault: 'server', $metadata: { httpStatusCode: 500 },
+          });
+        }
+        return out;
+      },
+      { step: 'finalizeRequest', name: 'testLoseReply', priority: 'low' },
+    );
+  }
+
+  it('a 5xx after the PUT landed is settled by the write id (no SDK retries)', async () => {
+    const Key = `${prefix()}/lost-reply`;
+    const { client, seen } = newClient({ maxAttempts: 1 });
+    loseReplies(client, (method, n) => method === 'PUT' && n === 1);
+    const result = await fencedPutObject(client, { Bucket: bucket, Key, Body: 'landed', token: 9n });
+    expect(result.token).toBe(9n);
+    expect(seen.map((r) => r.method)).toEqual(['HEAD', 'PUT', 'HEAD']);
+    expect((await getRaw(Key)).body).toBe('landed');
+    client.destroy();
+  });
+
+  it('an SDK retry of a PUT that landed answers 412 and is recognised as ours', async () => {
+    const Key = `${prefix()}/sdk-retry`;
+    const { client, seen } = newClient({ maxAttempts: 3 });
+    await fencedPutObject(client, { Bucket: bucket, Key, Body: 'v1', token: 9n });
+    seen.length = 0;
+    loseReplies(client, (method, n) => method === 'PUT' && n === 1);
+    await fencedPutObject(client, { Bucket: bucket, Key, Body: 'v2', token: 9n });
+    // The first PUT landed but its reply was lost (500); the SDK resent it (same
+    // If-Match): 412; our read-back found our write id.
+    expect(seen.map((r) => `${r.method} ${r.status}`)).toEqual(['PUT 500', 'PUT 412', 'HEAD 200']);
+    expect((await getRaw(Key)).body).toBe('v2');
+    client.destroy();
+  });
+
+  it('a 5xx that cannot be settled by reading back: UnknownOutcomeError', async () => {
+    const Key = `${prefix()}/unsettled`;
+    const { client } = newClient({ maxAttempts: 1 });
+    await fencedPutObject(client, { Bucket: bucket, Key, Body: 'v1', token: 9n });
+    loseReplies(client, (method) => method === 'PUT' || method === 'HEAD');
+    const error = await expectRejects(fencedPutObject(client, { Bucket: bucket, Key, Body: 'v2', token: 9n }), UnknownOutcomeError);
+    expect(error.retryable).toBe(true);
+    client.destroy();
+  });
+});
