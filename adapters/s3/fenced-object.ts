@@ -30,6 +30,12 @@
 // conditional PUT whose first try had landed answers 412 (the ETag moved, or the
 // key now exists); that goes down the race path, and the HEAD finds our write id:
 // success. Nothing here changes the client's retry configuration.
+// After an unknown outcome, a read-back that shows someone else's write means
+// ours did not stick (it never landed, or it landed and was overwritten since):
+// the call decides again, so it may end in StaleTokenError (the object has moved
+// past our token; anything we wrote is superseded) or in a fresh attempt.
+// UnknownOutcomeError is left for a read-back that itself fails, and for
+// contention outlasting maxAttempts.
 //
 // The limit of If-Match (ABA): for a single-part PUT the ETag is the MD5 of the
 // body, so the condition sees a change of *bytes*, not of writes. A holder that
@@ -71,7 +77,7 @@ import {
   isTombstone,
 } from './metadata.js';
 import type { StoredFence } from './metadata.js';
-import { addCondition, isConditionFailure, isNotFound, isUnknownOutcome } from './wire.js';
+import { addCondition, isConditionFailure, isMissingKey, isNotFound, isUnknownOutcome } from './wire.js';
 import type { PutCondition } from './wire.js';
 
 const debug = debuglog('fencekeeper');
@@ -292,7 +298,7 @@ async function conditionalWrite(
     }
     if (attempts >= maxAttempts) {
       throw new UnknownOutcomeError(
-        `${resource}: gave up after ${attempts} conditional PUTs with token ${token}, each overtaken by a concurrent write; the object is not ours`,
+        `${resource}: gave up after ${attempts} conditional PUTs with token ${token}: each lost to a concurrent write (or its outcome was lost, and the object then was not ours)`,
       );
     }
 
@@ -312,7 +318,8 @@ async function conditionalWrite(
       return { etag: etag ?? '', token };
     } catch (error) {
       forgetCachedFence(client, Bucket, Key);
-      if (isConditionFailure(error)) {
+      if (isConditionFailure(error) || ('ifMatch' in condition && isMissingKey(error))) {
+        // (AWS answers If-Match on a key deleted since our read with 404 NoSuchKey; RGW with 412.)
         debug('s3 %s: condition %o failed (attempt %d), reading again', resource, condition, attempts);
       } else if (wire.sent() && isUnknownOutcome(error) && !isAbort(error)) {
         debug('s3 %s: unknown outcome (attempt %d): %s', resource, attempts, describeError(error));

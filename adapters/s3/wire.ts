@@ -89,3 +89,9 @@ export function isNotFound(error: unknown): boolean {
   const e = shape(error);
   return e.$metadata?.httpStatusCode === 404 || e.name === 'NotFound' || e.name === 'NoSuchKey';
 }
+
+/** 404 for the key itself, not for the bucket. */
+export function isMissingKey(error: unknown): boolean {
+  const e = shape(error);
+  return e.$metadata?.httpStatusCode === 404 && e.name !== 'NoSuchBucket' && e.Code !== 'NoSuchBucket';
+}
