@@ -259,10 +259,12 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
     const flags = CREATE_FLAGS[mode];
     if (flags === undefined) return Promise.reject(new InvalidArgumentError(`unknown create mode ${String(mode)}`));
     const sequential = mode.includes('sequential');
-    const bytes = toBytes(data);
     const acl = options.acl ?? OPEN_ACL_UNSAFE;
     const ttl = mode.endsWith('_with_ttl');
+    let bytes: Uint8Array;
     try {
+      // Inside the try: a bad argument is a rejected promise, never a synchronous throw.
+      bytes = toBytes(data);
       validatePath(path, sequential);
       checkAcl(acl);
       if (ttl && (!Number.isInteger(options.ttlMs) || (options.ttlMs as number) < 1 || (options.ttlMs as number) > MAX_TTL_MS)) {
@@ -340,8 +342,9 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
   }
 
   setData(path: string, data: Uint8Array | string | null, version = -1): Promise<Stat> {
-    const bytes = toBytes(data);
+    let bytes: Uint8Array;
     try {
+      bytes = toBytes(data);
       validatePath(path);
       checkVersion(version);
       checkSize(bytes, path);
