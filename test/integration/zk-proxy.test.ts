@@ -1,0 +1,145 @@
+// Real network faults between the client and a standalone ZooKeeper, through
+// a TCP proxy owned by the test: connection resets and a black hole.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { ConnectionLossError, SessionExpiredError } from '../../src/errors.js';
+import { ZooKeeperClient, type ClientState } from '../../src/zookeeper/client.js';
+import type { WatchEvent } from '../../src/zookeeper/watches.js';
+import { testServers } from '../helpers/servers.js';
+import { TcpProxy } from '../helpers/tcp-proxy.js';
+import { ClientPool, mkdirp, namespace, rmrf, until, watcherSpy } from './zk-helpers.js';
+
+const servers = testServers();
+const pool = new ClientPool();
+const root = namespace('zkproxy');
+let admin: ZooKeeperClient;
+let proxy: TcpProxy | undefined;
+
+beforeAll(async () => {
+  admin = await ZooKeeperClient.connect({ connectString: servers.zkStandalone });
+  await mkdirp(admin, root);
+});
+
+afterAll(async () => {
+  await rmrf(admin, root);
+  await admin.close();
+});
+
+afterEach(async () => {
+  await proxy?.close();
+  proxy = undefined;
+  await pool.closeAll();
+});
+
+async function throughProxy(sessionTimeoutMs: number): Promise<{ zk: ZooKeeperClient; states: ClientState[] }> {
+  proxy = await TcpProxy.to(servers.zkStandalone);
+  const zk = await pool.connect({ connectString: proxy.address, sessionTimeoutMs });
+  const states: ClientState[] = [];
+  zk.on('state', (s) => states.push(s));
+  return { zk, states };
+}
+
+describe('connection reset (RST) through the proxy', () => {
+  it('goes suspended then connected, keeps its session, ephemeral nodes and watches', async () => {
+    const { zk, states } = await throughProxy(10_000);
+    const session = zk.sessionId;
+    const node = `${root}/cut-${session.toString(16)}`;
+    await zk.create(node, 'x', { mode: 'ephemeral' });
+    const watched = watcherSpy<WatchEvent>();
+    await zk.getData(node, { watch: watched.fn });
+
+    // Issued in the same tick as the cut: it cannot reach the server, so it
+    // fails with ConnectionLossError (outcome unknown), not a hang.
+    const inflight = zk.exists(node);
+    proxy!.cut();
+    await expect(inflight).rejects.toBeInstanceOf(ConnectionLossError);
+
+    await until(() => zk.state === 'connected' && states.length >= 2, 'the client to reconnect');
+    expect(states).toEqual(['suspended', 'connected']);
+    expect(zk.sessionId).toBe(session);
+    expect((await zk.exists(node))?.ephemeralOwner).toBe(session);
+    expect((await admin.exists(node))?.ephemeralOwner).toBe(session);
+
+    // The watch was re-armed on the new connection.
+    await admin.setData(node, 'changed');
+    expect(await watched.next).toEqual({ type: 'dataChanged', path: node });
+  });
+
+  it('survives repeated cuts, with requests in flight each time', async () => {
+    const { zk, states } = await throughProxy(10_000);
+    const session = zk.sessionId;
+    const node = `${root}/many-${session.toString(16)}`;
+    await zk.create(node, null, { mode: 'ephemeral' });
+    for (let i = 0; i < 5; i++) {
+      const burst = Array.from({ length: 50 }, () => zk.exists(node));
+      proxy!.cut();
+      const settled = await Promise.allSettled(burst);
+      for (const r of settled) if (r.status === 'rejected') expect(r.reason).toBeInstanceOf(ConnectionLossError);
+      await until(() => zk.state === 'connected', 'reconnect');
+      expect(await zk.exists(node)).not.toBeNull();
+    }
+    expect(zk.sessionId).toBe(session);
+    expect(states).toEqual(Array.from({ length: 5 }, () => ['suspended', 'connected']).flat());
+  });
+
+  it('requests issued while suspended are sent after the reconnect', async () => {
+    const { zk } = await throughProxy(10_000);
+    const node = `${root}/queued-${zk.sessionId.toString(16)}`;
+    // Issue the requests from the 'suspended' listener: the reconnect starts at once.
+    const issued = new Promise<[Promise<{ path: string }>, Promise<{ data: Uint8Array }>, ClientState]>((resolve) => {
+      zk.once('state', (state) => resolve([zk.create(node, 'q', { mode: 'ephemeral' }), zk.getData(node), state]));
+    });
+    proxy!.cut();
+    const [created, read, state] = await issued;
+    expect(state).toBe('suspended');
+    expect((await created).path).toBe(node);
+    expect(Buffer.from((await read).data).toString()).toBe('q');
+  });
+});
+
+describe('black hole longer than the session timeout', () => {
+  it('ends in state expired; pending and later calls fail with SessionExpiredError', async () => {
+    const { zk, states } = await throughProxy(4000);
+    const session = zk.sessionId;
+    const node = `${root}/bh-${session.toString(16)}`;
+    await zk.create(node, null, { mode: 'ephemeral' });
+    const gone = watcherSpy<WatchEvent>();
+    await admin.exists(node, { watch: gone.fn });
+
+    proxy!.blackhole();
+    // Sent into the black hole: its outcome is unknown when the client gives up on the connection.
+    const inflight = zk.exists(node).catch((e: unknown) => e);
+    await until(() => zk.state !== 'connected', 'the client to notice the dead connection', 20_000);
+    expect(zk.state).toBe('suspended');
+    expect(await inflight).toBeInstanceOf(ConnectionLossError);
+    // Issued while suspended: waits for a connection that never comes back with this session.
+    const pending = zk.getData(node).catch((e: unknown) => e);
+
+    // The server expires the session (a real event, seen by another client) ...
+    expect(await gone.next).toEqual({ type: 'deleted', path: node });
+    // ... and the client, still cut off, concludes the same by its own clock.
+    await until(() => zk.state === 'expired', 'the client to declare the session expired while partitioned', 3 * zk.sessionTimeoutMs);
+
+    expect(await pending).toBeInstanceOf(SessionExpiredError);
+    await expect(zk.exists(node)).rejects.toBeInstanceOf(SessionExpiredError);
+    await expect(zk.create(`${node}-2`)).rejects.toBeInstanceOf(SessionExpiredError);
+    expect(states).toEqual(['suspended', 'expired']);
+    proxy!.resume();
+    await zk.close();
+    expect(zk.state).toBe('expired');
+    expect(states).toEqual(['suspended', 'expired']);
+  });
+
+  it('a server that answers the resumed session after the heal says expired', async () => {
+    const { zk, states } = await throughProxy(4000);
+    const node = `${root}/heal-${zk.sessionId.toString(16)}`;
+    await zk.create(node, null, { mode: 'ephemeral' });
+    const gone = watcherSpy<WatchEvent>();
+    await admin.exists(node, { watch: gone.fn });
+    proxy!.blackhole();
+    await gone.next; // the server has expired the session
+    proxy!.resume();
+    await until(() => zk.state === 'expired', 'state expired after the heal', 3 * zk.sessionTimeoutMs);
+    expect(states).toEqual(['suspended', 'expired']);
+    await expect(zk.getChildren(root)).rejects.toBeInstanceOf(SessionExpiredError);
+  });
+});
