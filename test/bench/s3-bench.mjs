@@ -9,7 +9,7 @@
 //   cold     fencedPutObject on a key this process never wrote: HEAD + conditional PUT
 //   steady   fencedPutObject rewriting the key this client wrote last: one conditional PUT
 // Requests are counted by a middleware on the client, the way a user would.
-// The modes are interleaved run by run and the median run is reported. Prints figures; asserts nothing.
+// The modes take turns in blocks of 10 writes; the median run is reported. Prints figures; asserts nothing.
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import {
@@ -52,46 +52,45 @@ const Bucket = `fk-bench-${randomBytes(4).toString('hex')}`;
 const admin = new S3Client(config);
 await admin.send(new CreateBucketCommand({ Bucket }));
 
-const modes = {
-  async plain(run) {
-    const { client, counter } = countingClient();
-    const Key = `plain-${run}`;
-    await client.send(new PutObjectCommand({ Bucket, Key, Body: BODY })); // warm the connection
-    counter.requests = 0;
-    const t0 = performance.now();
-    for (let i = 0; i < WRITES; i += 1) await client.send(new PutObjectCommand({ Bucket, Key, Body: BODY }));
-    return finish(client, counter, t0);
-  },
-  async cold(run) {
-    // Keys written once, unfenced, by another client: this client has no cached fence for any of them.
-    for (let i = 0; i < WRITES; i += 1) await admin.send(new PutObjectCommand({ Bucket, Key: `cold-${run}-${i}`, Body: BODY }));
-    const { client, counter } = countingClient();
-    await fencedPutObject(client, { Bucket, Key: `cold-${run}-warm`, Body: BODY, token: 1n });
-    counter.requests = 0;
-    const t0 = performance.now();
-    for (let i = 0; i < WRITES; i += 1) await fencedPutObject(client, { Bucket, Key: `cold-${run}-${i}`, Body: BODY, token: 1n });
-    return finish(client, counter, t0);
-  },
-  async steady(run) {
-    const { client, counter } = countingClient();
-    const Key = `steady-${run}`;
-    await fencedPutObject(client, { Bucket, Key, Body: BODY, token: 1n }); // the holder's first write: cold
-    counter.requests = 0;
-    const t0 = performance.now();
-    for (let i = 0; i < WRITES; i += 1) await fencedPutObject(client, { Bucket, Key, Body: BODY, token: 1n });
-    return finish(client, counter, t0);
-  },
-};
-
-function finish(client, counter, t0) {
-  const seconds = (performance.now() - t0) / 1000;
-  client.destroy();
-  return { perSecond: WRITES / seconds, requestsPerWrite: counter.requests / WRITES };
+// Each mode gets its own client; a write is one call of its `write(i)`.
+async function prepare(run) {
+  const plain = countingClient();
+  const cold = countingClient();
+  const steady = countingClient();
+  // Cold keys exist (written unfenced by another client), but this client has no cached fence for any of them.
+  for (let i = 0; i < WRITES; i += 1) await admin.send(new PutObjectCommand({ Bucket, Key: `cold-${run}-${i}`, Body: BODY }));
+  // Warm every connection (and the steady holder's first, cold, write) before counting.
+  await plain.client.send(new PutObjectCommand({ Bucket, Key: `plain-${run}`, Body: BODY }));
+  await fencedPutObject(cold.client, { Bucket, Key: `cold-${run}-warm`, Body: BODY, token: 1n });
+  await fencedPutObject(steady.client, { Bucket, Key: `steady-${run}`, Body: BODY, token: 1n });
+  for (const m of [plain, cold, steady]) m.counter.requests = 0;
+  return {
+    plain: { ...plain, write: (i) => plain.client.send(new PutObjectCommand({ Bucket, Key: `plain-${run}`, Body: BODY })) },
+    cold: { ...cold, write: (i) => fencedPutObject(cold.client, { Bucket, Key: `cold-${run}-${i}`, Body: BODY, token: 1n }) },
+    steady: { ...steady, write: (i) => fencedPutObject(steady.client, { Bucket, Key: `steady-${run}`, Body: BODY, token: 1n }) },
+  };
 }
 
+// The modes take turns in blocks of BLOCK writes, so a change in the machine's
+// load (other processes on two cores) falls on all of them alike.
+const BLOCK = 10;
 const results = { plain: [], cold: [], steady: [] };
 for (let run = 0; run < RUNS; run += 1) {
-  for (const name of Object.keys(modes)) results[name].push(await modes[name](run));
+  const modes = await prepare(run);
+  const seconds = { plain: 0, cold: 0, steady: 0 };
+  const order = Object.entries(modes);
+  for (let first = 0; first < WRITES; first += BLOCK) {
+    order.push(order.shift()); // rotate, so no mode always follows the same one
+    for (const [name, mode] of order) {
+      const t0 = performance.now();
+      for (let i = first; i < Math.min(first + BLOCK, WRITES); i += 1) await mode.write(i);
+      seconds[name] += (performance.now() - t0) / 1000;
+    }
+  }
+  for (const [name, mode] of Object.entries(modes)) {
+    results[name].push({ perSecond: WRITES / seconds[name], requestsPerWrite: mode.counter.requests / WRITES });
+    mode.client.destroy();
+  }
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
