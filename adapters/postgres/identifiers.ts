@@ -1,0 +1,94 @@
+// Checks on what a caller passes, before any SQL is built: names become quoted
+// identifiers (never spliced text), values become parameters, tokens are
+// bigints in 1..2^63-1. A bad argument throws here and no statement is sent.
+import { assertToken, InvalidArgumentError, type FencingToken } from '../../src/index.js';
+
+// A plain SQL identifier: what a column or table is called when nobody quoted
+// it at creation, plus mixed case (we quote, so case is kept as written).
+// Anything else, quotes, dots, spaces, semicolons, is refused rather than
+// escaped: a name with a quote in it is far more likely an injection than a
+// real table. 63 is PostgreSQL's NAMEDATALEN - 1.
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;
+
+export function quoteIdentifier(name: string): string {
+  // Validated names carry no quote; doubling is defence in depth.
+  return `"${name.replaceAll('"', '""')}"`;
+}
+
+export function assertIdentifier(value: unknown, what: string): string {
+  if (typeof value !== 'string' || !IDENTIFIER.test(value)) {
+    throw new InvalidArgumentError(`${what} must be a plain SQL identifier (letters, digits, _ and $, not starting with a digit, at most 63), got ${describe(value)}`);
+  }
+  return value;
+}
+
+/** A table name, optionally schema-qualified (`schema.table`), as quoted SQL. */
+export function quoteTable(value: unknown): string {
+  if (typeof value !== 'string') {
+    throw new InvalidArgumentError(`table must be a string, got ${describe(value)}`);
+  }
+  const parts = value.split('.');
+  if (parts.length > 2) {
+    throw new InvalidArgumentError(`table must be "table" or "schema.table", got ${describe(value)}`);
+  }
+  return parts.map((part) => quoteIdentifier(assertIdentifier(part, 'table'))).join('.');
+}
+
+export function checkToken(token: unknown): FencingToken {
+  return assertToken(token);
+}
+
+/** A resource name for fencekeeper_fences: any non-empty string. */
+export function checkResource(resource: unknown): string {
+  if (typeof resource !== 'string' || resource.length === 0) {
+    throw new InvalidArgumentError(`resource must be a non-empty string, got ${describe(resource)}`);
+  }
+  return resource;
+}
+
+/**
+ * A `{ column: value }` object (where, set, values): a non-empty plain object
+ * whose keys are identifiers and whose values are defined (null is a value;
+ * undefined is almost always a bug in the caller, so it is refused).
+ */
+export function checkColumns(value: unknown, what: string): [string, unknown][] {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new InvalidArgumentError(`${what} must be a plain object of { column: value }, got ${describe(value)}`);
+  }
+  const proto: unknown = Object.getPrototypeOf(value);
+  if (proto !== Object.prototype && proto !== null) {
+    throw new InvalidArgumentError(`${what} must be a plain object of { column: value }, got an instance of ${describe(value)}`);
+  }
+  const entries = Object.entries(value);
+  if (entries.length === 0) {
+    throw new InvalidArgumentError(`${what} must name at least one column`);
+  }
+  for (const [column, columnValue] of entries) {
+    assertIdentifier(column, `${what} column`);
+    if (columnValue === undefined) {
+      throw new InvalidArgumentError(`${what}.${column} is undefined (pass null for SQL NULL)`);
+    }
+  }
+  return entries;
+}
+
+/** A list of key column names (the unique key a row is identified by). */
+export function checkKey(value: unknown, what = 'key'): string[] {
+  if (!Array.isArray(value) || value.length === 0) {
+    throw new InvalidArgumentError(`${what} must be a non-empty array of column names, got ${describe(value)}`);
+  }
+  const seen = new Set<string>();
+  for (const column of value) {
+    assertIdentifier(column, `${what} column`);
+    if (seen.has(column as string)) throw new InvalidArgumentError(`${what} names ${String(column)} twice`);
+    seen.add(column as string);
+  }
+  return [...seen];
+}
+
+export function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
+  if (typeof value === 'object') return (value as object).constructor?.name ?? 'object';
+  return typeof value;
+}

@@ -1,0 +1,170 @@
+// PostgresFenceStore: the core's FenceStore on fencekeeper_fences, for the
+// Express middleware (or anything else that admits requests by token).
+import { InvalidArgumentError, type FenceAdmission, type FenceStore, type FencingToken } from '../../src/index.js';
+import { isKysely, run, type Database, type KyselyDatabase, type PgPool, type Queryable, type TransactionOf } from './database.js';
+import { advanceFence, currentFence, type Advanced } from './fence-row.js';
+import { checkResource, checkToken } from './identifiers.js';
+
+/**
+ * A FenceStore whose admissions are PostgreSQL transactions.
+ *
+ * `admit()` takes a dedicated connection (a pooled client, or a Kysely
+ * transaction), BEGINs, and advances the resource's fence row. The row lock is
+ * held until the admission is settled, so admissions for one resource
+ * serialize across every process sharing the database, and the handler's
+ * writes through `admission.transaction` commit only together with the
+ * advance. A stale token rolls back, frees the connection and rejects with
+ * StaleTokenError.
+ *
+ * Aborting while waiting for the row lock: the wait is a statement blocked on
+ * a row lock, so the store cancels it from a second connection with
+ * `pg_cancel_backend(pid)` (taken from the pool: with every connection busy the
+ * cancel waits for one), waits for the statement to end, and then, for a
+ * pg.Pool, destroys the client rather than returning it (a cancel arriving
+ * late can then hit nothing of anyone else's); a Kysely transaction is rolled
+ * back. The admission rejects with the signal's reason and leaves nothing held.
+ * Chosen over `lock_timeout` polling, which would lose the lock queue's order
+ * and add latency to every contended admission.
+ *
+ * Every admission must be settled (`commit()` or `abort()`): an abandoned one
+ * keeps its connection and its row lock.
+ */
+export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf<Db>> implements FenceStore<Tx> {
+  readonly #db: PgPool | KyselyDatabase;
+
+  constructor(db: Db) {
+    if (!isKysely(db) && (typeof db !== 'object' || db === null || typeof (db as { connect?: unknown }).connect !== 'function')) {
+      throw new InvalidArgumentError('PostgresFenceStore needs a pg.Pool or a Kysely instance');
+    }
+    this.#db = db as PgPool | KyselyDatabase;
+  }
+
+  async current(resource: string): Promise<FencingToken | null> {
+    checkResource(resource);
+    return currentFence(this.#db, resource);
+  }
+
+  async admit(resource: string, token: FencingToken, options: { signal?: AbortSignal } = {}): Promise<FenceAdmission<Tx>> {
+    checkResource(resource);
+    checkToken(token);
+    const signal = options.signal;
+    signal?.throwIfAborted();
+    return isKysely(this.#db)
+      ? this.#admitKysely(this.#db as KyselyDatabase, resource, token, signal)
+      : this.#admitPg(this.#db as PgPool, resource, token, signal);
+  }
+
+  async #admitPg(pool: PgPool, resource: string, token: FencingToken, signal: AbortSignal | undefined): Promise<FenceAdmission<Tx>> {
+    const client = await pool.connect();
+    let advanced: Advanced;
+    try {
+      if (signal?.aborted) throw signal.reason;
+      await client.query({ text: 'BEGIN' });
+      advanced = await advanceCancellably(client, resource, token, signal, () => backendPid(client), (pid) => cancelBackend(pool, pid));
+    } catch (error) {
+      if (error instanceof CancelledWait) {
+        client.release(new Error('fence wait aborted'));
+        throw error.reason;
+      }
+      let broken: Error | undefined;
+      await client.query({ text: 'ROLLBACK' }).catch((rollbackError: unknown) => {
+        broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
+      });
+      client.release(broken);
+      throw error;
+    }
+    let settled: Promise<void> | undefined;
+    const settle = (command: 'COMMIT' | 'ROLLBACK'): Promise<void> =>
+      (settled ??= (async () => {
+        let broken: Error | undefined;
+        try {
+          await client.query({ text: command });
+        } catch (error) {
+          broken = error instanceof Error ? error : new Error(String(error));
+          await client.query({ text: 'ROLLBACK' }).catch(() => undefined);
+          throw error;
+        } finally {
+          client.release(broken);
+        }
+      })());
+    return admission(resource, token, advanced.previous, client as unknown as Tx, () => settle('COMMIT'), () => settle('ROLLBACK'));
+  }
+
+  #admitKysely(db: KyselyDatabase, resource: string, token: FencingToken, signal: AbortSignal | undefined): Promise<FenceAdmission<Tx>> {
+    return new Promise<FenceAdmission<Tx>>((resolve, reject) => {
+      let decide: (commit: boolean) => void = () => undefined;
+      const decision = new Promise<boolean>((r) => { decide = r; });
+      let admitted = false;
+      const done: Promise<void> = db.transaction().execute(async (trx) => {
+        if (signal?.aborted) throw signal.reason;
+        const advanced = await advanceCancellably(trx, resource, token, signal, () => backendPid(trx), (pid) => cancelBackend(db, pid));
+        admitted = true;
+        let settled: Promise<void> | undefined;
+        const settle = (commit: boolean): Promise<void> => (settled ??= (decide(commit), done.catch((error: unknown) => {
+          if (error !== ROLLBACK) throw error;
+        })));
+        resolve(admission(resource, token, advanced.previous, trx as unknown as Tx, () => settle(true), () => settle(false)));
+        // Kysely commits when this callback returns and rolls back when it throws.
+        if (!(await decision)) throw ROLLBACK;
+      });
+      done.catch((error: unknown) => {
+        if (!admitted) reject(error instanceof CancelledWait ? error.reason : error);
+      });
+    });
+  }
+}
+
+/** Thrown inside a Kysely transaction callback to roll it back on abort(). */
+const ROLLBACK: unique symbol = Symbol('fencekeeper.rollback');
+
+class CancelledWait {
+  constructor(readonly reason: unknown) {}
+}
+
+function admission<Tx>(resource: string, token: FencingToken, previous: FencingToken | null, transaction: Tx, commit: () => Promise<void>, abort: () => Promise<void>): FenceAdmission<Tx> {
+  return Object.freeze({ resource, token, previous, transaction, commit, abort });
+}
+
+/**
+ * Advance the fence; if `signal` aborts while the statement waits for the row
+ * lock, cancel it on the server and reject with CancelledWait once it has
+ * ended (whatever it answered: the caller then throws the work away).
+ */
+async function advanceCancellably(
+  tx: Queryable,
+  resource: string,
+  token: FencingToken,
+  signal: AbortSignal | undefined,
+  pidOf: () => Promise<number>,
+  cancel: (pid: number) => Promise<void>,
+): Promise<Advanced> {
+  if (signal === undefined) return advanceFence(tx, resource, token);
+  const pid = await pidOf();
+  signal.throwIfAborted();
+  const pending = advanceFence(tx, resource, token);
+  let onAbort: (() => void) | undefined;
+  const aborted = new Promise<'aborted'>((resolve) => {
+    onAbort = () => resolve('aborted');
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    const first = await Promise.race([pending, aborted]);
+    if (first !== 'aborted') return first;
+  } finally {
+    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
+  }
+  await cancel(pid).catch(() => undefined);
+  await pending.catch(() => undefined);
+  throw new CancelledWait(signal.reason);
+}
+
+async function backendPid(tx: Queryable): Promise<number> {
+  const known = (tx as { processID?: unknown }).processID;
+  if (typeof known === 'number' && known > 0) return known;
+  const { rows } = await run(tx, { text: 'SELECT pg_backend_pid() AS pid', values: [], prepared: false });
+  return Number(rows[0]?.['pid']);
+}
+
+async function cancelBackend(db: Queryable, pid: number): Promise<void> {
+  await run(db, { text: 'SELECT pg_cancel_backend($1)', values: [pid], prepared: false });
+}
