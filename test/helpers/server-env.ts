@@ -1,0 +1,34 @@
+// The names under which the global setup publishes the test servers. Kept
+// apart from servers.ts because the global setup runs outside a vitest
+// worker and must not import 'vitest'.
+
+/** What the global setup hands to the test workers (JSON-serialisable). */
+export interface ProvidedServers {
+  readonly zkStandalone?: string;
+  readonly zkEnsemble?: string;
+  readonly zkEnsembleCtl?: string;
+  readonly databaseUrl?: string;
+  readonly s3Endpoint?: string;
+  readonly s3Region?: string;
+  readonly s3AccessKey?: string;
+  readonly s3SecretKey?: string;
+}
+
+// Types only: erased at run time, so this file still imports nothing.
+declare module 'vitest' {
+  export interface ProvidedContext {
+    fencekeeperServers: ProvidedServers;
+  }
+}
+
+/** The environment variable for each server, in one place. */
+export const SERVER_ENV = {
+  zkStandalone: 'FK_ZK_STANDALONE',
+  zkEnsemble: 'FK_ZK_ENSEMBLE',
+  zkEnsembleCtl: 'FK_ZK_ENSEMBLE_CTL',
+  databaseUrl: 'DATABASE_URL',
+  s3Endpoint: 'S3_ENDPOINT',
+  s3Region: 'S3_REGION',
+  s3AccessKey: 'S3_ACCESS_KEY',
+  s3SecretKey: 'S3_SECRET_KEY',
+} as const satisfies Record<keyof ProvidedServers, string>;

@@ -1,0 +1,143 @@
+// Where the real servers of this test run are, and how fault tests drive the
+// ZooKeeper ensemble. The global setup (test/setup/global-setup.ts) starts or
+// finds the servers and publishes them twice: as environment variables (the
+// forks pool hands the main process's env to every worker) and through
+// vitest's provide/inject. This module reads the environment first, then the
+// injected copy, so it works in either case and in a plain Node script.
+import { execFile } from 'node:child_process';
+import { inject } from 'vitest';
+import { SERVER_ENV, type ProvidedServers } from './server-env.js';
+
+export { SERVER_ENV, type ProvidedServers };
+
+export interface TestServers {
+  /** 'host:port' of the standalone ZooKeeper (FK_ZK_STANDALONE). */
+  readonly zkStandalone: string;
+  /** 'h1:p1,h2:p2,h3:p3' of the 3-node ensemble (FK_ZK_ENSEMBLE). */
+  readonly zkEnsemble: string;
+  /** postgres:// URL of a database tests may create tables in (DATABASE_URL). */
+  readonly databaseUrl: string;
+  readonly s3: {
+    readonly endpoint: string;
+    readonly region: string;
+    readonly credentials: { readonly accessKeyId: string; readonly secretAccessKey: string };
+  };
+}
+
+const DEFAULTS: Partial<Record<keyof ProvidedServers, string>> = {
+  s3Region: 'us-east-1',
+  s3AccessKey: 'test',
+  s3SecretKey: 'testsecret',
+};
+
+function provided(): ProvidedServers {
+  try {
+    return inject('fencekeeperServers') ?? {};
+  } catch {
+    return {}; // not inside a vitest worker
+  }
+}
+
+function lookup(key: keyof ProvidedServers): string | undefined {
+  const fromEnv = process.env[SERVER_ENV[key]];
+  if (fromEnv !== undefined && fromEnv !== '') return fromEnv;
+  return provided()[key] ?? DEFAULTS[key];
+}
+
+function required(key: keyof ProvidedServers): string {
+  const value = lookup(key);
+  if (value === undefined) {
+    throw new Error(
+      `${SERVER_ENV[key]} is not set: the vitest global setup (test/setup/global-setup.ts) did not ` +
+        `start this server (FK_NO_SERVERS set?), and no server was given in the environment`,
+    );
+  }
+  return value;
+}
+
+/**
+ * The servers of this run. Each field is read when accessed, so a unit test
+ * file that never touches a server works even when none was started.
+ */
+export function testServers(): TestServers {
+  return {
+    get zkStandalone() { return required('zkStandalone'); },
+    get zkEnsemble() { return required('zkEnsemble'); },
+    get databaseUrl() { return required('databaseUrl'); },
+    get s3() {
+      return {
+        endpoint: required('s3Endpoint'),
+        region: required('s3Region'),
+        credentials: { accessKeyId: required('s3AccessKey'), secretAccessKey: required('s3SecretKey') },
+      };
+    },
+  };
+}
+
+/** True when a server is available, for `describe.skipIf(!hasServer('zkEnsembleCtl'))`. */
+export function hasServer(key: keyof ProvidedServers): boolean {
+  return lookup(key) !== undefined;
+}
+
+// --- ensemble control (fault tests) ------------------------------------------
+
+function ensembleCtl(args: readonly string[]): Promise<string> {
+  const ctl = lookup('zkEnsembleCtl');
+  if (ctl === undefined) {
+    return Promise.reject(
+      new Error(`${SERVER_ENV.zkEnsembleCtl} is not set: the ensemble was not started by this test run, so it cannot be driven`),
+    );
+  }
+  return new Promise((resolve, reject) => {
+    execFile('bash', [ctl, ...args], { timeout: 120_000 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`${ctl} ${args.join(' ')} failed: ${error.message}\n${stderr}`));
+      else resolve(stdout.trim());
+    });
+  });
+}
+
+function nodeId(text: string, what: string): number {
+  const id = Number(text);
+  if (![1, 2, 3].includes(id)) throw new Error(`${what}: expected a node id 1..3, got ${JSON.stringify(text)}`);
+  return id;
+}
+
+/** The id (1..3) of the node that currently leads. */
+export async function ensembleLeader(): Promise<number> {
+  return nodeId(await ensembleCtl(['leader']), 'ensembleLeader');
+}
+
+/** SIGKILL the leader; resolves with its id once the process is gone. */
+export async function killEnsembleLeader(): Promise<number> {
+  return nodeId(await ensembleCtl(['kill-leader']), 'killEnsembleLeader');
+}
+
+/** (Re)start node n keeping its data; resolves when it serves (follower or leader). */
+export async function startEnsembleNode(n: number): Promise<void> {
+  await ensembleCtl(['start-node', String(n)]);
+}
+
+/** SIGTERM node n and wait until it has exited. */
+export async function stopEnsembleNode(n: number): Promise<void> {
+  await ensembleCtl(['stop-node', String(n)]);
+}
+
+/** SIGKILL node n (any node, not only the leader). */
+export async function killEnsembleNode(n: number): Promise<void> {
+  await ensembleCtl(['kill-node', String(n)]);
+}
+
+/**
+ * Resolves when every running node serves and one of them leads. Fault
+ * tests call it after restarting nodes, so the next test starts from a
+ * healthy ensemble.
+ */
+export async function waitEnsembleHealthy(timeoutSeconds = 60): Promise<void> {
+  await ensembleCtl(['wait-healthy', String(timeoutSeconds)]);
+}
+
+/** Restart every node that is down, then wait until healthy (for afterEach/afterAll). */
+export async function restoreEnsemble(): Promise<void> {
+  for (const n of [1, 2, 3]) await startEnsembleNode(n);
+  await waitEnsembleHealthy();
+}

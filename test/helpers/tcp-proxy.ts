@@ -1,0 +1,176 @@
+// A TCP proxy owned by a test, to put real network faults between a client
+// and a server (the etcd3 client's tests do the same):
+//   cut()       reset every connection now (RST both ways), like a NAT or
+//               firewall dropping state; new connections still work
+//   blackhole() a partition without resets: nothing flows either way, new
+//               connections hang, and no FIN/RST reaches anyone
+//   resume()    heal: what was held back flows, held connections get through
+//   close()     stop listening and reset everything
+//
+// Forwarding is done by hand rather than with pipe(): pipe() resumes a source
+// on 'drain', which would undo a black-hole pause.
+import net from 'node:net';
+
+export interface ProxyTarget {
+  readonly host?: string;
+  readonly port: number;
+}
+
+interface Link {
+  readonly client: net.Socket;
+  upstream: net.Socket | null;
+}
+
+export class TcpProxy {
+  readonly #server: net.Server;
+  readonly #target: Required<ProxyTarget>;
+  readonly #links = new Set<Link>();
+  #blackholed = false;
+  #closed = false;
+
+  private constructor(server: net.Server, target: Required<ProxyTarget>) {
+    this.#server = server;
+    this.#target = target;
+  }
+
+  /** Listen on 127.0.0.1, port 0 (any free port), forwarding to `target`. */
+  static async start(target: ProxyTarget): Promise<TcpProxy> {
+    const server = net.createServer({ pauseOnConnect: true, noDelay: true });
+    const proxy = new TcpProxy(server, { host: target.host ?? '127.0.0.1', port: target.port });
+    server.on('connection', (socket) => proxy.#accept(socket));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(0, '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    return proxy;
+  }
+
+  /** Start a proxy to a 'host:port' string (e.g. one entry of FK_ZK_ENSEMBLE). */
+  static async to(hostPort: string): Promise<TcpProxy> {
+    const at = hostPort.lastIndexOf(':');
+    return TcpProxy.start({ host: hostPort.slice(0, at), port: Number(hostPort.slice(at + 1)) });
+  }
+
+  get port(): number {
+    const address = this.#server.address();
+    if (address === null || typeof address === 'string') throw new Error('proxy is not listening');
+    return address.port;
+  }
+
+  /** '127.0.0.1:port', ready for a connect string. */
+  get address(): string {
+    return `127.0.0.1:${this.port}`;
+  }
+
+  /** Connections currently open through the proxy (held ones included). */
+  get connectionCount(): number {
+    return this.#links.size;
+  }
+
+  get blackholed(): boolean {
+    return this.#blackholed;
+  }
+
+  /** Reset every current connection, both sides, with a TCP RST. */
+  cut(): void {
+    for (const link of [...this.#links]) this.#reset(link);
+  }
+
+  /**
+   * Stop forwarding in both directions and stop letting new connections
+   * through, without closing or resetting anything. Bytes already sent wait
+   * in the proxy and the kernel's buffers, as they would in a partition.
+   */
+  blackhole(): void {
+    this.#blackholed = true;
+    for (const link of this.#links) {
+      link.client.pause();
+      link.upstream?.pause();
+    }
+  }
+
+  /** End a black hole: deliver what was held and connect the waiting clients. */
+  resume(): void {
+    if (!this.#blackholed) return;
+    this.#blackholed = false;
+    for (const link of [...this.#links]) {
+      if (link.upstream === null) this.#connectUpstream(link);
+      else {
+        link.client.resume();
+        link.upstream.resume();
+      }
+    }
+  }
+
+  /** Stop listening and reset every connection. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
+    this.cut();
+    await closed;
+  }
+
+  #accept(client: net.Socket): void {
+    if (this.#closed) {
+      client.resetAndDestroy();
+      return;
+    }
+    const link: Link = { client, upstream: null };
+    this.#links.add(link);
+    client.setNoDelay(true);
+    client.on('error', () => this.#reset(link));
+    client.on('close', () => this.#onClose(link, client));
+    // During a black hole the connection is accepted and held silent, which
+    // is what a client sees when the kernel completes the handshake but the
+    // server never reads: connected, then nothing.
+    if (!this.#blackholed) this.#connectUpstream(link);
+  }
+
+  #connectUpstream(link: Link): void {
+    const { client } = link;
+    const upstream = net.connect({ host: this.#target.host, port: this.#target.port, noDelay: true });
+    link.upstream = upstream;
+    upstream.pause();
+    upstream.on('error', () => this.#reset(link));
+    upstream.on('close', () => this.#onClose(link, upstream));
+    upstream.once('connect', () => {
+      this.#forward(client, upstream);
+      this.#forward(upstream, client);
+      if (!this.#blackholed) {
+        client.resume();
+        upstream.resume();
+      }
+    });
+  }
+
+  #forward(from: net.Socket, to: net.Socket): void {
+    from.on('data', (chunk: Buffer) => {
+      if (!to.write(chunk)) from.pause();
+    });
+    to.on('drain', () => {
+      if (!this.#blackholed) from.resume();
+    });
+    // half-close travels too (allowHalfOpen is off, so the side that got
+    // the FIN closes once it has written what it had)
+    from.on('end', () => to.end());
+  }
+
+  #reset(link: Link): void {
+    this.#links.delete(link);
+    if (!link.client.destroyed) link.client.resetAndDestroy();
+    if (link.upstream !== null && !link.upstream.destroyed) link.upstream.resetAndDestroy();
+  }
+
+  #onClose(link: Link, side: net.Socket): void {
+    if (!this.#links.has(link)) return;
+    const other = side === link.client ? link.upstream : link.client;
+    // A clean close of one side ends the other once its writes are flushed.
+    if (other === null || other.destroyed) this.#links.delete(link);
+    else other.end();
+    if (link.client.destroyed && (link.upstream === null || link.upstream.destroyed)) this.#links.delete(link);
+  }
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# A standalone ZooKeeper 3.8 on 127.0.0.1 for tests (Debian package, no systemd).
+#
+# usage: zk-standalone.sh start|stop|status|acquire|release
+#   start    start it (wiping its data) or fail if the port is taken
+#   stop     stop the server this script started (by PID file)
+#   status   srvr output; exit 1 when not serving
+#   acquire  for test runs: reuse whatever serves on the port, else start it;
+#            register the caller (FK_USER_PID) as a user
+#   release  unregister; stop it if acquire started it and no user is left
+# start and acquire print FK_ZK_STANDALONE=127.0.0.1:PORT on stdout.
+#
+# env: FK_STATE_DIR (/tmp/fencekeeper-test) -> state in $FK_STATE_DIR/zk-standalone
+#      FK_ZK_PORT (2181) FK_ZK_TICK (500 ms) FK_ZK_HEAP (256m) FK_ZK_JVM_FLAGS
+set -euo pipefail
+FK_SCRIPT=zk-standalone
+. "$(dirname "$0")/zk-lib.sh"
+
+PORT=${FK_ZK_PORT:-2181}
+TICK=${FK_ZK_TICK:-500}
+D=$FK_STATE_DIR/zk-standalone
+CFG=$D/zoo.cfg
+PIDFILE=$D/zk.pid
+fk_safe_dir "$D"
+
+print_env() { echo "FK_ZK_STANDALONE=127.0.0.1:$PORT"; }
+
+do_start() {
+  fk_zk_require
+  if fk_port_open "$PORT"; then fk_die "127.0.0.1:$PORT is already in use"; fi
+  local t0; t0=$(fk_now_ms)
+  rm -rf "$D/data"
+  mkdir -p "$D/data"
+  fk_zk_common_cfg "$D/data" "$PORT" "$TICK" >"$CFG"
+  fk_zk_launch "$CFG" "$D/zk.out" "$PIDFILE"
+  if ! fk_zk_wait_serving "$PORT" 60; then
+    fk_log "not serving after 60 s; last log lines:"; tail -20 "$D/zk.out" >&2
+    fk_stop_pidfile "$PIDFILE" "$CFG" KILL
+    exit 1
+  fi
+  fk_log "serving on 127.0.0.1:$PORT (pid $(cat "$PIDFILE")) in $(fk_elapsed "$t0")s"
+}
+
+do_stop() { fk_stop_pidfile "$PIDFILE" "$CFG"; }
+
+do_acquire() {
+  mkdir -p "$D"
+  fk_live_users "$D" >/dev/null
+  if [ -n "$(fk_zk_mode "$PORT")" ]; then
+    fk_log "reusing the server on 127.0.0.1:$PORT"
+  elif fk_port_open "$PORT"; then
+    # something is starting there (another run, or a developer): give it time
+    fk_zk_wait_serving "$PORT" 60 || fk_die "127.0.0.1:$PORT is taken by something that is not serving ZooKeeper"
+    fk_log "reusing the server on 127.0.0.1:$PORT"
+  else
+    do_start
+    : >"$D/acquired"
+  fi
+  fk_add_user "$D"
+}
+
+do_release() {
+  [ -d "$D" ] || return 0
+  fk_remove_user "$D"
+  if [ -e "$D/acquired" ] && [ "$(fk_live_users "$D")" -eq 0 ]; then
+    do_stop
+    rm -f "$D/acquired"
+  fi
+}
+
+case "${1:-}" in
+  start)   fk_locked zk-standalone do_start; print_env ;;
+  stop)    fk_locked zk-standalone do_stop; rm -f "$D/acquired" ;;
+  status)  out=$(fk_zk_4lw "$PORT" srvr); echo "$out"; grep -q '^Mode: ' <<<"$out" ;;
+  acquire) fk_locked zk-standalone do_acquire; print_env ;;
+  release) fk_locked zk-standalone do_release ;;
+  *) echo "usage: $0 start|stop|status|acquire|release" >&2; exit 2 ;;
+esac
