@@ -40,9 +40,10 @@
 // The limit of If-Match (ABA): for a single-part PUT the ETag is the MD5 of the
 // body, so the condition sees a change of *bytes*, not of writes. A holder that
 // read body A, paused, while a newer holder wrote B and then A again (or wrote A
-// over A), finds the ETag it read and its PUT succeeds. Bodies that are unique
-// per holder close this, e.g. a body that includes the token. Tombstones are made
-// unique (they embed the write id) for this reason.
+// over A), finds the ETag it read and its PUT succeeds. A body that embeds the
+// writer's token closes this: identical bytes then mean an identical token, so
+// the fence the paused holder judged is still the object's fence. Tombstones
+// embed their write id for this reason. (test/integration/s3.test.ts shows both.)
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { debuglog } from 'node:util';
@@ -93,7 +94,10 @@ export type FencedPutObjectInput = Omit<PutObjectCommandInput, 'IfMatch' | 'IfNo
 };
 
 export interface FencedWriteOptions {
-  /** Cancels the wait between attempts and the requests in flight. */
+  /**
+   * Cancels the wait between attempts and the requests in flight (AbortError).
+   * An abort while a PUT is in flight leaves that PUT's outcome unknown; readFence tells.
+   */
   readonly signal?: AbortSignal;
   /** Conditional PUTs tried before giving up under contention (default 20). */
   readonly maxAttempts?: number;

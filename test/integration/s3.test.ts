@@ -216,6 +216,31 @@ describe('fencedPutObject', () => {
     for (const c of [setup, holder34, holder35]) c.client.destroy();
   });
 
+  it('the documented limit (ABA): identical bytes share an ETag; a body that embeds the token closes it', async () => {
+    // Holder 34 reads the object 33 wrote and is held; 35 writes. If 35's bytes
+    // equal 33's, the ETag (MD5 of the body) is unchanged and If-Match cannot see
+    // 35's write.
+    async function race(bodyOf: (token: bigint) => string): Promise<unknown> {
+      const Key = `${prefix()}/aba`;
+      const others = newClient();
+      await fencedPutObject(others.client, { Bucket: bucket, Key, Body: bodyOf(33n), token: 33n });
+      const holder34 = newClient();
+      let held = false;
+      const outcome = await fencedPutObject(holder34.client, { Bucket: bucket, Key, Body: bodyOf(34n), token: 34n }, {
+        beforePut: async () => {
+          if (held) return;
+          held = true;
+          await fencedPutObject(newClient().client, { Bucket: bucket, Key, Body: bodyOf(35n), token: 35n });
+        },
+      }).then(() => 'written', (e: unknown) => e);
+      holder34.client.destroy();
+      others.client.destroy();
+      return outcome;
+    }
+    expect(await race(() => 'state=idle')).toBe('written'); // the limit: 34 lands after 35
+    expect(await race((token) => `state=idle token=${token}`)).toBeInstanceOf(StaleTokenError);
+  });
+
   it('a write made without fencing may be overwritten by any token', async () => {
     const Key = `${prefix()}/unfenced`;
     await admin.send(new PutObjectCommand({ Bucket: bucket, Key, Body: 'legacy' }));
