@@ -1,0 +1,150 @@
+// Shared by the lock and election integration tests: clients closed after
+// each test, queue listings, ZooKeeper's own view of the watches (the wchc
+// four-letter word), and a small proxy that loses exactly one reply.
+import net from 'node:net';
+import { ZooKeeperError } from '../../src/errors.js';
+import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+
+export const LOCKS = '/fencekeeper/locks';
+export const ELECTIONS = '/fencekeeper/elections';
+
+export class Clients {
+  readonly #clients: ZooKeeperClient[] = [];
+
+  async connect(connectString: string, sessionTimeoutMs = 4000): Promise<ZooKeeperClient> {
+    const zk = await ZooKeeperClient.connect({ connectString, sessionTimeoutMs });
+    this.#clients.push(zk);
+    return zk;
+  }
+
+  async many(n: number, connectString: string, sessionTimeoutMs = 4000): Promise<ZooKeeperClient[]> {
+    return Promise.all(Array.from({ length: n }, () => this.connect(connectString, sessionTimeoutMs)));
+  }
+
+  async closeAll(): Promise<void> {
+    await Promise.allSettled(this.#clients.splice(0).map((zk) => zk.close()));
+  }
+}
+
+/** The children of a queue's parent ([] when the parent does not exist). */
+export async function queueChildren(zk: ZooKeeperClient, parent: string): Promise<string[]> {
+  try {
+    return (await zk.getChildren(parent)).sort();
+  } catch (error) {
+    if (error instanceof ZooKeeperError && error.code === 'ZK_NONODE') return [];
+    throw error;
+  }
+}
+
+/** Resolve when `predicate` holds; reject with `what` after `limitMs` (a hang guard, not a timing assertion). */
+export async function until(predicate: () => boolean | Promise<boolean>, what: string, limitMs = 30_000): Promise<void> {
+  const start = Date.now();
+  for (;;) {
+    if (await predicate()) return;
+    if (Date.now() - start > limitMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+export function deferred<T = void>(): { promise: Promise<T>; resolve: (v: T) => void; reject: (e: unknown) => void } {
+  let resolve!: (v: T) => void;
+  let reject!: (e: unknown) => void;
+  const promise = new Promise<T>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
+
+/** Send a four-letter word to 'host:port' and return the server's answer. */
+export function fourLetterWord(hostPort: string, word: string): Promise<string> {
+  const at = hostPort.lastIndexOf(':');
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ host: hostPort.slice(0, at), port: Number(hostPort.slice(at + 1)) });
+    let text = '';
+    socket.setEncoding('utf8');
+    socket.on('connect', () => socket.write(word));
+    socket.on('data', (chunk: string) => (text += chunk));
+    socket.on('error', reject);
+    socket.on('close', () => resolve(text));
+  });
+}
+
+/** How many watches the server holds on paths under `prefix` (wchc: per session, the watched paths). */
+export async function serverWatchCount(hostPort: string, prefix: string): Promise<number> {
+  const text = await fourLetterWord(hostPort, 'wchc');
+  return text.split('\n').filter((line) => line.trim().startsWith(`${prefix}/`)).length;
+}
+
+/**
+ * A proxy that forwards faithfully until armed; once armed, it waits for
+ * the client to send bytes containing `marker` (forwarding them), then
+ * resets both sides on the first bytes the server sends back, so the
+ * request reaches the server and its reply never reaches the client.
+ */
+export class ReplyDroppingProxy {
+  readonly #server: net.Server;
+  readonly #sockets = new Set<net.Socket>();
+  #marker: Buffer | null = null;
+  dropped = 0;
+
+  private constructor(server: net.Server) {
+    this.#server = server;
+  }
+
+  static async start(targetHostPort: string): Promise<ReplyDroppingProxy> {
+    const at = targetHostPort.lastIndexOf(':');
+    const host = targetHostPort.slice(0, at);
+    const port = Number(targetHostPort.slice(at + 1));
+    const server = net.createServer({ noDelay: true });
+    const proxy = new ReplyDroppingProxy(server);
+    server.on('connection', (client) => proxy.#link(client, host, port));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return proxy;
+  }
+
+  get address(): string {
+    const a = this.#server.address() as net.AddressInfo;
+    return `127.0.0.1:${a.port}`;
+  }
+
+  /** Lose the reply to the next request whose bytes contain `marker`. */
+  arm(marker: string): void {
+    this.#marker = Buffer.from(marker, 'utf8');
+  }
+
+  #link(client: net.Socket, host: string, port: number): void {
+    const upstream = net.connect({ host, port, noDelay: true });
+    this.#sockets.add(client).add(upstream);
+    let dropNextReply = false;
+    const reset = (): void => {
+      for (const s of [client, upstream]) {
+        this.#sockets.delete(s);
+        if (!s.destroyed) s.resetAndDestroy();
+      }
+    };
+    client.on('data', (chunk: Buffer) => {
+      if (this.#marker !== null && chunk.includes(this.#marker)) {
+        this.#marker = null;
+        dropNextReply = true;
+      }
+      upstream.write(chunk);
+    });
+    upstream.on('data', (chunk: Buffer) => {
+      if (dropNextReply) {
+        this.dropped++;
+        reset();
+        return;
+      }
+      client.write(chunk);
+    });
+    client.on('error', reset).on('close', reset);
+    upstream.on('error', reset).on('close', reset);
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.#sockets) s.resetAndDestroy();
+    this.#sockets.clear();
+    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+  }
+}

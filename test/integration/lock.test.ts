@@ -1,0 +1,474 @@
+// The lock recipe against a real standalone ZooKeeper: mutual exclusion and
+// token order under contention, fairness, no herd, nothing left behind by
+// aborts, timeouts and tryAcquireLock, every way a holding ends, the
+// step-down deadline, a lost create2 reply, and a reaped container parent.
+import diagnostics from 'node:diagnostics_channel';
+import { performance } from 'node:perf_hooks';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { LockLostError, LockTimeoutError } from '../../src/errors.js';
+import { acquireLock, lockStatus, observeLock, tryAcquireLock, type Lock } from '../../src/lock.js';
+import type { FencingToken } from '../../src/token.js';
+import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { testServers } from '../helpers/servers.js';
+import { TcpProxy } from '../helpers/tcp-proxy.js';
+import { uniqueLockName } from '../helpers/unique.js';
+import { Clients, LOCKS, ReplyDroppingProxy, deferred, queueChildren, serverWatchCount, until } from './lock-helpers.js';
+
+const clients = new Clients();
+let server: string;
+let admin: ZooKeeperClient;
+
+beforeAll(async () => {
+  server = testServers().zkStandalone;
+  admin = await ZooKeeperClient.connect({ connectString: server, sessionTimeoutMs: 4000 });
+});
+afterEach(() => clients.closeAll());
+afterAll(() => admin.close());
+
+const parentOf = (name: string): string => `${LOCKS}/${name}`;
+
+/** Abort reasons of a lock's signal, as the LockLostError it carries. */
+function lossOf(lock: Lock): LockLostError {
+  const reason: unknown = lock.signal.reason;
+  expect(reason).toBeInstanceOf(LockLostError);
+  return reason as LockLostError;
+}
+
+function nextAbort(signal: AbortSignal): Promise<{ at: number; reason: unknown }> {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve({ at: performance.now(), reason: signal.reason });
+    else signal.addEventListener('abort', () => resolve({ at: performance.now(), reason: signal.reason }), { once: true });
+  });
+}
+
+describe('mutual exclusion and token order', () => {
+  it('16 sessions x 20 acquisitions: never two holders, every grant has a larger token', async () => {
+    const name = uniqueLockName('mutex');
+    const zks = await clients.many(16, server);
+    let holders = 0;
+    let maxHolders = 0;
+    const grants: { client: number; token: FencingToken }[] = [];
+    const violations: string[] = [];
+    await Promise.all(
+      zks.map(async (zk, client) => {
+        for (let i = 0; i < 20; i++) {
+          const lock = await acquireLock(zk, name);
+          holders++;
+          maxHolders = Math.max(maxHolders, holders);
+          const last = grants.at(-1);
+          if (last !== undefined && lock.token <= last.token) violations.push(`grant ${grants.length}: ${lock.token} after ${last.token}`);
+          grants.push({ client, token: lock.token });
+          if (!lock.held) violations.push(`grant ${grants.length} not held`);
+          // Hold across a few turns of the event loop, so others' replies interleave.
+          await new Promise((r) => setImmediate(r));
+          await new Promise((r) => setTimeout(r, i % 3));
+          holders--;
+          await lock.release();
+        }
+      }),
+    );
+    expect(violations).toEqual([]);
+    expect(maxHolders).toBe(1);
+    expect(grants).toHaveLength(16 * 20);
+    expect(new Set(grants.map((g) => g.client)).size).toBe(16);
+    expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+  });
+
+  it('one session, many concurrent acquireLock calls on the same lock', async () => {
+    const name = uniqueLockName('onesession');
+    const zk = await clients.connect(server);
+    let holders = 0;
+    let maxHolders = 0;
+    const tokens: FencingToken[] = [];
+    await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        for (let i = 0; i < 10; i++) {
+          const lock = await acquireLock(zk, name);
+          holders++;
+          maxHolders = Math.max(maxHolders, holders);
+          tokens.push(lock.token);
+          await new Promise((r) => setImmediate(r));
+          holders--;
+          await lock.release();
+        }
+      }),
+    );
+    expect(maxHolders).toBe(1);
+    expect(tokens).toHaveLength(80);
+    for (let i = 1; i < tokens.length; i++) expect(tokens[i]! > tokens[i - 1]!).toBe(true);
+    expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+  });
+
+  it('one session holding many different locks at once', async () => {
+    const zk = await clients.connect(server);
+    const names = Array.from({ length: 20 }, () => uniqueLockName('many'));
+    const locks = await Promise.all(names.map((n) => acquireLock(zk, n)));
+    expect(locks.every((l) => l.held)).toBe(true);
+    expect(new Set(locks.map((l) => l.token)).size).toBe(20);
+    await Promise.all(locks.map((l) => l.release()));
+    for (const n of names) expect(await queueChildren(admin, parentOf(n))).toEqual([]);
+  });
+});
+
+describe('fairness', () => {
+  it('waiters are granted in the order they arrived', async () => {
+    const name = uniqueLockName('fair');
+    const [holderZk, ...zks] = await clients.many(9, server);
+    const holder = await acquireLock(holderZk!, name);
+    const order: number[] = [];
+    const done: Promise<void>[] = [];
+    for (const [i, zk] of zks.entries()) {
+      done.push(
+        acquireLock(zk, name).then(async (lock) => {
+          order.push(i);
+          await lock.release();
+        }),
+      );
+      // The next waiter starts only once this one's node is in the queue.
+      await until(async () => (await lockStatus(admin, name)).waiters.length === i + 1, `waiter ${i} queued`);
+    }
+    await holder.release();
+    await Promise.all(done);
+    expect(order).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+  });
+});
+
+describe('no herd', () => {
+  it('with 50 waiters, a release wakes exactly one of them', async () => {
+    const name = uniqueLockName('herd');
+    const parent = parentOf(name);
+    const holderZk = await clients.connect(server);
+    const zks = await clients.many(10, server);
+    const holder = await acquireLock(holderZk, name);
+    const granted: Lock[] = [];
+    const waits: Promise<void>[] = [];
+    for (let i = 0; i < 50; i++) {
+      waits.push(
+        acquireLock(zks[i % 10]!, name).then(
+          (lock) => void granted.push(lock),
+          () => undefined, // the clients close at the end of the test
+        ),
+      );
+    }
+    // Every waiter has its node and its predecessor watch registered on the
+    // server (50 exists watches + the holder's own-node watch).
+    await until(async () => (await lockStatus(admin, name)).waiters.length === 50, '50 waiters queued');
+    await until(async () => (await serverWatchCount(server, parent)) >= 51, 'all watches registered');
+
+    const sessions = new Set([...zks, holderZk].map((z) => z.sessionId));
+    const events: { path: string; type: string; sessionId: bigint }[] = [];
+    const onWatch = (message: unknown): void => {
+      const m = message as { sessionId: bigint; type: string; path: string };
+      if (sessions.has(m.sessionId) && m.path.startsWith(`${parent}/`)) events.push(m);
+    };
+    diagnostics.subscribe('fencekeeper:zookeeper:watch', onWatch);
+    try {
+      await holder.release();
+      await until(() => granted.length === 1, 'the next waiter granted');
+      // A round trip on every session: any notification the server queued
+      // for it before this reply has been delivered by now.
+      await Promise.all(zks.map((zk) => zk.exists(parent)));
+      // The releasing holder's own-node watch fires on its own session; every
+      // other delivered event woke a waiter.
+      const woken = events.filter((e) => e.sessionId !== holderZk.sessionId);
+      expect(woken).toHaveLength(1);
+      expect(woken[0]!.type).toBe('deleted');
+      expect(granted).toHaveLength(1);
+      expect(granted[0]!.held).toBe(true);
+    } finally {
+      diagnostics.unsubscribe('fencekeeper:zookeeper:watch', onWatch);
+    }
+    await granted[0]!.release();
+    await until(() => granted.length === 2, 'the second waiter granted');
+    await clients.closeAll();
+    await Promise.all(waits);
+  });
+});
+
+describe('nothing is left behind', () => {
+  it('a timeout removes our node', async () => {
+    const name = uniqueLockName('timeout');
+    const [a, b] = await clients.many(2, server);
+    const holder = await acquireLock(a!, name);
+    await expect(acquireLock(b!, name, { timeoutMs: 100 })).rejects.toBeInstanceOf(LockTimeoutError);
+    expect(await queueChildren(admin, parentOf(name))).toEqual([holder.path.slice(parentOf(name).length + 1)]);
+    await holder.release();
+    expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+  });
+
+  it('an abort while waiting removes our node and rejects with the signal\'s reason', async () => {
+    const name = uniqueLockName('abort');
+    const [a, b] = await clients.many(2, server);
+    const holder = await acquireLock(a!, name);
+    const ac = new AbortController();
+    const waiting = acquireLock(b!, name, { signal: ac.signal });
+    await until(async () => (await lockStatus(admin, name)).waiters.length === 1, 'waiter queued');
+    const why = new Error('caller gave up');
+    ac.abort(why);
+    await expect(waiting).rejects.toBe(why);
+    expect((await lockStatus(admin, name)).waiters).toEqual([]);
+    expect(await queueChildren(admin, parentOf(name))).toHaveLength(1);
+    await holder.release();
+  });
+
+  it('an abort in the same tick as acquireLock (create in flight) leaves no node, held or free lock', async () => {
+    const name = uniqueLockName('abortinflight');
+    const [a, b] = await clients.many(2, server);
+    // Free lock: the create would have won it.
+    for (let i = 0; i < 5; i++) {
+      const ac = new AbortController();
+      const p = acquireLock(b!, name, { signal: ac.signal });
+      ac.abort();
+      await expect(p).rejects.toMatchObject({ name: 'AbortError' });
+      expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+    }
+    // Held lock.
+    const holder = await acquireLock(a!, name);
+    const ac = new AbortController();
+    const p = acquireLock(b!, name, { signal: ac.signal });
+    ac.abort();
+    await expect(p).rejects.toMatchObject({ name: 'AbortError' });
+    expect((await lockStatus(admin, name)).waiters).toEqual([]);
+    await holder.release();
+    // And an already-aborted signal never creates anything.
+    await expect(acquireLock(b!, name, { signal: AbortSignal.abort() })).rejects.toMatchObject({ name: 'AbortError' });
+    expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+  });
+
+  it('tryAcquireLock: null while held (no node left), a lock when free', async () => {
+    const name = uniqueLockName('try');
+    const [a, b] = await clients.many(2, server);
+    const first = await tryAcquireLock(a!, name);
+    expect(first).not.toBeNull();
+    expect(first!.held).toBe(true);
+    expect(await tryAcquireLock(b!, name)).toBeNull();
+    expect(await tryAcquireLock(a!, name)).toBeNull(); // the same session is no exception
+    expect(await queueChildren(admin, parentOf(name))).toEqual([first!.path.split('/').at(-1)]);
+    await first!.release();
+    const second = await tryAcquireLock(b!, name);
+    expect(second).not.toBeNull();
+    expect(second!.token > first!.token).toBe(true);
+    await second!.release();
+    expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+  });
+});
+
+describe('how a holding ends', () => {
+  it('release: signal aborts with reason released, held false, release() is idempotent', async () => {
+    const zk = await clients.connect(server);
+    const lock = await acquireLock(zk, uniqueLockName('release'));
+    expect(lock.held).toBe(true);
+    expect(lock.signal.aborted).toBe(false);
+    const first = lock.release();
+    expect(lock.signal.aborted).toBe(true);
+    expect(lossOf(lock).reason).toBe('released');
+    expect(lossOf(lock).code).toBe('LOCK_LOST');
+    expect(lock.held).toBe(false);
+    const second = lock.release();
+    expect(second).toBe(first);
+    await Promise.all([first, second, lock.release()]);
+    expect(await admin.exists(lock.path)).toBeNull();
+  });
+
+  it('our node deleted by another client: node_deleted', async () => {
+    const zk = await clients.connect(server);
+    const lock = await acquireLock(zk, uniqueLockName('deleted'));
+    const aborted = nextAbort(lock.signal);
+    await admin.delete(lock.path);
+    await aborted;
+    expect(lossOf(lock).reason).toBe('node_deleted');
+    expect(lock.held).toBe(false);
+    await lock.release(); // a node already gone is fine
+  });
+
+  it('client close: the signal aborts, held false, the node is gone', async () => {
+    const zk = await clients.connect(server);
+    const lock = await acquireLock(zk, uniqueLockName('closed'));
+    await zk.close();
+    expect(lock.signal.aborted).toBe(true);
+    // 'closed' is the contract. While connected, the server deletes our
+    // ephemeral (and notifies our own-node watch) before it answers
+    // closeSession, and the client exposes no "closing" state, so the
+    // holding cannot tell this from an operator's delete and reports
+    // 'node_deleted' (reported to the client's owner). Offline, see below.
+    expect(['closed', 'node_deleted']).toContain(lossOf(lock).reason);
+    expect(lock.held).toBe(false);
+    expect(await admin.exists(lock.path)).toBeNull();
+    await lock.release();
+  });
+
+  it('client close while disconnected: closed', async () => {
+    const proxy = await TcpProxy.to(server);
+    try {
+      const zk = await clients.connect(proxy.address, 4000);
+      const lock = await acquireLock(zk, uniqueLockName('closedoffline'));
+      proxy.cut();
+      proxy.blackhole();
+      await until(() => zk.state === 'suspended', 'the client to notice the cut');
+      await zk.close();
+      expect(lossOf(lock).reason).toBe('closed');
+      expect(lock.held).toBe(false);
+      await lock.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('connection cut past the session timeout: deadline first, then the session expires; the next holder has a larger token', async () => {
+    const name = uniqueLockName('expiry');
+    const proxy = await TcpProxy.to(server);
+    try {
+      const zk = await clients.connect(proxy.address, 2000);
+      const other = await clients.connect(server);
+      const lock = await acquireLock(zk, name);
+      const aborted = nextAbort(lock.signal);
+      const next = acquireLock(other, name);
+      proxy.blackhole();
+      await aborted;
+      expect(lossOf(lock).reason).toBe('deadline');
+      expect(lock.held).toBe(false);
+      const successor = await next; // the server expired the session and deleted the node
+      expect(successor.token > lock.token).toBe(true);
+      proxy.resume();
+      await until(() => zk.state === 'expired', 'the client to learn its session expired');
+      expect(lossOf(lock).reason).toBe('deadline');
+      expect(lock.held).toBe(false);
+      await lock.release();
+      await successor.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('step-down: the signal aborts at lastAckedSendTime + timeout - margin, before anyone else can acquire', async () => {
+    const name = uniqueLockName('stepdown');
+    const proxy = await TcpProxy.to(server);
+    try {
+      const zk = await clients.connect(proxy.address, 2000);
+      const other = await clients.connect(server);
+      const margin = 300;
+      const lock = await acquireLock(zk, name, { safetyMarginMs: margin });
+      const order: string[] = [];
+      let atAbort: { now: number; acked: number; timeout: number; state: string } | null = null;
+      lock.signal.addEventListener('abort', () => {
+        atAbort = { now: performance.now(), acked: zk.lastAckedSendTime, timeout: zk.sessionTimeoutMs, state: zk.state };
+        order.push('holder stepped down');
+      });
+      const next = acquireLock(other, name).then((l) => {
+        order.push('other granted');
+        return l;
+      });
+      await until(async () => (await lockStatus(admin, name)).waiters.length === 1, 'the other client queued');
+      proxy.blackhole();
+      const successor = await next;
+      expect(order).toEqual(['holder stepped down', 'other granted']);
+      const a = atAbort as unknown as { now: number; acked: number; timeout: number; state: string };
+      expect(a.now).toBeGreaterThanOrEqual(a.acked + a.timeout - margin);
+      // ...and before the earliest instant the server could expire the session.
+      expect(a.now).toBeLessThan(a.acked + a.timeout);
+      expect(a.state).not.toBe('expired');
+      expect(lossOf(lock).reason).toBe('deadline');
+      console.log(
+        `step-down: aborted ${(a.now - a.acked).toFixed(1)} ms after the last acked send (timeout ${a.timeout}, margin ${margin})`,
+      );
+      await successor.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('lost create reply', () => {
+  it('the connection drops with create2 in flight: the lock adopts its node, one node for one acquire', async () => {
+    const name = uniqueLockName('lostreply');
+    const parent = parentOf(name);
+    const proxy = await ReplyDroppingProxy.start(server);
+    try {
+      const zk = await clients.connect(proxy.address, 4000);
+      const other = await clients.connect(server);
+      // Someone holds the lock, so our create makes a waiter, and the parent exists.
+      const holder = await acquireLock(other, name);
+      proxy.arm(`${parent}/`);
+      const acquiring = acquireLock(zk, name);
+      await until(() => proxy.dropped === 1, 'the create2 reply to be dropped');
+      await until(async () => (await lockStatus(admin, name)).waiters.length === 1, 'our node in the queue');
+      const status = await lockStatus(admin, name);
+      expect(status.waiters[0]!.sessionId).toBe(zk.sessionId);
+      await holder.release();
+      const lock = await acquiring;
+      expect(lock.path).toBe(status.waiters[0]!.path);
+      expect(lock.token).toBe(status.waiters[0]!.token);
+      expect(await queueChildren(admin, parent)).toEqual([lock.path.slice(parent.length + 1)]);
+      expect(zk.state).toBe('connected');
+      await lock.release();
+      expect(await queueChildren(admin, parent)).toEqual([]);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('uncontended: the reply to create2 + getChildren is lost, the lock is still granted with its one node', async () => {
+    const name = uniqueLockName('lostreply1');
+    const parent = parentOf(name);
+    const proxy = await ReplyDroppingProxy.start(server);
+    try {
+      const zk = await clients.connect(proxy.address, 4000);
+      // Make the parent exist so the first create succeeds (an empty container is not reaped).
+      const warm = await acquireLock(zk, name);
+      await admin.create(`${parent}/keep`);
+      await warm.release();
+      proxy.arm(`${parent}/`);
+      const lock = await acquireLock(zk, name);
+      expect(proxy.dropped).toBe(1);
+      expect(lock.held).toBe(true);
+      expect(await queueChildren(admin, parent)).toEqual([lock.path.slice(parent.length + 1), 'keep'].sort());
+      await lock.release();
+      await admin.delete(`${parent}/keep`);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('container parent', () => {
+  it('a lock whose parent was reaped can be acquired again, with a larger token', async () => {
+    const name = uniqueLockName('reaped');
+    const zk = await clients.connect(server);
+    const first = await acquireLock(zk, name);
+    await first.release();
+    // The server reaps empty containers every znode.container.checkIntervalMs (1 s in test/servers).
+    await until(async () => (await admin.exists(parentOf(name))) === null, 'the container parent reaped');
+    const second = await acquireLock(zk, name);
+    expect(second.held).toBe(true);
+    expect(second.token > first.token).toBe(true);
+    await second.release();
+  });
+});
+
+describe('observeLock', () => {
+  it('reports the holder and follows changes', async () => {
+    const name = uniqueLockName('observe');
+    const [a, b] = await clients.many(2, server);
+    const observer = observeLock(admin, name);
+    try {
+      expect(await observer.holder()).toBeNull();
+      const changed = deferred();
+      const off = observer.onChange(() => changed.resolve());
+      const lock = await acquireLock(a!, name);
+      await changed.promise;
+      off();
+      await until(async () => (await observer.holder())?.token === lock.token, 'observer sees the holder');
+      const holder = await observer.holder();
+      expect(holder!.sessionId).toBe(a!.sessionId);
+      expect(holder!.path).toBe(lock.path);
+      const next = acquireLock(b!, name);
+      await lock.release();
+      const second = await next;
+      await until(async () => (await observer.holder())?.token === second.token, 'observer sees the new holder');
+      await second.release();
+      await until(async () => (await observer.holder()) === null, 'observer sees no holder');
+    } finally {
+      observer.close();
+    }
+  });
+});
