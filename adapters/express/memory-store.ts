@@ -34,10 +34,11 @@ interface Waiter {
   onAbort: (() => void) | undefined;
 }
 
-/** A held fence: the waiters queued behind its holder, oldest first. */
-interface Fence {
-  waiters: Waiter[] | undefined;
-}
+/**
+ * A held fence: the waiters queued behind its holder, oldest first; null
+ * while nobody waits (no allocation for an uncontended admission).
+ */
+type Fence = Waiter[] | null;
 
 /** What the store and its admissions share; private to this module. */
 interface StoreState {
@@ -52,6 +53,10 @@ const SETTLED: Promise<void> = Promise.resolve();
  * mutex and a map of high-water marks. Not shared between processes or
  * surviving a restart; behind a load balancer or across restarts use a store
  * that keeps the fence with the data (PostgresFenceStore).
+ *
+ * `options.signal` is consulted only when admit() has to wait behind another
+ * admission: an uncontended admit completes at once, even with a signal that
+ * is already aborted (the caller aborts that admission if it no longer wants it).
  */
 export class MemoryFenceStore implements FenceStore<undefined> {
   readonly #state: StoreState = { marks: new Map(), fences: new Map() };
@@ -65,9 +70,6 @@ export class MemoryFenceStore implements FenceStore<undefined> {
     } catch (error) {
       return Promise.reject(error);
     }
-    const signal = options?.signal;
-    if (signal?.aborted) return Promise.reject(signal.reason);
-
     // The committed mark only grows: below it is stale whatever the holder does.
     const state = this.#state;
     const mark = state.marks.get(resource);
@@ -77,22 +79,31 @@ export class MemoryFenceStore implements FenceStore<undefined> {
 
     const fence = state.fences.get(resource);
     if (fence === undefined) {
-      state.fences.set(resource, { waiters: undefined });
+      state.fences.set(resource, null);
       return Promise.resolve(new MemoryAdmission(state, resource, token, mark ?? null));
     }
 
+    // Only a wait can be aborted, so the signal is read here and not above:
+    // a caller may hand in options whose `signal` is made on first read
+    // (fencing() does: an AbortController costs more than the rest of an
+    // uncontended admission), and an uncontended admit never pays for it.
+    const signal = options?.signal;
+    if (signal?.aborted) return Promise.reject(signal.reason);
     return new Promise<FenceAdmission<undefined>>((resolve, reject) => {
       const waiter: Waiter = { token, resolve, reject, signal, onAbort: undefined };
       if (signal !== undefined) {
         waiter.onAbort = () => {
-          const queue = fence.waiters;
-          const at = queue === undefined ? -1 : queue.indexOf(waiter);
-          if (queue !== undefined && at !== -1) queue.splice(at, 1);
+          const queue = state.fences.get(resource);
+          if (queue != null) {
+            const at = queue.indexOf(waiter);
+            if (at !== -1) queue.splice(at, 1);
+          }
           reject(signal.reason);
         };
         signal.addEventListener('abort', waiter.onAbort, { once: true });
       }
-      (fence.waiters ??= []).push(waiter);
+      if (fence === null) state.fences.set(resource, [waiter]);
+      else fence.push(waiter);
     });
   }
 
@@ -109,10 +120,14 @@ function release(state: StoreState, resource: string, token: FencingToken, commi
   }
   const fence = state.fences.get(resource);
   if (fence === undefined) return;
+  if (fence === null) {
+    state.fences.delete(resource);
+    return;
+  }
   const mark = state.marks.get(resource);
   // Hand the fence to the oldest waiter whose token is still not stale;
   // refuse the stale ones on the way (they change nothing).
-  for (let waiter = fence.waiters?.shift(); waiter !== undefined; waiter = fence.waiters?.shift()) {
+  for (let waiter = fence.shift(); waiter !== undefined; waiter = fence.shift()) {
     if (waiter.onAbort !== undefined) waiter.signal?.removeEventListener('abort', waiter.onAbort);
     if (mark !== undefined && waiter.token < mark) {
       waiter.reject(new StaleTokenError(resource, waiter.token, mark));

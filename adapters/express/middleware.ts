@@ -76,15 +76,68 @@ const REPEATED = Symbol('repeated');
 /** The reason the admission wait is aborted with when the client goes away. */
 const CLIENT_GONE = new Error('the connection closed before the response finished');
 
-const EXCHANGE = Symbol('fencekeeper.exchange');
+const EXCHANGE = Symbol('fencekeeper.fencing');
 
-/** Per-request state the shared 'close' listener reaches through the response. */
-class Exchange {
-  readonly controller = new AbortController();
-  admission: FenceAdmission<unknown> | undefined = undefined;
+/**
+ * req.fencing, and the request's whole state: one object per request, reached
+ * by the shared 'close' listener through the response (no closure per request).
+ * It is also the options object handed to store.admit(): its `signal` is made
+ * on first read, because an AbortController costs more (measured on Node 20)
+ * than the rest of an uncontended admission, and it is needed only by a
+ * request that has to wait (MemoryFenceStore reads it only then), by a store
+ * that always reads it, or by a handler that asks for req.fencing.signal.
+ */
+class Fencing implements FencingContext {
+  readonly resource: string;
+  readonly token: FencingToken;
+  previous: FencingToken | null = null;
+  transaction: unknown = undefined;
+  /** The connection closed before the response finished. */
+  #gone = false;
+  /** Held until the response has finished or the connection closed. */
+  #admission: FenceAdmission<unknown> | undefined = undefined;
+  #controller: AbortController | undefined = undefined;
+
+  constructor(resource: string, token: FencingToken) {
+    this.resource = resource;
+    this.token = token;
+  }
+
+  get signal(): AbortSignal {
+    let controller = this.#controller;
+    if (controller === undefined) {
+      controller = this.#controller = new AbortController();
+      if (this.#gone) controller.abort(CLIENT_GONE);
+    }
+    return controller.signal;
+  }
+
+  /** The client left (the connection closed before the response finished). */
+  get gone(): boolean {
+    return this.#gone;
+  }
+
+  /** Keep the admission until the response ends. */
+  hold(admission: FenceAdmission<unknown>): void {
+    this.#admission = admission;
+    this.previous = admission.previous;
+    this.transaction = admission.transaction;
+  }
+
+  /** The response's 'close': settle what is held, abort a wait or a handler if it did not finish. */
+  close(finished: boolean, status: number): void {
+    if (!finished) {
+      this.#gone = true;
+      this.#controller?.abort(CLIENT_GONE);
+    }
+    const admission = this.#admission;
+    if (admission === undefined) return;
+    this.#admission = undefined;
+    settle(admission, finished && status < 500);
+  }
 }
 
-type FencedResponse = ServerResponse & { [EXCHANGE]?: Exchange | undefined };
+type FencedResponse = ServerResponse & { [EXCHANGE]?: Fencing | undefined };
 
 /**
  * The middleware. Answers (application/problem+json) instead of calling the
@@ -165,8 +218,7 @@ async function admit(
   resource: string,
   token: FencingToken,
 ): Promise<void> {
-  const exchange = new Exchange();
-  const signal = exchange.controller.signal;
+  const exchange = new Fencing(resource, token);
   res[EXCHANGE] = exchange;
   res.on('close', onResponseClose);
 
@@ -178,7 +230,7 @@ async function admit(
       debug('fencing(): verify threw: %o', error);
       return sendProblem(res, 503, 'VERIFY_UNAVAILABLE', 'the lock service could not check the fencing token; try again');
     }
-    if (signal.aborted) return;
+    if (exchange.gone) return;
     if (verdict !== true) {
       return sendProblem(res, 403, 'TOKEN_REFUSED', `the fencing token is not the current holder's for ${resource}`);
     }
@@ -186,9 +238,9 @@ async function admit(
 
   let admission: FenceAdmission<unknown>;
   try {
-    admission = await store.admit(resource, token, { signal });
+    admission = await store.admit(resource, token, exchange);
   } catch (error) {
-    if (signal.aborted) return; // the client left while waiting; the store holds nothing for it
+    if (exchange.gone) return; // the client left while waiting; the store holds nothing for it
     if (error instanceof StaleTokenError) {
       return sendProblem(
         res,
@@ -203,18 +255,12 @@ async function admit(
   }
 
   // Admitted, but the client left between the store's answer and now.
-  if (signal.aborted || res.writableEnded) {
+  if (exchange.gone || res.writableEnded) {
     settle(admission, false);
     return;
   }
-  exchange.admission = admission;
-  req.fencing = {
-    resource,
-    token,
-    previous: admission.previous,
-    transaction: admission.transaction,
-    signal,
-  };
+  exchange.hold(admission);
+  req.fencing = exchange;
   next();
 }
 
@@ -226,12 +272,7 @@ function onResponseClose(this: FencedResponse): void {
   const exchange = this[EXCHANGE];
   if (exchange === undefined) return;
   this[EXCHANGE] = undefined;
-  const finished = this.writableFinished;
-  if (!finished) exchange.controller.abort(CLIENT_GONE);
-  const admission = exchange.admission;
-  if (admission === undefined) return;
-  exchange.admission = undefined;
-  settle(admission, finished && this.statusCode < 500);
+  exchange.close(this.writableFinished, this.statusCode);
 }
 
 function settle(admission: FenceAdmission<unknown>, commit: boolean): void {

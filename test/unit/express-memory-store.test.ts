@@ -106,13 +106,23 @@ describe('MemoryFenceStore', () => {
     await (await free).commit();
   });
 
-  it('an already aborted signal rejects without touching the fence', async () => {
+  it('reads the signal only when it has to wait: already aborted, a wait is refused; uncontended, it is never read', async () => {
     const store = new MemoryFenceStore();
+    let reads = 0;
     const controller = new AbortController();
     controller.abort(new Error('early'));
-    await expect(store.admit('r', 1n, { signal: controller.signal })).rejects.toThrow('early');
-    const a = await store.admit('r', 1n);
-    await a.commit();
+    const options = {
+      get signal(): AbortSignal {
+        reads++;
+        return controller.signal;
+      },
+    };
+    const free = await store.admit('r', 1n, options);
+    expect(reads).toBe(0);
+    await expect(store.admit('r', 1n, options)).rejects.toThrow('early');
+    expect(reads).toBe(1);
+    await free.commit();
+    await (await store.admit('r', 1n)).commit();
   });
 
   it('rejects what is not a token or a resource', async () => {
