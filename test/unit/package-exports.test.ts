@@ -1,0 +1,125 @@
+// What users get: the built package, imported by its name through the
+// `exports` map (a package may import itself by name), not the sources.
+// `npm test` builds first; run `npm run build` before running this file alone.
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { StaleTokenError as SourceStaleTokenError } from '../../src/errors.js';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const dist = join(root, 'dist');
+
+interface PackageJson {
+  name: string;
+  exports: Record<string, string | { types: string; default: string }>;
+}
+const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as PackageJson;
+
+// Specifiers kept in variables so TypeScript and vite don't resolve them
+// ahead of the run (a missing dist/ should fail here, with a clear message).
+const load = (specifier: string): Promise<Record<string, unknown>> =>
+  import(/* @vite-ignore */ specifier) as Promise<Record<string, unknown>>;
+
+beforeAll(() => {
+  if (!existsSync(join(dist, 'src', 'index.js'))) {
+    throw new Error('dist/ is missing: run `npm run build` first (`npm test` does it for you)');
+  }
+});
+
+const ERROR_CLASSES = [
+  'FencekeeperError',
+  'StaleTokenError',
+  'InvalidTokenError',
+  'InvalidArgumentError',
+  'LockLostError',
+  'LockTimeoutError',
+  'SessionExpiredError',
+  'ConnectionLossError',
+  'ClientClosedError',
+  'ProtocolError',
+  'UnknownOutcomeError',
+  'ZooKeeperError',
+];
+
+// The public contract of ARCHITECTURE.md, entry point by entry point.
+const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
+  fencekeeper: {
+    functions: ['parseToken', 'formatToken', 'assertToken', 'acquireLock', 'tryAcquireLock', 'campaign'],
+    classes: [...ERROR_CLASSES, 'ZooKeeperClient'],
+  },
+  'fencekeeper/postgres': { functions: ['migrate', 'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert'], classes: ['PostgresFenceStore'] },
+  'fencekeeper/s3': { functions: ['fencedPutObject', 'readFence'], classes: [] },
+  'fencekeeper/express': { functions: ['fencing', 'verifyWithZooKeeper'], classes: ['MemoryFenceStore'] },
+};
+
+describe('the package by name', () => {
+  it('package.json names the package and exports exactly the four entry points', () => {
+    expect(pkg.name).toBe('fencekeeper');
+    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './express', './package.json', './postgres', './s3']);
+    for (const [subpath, target] of Object.entries(pkg.exports)) {
+      if (typeof target === 'string') continue;
+      expect(existsSync(join(root, target.default)), `${subpath} -> ${target.default}`).toBe(true);
+      expect(existsSync(join(root, target.types)), `${subpath} -> ${target.types}`).toBe(true);
+    }
+  });
+
+  it.each(Object.keys(CONTRACT))('%s loads and has its contract names', async (specifier) => {
+    const mod = await load(specifier);
+    const { functions, classes } = CONTRACT[specifier]!;
+    for (const name of functions) expect(typeof mod[name], `${specifier}: ${name}`).toBe('function');
+    for (const name of classes) {
+      expect(typeof mod[name], `${specifier}: ${name}`).toBe('function');
+      expect(String(mod[name]).startsWith('class'), `${specifier}: ${name} is a class`).toBe(true);
+    }
+  });
+
+  it('fencekeeper: tokens and errors work from the built files', async () => {
+    const core = await load('fencekeeper');
+    const parseToken = core.parseToken as (text: string) => bigint;
+    const formatToken = core.formatToken as (token: bigint) => string;
+    const InvalidTokenError = core.InvalidTokenError as new (message: string) => Error;
+    expect(parseToken('9223372036854775807')).toBe(2n ** 63n - 1n);
+    expect(formatToken(4294967303n)).toBe('4294967303');
+    expect(() => parseToken('01')).toThrow(InvalidTokenError);
+    expect(core.MAX_TOKEN).toBe(2n ** 63n - 1n);
+  });
+
+  it('errors from the built package and from the sources are one vocabulary', async () => {
+    const core = await load('fencekeeper');
+    const BuiltStale = core.StaleTokenError as typeof SourceStaleTokenError;
+    expect(BuiltStale).not.toBe(SourceStaleTokenError); // two copies really
+    const built = new BuiltStale('r', 1n, 2n);
+    expect(built instanceof SourceStaleTokenError).toBe(true);
+    expect(new SourceStaleTokenError('r', 1n, 2n) instanceof BuiltStale).toBe(true);
+    expect(built.code).toBe('STALE_TOKEN');
+  });
+
+  it('internal files are not reachable through the exports map', async () => {
+    for (const specifier of ['fencekeeper/dist/src/token.js', 'fencekeeper/src/token.js', 'fencekeeper/zookeeper']) {
+      await expect(load(specifier), specifier).rejects.toThrow();
+    }
+  });
+
+  it('importing fencekeeper loads none of the adapters\' peer libraries', () => {
+    // ARCHITECTURE.md: pg, kysely, @aws-sdk/client-s3 and express are peers of
+    // their adapter only. Follow the static imports from the core's entry
+    // point through the built files and collect every bare specifier. (The
+    // CLI may load pg lazily for `migrate`; it is not reachable from here.)
+    const statement = /^\s*(?:import|export)\b[^'"]*?\bfrom\s*['"]([^'"]+)['"]|^\s*import\s*['"]([^'"]+)['"]/gm;
+    const seen = new Set<string>();
+    const bare = new Set<string>();
+    const visit = (file: string): void => {
+      if (seen.has(file)) return;
+      seen.add(file);
+      for (const match of readFileSync(file, 'utf8').matchAll(statement)) {
+        const spec = (match[1] ?? match[2])!;
+        if (spec.startsWith('.')) visit(join(dirname(file), spec));
+        else if (!spec.startsWith('node:')) bare.add(`${file.slice(root.length)}: ${spec}`);
+      }
+    };
+    visit(join(dist, 'src', 'index.js'));
+    expect(seen.size).toBeGreaterThan(3);
+    expect([...bare]).toEqual([]);
+  });
+});
