@@ -62,8 +62,13 @@ _fk_apt_install() {
   t0=$(fk_now_ms)
   fk_log "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
-  apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}" >&2
+  mkdir -p "$FK_STATE_DIR"
+  local log=$FK_STATE_DIR/apt.log
+  if ! { apt-get -o DPkg::Lock::Timeout=300 update -qq &&
+         apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    tail -30 "$log" >&2
+    fk_die "apt-get failed installing ${missing[*]} (full log: $log)"
+  fi
   fk_log "installed ${missing[*]} in $(fk_elapsed "$t0")s"
 }
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# What `npm test` runs: from a fresh Debian 12 with Node 20 (as root) to a
+# finished vitest run against real servers.
+#   1. node_modules (npm ci) if missing
+#   2. the Debian packages the test servers need, all missing ones in one
+#      apt-get update + install (a machine that has them pays nothing)
+#   3. npm run build: the tests import the built package by its name
+#   4. vitest run; its global setup starts (or reuses) ZooKeeper standalone
+#      and ensemble, Ceph RGW and PostgreSQL, and stops what it started
+# Extra arguments go to vitest: `npm test -- test/unit`, `npm test -- -t proxy`.
+# FK_NO_SERVERS=1 starts no server (unit tests only); FK_ZK_STANDALONE,
+# FK_ZK_ENSEMBLE, DATABASE_URL, S3_ENDPOINT point at servers of your own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. test/servers/lib.sh
+FK_SCRIPT=run-tests
+t0=$(fk_now_ms)
+
+if [ ! -d node_modules ]; then
+  fk_log "node_modules missing: npm ci"
+  npm ci --no-audit --no-fund >&2
+fi
+
+if [ -z "${FK_NO_SERVERS:-}" ]; then
+  pkgs=()
+  if [ -z "${FK_ZK_STANDALONE:-}" ] || [ -z "${FK_ZK_ENSEMBLE:-}" ]; then pkgs+=("${FK_PKGS_ZK[@]}"); fi
+  [ -n "${S3_ENDPOINT:-}" ] || pkgs+=("${FK_PKGS_RGW[@]}")
+  if [ -z "${DATABASE_URL:-}" ]; then
+    # a running server needs only the client (psql, pg_isready)
+    if ! fk_port_open "${FK_PG_PORT:-5432}"; then pkgs+=("${FK_PKGS_PG[@]}")
+    elif ! command -v psql >/dev/null || ! command -v pg_isready >/dev/null; then pkgs+=(postgresql-client); fi
+  fi
+  [ ${#pkgs[@]} -eq 0 ] || fk_ensure_packages "${pkgs[@]}"
+fi
+
+npm run --silent build >&2
+fk_log "ready to test after $(fk_elapsed "$t0")s"
+exec npx vitest run "$@"
