@@ -82,6 +82,8 @@ export interface Statement {
   readonly values: unknown[];
   /** Prepare once per connection (hot statements); ignored by Kysely, whose driver never names them. */
   readonly prepared: boolean;
+  /** The prepared statement's name when the caller has it cached (else derived from the text). */
+  readonly name?: string;
 }
 
 export interface Rows {
@@ -125,7 +127,7 @@ export async function run(db: Queryable, statement: Statement): Promise<Rows> {
     return { rows, rowCount: affected === undefined ? rows.length : Number(affected) };
   }
   const config: PgQueryConfig = statement.prepared
-    ? { name: statementName(statement.text), text: statement.text, values: statement.values }
+    ? { name: statement.name ?? statementName(statement.text), text: statement.text, values: statement.values }
     : { text: statement.text, values: statement.values };
   const answer: PgQueryResult | PgQueryResult[] = await db.query(config);
   // A parameterless text with several statements (a migration file) goes out

@@ -52,6 +52,16 @@ export function checkResource(resource: unknown): string {
  * undefined is almost always a bug in the caller, so it is refused).
  */
 export function checkColumns(value: unknown, what: string): [string, unknown][] {
+  const entries = checkColumnValues(value, what);
+  for (const [column] of entries) assertIdentifier(column, `${what} column`);
+  return entries;
+}
+
+/**
+ * The shape checks of checkColumns without validating the names (the caller
+ * validates them once per statement shape, see fencedUpdate).
+ */
+export function checkColumnValues(value: unknown, what: string): [string, unknown][] {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw new InvalidArgumentError(`${what} must be a plain object of { column: value }, got ${describe(value)}`);
   }
@@ -60,14 +70,9 @@ export function checkColumns(value: unknown, what: string): [string, unknown][] 
     throw new InvalidArgumentError(`${what} must be a plain object of { column: value }, got an instance of ${describe(value)}`);
   }
   const entries = Object.entries(value);
-  if (entries.length === 0) {
-    throw new InvalidArgumentError(`${what} must name at least one column`);
-  }
+  if (entries.length === 0) throw new InvalidArgumentError(`${what} must name at least one column`);
   for (const [column, columnValue] of entries) {
-    assertIdentifier(column, `${what} column`);
-    if (columnValue === undefined) {
-      throw new InvalidArgumentError(`${what}.${column} is undefined (pass null for SQL NULL)`);
-    }
+    if (columnValue === undefined) throw new InvalidArgumentError(`${what}.${column} is undefined (pass null for SQL NULL)`);
   }
   return entries;
 }

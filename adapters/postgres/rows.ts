@@ -15,8 +15,8 @@
 // fencekeeper_tombstones under (relation, row key), and fencedInsert() /
 // fencedUpsert() refuse to re-create a row whose tombstone is larger.
 import { StaleTokenError, formatToken, type FencingToken } from '../../src/index.js';
-import { readBigint, run, type Queryable } from './database.js';
-import { assertIdentifier, checkColumns, checkKey, checkToken, quoteIdentifier, quoteTable } from './identifiers.js';
+import { readBigint, run, statementName, type Queryable } from './database.js';
+import { assertIdentifier, checkColumnValues, checkColumns, checkKey, checkToken, quoteIdentifier, quoteTable } from './identifiers.js';
 import { InvalidArgumentError } from '../../src/index.js';
 
 export interface FencedUpdateOptions {
@@ -106,26 +106,55 @@ function checkOptions(options: unknown, what: string): Record<string, unknown> {
  */
 export async function fencedUpdate(db: Queryable, options: FencedUpdateOptions): Promise<number> {
   const o = checkOptions(options, 'fencedUpdate');
-  const table = quoteTable(o['table']);
   const token = checkToken(o['token']);
-  const tokenColumn = checkTokenColumn(o['tokenColumn']);
-  const where = checkColumns(o['where'], 'where');
-  const set = checkColumns(o['set'], 'set');
+  const where = checkColumnValues(o['where'], 'where');
+  const set = checkColumnValues(o['set'], 'set');
+  // The statement's text depends only on the names (and which where values
+  // are null): built and validated once per shape, then reused, so the hot
+  // path is a cache lookup, not regexes and string building per write.
+  const shapeKey = JSON.stringify([o['table'], o['tokenColumn'] ?? null, where.map(([c, v]) => (v === null ? `${c}\0` : c)), set.map(([c]) => c)]);
+  let shape = updateShapes.get(shapeKey);
+  if (shape === undefined) {
+    shape = updateShape(o['table'], o['tokenColumn'], where, set);
+    if (updateShapes.size >= 1024) updateShapes.clear();
+    updateShapes.set(shapeKey, shape);
+  }
+  const values: unknown[] = [formatToken(token)];
+  for (const [, value] of set) values.push(value);
+  for (const [, value] of where) if (value !== null) values.push(value);
+  const { rowCount } = await run(db, { text: shape.text, values, prepared: true, name: shape.name });
+  if (rowCount > 0) return rowCount;
+  await refuseIfStale(db, shape.table, where, shape.tokenColumn, token, o['table'] as string);
+  return 0;
+}
+
+interface UpdateShape {
+  readonly table: string;
+  readonly tokenColumn: string;
+  readonly text: string;
+  readonly name: string;
+}
+
+const updateShapes = new Map<string, UpdateShape>();
+
+function updateShape(tableName: unknown, tokenColumnName: unknown, where: readonly [string, unknown][], set: readonly [string, unknown][]): UpdateShape {
+  const table = quoteTable(tableName);
+  const tokenColumn = checkTokenColumn(tokenColumnName);
+  for (const [column] of where) assertIdentifier(column, 'where column');
+  for (const [column] of set) assertIdentifier(column, 'set column');
   if (set.some(([column]) => column === tokenColumn)) {
     throw new InvalidArgumentError(`set must not write the token column ${tokenColumn}: it is set to the token`);
   }
-
-  const values: unknown[] = [formatToken(token)];
+  // $1 is the token, then the set values, then the non-null where values, in
+  // the order fencedUpdate pushes them.
+  const numbered: unknown[] = [null];
   const assignments = set.map(([column, value]) => {
-    values.push(value);
-    return `${quoteIdentifier(column)} = $${values.length}`;
+    numbered.push(value);
+    return `${quoteIdentifier(column)} = $${numbered.length}`;
   });
   assignments.push(`${quoteIdentifier(tokenColumn)} = $1`);
-  const text = `UPDATE ${table} SET ${assignments.join(', ')} WHERE ${whereClause(where, values)} AND ${tokenPasses(tokenColumn, '$1')}`;
-  const { rowCount } = await run(db, { text, values, prepared: true });
-  if (rowCount > 0) return rowCount;
-  await refuseIfStale(db, table, where, tokenColumn, token, o['table'] as string);
-  return 0;
+  const text = `UPDATE ${table} SET ${assignments.join(', ')} WHERE ${whereClause(where, numbered)} AND ${tokenPasses(tokenColumn, '$1')}`;
+  return { table, tokenColumn, text, name: statementName(text) };
 }
 
 /**

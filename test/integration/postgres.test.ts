@@ -224,6 +224,22 @@ describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
     expect(row).toEqual({ body: 'z', fencing_token: '9' });
   });
 
+  it('fencedUpdate: a null in where matches IS NULL; a NULL token is claimed by the first fenced write', async () => {
+    await sql('INSERT INTO docs (id, body, fencing_token) VALUES (4200, NULL, NULL), (4201, $1, NULL)', ['set']);
+    expect(await fencedUpdate(db, { table: 'docs', where: { id: 4200, body: null }, set: { body: 'filled' }, token: 3n })).toBe(1);
+    expect(await fencedUpdate(db, { table: 'docs', where: { id: 4201, body: null }, set: { body: 'nope' }, token: 3n })).toBe(0);
+    expect(await fencedUpdate(db, { table: 'docs', where: { id: 4201, body: 'set' }, set: { body: 'ok' }, token: 3n })).toBe(1);
+    await expect(fencedUpdate(db, { table: 'docs', where: { id: 4200 }, set: { body: 'old' }, token: 2n })).rejects.toMatchObject({ current: 3n });
+  });
+
+  it('fencedDelete with an explicit key deletes several rows and keeps a tombstone for each', async () => {
+    for (const id of [4300, 4301, 4302]) await fencedInsert(db, { table: 'docs', key: ['id'], values: { id, body: 'batch' }, token: id === 4302 ? 90n : 60n });
+    // 4302 holds a larger token: skipped, and since others were deleted no error.
+    expect(await fencedDelete(db, { table: 'docs', where: { body: 'batch' }, key: ['id'], token: 61n })).toBe(2);
+    await expect(fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 4301, body: 'zombie' }, token: 60n })).rejects.toMatchObject({ current: 61n });
+    expect((await sql('SELECT id FROM docs WHERE body = $1', ['batch'])).map((r) => (r as { id: number }).id)).toEqual([4302]);
+  });
+
   it('fencedUpdate: a token beyond 2^53 round-trips exactly (bigint at the edge, global parsers untouched)', async () => {
     const big = (1n << 62n) + 12345n;
     await sql('INSERT INTO docs (id, body, fencing_token) VALUES (4100, $1, $2)', ['x', big.toString()]);

@@ -1,0 +1,165 @@
+// Benchmark: what fencing costs in PostgreSQL. One run, one database, one
+// connection count for every mode:
+//   plain        UPDATE ... SET body = $1 WHERE id = $2          (named prepared statement)
+//   fencedUpdate the same update through fencedUpdate() (fence condition + token write)
+//   tx           BEGIN; the plain UPDATE; COMMIT                 (a checked-out client)
+//   withFence    withFence(resource, token, the plain UPDATE)    (= tx + one fence statement)
+//
+//   npm run build && node test/bench/postgres-bench.mjs
+//
+// DATABASE_URL (default postgres://root@127.0.0.1:5432/test), BENCH_CONNECTIONS
+// (pool size = concurrent workers, default 8), BENCH_SECONDS (per block,
+// default 2), BENCH_ROUNDS (default 5), BENCH_ROWS (default 1000),
+// FK_POSTGRES_ADAPTER (path of the built adapter; default ../../dist/...).
+// Each worker updates random rows by primary key (withFence: the resource is
+// the row, so holders rarely contend and the figure is the statement's cost,
+// not lock waits); the token stays the same (the same holder writing many
+// times, the common case). Modes take turns in rotating blocks, so load from
+// elsewhere on the machine falls on all of them alike; the totals over all
+// blocks are reported, with the median of the per-round ratios (each round's
+// blocks run back to back, so a ratio within a round sees nearly the same
+// machine). On a busy machine transactions per second swing; CPU time per
+// operation swings far less, so the script also prints the server backends'
+// CPU (from /proc/<pid>/stat of the pool's backends, when the server is local)
+// and this process's CPU per operation.
+// A script that prints figures: nothing asserts on time.
+import { readFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import pg from 'pg';
+
+const adapterPath = process.env.FK_POSTGRES_ADAPTER ?? new URL('../../dist/adapters/postgres/index.js', import.meta.url).href;
+const { migrate, fencedUpdate, withFence } = await import(adapterPath);
+
+const url = process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test';
+const connections = Number(process.env.BENCH_CONNECTIONS ?? 8);
+const seconds = Number(process.env.BENCH_SECONDS ?? 2);
+const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
+const rowCount = Number(process.env.BENCH_ROWS ?? 1000);
+const schema = `fk_pgbench_${randomBytes(4).toString('hex')}`;
+const TOKEN = 34n;
+
+const admin = new pg.Pool({ connectionString: url, max: 1 });
+await admin.query(`CREATE SCHEMA ${schema}`);
+// idleTimeoutMillis 0: the same backends serve every block, so their CPU can be read.
+const pool = new pg.Pool({ connectionString: url, max: connections, idleTimeoutMillis: 0, options: `-c search_path=${schema}` });
+
+const UPDATE = { name: 'bench_plain_update', text: 'UPDATE docs SET body = $1 WHERE id = $2' };
+const randomId = () => 1 + Math.floor(Math.random() * rowCount);
+
+const MODES = {
+  plain: async (id, body) => {
+    await pool.query({ ...UPDATE, values: [body, id] });
+  },
+  fencedUpdate: async (id, body) => {
+    await fencedUpdate(pool, { table: 'docs', where: { id }, set: { body }, token: TOKEN });
+  },
+  tx: async (id, body) => {
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query({ ...UPDATE, values: [body, id] });
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+  },
+  withFence: async (id, body) => {
+    await withFence(pool, `docs:${id}`, TOKEN, (client) => client.query({ ...UPDATE, values: [body, id] }));
+  },
+};
+
+try {
+  await migrate(pool);
+  await pool.query('CREATE TABLE docs (id int PRIMARY KEY, body text, fencing_token bigint NOT NULL DEFAULT 0)');
+  await pool.query(`INSERT INTO docs (id, body, fencing_token) SELECT g, 'initial', 1 FROM generate_series(1, ${rowCount}) g`);
+  await pool.query(`INSERT INTO fencekeeper_fences (resource, token) SELECT 'docs:' || g, 1 FROM generate_series(1, ${rowCount}) g`);
+  await pool.query('VACUUM ANALYZE docs');
+  await pool.query('VACUUM ANALYZE fencekeeper_fences');
+
+  // The pool's backends: check every connection out at once to learn their pids.
+  const clients = await Promise.all(Array.from({ length: connections }, () => pool.connect()));
+  const pids = await Promise.all(clients.map(async (c) => (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid));
+  for (const c of clients) c.release();
+  const serverTicks = () => {
+    let ticks = 0;
+    for (const pid of pids) {
+      try {
+        const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+        ticks += Number(fields[11]) + Number(fields[12]); // utime + stime (fields 14 and 15)
+      } catch {
+        return Number.NaN; // the server is not on this machine
+      }
+    }
+    return ticks;
+  };
+  const TICK_MS = 10; // USER_HZ is 100 on Linux
+
+  const totals = Object.fromEntries(Object.keys(MODES).map((name) => [name, { ops: 0, ms: 0, latencies: [], serverMs: 0, clientMs: 0, rounds: [] }]));
+  const block = async (name, ms, record) => {
+    const op = MODES[name];
+    const deadline = performance.now() + ms;
+    const ticks0 = serverTicks();
+    const cpu0 = process.cpuUsage();
+    const start = performance.now();
+    let ops = 0;
+    const latencies = [];
+    await Promise.all(Array.from({ length: connections }, async () => {
+      while (performance.now() < deadline) {
+        const t0 = performance.now();
+        await op(randomId(), `b${ops}`);
+        latencies.push(performance.now() - t0);
+        ops += 1;
+      }
+    }));
+    if (record) {
+      const elapsed = performance.now() - start;
+      const cpu = process.cpuUsage(cpu0);
+      const total = totals[name];
+      total.ops += ops;
+      total.ms += elapsed;
+      total.serverMs += (serverTicks() - ticks0) * TICK_MS;
+      total.clientMs += (cpu.user + cpu.system) / 1000;
+      total.rounds.push(ops / elapsed);
+      for (const latency of latencies) total.latencies.push(latency);
+    }
+  };
+
+  for (const name of Object.keys(MODES)) await block(name, 500, false); // warm up: connections, plans, caches
+  const names = Object.keys(MODES);
+  for (let round = 0; round < rounds; round += 1) {
+    // Rotate the starting mode each round.
+    for (let i = 0; i < names.length; i += 1) await block(names[(i + round) % names.length], seconds * 1000, true);
+  }
+
+  const summary = {};
+  for (const [name, total] of Object.entries(totals)) {
+    const sorted = total.latencies.sort((a, b) => a - b);
+    const at = (q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+    summary[name] = {
+      tps: total.ops / (total.ms / 1000), p50: at(0.5), p99: at(0.99), ops: total.ops,
+      serverUs: (total.serverMs * 1000) / total.ops, clientUs: (total.clientMs * 1000) / total.ops, rounds: total.rounds,
+    };
+  }
+  const { rows: [{ server_version: version }] } = await pool.query('SHOW server_version');
+  console.log(`PostgreSQL ${version}, ${connections} connections, ${rounds} rounds x ${seconds}s per mode, ${rowCount} rows`);
+  console.log('mode           tx/s   p50 ms   p99 ms   server CPU us/op   client CPU us/op   ops');
+  for (const [name, s] of Object.entries(summary)) {
+    console.log(`${name.padEnd(13)} ${s.tps.toFixed(0).padStart(5)}   ${s.p50.toFixed(3).padStart(6)}   ${s.p99.toFixed(3).padStart(6)}   ${s.serverUs.toFixed(1).padStart(16)}   ${s.clientUs.toFixed(1).padStart(16)}   ${s.ops}`);
+  }
+  const median = (values) => { const v = [...values].sort((a, b) => a - b); return v[Math.floor(v.length / 2)]; };
+  const ratio = (a, b) => {
+    const total = summary[a].tps / summary[b].tps;
+    const perRound = median(summary[a].rounds.map((r, i) => r / summary[b].rounds[i]));
+    const cpu = (summary[b].serverUs + summary[b].clientUs) / (summary[a].serverUs + summary[a].clientUs);
+    return `${total.toFixed(3)}x overall, ${perRound.toFixed(3)}x median per round, ${cpu.toFixed(3)}x by CPU per op`;
+  };
+  console.log(`fencedUpdate / plain: ${ratio('fencedUpdate', 'plain')}   (aim: within 5%)`);
+  console.log(`withFence / tx:       ${ratio('withFence', 'tx')}   (one more statement in BEGIN/UPDATE/COMMIT)`);
+  console.log(`tx / plain:           ${ratio('tx', 'plain')}`);
+  console.log(`load average at the end: ${(await import('node:os')).loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+} finally {
+  await pool.end();
+  await admin.query(`DROP SCHEMA ${schema} CASCADE`);
+  await admin.end();
+}
