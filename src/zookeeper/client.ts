@@ -120,9 +120,9 @@ interface Request<T = unknown> {
   readonly encode: (w: JuteWriter) => void;
   readonly decode: (r: JuteReader) => T;
   /** Turns a server error into a value (exists: NONODE -> null); undefined means reject. */
-  readonly recover?: (err: number) => { value: T } | undefined;
+  readonly recover?: ((err: number) => { value: T } | undefined) | undefined;
   /** Registers the one-shot watch once the reply says the server has set it. */
-  readonly watch?: { readonly watcher: Watcher; readonly kindFor: (err: number) => WatchKind | null };
+  readonly watch?: { readonly watcher: Watcher; readonly kindFor: (err: number) => WatchKind | null } | undefined;
   readonly resolve: (value: T) => void;
   readonly reject: (error: Error) => void;
   xid: number;
@@ -513,7 +513,22 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
     if (this.#state === 'expired') return Promise.reject(new SessionExpiredError());
     if (this.#state === 'closed' || this.#closing) return Promise.reject(new ClientClosedError());
     return new Promise<T>((resolve, reject) => {
-      this.#enqueue({ ...spec, resolve, reject, xid: 0, sentAt: 0 } as Request<T> as Request);
+      // Every field spelled out, present or not: one object shape for every
+      // request keeps the hot path monomorphic (an object spread of specs
+      // with different optional fields cost ~20% of the client's CPU).
+      const request: Request<T> = {
+        opcode: spec.opcode,
+        path: spec.path,
+        encode: spec.encode,
+        decode: spec.decode,
+        recover: spec.recover,
+        watch: spec.watch,
+        resolve,
+        reject,
+        xid: 0,
+        sentAt: 0,
+      };
+      this.#enqueue(request as Request);
     });
   }
 
