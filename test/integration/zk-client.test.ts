@@ -442,7 +442,7 @@ describe('pipelining', () => {
     } as typeof original;
     let results: unknown[];
     try {
-      const burst = [zk.create(`${base}/p/a`), zk.getChildren(`${base}/p`)];
+      const burst: Promise<unknown>[] = [zk.create(`${base}/p/a`), zk.getChildren(`${base}/p`)];
       for (let i = 0; i < 100; i++) burst.push(zk.exists(`${base}/p`));
       results = await Promise.all(burst);
     } finally {
