@@ -25,6 +25,7 @@ commands:
   elect <name> -- cmd [args...]    campaign for <name>; run cmd while leader (FENCING_TOKEN = epoch)
   status <lock>                    the holder and the waiters of <lock>, in order, with their tokens
   migrate                          create the fence table in DATABASE_URL's database (idempotent)
+  demo                             play the paused-holder timeline against real servers
 
 Run 'fencekeeper <command> --help' for a command's options.
 Environment: ZOOKEEPER (connect string), DATABASE_URL, S3_ENDPOINT.`,
@@ -65,6 +66,18 @@ Print the holder of <lock> and its waiters in grant order, with their tokens
 Apply fencekeeper's SQL migrations (the fencekeeper_fences table) to the
 database at --database-url or $DATABASE_URL. Idempotent; safe to run from
 several processes at once.`,
+  demo: `usage: fencekeeper demo [--unfenced]
+
+Play seed 000's timeline with real processes and real servers: holder A
+acquires jobs/reindex and writes to a PostgreSQL row, an S3 object and an
+HTTP service; A is frozen (SIGSTOP) past its session timeout; B acquires
+with a larger token and writes; A resumes and writes with its old token.
+Every resource refuses A. Exit 0 only if every stale write was refused.
+--unfenced makes the same writes without fencing (and exits 1).
+
+Servers from ZOOKEEPER (127.0.0.1:2181), DATABASE_URL, S3_ENDPOINT
+(http://127.0.0.1:7480), S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION.
+'npm run demo' starts them first.`,
 };
 
 function out(text: string): void {
@@ -237,6 +250,17 @@ async function migrateCommand(argv: readonly string[]): Promise<number> {
   }
 }
 
+async function demo(argv: readonly string[]): Promise<number> {
+  const { values, positionals } = parse(argv, { unfenced: { type: 'boolean' } });
+  if (values.help) {
+    out(HELP.demo as string);
+    return ExitCode.ok;
+  }
+  if (positionals.length > 0) throw new UsageError('demo takes no arguments');
+  const { runDemo } = await import('./demo.js');
+  return runDemo(values.unfenced === true ? { unfenced: true } : {});
+}
+
 export async function main(argv: readonly string[]): Promise<number> {
   const [command, ...rest] = argv;
   try {
@@ -248,6 +272,8 @@ export async function main(argv: readonly string[]): Promise<number> {
         return await status(rest);
       case 'migrate':
         return await migrateCommand(rest);
+      case 'demo':
+        return await demo(rest);
       case undefined:
       case 'help':
       case '--help':

@@ -1,0 +1,59 @@
+/**
+ * One lock holder of the demo (a separate process, so the orchestrator can
+ * SIGSTOP it like a 25 s GC pause). It speaks JSON lines on stdout and takes
+ * 'go' lines on stdin.
+ *
+ * Holder A's story is seed 000's: it acquires, writes, checks `lock.held`
+ * (true), and is frozen right after that check. When it resumes it goes on
+ * to write with the token it had, without checking again: exactly the code
+ * that a lock alone cannot save. The resources refuse it.
+ */
+import { createInterface } from 'node:readline';
+import { performance } from 'node:perf_hooks';
+import { ZooKeeperClient, acquireLock, formatToken, type FencingToken } from '../index.js';
+import { openDemoResources, type DemoResources } from './demo-resources.js';
+
+type Report = Record<string, unknown> & { event: string };
+
+function report(message: Report): void {
+  process.stdout.write(`${JSON.stringify({ ...message, at: performance.timeOrigin + performance.now() })}\n`);
+}
+
+async function writeAll(resources: DemoResources, actor: string, token: FencingToken): Promise<void> {
+  for (const write of resources.writers) {
+    const outcome = await write.write(`written by ${actor} with token ${formatToken(token)}`, token);
+    report({ event: 'write', resource: write.name, token: formatToken(token), ...outcome });
+  }
+}
+
+async function main(): Promise<void> {
+  const actor = process.env.DEMO_ACTOR ?? '?';
+  const lockName = process.env.DEMO_LOCK ?? 'jobs/reindex';
+  const sessionTimeoutMs = Number(process.env.DEMO_SESSION_TIMEOUT_MS ?? 4000);
+  const resources = await openDemoResources(process.env);
+  const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+
+  const zk = await ZooKeeperClient.connect({ connectString: process.env.ZOOKEEPER ?? '127.0.0.1:2181', sessionTimeoutMs });
+  const lock = await acquireLock(zk, lockName, { owner: `demo holder ${actor}` });
+  report({ event: 'acquired', token: formatToken(lock.token), sessionTimeoutMs: zk.sessionTimeoutMs });
+  await writeAll(resources, actor, lock.token);
+
+  if (process.env.DEMO_PAUSE === '1') {
+    // The check that passes just before the pause: after it, this code
+    // believes it holds the lock, whatever happens while it is frozen.
+    report({ event: 'checked', held: lock.held });
+    await lines.next(); // frozen here (SIGSTOP), then told to go on
+    const held = lock.held; // the first thing it reads after resuming
+    report({ event: 'resumed', held, signalAborted: lock.signal.aborted, reason: (lock.signal.reason as Error | undefined)?.message ?? null });
+    await writeAll(resources, actor, lock.token);
+  }
+  await lock.release();
+  await zk.close().catch(() => undefined);
+  await resources.close();
+  report({ event: 'done' });
+}
+
+main().catch((error: unknown) => {
+  report({ event: 'error', message: (error as Error)?.message ?? String(error) });
+  process.exitCode = 1;
+});

@@ -1,0 +1,293 @@
+/**
+ * `fencekeeper demo`: seed 000's timeline, played for real.
+ *
+ *   t0  holder A acquires jobs/reindex (token n) and writes to a Postgres row,
+ *       an S3 object and an HTTP service
+ *   t1  A is frozen (SIGSTOP: the 25 s GC pause) right after checking that it
+ *       holds the lock
+ *   t2  ZooKeeper hears nothing from A for its session timeout, expires the
+ *       session and deletes A's lock node
+ *   t3  holder B acquires (token m > n) and writes
+ *   t4  A resumes (SIGCONT) and writes with token n, still believing it holds
+ *       the lock: every resource refuses it and keeps B's data
+ *
+ * Exit code 0 only if every stale write was refused and every resource ends
+ * with B's data. DEMO_UNFENCED=1 (or --unfenced) performs the same writes
+ * without fencing, to show the corruption the tokens prevent: it exits 1.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer, type Server } from 'node:http';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { ZooKeeperClient, lockStatus, parseToken } from '../index.js';
+import { openDemoResources } from './demo-resources.js';
+
+interface Row {
+  readonly at: number;
+  readonly actor: string;
+  readonly token: string;
+  readonly action: string;
+  readonly outcome: string;
+}
+
+interface WorkerMessage {
+  readonly event: string;
+  readonly at: number;
+  readonly [field: string]: unknown;
+}
+
+export interface DemoOptions {
+  readonly unfenced?: boolean;
+  readonly print?: (line: string) => void;
+}
+
+const WORKER = fileURLToPath(new URL('./demo-worker.js', import.meta.url));
+
+class Worker {
+  readonly child: ChildProcess;
+  readonly #messages: WorkerMessage[] = [];
+  readonly #waiters: { event: string; resolve: (m: WorkerMessage) => void }[] = [];
+  #stderr = '';
+  readonly exited: Promise<number | null>;
+
+  constructor(actor: string, env: NodeJS.ProcessEnv) {
+    this.child = spawn(process.execPath, [WORKER], { env: { ...env, DEMO_ACTOR: actor }, stdio: ['pipe', 'pipe', 'pipe'] });
+    this.exited = once(this.child, 'exit').then(([code]) => code as number | null);
+    this.child.stderr?.setEncoding('utf8').on('data', (c: string) => (this.#stderr += c));
+    createInterface({ input: this.child.stdout as NodeJS.ReadableStream }).on('line', (line) => {
+      let message: WorkerMessage;
+      try {
+        message = JSON.parse(line) as WorkerMessage;
+      } catch {
+        return; // not ours
+      }
+      this.#messages.push(message);
+      for (const w of [...this.#waiters]) {
+        if (w.event === message.event || message.event === 'error') {
+          this.#waiters.splice(this.#waiters.indexOf(w), 1);
+          w.resolve(message);
+        }
+      }
+    });
+  }
+
+  get messages(): readonly WorkerMessage[] {
+    return this.#messages;
+  }
+
+  /** The next message of this kind (or the worker's error report, or its death). */
+  async next(event: string, timeoutMs = 30_000): Promise<WorkerMessage> {
+    const seen = this.#messages.find((m) => m.event === event || m.event === 'error');
+    const waiting =
+      seen !== undefined
+        ? Promise.resolve(seen)
+        : new Promise<WorkerMessage>((resolve) => this.#waiters.push({ event, resolve }));
+    let timer: NodeJS.Timeout | undefined;
+    const died = this.exited.then((code) => {
+      throw new Error(`demo worker exited (${code}) before '${event}': ${this.#stderr.trim()}`);
+    });
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`demo worker: no '${event}' within ${timeoutMs} ms`)), timeoutMs);
+    });
+    try {
+      const message = await Promise.race([waiting, died, late]);
+      if (message.event === 'error') throw new Error(`demo worker failed: ${String(message.message)}`);
+      return message;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  send(line: string): void {
+    this.child.stdin?.write(`${line}\n`);
+  }
+
+  kill(): void {
+    if (this.child.exitCode === null && this.child.signalCode === null) {
+      this.child.kill('SIGCONT');
+      this.child.kill('SIGKILL');
+    }
+  }
+}
+
+/** The HTTP resource: a tiny Express service whose PUT is behind fencing(). */
+async function startService(databaseUrl: string, resource: string, unfenced: boolean): Promise<{ server: Server; url: string; close: () => Promise<void> }> {
+  const [{ default: express }, { default: pg }, { fencing }, { PostgresFenceStore }] = await Promise.all([
+    import('express'),
+    import('pg'),
+    import('../../adapters/express/index.js'),
+    import('../../adapters/postgres/index.js'),
+  ]);
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
+  const state: { body: string | null; token: string | null } = { body: null, token: null };
+  const app = express();
+  const guard = unfenced ? [] : [fencing({ store: new PostgresFenceStore(pool), resource })];
+  app.put('/reports/reindex', ...guard, express.text(), (req, res) => {
+    state.body = typeof req.body === 'string' ? req.body : null;
+    state.token = req.fencing ? req.fencing.token.toString() : (req.get('fencing-token') ?? null);
+    res.status(204).end();
+  });
+  app.get('/reports/reindex', (_req, res) => {
+    res.json(state);
+  });
+  const server = createServer(app);
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('service did not listen');
+  return {
+    server,
+    url: `http://127.0.0.1:${address.port}/reports/reindex`,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await pool.end();
+    },
+  };
+}
+
+function formatTable(rows: readonly Row[], start: number): string[] {
+  const header = ['time', 'actor', 'token', 'action', 'outcome'];
+  const cells = rows.map((r) => [`t+${((r.at - start) / 1000).toFixed(2)}s`, r.actor, r.token, r.action, r.outcome]);
+  const widths = header.map((h, c) => Math.max(h.length, ...cells.map((row) => (row[c] as string).length)));
+  const line = (cols: string[]): string => cols.map((v, c) => v.padEnd(widths[c] as number)).join(' | ').trimEnd();
+  return [line(header), widths.map((w) => '-'.repeat(w)).join('-+-'), ...cells.map(line)];
+}
+
+export async function runDemo(options: DemoOptions = {}): Promise<number> {
+  const print = options.print ?? ((line: string) => process.stdout.write(`${line}\n`));
+  const unfenced = options.unfenced ?? process.env.DEMO_UNFENCED === '1';
+  const run = `${process.pid}_${Date.now().toString(36)}`;
+  const zookeeper = process.env.ZOOKEEPER ?? '127.0.0.1:2181';
+  const databaseUrl = process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test';
+  const lockName = process.env.DEMO_LOCK ?? 'jobs/reindex';
+  const sessionTimeoutMs = 4000;
+  const table = `fencekeeper_demo_${run}`;
+  const start = Date.now();
+  const rows: Row[] = [];
+  const note = (actor: string, token: string, action: string, outcome: string, at = Date.now()): void => {
+    rows.push({ at, actor, token, action, outcome });
+  };
+
+  print(`fencekeeper demo: seed 000's paused holder, against real servers${unfenced ? ' (UNFENCED: writes skip the token check)' : ''}`);
+  print(`  ZooKeeper ${zookeeper}, PostgreSQL ${databaseUrl.replace(/\/\/[^@]*@/, '//')}, S3 ${process.env.S3_ENDPOINT ?? 'http://127.0.0.1:7480'}`);
+
+  const { default: pg } = await import('pg');
+  const { migrate } = await import('../../adapters/postgres/index.js');
+  const admin = new pg.Pool({ connectionString: databaseUrl, max: 1 });
+  const zk = await ZooKeeperClient.connect({ connectString: zookeeper, sessionTimeoutMs: 10_000 });
+  let service: Awaited<ReturnType<typeof startService>> | null = null;
+  const workers: Worker[] = [];
+  const bucket = process.env.DEMO_BUCKET ?? 'fencekeeper-demo';
+  const key = `reindex/${run}.txt`;
+  try {
+    await migrate(admin);
+    await admin.query(`create table ${table} (id int primary key, body text not null, fencing_token bigint not null)`);
+    const { S3Client, CreateBucketCommand } = await import('@aws-sdk/client-s3');
+    const s3 = new S3Client({
+      endpoint: process.env.S3_ENDPOINT ?? 'http://127.0.0.1:7480',
+      region: process.env.S3_REGION ?? 'us-east-1',
+      forcePathStyle: true,
+      credentials: { accessKeyId: process.env.S3_ACCESS_KEY ?? 'test', secretAccessKey: process.env.S3_SECRET_KEY ?? 'testsecret' },
+    });
+    try {
+      await s3.send(new CreateBucketCommand({ Bucket: bucket }));
+    } catch (error) {
+      const name = (error as { name?: string }).name;
+      if (name !== 'BucketAlreadyOwnedByYou' && name !== 'BucketAlreadyExists') throw error;
+    } finally {
+      s3.destroy();
+    }
+    service = await startService(databaseUrl, `demo/${run}/report`, unfenced);
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      ZOOKEEPER: zookeeper,
+      DATABASE_URL: databaseUrl,
+      DEMO_TABLE: table,
+      DEMO_BUCKET: bucket,
+      DEMO_KEY: key,
+      DEMO_URL: service.url,
+      DEMO_LOCK: lockName,
+      DEMO_SESSION_TIMEOUT_MS: String(sessionTimeoutMs),
+      DEMO_UNFENCED: unfenced ? '1' : '0',
+    };
+
+    // t0: A acquires and writes.
+    const a = new Worker('A', { ...env, DEMO_PAUSE: '1' });
+    workers.push(a);
+    const acquiredA = await a.next('acquired');
+    const tokenA = acquiredA.token as string;
+    note('A', tokenA, `acquire ${lockName} (session timeout ${String(acquiredA.sessionTimeoutMs)} ms)`, 'granted', acquiredA.at);
+    const checked = await a.next('checked');
+    for (const w of a.messages.filter((m) => m.event === 'write')) note('A', tokenA, `write ${String(w.resource)}`, `${String(w.outcome)} (${String(w.detail)})`, w.at);
+    note('A', tokenA, 'checks lock.held before its next write', String(checked.held), checked.at);
+
+    // t1: the pause.
+    a.child.kill('SIGSTOP');
+    note('A', tokenA, 'SIGSTOP: frozen like a long GC pause', 'paused');
+
+    // t2: ZooKeeper expires A's session and deletes its node.
+    const expiredBy = Date.now() + 30_000;
+    for (;;) {
+      const status = await lockStatus(zk, lockName);
+      if (status.holder === null || status.holder.token !== parseToken(tokenA)) break;
+      if (Date.now() > expiredBy) throw new Error("A's session did not expire within 30 s");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    note('zookeeper', tokenA, "A's session times out: its lock node is deleted", 'lock free');
+
+    // t3: B acquires with a larger token and writes.
+    const b = new Worker('B', { ...env, DEMO_PAUSE: '0' });
+    workers.push(b);
+    const acquiredB = await b.next('acquired');
+    const tokenB = acquiredB.token as string;
+    note('B', tokenB, `acquire ${lockName}`, `granted (token ${BigInt(tokenB) > BigInt(tokenA) ? '>' : '<='} A's)`, acquiredB.at);
+    await b.next('done');
+    for (const w of b.messages.filter((m) => m.event === 'write')) note('B', tokenB, `write ${String(w.resource)}`, `${String(w.outcome)} (${String(w.detail)})`, w.at);
+    note('B', tokenB, `release ${lockName}`, 'released');
+
+    // t4: A resumes and writes with its old token, without checking again.
+    a.child.kill('SIGCONT');
+    note('A', tokenA, 'SIGCONT: resumes, still believing it holds the lock', 'running');
+    a.send('go');
+    const resumed = await a.next('resumed');
+    note('A', tokenA, 'reads lock.held (first thing after resuming)', `${String(resumed.held)}${resumed.reason ? ` (${String(resumed.reason)})` : ''}`, resumed.at);
+    await a.next('done');
+    const staleWrites = a.messages.filter((m) => m.event === 'write').slice(3);
+    for (const w of staleWrites) note('A', tokenA, `write ${String(w.resource)} with its old token`, `${String(w.outcome)} (${String(w.detail)})`, w.at);
+
+    // What the resources hold now.
+    const resources = await openDemoResources({ ...env });
+    const final = await resources.read();
+    await resources.close();
+
+    rows.sort((x, y) => x.at - y.at);
+    print('');
+    for (const line of formatTable(rows, rows[0]?.at ?? start)) print(line);
+    print('');
+    print('final state:');
+    let ok = true;
+    for (const name of ['postgres', 's3', 'http'] as const) {
+      const stale = staleWrites.find((w) => w.resource === name);
+      const refused = stale?.outcome === 'refused';
+      const holdsB = final[name].token === tokenB && (final[name].body ?? '').includes('written by B');
+      ok &&= refused && holdsB;
+      print(`  ${name.padEnd(8)} holds "${final[name].body ?? '(nothing)'}" (token ${final[name].token ?? '-'}): A's stale write ${refused ? 'refused' : 'ACCEPTED'}${holdsB ? '' : " — B's data LOST"}`);
+    }
+    print('');
+    print(
+      ok
+        ? `PASS: every resource refused A's stale token ${tokenA} after B's ${tokenB}; the lock alone could not have stopped A.`
+        : `FAIL: a stale write was accepted${unfenced ? ' (fencing disabled)' : ''}: a paused holder corrupted the data.`,
+    );
+    return ok ? 0 : 1;
+  } finally {
+    for (const w of workers) w.kill();
+    await service?.close().catch(() => undefined);
+    await admin.query(`drop table if exists ${table}`).catch(() => undefined);
+    await admin.end().catch(() => undefined);
+    await zk.close().catch(() => undefined);
+  }
+}
+
