@@ -21,7 +21,7 @@ for s in zk-standalone.sh postgres.sh rgw.sh; do
   vars=$(bash "test/servers/$s" acquire)
   acquired+=("$s")
   while IFS='=' read -r name value; do
-    [[ "$name" =~ ^[A-Z][A-Z0-9_]*$ ]] && export "$name=$value"
+    if [[ "$name" =~ ^[A-Z][A-Z0-9_]*$ ]]; then export "$name=$value"; fi
   done <<<"$vars"
 done
 export ZOOKEEPER=$FK_ZK_STANDALONE

@@ -4,9 +4,12 @@
 #   1. node_modules (npm ci) if missing
 #   2. the Debian packages the test servers need, all missing ones in one
 #      apt-get update + install (a machine that has them pays nothing)
-#   3. npm run build: the tests import the built package by its name
-#   4. vitest run; its global setup starts (or reuses) ZooKeeper standalone
-#      and ensemble, Ceph RGW and PostgreSQL, and stops what it started
+#   3. npm run build (the tests import the built package by its name), while
+#      the servers start in the background: ZooKeeper standalone and
+#      ensemble, Ceph RGW, PostgreSQL (test/servers/*.sh acquire: reuse one
+#      that answers, else start it); their addresses are exported, so the
+#      vitest global setup finds them set and starts nothing itself
+#   4. vitest run; on exit, release the servers (stopping what was started)
 # Extra arguments go to vitest: `npm test -- test/unit`, `npm test -- -t proxy`.
 # FK_NO_SERVERS=1 starts no server (unit tests only); FK_ZK_STANDALONE,
 # FK_ZK_ENSEMBLE, DATABASE_URL, S3_ENDPOINT point at servers of your own.
@@ -33,6 +36,37 @@ if [ -z "${FK_NO_SERVERS:-}" ]; then
   [ ${#pkgs[@]} -eq 0 ] || fk_ensure_packages "${pkgs[@]}"
 fi
 
+# Servers start while tsc builds: on two cores both are mostly waiting anyway.
+work=$(mktemp -d)
+scripts=()
+pids=()
+release() {
+  local s
+  for s in "${scripts[@]}"; do FK_USER_PID=$$ bash "test/servers/$s" release || true; done
+  rm -rf "$work"
+}
+trap release EXIT
+if [ -z "${FK_NO_SERVERS:-}" ]; then
+  for entry in zk-standalone.sh:FK_ZK_STANDALONE zk-ensemble.sh:FK_ZK_ENSEMBLE postgres.sh:DATABASE_URL rgw.sh:S3_ENDPOINT; do
+    script=${entry%%:*} given=${entry#*:}
+    [ -z "${!given:-}" ] || continue
+    FK_USER_PID=$$ bash "test/servers/$script" acquire >"$work/$script.env" 2>"$work/$script.log" &
+    pids+=($!)
+    scripts+=("$script")
+  done
+fi
+
 npm run --silent build >&2
+
+failed=0
+for i in "${!pids[@]}"; do
+  script=${scripts[i]}
+  if ! wait "${pids[i]}"; then failed=1; fi
+  sed 's/^/[servers] /' "$work/$script.log" >&2
+  while IFS='=' read -r name value; do
+    if [[ "$name" =~ ^[A-Z][A-Z0-9_]*$ ]]; then export "$name=$value"; fi
+  done <"$work/$script.env"
+done
+[ "$failed" = 0 ] || fk_die "a test server did not start (see above)"
 fk_log "ready to test after $(fk_elapsed "$t0")s"
-exec npx vitest run "$@"
+npx vitest run "$@"

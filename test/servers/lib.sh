@@ -31,14 +31,19 @@ fk_safe_dir() {
 
 # Run "$@" holding an exclusive lock named $1 (scripts started in parallel
 # by the global setup, or by two test runs, must not race on start/stop).
+# Locks are machine-wide and named after the server's port, not kept in the
+# state dir: two runs with different FK_STATE_DIRs but the same ports would
+# otherwise both see a free port and race to bind it. (Give a private
+# FK_STATE_DIR private ports too: users and PID files live in the state dir.)
 # The lock is fd 9: every daemon started under it must be launched with 9>&-.
+FK_LOCK_DIR=${FK_LOCK_DIR:-/tmp/fencekeeper-locks}
 fk_locked() {
   local name=$1; shift
-  mkdir -p "$FK_STATE_DIR"
+  mkdir -p "$FK_LOCK_DIR"
   (
     flock -w 600 9 || fk_die "timed out waiting for lock $name"
     "$@"
-  ) 9>"$FK_STATE_DIR/.lock.$name"
+  ) 9>"$FK_LOCK_DIR/$name.lock"
 }
 
 # --- Debian packages ------------------------------------------------------

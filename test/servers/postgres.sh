@@ -113,10 +113,10 @@ do_release() {
 }
 
 case "${1:-}" in
-  start)   fk_locked postgres do_start ;;
-  stop)    fk_locked postgres stop_cluster; rm -f "$D/acquired" ;;
+  start)   fk_locked "postgres-$PORT" do_start ;;
+  stop)    fk_locked "postgres-$PORT" stop_cluster; rm -f "$D/acquired" ;;
   status)  answering && echo "PostgreSQL answers on 127.0.0.1:$PORT" ;;
-  acquire) fk_locked postgres do_acquire ;;
-  release) fk_locked postgres do_release ;;
+  acquire) fk_locked "postgres-$PORT" do_acquire ;;
+  release) fk_locked "postgres-$PORT" do_release ;;
   *) echo "usage: $0 start|stop|status|acquire|release" >&2; exit 2 ;;
 esac

@@ -157,11 +157,11 @@ do_release() {
 }
 
 case "${1:-}" in
-  start)   fk_locked zk-ensemble do_start; print_env ;;
-  stop)    fk_locked zk-ensemble do_stop; rm -f "$D/acquired" ;;
+  start)   fk_locked "zk-ensemble-$CB" do_start; print_env ;;
+  stop)    fk_locked "zk-ensemble-$CB" do_stop; rm -f "$D/acquired" ;;
   status)  do_status; healthy ;;
-  acquire) fk_locked zk-ensemble do_acquire; print_env ;;
-  release) fk_locked zk-ensemble do_release ;;
+  acquire) fk_locked "zk-ensemble-$CB" do_acquire; print_env ;;
+  release) fk_locked "zk-ensemble-$CB" do_release ;;
   leader)  leader_id ;;
   kill-leader)
     L=$(leader_id) || fk_die "no leader to kill"
@@ -179,7 +179,7 @@ case "${1:-}" in
     rm -f "$(pidfile "$2")" ;;
   start-node)
     check_id "${2:-}"
-    fk_locked zk-ensemble-node launch_node "$2"
+    fk_locked "zk-ensemble-$CB-node" launch_node "$2"
     fk_zk_wait_serving "$(port "$2")" 60 || fk_die "node $2 not serving after 60 s"
     fk_log "node $2 serving as $(fk_zk_mode "$(port "$2")")" ;;
   stop-node)

@@ -69,10 +69,10 @@ do_release() {
 }
 
 case "${1:-}" in
-  start)   fk_locked zk-standalone do_start; print_env ;;
-  stop)    fk_locked zk-standalone do_stop; rm -f "$D/acquired" ;;
+  start)   fk_locked "zk-$PORT" do_start; print_env ;;
+  stop)    fk_locked "zk-$PORT" do_stop; rm -f "$D/acquired" ;;
   status)  out=$(fk_zk_4lw "$PORT" srvr); echo "$out"; grep -q '^Mode: ' <<<"$out" ;;
-  acquire) fk_locked zk-standalone do_acquire; print_env ;;
-  release) fk_locked zk-standalone do_release ;;
+  acquire) fk_locked "zk-$PORT" do_acquire; print_env ;;
+  release) fk_locked "zk-$PORT" do_release ;;
   *) echo "usage: $0 start|stop|status|acquire|release" >&2; exit 2 ;;
 esac
