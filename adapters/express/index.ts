@@ -10,13 +10,23 @@
 // connection closed. So the check and the handler's writes are one critical
 // section: a holder paused for 25 s cannot slip a write in between.
 //
-// Settling. When the response has finished (res 'finish') the admission is
-// committed if the status is below 500 and aborted otherwise (a handler that
+// Settling. When the response has finished (res 'finish'; settled at the
+// 'close' Node emits right after it) the admission is committed if the
+// status is below 500 and aborted otherwise (a handler that
 // threw, or called next(err) and got a 5xx, advanced nothing). When the
 // connection closes before the response finished, the admission is aborted
 // and req.fencing.signal aborts. A client that leaves while waiting for
 // admission stops waiting and leaves nothing held. A refused request (400,
-// 403, 409, 428, 503) changes nothing.
+// 403, 409, 428, 503, or the 4xx a `resource` function throws) changes nothing.
+//
+// Answers (application/problem+json, type about:blank, with a `code`):
+// 428 MISSING_TOKEN · 400 INVALID_TOKEN (also an empty value) · 400
+// REPEATED_TOKEN (the header sent more than once, detected on rawHeaders) ·
+// 403 TOKEN_REFUSED (verify did not return true) · 503 VERIFY_UNAVAILABLE
+// (verify threw: the lock service, not the client) · 409 STALE_TOKEN (with
+// resource, presented, current as decimal strings) · 503 FENCE_UNAVAILABLE
+// (the store failed) · the 4xx a `resource` function throws (RESOURCE_REFUSED)
+// · 500 RESOURCE_UNRESOLVED (the `resource` function is broken).
 //
 // Limits.
 // - The fence covers the handler only until its response ends. A handler that
