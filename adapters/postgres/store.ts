@@ -1,7 +1,7 @@
 // PostgresFenceStore: the core's FenceStore on fencekeeper_fences, for the
 // Express middleware (or anything else that admits requests by token).
 import { InvalidArgumentError, type FenceAdmission, type FenceStore, type FencingToken } from '../../src/index.js';
-import { isKysely, run, type Database, type KyselyDatabase, type PgPool, type Queryable, type TransactionOf } from './database.js';
+import { isKysely, run, type Database, type KyselyDatabase, type PgPool, type PgPoolClient, type Queryable, type TransactionOf } from './database.js';
 import { advanceFence, currentFence, type Advanced } from './fence-row.js';
 import { checkResource, checkToken } from './identifiers.js';
 
@@ -55,7 +55,7 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
   }
 
   async #admitPg(pool: PgPool, resource: string, token: FencingToken, signal: AbortSignal | undefined): Promise<FenceAdmission<Tx>> {
-    const client = await pool.connect();
+    const client = await connectCancellably(pool, signal);
     let advanced: Advanced;
     try {
       if (signal?.aborted) throw signal.reason;
@@ -156,6 +156,25 @@ async function advanceCancellably(
   await cancel(pid).catch(() => undefined);
   await pending.catch(() => undefined);
   throw new CancelledWait(signal.reason);
+}
+
+/** pool.connect(), giving up (and returning the client when it comes) if `signal` aborts first. */
+async function connectCancellably(pool: PgPool, signal: AbortSignal | undefined): Promise<PgPoolClient> {
+  const connecting = pool.connect();
+  if (signal === undefined) return connecting;
+  let onAbort: (() => void) | undefined;
+  const aborted = new Promise<'aborted'>((resolve) => {
+    onAbort = () => resolve('aborted');
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    const first = await Promise.race([connecting, aborted]);
+    if (first !== 'aborted') return first;
+  } finally {
+    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
+  }
+  connecting.then((client) => client.release(), () => undefined);
+  throw signal.reason;
 }
 
 async function backendPid(tx: Queryable): Promise<number> {
