@@ -33,6 +33,8 @@ export class QueueObserver {
   }
 
   head(): Promise<QueueHead | null> {
+    // Closed: no watch keeps a cache honest any more, so every call reads.
+    if (this.#closed) return this.#load();
     if (this.#cache === null) {
       const load = this.#load();
       this.#cache = load;
@@ -49,6 +51,7 @@ export class QueueObserver {
     return () => this.#listeners.delete(listener);
   }
 
+  /** Stop caching and notifying; head() still answers, with a fresh read each time. */
   close(): void {
     this.#closed = true;
     this.#cache = null;
