@@ -677,8 +677,11 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
         passwd: this.#password,
       });
       w.endFrame();
+      // Not #lastSendAt: a ConnectRequest nobody answers must not push the
+      // local expiry back, or a client whose servers all accept TCP but never
+      // answer (a proxy, a load balancer, a black hole) stays suspended forever.
+      // An answered one counts, in #onConnectResponse.
       this.#connectSentAt = performance.now();
-      this.#lastSendAt = this.#connectSentAt;
       socket.write(w.take());
     });
     socket.on('data', (chunk: Buffer) => {
@@ -789,6 +792,7 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
     this.#password = res.passwd;
     this.#timeoutMs = res.timeOut;
     this.#acked(this.#connectSentAt);
+    if (this.#connectSentAt > this.#lastSendAt) this.#lastSendAt = this.#connectSentAt;
     this.#attemptsThisRound = 0;
     if (this.#expiryTimer) clearTimeout(this.#expiryTimer);
     this.#expiryTimer = null;
@@ -943,9 +947,10 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
 
   /**
    * While no server can be reached the server side cannot tell us the
-   * session expired, so we decide it by our clock: nothing we sent after
-   * lastSendAt reached a server, so past lastSendAt + timeout the session is
-   * gone (Curator's "connection lost for the whole session timeout" rule).
+   * session expired, so we decide it by our clock: lastSendAt is our last
+   * send on an established connection (or an answered handshake); past
+   * lastSendAt + timeout the session is gone (Curator's "connection lost for
+   * the whole session timeout" rule). Unanswered ConnectRequests do not count.
    */
   #armLocalExpiry(): void {
     if (this.#expiryTimer) return;
