@@ -13,6 +13,7 @@ const pool = new ClientPool();
 const root = namespace('zkproxy');
 let admin: ZooKeeperClient;
 let proxy: TcpProxy | undefined;
+const extraProxies: TcpProxy[] = [];
 
 beforeAll(async () => {
   admin = await ZooKeeperClient.connect({ connectString: servers.zkStandalone });
@@ -27,6 +28,7 @@ afterAll(async () => {
 afterEach(async () => {
   await proxy?.close();
   proxy = undefined;
+  for (const p of extraProxies.splice(0)) await p.close();
   await pool.closeAll();
 });
 
@@ -141,5 +143,26 @@ describe('black hole longer than the session timeout', () => {
     await until(() => zk.state === 'expired', 'state expired after the heal', 3 * zk.sessionTimeoutMs);
     expect(states).toEqual(['suspended', 'expired']);
     await expect(zk.getChildren(root)).rejects.toBeInstanceOf(SessionExpiredError);
+  });
+
+  it('expires by its own clock even when every address accepts TCP but none answers (several servers)', async () => {
+    // Three addresses, each a proxy to the same server, all black-holed: the
+    // TCP handshake with the proxy succeeds, the ConnectRequest goes nowhere.
+    for (let i = 0; i < 3; i++) extraProxies.push(await TcpProxy.to(servers.zkStandalone));
+    const zk = await pool.connect({ connectString: extraProxies.map((p) => p.address).join(','), sessionTimeoutMs: 4000 });
+    const states: ClientState[] = [];
+    zk.on('state', (s) => states.push(s));
+    const node = `${root}/multi-${zk.sessionId.toString(16)}`;
+    await zk.create(node, null, { mode: 'ephemeral' });
+    const gone = watcherSpy<WatchEvent>();
+    await admin.exists(node, { watch: gone.fn });
+    for (const p of extraProxies) p.blackhole();
+    const pending = new Promise<unknown>((resolve) => {
+      zk.once('state', () => resolve(zk.getData(node).catch((e: unknown) => e)));
+    });
+    await gone.next; // the server has expired the session
+    await until(() => zk.state === 'expired', 'the client to declare the session expired while partitioned', 3 * zk.sessionTimeoutMs);
+    expect(states).toEqual(['suspended', 'expired']);
+    expect(await pending).toBeInstanceOf(SessionExpiredError);
   });
 });
