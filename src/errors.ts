@@ -66,6 +66,9 @@ export class FencekeeperError extends Error {
 
   static override [Symbol.hasInstance](value: unknown): boolean {
     if (typeof value !== 'object' || value === null) return false;
+    // A user's subclass that declares no kind of its own cannot be told apart
+    // by kinds (it would inherit its parent's): fall back to the prototype chain.
+    if (!Object.hasOwn(this, 'kind')) return Function.prototype[Symbol.hasInstance].call(this, value);
     const kinds = (value as Branded)[KINDS];
     return Array.isArray(kinds) && kinds.includes((this as unknown as { kind: string }).kind);
   }
@@ -73,7 +76,7 @@ export class FencekeeperError extends Error {
 
 /** A write presented a token smaller than the one the resource has already seen. */
 export class StaleTokenError extends FencekeeperError {
-  static override readonly kind = 'StaleTokenError';
+  static override readonly kind: string = 'StaleTokenError';
   readonly resource: string;
   readonly presented: FencingToken;
   /** The resource's high-water mark when the write was refused (null if unknown). */
@@ -87,19 +90,19 @@ export class StaleTokenError extends FencekeeperError {
 }
 
 export class InvalidTokenError extends FencekeeperError {
-  static override readonly kind = 'InvalidTokenError';
+  static override readonly kind: string = 'InvalidTokenError';
   constructor(message: string, options?: FencekeeperErrorOptions) { super('INVALID_TOKEN', message, options); }
 }
 
 /** A caller passed something unusable (a bad path, a bad option, a bad identifier). */
 export class InvalidArgumentError extends FencekeeperError {
-  static override readonly kind = 'InvalidArgumentError';
+  static override readonly kind: string = 'InvalidArgumentError';
   constructor(message: string, options?: FencekeeperErrorOptions) { super('INVALID_ARGUMENT', message, options); }
 }
 
 /** The lock (or leadership) can no longer be assumed held: stop writing. */
 export class LockLostError extends FencekeeperError {
-  static override readonly kind = 'LockLostError';
+  static override readonly kind: string = 'LockLostError';
   readonly lock: string;
   readonly reason: 'released' | 'deadline' | 'session_expired' | 'node_deleted' | 'closed';
   constructor(lock: string, reason: LockLostError['reason'], message?: string, options?: FencekeeperErrorOptions) {
@@ -110,7 +113,7 @@ export class LockLostError extends FencekeeperError {
 }
 
 export class LockTimeoutError extends FencekeeperError {
-  static override readonly kind = 'LockTimeoutError';
+  static override readonly kind: string = 'LockTimeoutError';
   readonly lock: string;
   readonly timeoutMs: number;
   constructor(lock: string, timeoutMs: number, options?: FencekeeperErrorOptions) {
@@ -121,7 +124,7 @@ export class LockTimeoutError extends FencekeeperError {
 }
 
 export class SessionExpiredError extends FencekeeperError {
-  static override readonly kind = 'SessionExpiredError';
+  static override readonly kind: string = 'SessionExpiredError';
   constructor(message = 'ZooKeeper session expired', options?: FencekeeperErrorOptions) {
     super('SESSION_EXPIRED', message, options);
   }
@@ -132,7 +135,7 @@ export class SessionExpiredError extends FencekeeperError {
  * been applied. Retryable for reads; a caller retrying a write must check.
  */
 export class ConnectionLossError extends FencekeeperError {
-  static override readonly kind = 'ConnectionLossError';
+  static override readonly kind: string = 'ConnectionLossError';
   constructor(message = 'connection to ZooKeeper lost', options?: FencekeeperErrorOptions) {
     super('CONNECTION_LOSS', message, { retryable: true, ...options });
   }
@@ -140,25 +143,25 @@ export class ConnectionLossError extends FencekeeperError {
 
 /** The client was closed by its owner; nothing more will be sent. */
 export class ClientClosedError extends FencekeeperError {
-  static override readonly kind = 'ClientClosedError';
+  static override readonly kind: string = 'ClientClosedError';
   constructor(message = 'client closed', options?: FencekeeperErrorOptions) { super('CLOSED', message, options); }
 }
 
 /** The peer sent bytes that break the protocol (a frame too large, an xid out of order). */
 export class ProtocolError extends FencekeeperError {
-  static override readonly kind = 'ProtocolError';
+  static override readonly kind: string = 'ProtocolError';
   constructor(message: string, options?: FencekeeperErrorOptions) { super('PROTOCOL', message, options); }
 }
 
 /** A write whose outcome cannot be known (a 5xx after a conditional PUT that a read-back could not settle). */
 export class UnknownOutcomeError extends FencekeeperError {
-  static override readonly kind = 'UnknownOutcomeError';
+  static override readonly kind: string = 'UnknownOutcomeError';
   constructor(message: string, options?: FencekeeperErrorOptions) { super('UNKNOWN_OUTCOME', message, { retryable: true, ...options }); }
 }
 
 /** An error answer from the ZooKeeper server, by its reply-header error number. */
 export class ZooKeeperError extends FencekeeperError {
-  static override readonly kind = 'ZooKeeperError';
+  static override readonly kind: string = 'ZooKeeperError';
   /** The raw error number from the reply header (e.g. -101 for NONODE). */
   readonly zkCode: number;
   readonly path: string | undefined;
