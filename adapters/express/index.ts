@@ -49,6 +49,8 @@
 export { fencing } from './middleware.js';
 export type { FencingContext, FencingOptions } from './middleware.js';
 export { MemoryFenceStore } from './memory-store.js';
+export { verifyWithZooKeeper } from './verify-zookeeper.js';
+export type { ZooKeeperVerifier } from './verify-zookeeper.js';
 export type { FencingProblem, ProblemCode } from './problem.js';
 export { fencingHeaders, fencedFetch } from './client.js';
 export type { FetchLike, FencedFetch, TokenHolder } from './client.js';
