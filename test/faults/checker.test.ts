@@ -1,0 +1,150 @@
+// The checker can fail: hand-made histories with a violation of each property
+// must be reported, and a clean history must pass. (The checker of the real
+// run is only worth something if it would have caught these.)
+import { createHash } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import {
+  checkHistory,
+  formatReport,
+  reconstructS3Chain,
+  type AppliedWrite,
+  type History,
+  type Resource,
+  type S3Attempt,
+  type WriteRecord,
+} from './checker.js';
+
+const md5 = (text: string): string => createHash('md5').update(text).digest('hex');
+
+function write(resource: Resource, id: string, token: bigint, invokedAt: number, completedAt: number | null, outcome: WriteRecord['outcome']): WriteRecord {
+  return { id, worker: 1, resource, token, invokedAt, completedAt, outcome };
+}
+
+function s3Write(id: string, token: bigint, at: number, outcome: WriteRecord['outcome'], attempts: S3Attempt[]): WriteRecord {
+  return { ...write('s3', id, token, at, at + 5, outcome), s3: { etag: md5(id), attempts } };
+}
+
+/** A clean history: three holders in token order, and a stale write refused everywhere. */
+function cleanHistory(): { -readonly [K in keyof History]: History[K] } {
+  const writes: WriteRecord[] = [];
+  const applied: AppliedWrite[] = [];
+  const tokens = [10n, 20n, 30n];
+  tokens.forEach((token, i) => {
+    const at = 1000 + i * 100;
+    writes.push(write('postgres', `c${i}-pg`, token, at, at + 5, 'ok'));
+    writes.push(write('http', `c${i}-http`, token, at + 10, at + 15, 'ok'));
+    const precondition = i === 0 ? '*' : md5(`c${i - 1}-s3`);
+    writes.push(s3Write(`c${i}-s3`, token, at + 20, 'ok', [{ precondition, status: 200 }]));
+    applied.push({ id: `c${i}`, token });
+  });
+  // the paused holder with token 10 wakes up after 30 was acknowledged
+  writes.push(write('postgres', 'stale-pg', 10n, 2000, 2005, 'refused'));
+  writes.push(write('http', 'stale-http', 10n, 2010, 2015, 'refused'));
+  writes.push(s3Write('stale-s3', 10n, 2020, 'refused', [{ precondition: md5('c0-s3'), status: 412 }]));
+  const log = (suffix: string): AppliedWrite[] => applied.map((a) => ({ id: `${a.id}-${suffix}`, token: a.token }));
+  return {
+    writes,
+    resources: {
+      postgres: { applied: log('pg'), final: { id: 'c2-pg', token: 30n } },
+      http: { applied: log('http'), final: { id: 'c2-http', token: 30n } },
+      s3: { final: null, s3Final: { etag: md5('c2-s3'), writeId: 'c2-s3', token: 30n } },
+    },
+    faults: [{ kind: 'pause', target: 'worker 1', at: 1500 }],
+  };
+}
+
+describe('checkHistory', () => {
+  it('passes a clean history with a fault and a refused stale write', () => {
+    const history = cleanHistory();
+    const result = checkHistory(history);
+    expect(result.violations).toEqual([]);
+    expect(result.valid).toBe(true);
+    expect(result.s3Chain.map((w) => w.id)).toEqual(['c0-s3', 'c1-s3', 'c2-s3']);
+    expect(formatReport(result, history)).toContain('RESULT: valid');
+  });
+
+  it('reports a stale write accepted after a larger one (apply order and real time)', () => {
+    const history = cleanHistory();
+    history.writes = history.writes.map((w) => (w.id === 'stale-pg' ? { ...w, outcome: 'ok' } : w));
+    history.resources = {
+      ...history.resources,
+      postgres: {
+        applied: [...(history.resources.postgres.applied ?? []), { id: 'stale-pg', token: 10n }],
+        final: { id: 'stale-pg', token: 10n },
+      },
+    };
+    const result = checkHistory(history);
+    expect(result.valid).toBe(false);
+    const kinds = result.violations.filter((v) => v.resource === 'postgres').map((v) => v.kind);
+    expect(kinds).toContain('order');
+    expect(kinds).toContain('real-time');
+    expect(kinds).toContain('final-state');
+    expect(formatReport(result, history).join('\n')).toMatch(/VIOLATION \[postgres\/order\] stale-pg \(token 10\) was applied after c2-pg \(token 30\)/);
+  });
+
+  it('reports an acknowledged write missing from the resource and a refused write that changed it', () => {
+    const history = cleanHistory();
+    history.resources = {
+      ...history.resources,
+      http: {
+        applied: [{ id: 'c0-http', token: 10n }, { id: 'stale-http', token: 10n }, { id: 'c2-http', token: 30n }],
+        final: { id: 'c2-http', token: 30n },
+      },
+    };
+    const kinds = checkHistory(history).violations.map((v) => `${v.resource}/${v.kind}`);
+    expect(kinds).toContain('http/lost-ack'); // c1-http
+    expect(kinds).toContain('http/refused-applied'); // stale-http
+    expect(kinds).not.toContain('http/order'); // 10, 10, 30 never decreases
+  });
+
+  it('reports an acknowledged S3 write lost to a PUT that never saw it (a fork in the chain)', () => {
+    const history = cleanHistory();
+    // c2 was accepted over c0, not over c1: c1's acknowledged write was overwritten unseen.
+    history.writes = history.writes.map((w) =>
+      w.id === 'c2-s3' ? { ...w, s3: { etag: md5('c2-s3'), attempts: [{ precondition: md5('c0-s3'), status: 200 }] } } : w,
+    );
+    const result = checkHistory(history);
+    expect(result.violations.map((v) => `${v.resource}/${v.kind}`)).toEqual(['s3/lost-ack']);
+    expect(result.s3Chain.map((w) => w.id)).toEqual(['c0-s3', 'c2-s3']);
+  });
+
+  it('reports an S3 object written by no recorded write, and an unconditional PUT', () => {
+    const unknownObject = cleanHistory();
+    unknownObject.resources = { ...unknownObject.resources, s3: { final: null, s3Final: { etag: md5('someone'), writeId: 'someone', token: 40n } } };
+    expect(checkHistory(unknownObject).violations.map((v) => v.kind)).toContain('s3-chain');
+
+    const unconditional = cleanHistory();
+    unconditional.writes = unconditional.writes.map((w) =>
+      w.id === 'c2-s3' ? { ...w, s3: { etag: md5('c2-s3'), attempts: [{ precondition: null, status: 200 }] } } : w,
+    );
+    const kinds = checkHistory(unconditional).violations.map((v) => v.kind);
+    expect(kinds).toContain('s3-chain');
+    expect(kinds).toContain('lost-ack');
+  });
+
+  it('walks a write that landed twice (a lost reply, then a new decision) once per landing', () => {
+    const a: S3Attempt[] = [{ precondition: '*', status: null }, { precondition: md5('b'), status: 200 }];
+    const writes = [
+      s3Write('a', 5n, 100, 'ok', a),
+      s3Write('b', 5n, 110, 'ok', [{ precondition: md5('a'), status: 200 }]),
+    ];
+    // a's body would be identical both times, so both landings share an ETag
+    const { chain, problems } = reconstructS3Chain(writes, { etag: md5('a'), writeId: 'a', token: 5n });
+    expect(problems).toEqual([]);
+    expect(chain.map((w) => w.id)).toEqual(['a', 'b', 'a']);
+  });
+
+  it('fails a run that injected no fault or refused no stale write, even without violations', () => {
+    const noFaults = { ...cleanHistory(), faults: [] };
+    const result = checkHistory(noFaults);
+    expect(result.violations).toEqual([]);
+    expect(result.valid).toBe(false);
+    expect(result.vacuous).toEqual(['no fault was injected']);
+
+    const noStale = cleanHistory();
+    noStale.writes = noStale.writes.filter((w) => !w.id.startsWith('stale'));
+    const second = checkHistory(noStale);
+    expect(second.valid).toBe(false);
+    expect(second.vacuous[0]).toMatch(/no stale write was refused/);
+  });
+});

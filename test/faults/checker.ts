@@ -1,0 +1,359 @@
+// The checker of the fault-injection run (issue #7): a pure function of a
+// recorded history. It knows nothing about processes or servers, so a unit
+// test can hand it a history with a violation and see it reported
+// (checker.test.ts).
+//
+// What it is given, per resource, is the resource's own apply order:
+//   postgres  rows of a history table inserted inside withFence's transaction.
+//             withFence holds the fence row's lock from the fence advance to
+//             COMMIT, so two fenced transactions on one resource never overlap
+//             and the bigserial order of their history rows is commit order.
+//   http      the service's in-memory log, appended inside the fenced handler.
+//             fencing() holds the resource's fence from admission until the
+//             response has finished, so append order is admission order.
+//   s3        a chain of conditional PUTs (see reconstructS3Chain): RGW 16
+//             ignores If-Match/If-None-Match on versioned buckets, so object
+//             versions cannot be listed; instead every body carries its write
+//             id (so every write has its own ETag, the MD5 of its body), each
+//             worker records the precondition header of every PUT it put on
+//             the wire, and the chain is walked back from the final object: a
+//             PUT with If-Match: E can only land while the object is the one
+//             whose ETag is E, so the predecessor of every landed write is
+//             the write applied right before it. An acknowledged write that is
+//             not on the chain from the final object was lost (overwritten by
+//             a write that never saw it): that is a violation.
+//
+// Properties, per resource:
+//   1. order      tokens never decrease along the apply order
+//   2. real time  a write acknowledged with token n was not invoked after a
+//                 write with a larger token had been acknowledged
+//   3. durability every acknowledged write is in the apply order; the final
+//                 state is the last applied write (and carries the largest token)
+//   4. no effect  a refused (stale) or failed write appears nowhere
+// and the run as a whole must prove something: at least one fault injected
+// and at least one stale write refused, else the check fails.
+
+export const RESOURCES = ['postgres', 's3', 'http'] as const;
+export type Resource = (typeof RESOURCES)[number];
+
+/** ok: acknowledged · refused: stale token, refused by the resource · failed: known not applied · unknown: may or may not have applied. */
+export type Outcome = 'ok' | 'refused' | 'failed' | 'unknown';
+
+/** One PUT on the wire, as the worker's S3 client saw it. */
+export interface S3Attempt {
+  /** The precondition header sent: If-Match's ETag (unquoted), '*' for If-None-Match, null for none. */
+  readonly precondition: string | null;
+  /** HTTP status, or null when no reply arrived (reset, timeout): outcome unknown. */
+  readonly status: number | null;
+}
+
+export interface WriteRecord {
+  /** Unique per write, stored in the resource with the data. */
+  readonly id: string;
+  readonly worker: number;
+  readonly resource: Resource;
+  readonly token: bigint;
+  /** ms since the epoch (performance.timeOrigin + performance.now() in the worker). */
+  readonly invokedAt: number;
+  /** null: the worker never reported the end (killed, or still paused at the end). */
+  readonly completedAt: number | null;
+  readonly outcome: Outcome;
+  readonly detail?: string;
+  /** s3 only: the ETag of this write's body (unquoted MD5) and the PUTs that carried it. */
+  readonly s3?: { readonly etag: string; readonly attempts: readonly S3Attempt[] };
+}
+
+/** One entry of a resource's apply order. */
+export interface AppliedWrite {
+  readonly id: string;
+  readonly token: bigint;
+}
+
+export interface S3FinalObject {
+  /** Unquoted ETag of the object as HEAD returns it. */
+  readonly etag: string;
+  /** The write-id metadata the test put in the body and the adapter in its metadata. */
+  readonly writeId: string;
+  readonly token: bigint | null;
+}
+
+export interface ResourceEvidence {
+  /** postgres, http: the apply order as the resource recorded it. */
+  readonly applied?: readonly AppliedWrite[];
+  /** postgres, http: the final state; s3: the final object (null: no object). */
+  readonly final: AppliedWrite | null;
+  /** s3 only */
+  readonly s3Final?: S3FinalObject | null;
+}
+
+export type FaultKind = 'pause' | 'kill-leader' | 'cut' | 'partition';
+
+export interface FaultRecord {
+  readonly kind: FaultKind;
+  readonly target: string;
+  readonly at: number;
+  readonly detail?: string;
+}
+
+export interface CycleCounts {
+  readonly invoked: number;
+  readonly completed: number;
+  readonly acquireFailed: number;
+  readonly unfinished: number;
+}
+
+export interface History {
+  readonly writes: readonly WriteRecord[];
+  readonly resources: Readonly<Record<Resource, ResourceEvidence>>;
+  readonly faults: readonly FaultRecord[];
+  readonly cycles?: CycleCounts;
+}
+
+export type ViolationKind =
+  | 'order'
+  | 'real-time'
+  | 'lost-ack'
+  | 'duplicate'
+  | 'final-state'
+  | 'refused-applied'
+  | 'phantom'
+  | 'token-mismatch'
+  | 's3-chain';
+
+export interface Violation {
+  readonly resource: Resource;
+  readonly kind: ViolationKind;
+  readonly message: string;
+}
+
+export interface ResourceFigures {
+  readonly invoked: number;
+  readonly ok: number;
+  readonly refused: number;
+  readonly failed: number;
+  readonly unknown: number;
+  readonly applied: number;
+  readonly finalToken: bigint | null;
+}
+
+export interface CheckResult {
+  /** No violation, and the run proved something (a fault, a refused stale write). */
+  readonly valid: boolean;
+  readonly violations: readonly Violation[];
+  /** Why a violation-free run still proves nothing (no fault, no refused stale write). */
+  readonly vacuous: readonly string[];
+  readonly figures: Readonly<Record<Resource, ResourceFigures>>;
+  readonly totals: { readonly invoked: number; readonly ok: number; readonly refused: number; readonly failed: number; readonly unknown: number };
+  readonly faultsByKind: Readonly<Partial<Record<FaultKind, number>>>;
+  /** s3: the apply order reconstructed from the chain of conditional PUTs. */
+  readonly s3Chain: readonly AppliedWrite[];
+}
+
+/**
+ * Walk the chain of conditional PUTs back from the final object.
+ * Each landed write names its predecessor by the If-Match ETag of the attempt
+ * that landed (a 2xx, or one whose reply was lost or was a 5xx: those may have
+ * landed; the adapter then read the object back). If-None-Match: * starts the
+ * chain. A write may land twice (a lost reply, then a new decision after the
+ * object moved): each of its landed attempts is used at most once.
+ */
+export function reconstructS3Chain(
+  writes: readonly WriteRecord[],
+  final: S3FinalObject | null,
+): { readonly chain: readonly AppliedWrite[]; readonly problems: readonly string[] } {
+  const problems: string[] = [];
+  if (final === null) return { chain: [], problems };
+  const byEtag = new Map<string, WriteRecord>();
+  for (const w of writes) {
+    if (w.resource !== 's3' || w.s3 === undefined) continue;
+    const other = byEtag.get(w.s3.etag);
+    if (other !== undefined) problems.push(`writes ${other.id} and ${w.id} have the same ETag ${w.s3.etag}: the chain cannot tell them apart`);
+    byEtag.set(w.s3.etag, w);
+  }
+  const used = new Map<string, Set<number>>();
+  const reversed: AppliedWrite[] = [];
+  let etag: string = final.etag;
+  for (let steps = 0; ; steps++) {
+    const write = byEtag.get(etag);
+    if (write === undefined || write.s3 === undefined) {
+      problems.push(`the object with ETag ${etag} (${steps === 0 ? 'the final object' : `replaced by ${reversed[reversed.length - 1]?.id ?? '?'}`}) was written by no recorded write`);
+      break;
+    }
+    if (steps === 0 && write.id !== final.writeId) {
+      problems.push(`the final object's write id ${final.writeId} does not match the write ${write.id} whose body has its ETag`);
+    }
+    if (steps > 4 * writes.length + 4) {
+      problems.push('the chain of preconditions loops');
+      break;
+    }
+    reversed.push({ id: write.id, token: write.token });
+    const taken = used.get(write.id) ?? new Set<number>();
+    used.set(write.id, taken);
+    // Landed candidates: 2xx first (certain), then unknown outcomes.
+    const candidates = write.s3.attempts
+      .map((a, index) => ({ a, index }))
+      .filter(({ a, index }) => !taken.has(index) && (a.status === null || (a.status >= 200 && a.status < 300) || a.status >= 500));
+    candidates.sort((x, y) => rank(x.a) - rank(y.a));
+    const pick = candidates.find(({ a }) => a.precondition === '*' || (a.precondition !== null && a.precondition !== write.s3?.etag && byEtag.has(a.precondition)))
+      ?? candidates[0];
+    if (pick === undefined) {
+      problems.push(`write ${write.id} is on the chain but none of its PUTs could have landed (${describeAttempts(write.s3.attempts)})`);
+      break;
+    }
+    taken.add(pick.index);
+    const precondition = pick.a.precondition;
+    if (precondition === '*') break;
+    if (precondition === null) {
+      problems.push(`write ${write.id} landed through a PUT without a precondition: the writes before it cannot be ordered`);
+      break;
+    }
+    etag = precondition;
+  }
+  return { chain: reversed.reverse(), problems };
+}
+
+function rank(a: S3Attempt): number {
+  return a.status !== null && a.status >= 200 && a.status < 300 ? 0 : 1;
+}
+
+function describeAttempts(attempts: readonly S3Attempt[]): string {
+  return attempts.map((a) => `${a.precondition ?? 'unconditional'} -> ${a.status ?? 'no reply'}`).join(', ') || 'no PUT sent';
+}
+
+export function checkHistory(history: History): CheckResult {
+  const violations: Violation[] = [];
+  const figures = {} as Record<Resource, ResourceFigures>;
+  let s3Chain: readonly AppliedWrite[] = [];
+
+  for (const resource of RESOURCES) {
+    const writes = history.writes.filter((w) => w.resource === resource);
+    const evidence = history.resources[resource];
+    const add = (kind: ViolationKind, message: string): void => {
+      violations.push({ resource, kind, message });
+    };
+    const byId = new Map(writes.map((w) => [w.id, w]));
+
+    let applied: readonly AppliedWrite[];
+    let final: AppliedWrite | null;
+    if (resource === 's3') {
+      const s3Final = evidence.s3Final ?? null;
+      const { chain, problems } = reconstructS3Chain(writes, s3Final);
+      for (const p of problems) add('s3-chain', p);
+      applied = chain;
+      s3Chain = chain;
+      final = s3Final === null ? null : { id: s3Final.writeId, token: s3Final.token ?? -1n };
+      if (s3Final !== null && s3Final.token === null) add('final-state', 'the final object carries no fencing token');
+    } else {
+      applied = evidence.applied ?? [];
+      final = evidence.final;
+    }
+
+    // Phantoms and token mismatches: the resource holds what was sent.
+    for (const entry of applied) {
+      const write = byId.get(entry.id);
+      if (write === undefined) add('phantom', `${entry.id} (token ${entry.token}) was applied but no worker invoked it`);
+      else if (write.token !== entry.token) add('token-mismatch', `${entry.id} was sent with token ${write.token} but applied with ${entry.token}`);
+    }
+
+    // 1. Tokens never decrease in apply order.
+    for (let i = 1; i < applied.length; i++) {
+      const before = applied[i - 1] as AppliedWrite;
+      const after = applied[i] as AppliedWrite;
+      if (after.token < before.token) {
+        add('order', `${after.id} (token ${after.token}) was applied after ${before.id} (token ${before.token}), at position ${i} of ${applied.length}`);
+      }
+    }
+
+    // 2. Real time: once a larger token has been acknowledged, a write invoked
+    //    afterwards with a smaller token must not be acknowledged.
+    const okWrites = writes.filter((w) => w.outcome === 'ok');
+    const acknowledged = okWrites.filter((w) => w.completedAt !== null).sort((a, b) => (a.completedAt as number) - (b.completedAt as number));
+    for (const x of okWrites) {
+      const newer = acknowledged.find((y) => (y.completedAt as number) < x.invokedAt && y.token > x.token);
+      if (newer !== undefined) {
+        add('real-time', `${x.id} (token ${x.token}) was invoked at ${x.invokedAt} after ${newer.id} (token ${newer.token}) had been acknowledged at ${String(newer.completedAt)}, and was acknowledged too`);
+      }
+    }
+
+    // 3. Every acknowledged write is there; the final state is the last one applied.
+    const appliedCount = new Map<string, number>();
+    for (const entry of applied) appliedCount.set(entry.id, (appliedCount.get(entry.id) ?? 0) + 1);
+    for (const w of okWrites) {
+      if (!appliedCount.has(w.id)) add('lost-ack', `${w.id} (token ${w.token}) was acknowledged but is missing from the ${resource} apply order`);
+    }
+    if (resource !== 's3') {
+      // One call, one transaction/request: applied twice means a write was replayed.
+      for (const [id, count] of appliedCount) if (count > 1) add('duplicate', `${id} was applied ${count} times`);
+    }
+    const last = applied[applied.length - 1] ?? null;
+    if ((last === null) !== (final === null) || (last !== null && final !== null && (last.id !== final.id || last.token !== final.token))) {
+      add('final-state', `the final state is ${describe(final)} but the last applied write is ${describe(last)}`);
+    }
+    if (final !== null) {
+      const maxApplied = applied.reduce<bigint | null>((m, e) => (m === null || e.token > m ? e.token : m), null);
+      if (maxApplied !== null && final.token < maxApplied) add('final-state', `the final state carries token ${final.token}, below the largest applied token ${maxApplied}`);
+    }
+
+    // 4. A refused or failed write changed nothing.
+    for (const w of writes) {
+      if (w.outcome !== 'refused' && w.outcome !== 'failed') continue;
+      if (appliedCount.has(w.id)) add('refused-applied', `${w.id} (token ${w.token}) was ${w.outcome} but is in the ${resource} apply order`);
+      if (final !== null && final.id === w.id) add('refused-applied', `${w.id} (token ${w.token}) was ${w.outcome} but is the final state`);
+    }
+
+    figures[resource] = {
+      invoked: writes.length,
+      ok: okWrites.length,
+      refused: writes.filter((w) => w.outcome === 'refused').length,
+      failed: writes.filter((w) => w.outcome === 'failed').length,
+      unknown: writes.filter((w) => w.outcome === 'unknown').length,
+      applied: applied.length,
+      finalToken: final?.token ?? null,
+    };
+  }
+
+  const totals = { invoked: 0, ok: 0, refused: 0, failed: 0, unknown: 0 };
+  for (const f of Object.values(figures)) {
+    totals.invoked += f.invoked;
+    totals.ok += f.ok;
+    totals.refused += f.refused;
+    totals.failed += f.failed;
+    totals.unknown += f.unknown;
+  }
+  const faultsByKind: Partial<Record<FaultKind, number>> = {};
+  for (const f of history.faults) faultsByKind[f.kind] = (faultsByKind[f.kind] ?? 0) + 1;
+
+  const vacuous: string[] = [];
+  if (history.faults.length === 0) vacuous.push('no fault was injected');
+  if (totals.refused === 0) vacuous.push('no stale write was refused: the run never put a stale holder in front of a resource');
+  return { valid: violations.length === 0 && vacuous.length === 0, violations, vacuous, figures, totals, faultsByKind, s3Chain };
+}
+
+function describe(entry: AppliedWrite | null): string {
+  return entry === null ? 'nothing' : `${entry.id} (token ${entry.token})`;
+}
+
+/** The report printed by the test and the script. */
+export function formatReport(result: CheckResult, history: History): string[] {
+  const lines: string[] = [];
+  const c = history.cycles;
+  if (c !== undefined) {
+    lines.push(`lock cycles: ${c.invoked} invoked, ${c.completed} completed, ${c.acquireFailed} acquire failed, ${c.unfinished} unfinished`);
+  }
+  const t = result.totals;
+  lines.push(`writes: ${t.invoked} invoked, ${t.ok} ok, ${t.refused} refused-stale, ${t.failed} failed, ${t.unknown} unknown`);
+  for (const r of RESOURCES) {
+    const f = result.figures[r];
+    lines.push(
+      `  ${r.padEnd(8)} ${String(f.invoked).padStart(4)} invoked, ${String(f.ok).padStart(4)} ok, ${String(f.refused).padStart(3)} refused-stale, ${f.failed} failed, ${f.unknown} unknown; ${f.applied} applied, final token ${f.finalToken ?? '-'}`,
+    );
+  }
+  const kinds = Object.entries(result.faultsByKind).map(([k, n]) => `${k} ${n}`).join(', ');
+  lines.push(`faults injected: ${history.faults.length}${kinds === '' ? '' : ` (${kinds})`}`);
+  lines.push(`stale writes refused: ${t.refused}`);
+  lines.push(`violations: ${result.violations.length}`);
+  for (const v of result.violations) lines.push(`  VIOLATION [${v.resource}/${v.kind}] ${v.message}`);
+  for (const v of result.vacuous) lines.push(`  PROVES NOTHING: ${v}`);
+  lines.push(result.valid ? 'RESULT: valid' : 'RESULT: INVALID');
+  return lines;
+}
