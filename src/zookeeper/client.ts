@@ -684,11 +684,17 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
       this.#connectSentAt = performance.now();
       socket.write(w.take());
     });
+    // A frame handler can drop this connection and open the next one (a
+    // resumed session that does not match): the frames still left in the
+    // chunk belong to the old socket and must not reach the new one's state.
+    const onFrame = (frame: Buffer): void => {
+      if (socket === this.#socket) this.#onFrame(frame);
+    };
     socket.on('data', (chunk: Buffer) => {
       if (socket !== this.#socket) return;
       this.#lastRecvAt = performance.now();
       try {
-        this.#parser.parse(chunk, this.#onFrame);
+        this.#parser.parse(chunk, onFrame);
       } catch (error) {
         const cause = error instanceof Error ? error : new Error(String(error));
         const protocol = error instanceof FencekeeperError ? error : new ProtocolError(cause.message, { cause });
