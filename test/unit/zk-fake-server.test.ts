@@ -25,8 +25,8 @@ function frameOf(write: (w: JuteWriter) => void): Buffer {
   return Buffer.from(w.take());
 }
 
-function connectResponse(timeoutMs = 3000): Buffer {
-  return frameOf((w) => void w.int(0).int(timeoutMs).long(SESSION_ID).buffer(new Uint8Array(16).fill(7)).bool(false));
+function connectResponse(timeoutMs = 3000, sessionId = SESSION_ID): Buffer {
+  return frameOf((w) => void w.int(0).int(timeoutMs).long(sessionId).buffer(new Uint8Array(16).fill(7)).bool(false));
 }
 
 function emptyStat(w: JuteWriter): void {
@@ -229,6 +229,38 @@ describe('the client against a misbehaving server', () => {
       'ConnectionLossError',
     ]);
     expect(await zk.exists('/c')).not.toBeNull();
+  });
+
+  it('frames left in a chunk after the client dropped that connection are not applied to the next connection', async () => {
+    // On the second connection the server resumes the wrong session and, in
+    // the same chunk, sends another ConnectResponse. The client must drop the
+    // connection and ignore the rest of that chunk, not take the second frame
+    // as the handshake of the connection it opens next.
+    const server = await fake({
+      onConnect: (socket, connection) => {
+        if (connection !== 2) return true;
+        socket.write(Buffer.concat([connectResponse(3000, SESSION_ID + 1n), connectResponse()]));
+        return false;
+      },
+    });
+    // The address twice: after dropping the bad connection the client moves
+    // on to the "next server" at once, while still inside the old chunk.
+    const zk = await ZooKeeperClient.connect({ connectString: `${server.address},${server.address}`, sessionTimeoutMs: 3000 });
+    cleanups.push(() => zk.close());
+    const states: string[] = [];
+    zk.on('state', (s) => states.push(s));
+    server.sockets.forEach((s) => s.destroy());
+    await new Promise<void>((resolve) => {
+      const check = (): void => {
+        if (states.includes('suspended') && zk.state === 'connected') resolve();
+        else setTimeout(check, 10);
+      };
+      check();
+    });
+    expect(await zk.exists('/a')).not.toBeNull();
+    expect(states).toEqual(['suspended', 'connected']);
+    expect(server.connections).toBe(3);
+    expect(zk.sessionId).toBe(SESSION_ID);
   });
 
   it('requests after close() fail with ClientClosedError', async () => {
