@@ -34,7 +34,15 @@ export class Holding {
     this.#path = path;
     this.#marginMs = marginMs;
     SessionGuard.of(zk).add(this);
-    this.#watchNode();
+    // The own-node watch is a request of its own: sent eagerly, it leaves in
+    // a socket write of its own (create2 + getChildren have gone, release's
+    // delete comes later) and costs a reply and a notification on top. A
+    // holder that releases within this turn of the event loop never needs
+    // it, so it goes out on the next one. Nothing is missed meanwhile: if the
+    // node is deleted first, exists() answers null and the holding ends.
+    setImmediate(() => {
+      if (!this.#controller.signal.aborted) this.#watchNode();
+    });
   }
 
   get signal(): AbortSignal {

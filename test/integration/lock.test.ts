@@ -12,7 +12,7 @@ import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import { Clients, LOCKS, ReplyDroppingProxy, deferred, queueChildren, serverWatchCount, until } from './lock-helpers.js';
+import { Clients, LOCKS, ReplyDroppingProxy, deferred, fourLetterWord, queueChildren, serverWatchCount, until } from './lock-helpers.js';
 
 const clients = new Clients();
 let server: string;
@@ -470,5 +470,45 @@ describe('observeLock', () => {
     } finally {
       observer.close();
     }
+  });
+});
+
+describe('requests per cycle', () => {
+  /** Requests the server has received on the connection of session `sid` (the cons four-letter word). */
+  async function received(sid: bigint): Promise<number> {
+    const text = await fourLetterWord(server, 'cons');
+    const line = text.split('\n').find((l) => l.includes(`sid=0x${sid.toString(16)},`));
+    const match = /recved=(\d+)/.exec(line ?? '');
+    if (match === null) throw new Error(`no connection for session 0x${sid.toString(16)} in:\n${text}`);
+    return Number(match[1]);
+  }
+
+  it('a lock released at once costs create2 + getChildren + delete: the own-node watch is not sent eagerly in a write of its own', async () => {
+    // It was: exists(own node, watch) left right after the grant, a third
+    // socket write per cycle (plus its reply and the deleted notification).
+    const zk = await clients.connect(server, 10_000);
+    const name = uniqueLockName('requests');
+    const warm = await acquireLock(zk, name);
+    // A foreign child keeps the container parent from being reaped mid-test
+    // (a reaped parent costs a failed create and the parents' creates).
+    await admin.create(`${parentOf(name)}/keep`);
+    await warm.release();
+    const before = await received(zk.sessionId);
+    const cycles = 20;
+    for (let i = 0; i < cycles; i++) await (await acquireLock(zk, name)).release();
+    expect((await received(zk.sessionId)) - before).toBe(3 * cycles);
+    await admin.delete(`${parentOf(name)}/keep`);
+  });
+
+  it('a lock held past the turn of the event loop watches its own node', async () => {
+    const zk = await clients.connect(server);
+    const lock = await acquireLock(zk, uniqueLockName('ownwatch'));
+    await new Promise((r) => setTimeout(r, 20));
+    const watched = async (): Promise<boolean> => (await fourLetterWord(server, 'wchc')).split('\n').some((l) => l.trim() === lock.path);
+    await until(watched, 'the own-node watch on the server');
+    const aborted = nextAbort(lock.signal);
+    await admin.delete(lock.path);
+    await aborted;
+    expect(lossOf(lock).reason).toBe('node_deleted');
   });
 });
