@@ -25,6 +25,9 @@ import type { FencingToken } from './token.js';
 import type { ClientState, ZooKeeperClient } from './zookeeper/client.js';
 import { joinPath } from './zookeeper/paths.js';
 
+/** Computed once: os.hostname() is a system call, and acquire is a hot path. */
+const DEFAULT_OWNER = `${hostname()}:${process.pid}`;
+
 export interface AcquireOptions {
   /** Give up waiting when this aborts (rejects with its reason; our queue node is removed first). */
   readonly signal?: AbortSignal;
@@ -126,7 +129,7 @@ export async function joinAndWait<T>(
   if (zk.state === 'closed') throw new ClientClosedError();
 
   const stopper = new Stopper(zk, name, signal, timeoutMs);
-  const data = Buffer.from(options.owner ?? `${hostname()}:${process.pid}`, 'utf8');
+  const data = Buffer.from(options.owner ?? DEFAULT_OWNER, 'utf8');
   const joining = enqueue(zk, root, parent, data);
   let node: QueueNode | null = null;
   let handedOver = false;

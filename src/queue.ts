@@ -16,12 +16,25 @@
 import { ConnectionLossError, InvalidArgumentError, ZooKeeperError } from './errors.js';
 import type { FencingToken } from './token.js';
 import type { ZooKeeperClient } from './zookeeper/client.js';
-import { randomGuid } from './zookeeper/client.js';
+import { randomBytes } from 'node:crypto';
 import { joinPath, validatePath } from './zookeeper/paths.js';
 
 export const LOCKS_ROOT = '/fencekeeper/locks';
 export const ELECTIONS_ROOT = '/fencekeeper/elections';
 const MARKER = '-lock-';
+
+/**
+ * Each join gets its own guid, so a lost create2 reply can be matched to its
+ * node. Random per process, counted per join: unique among one session's
+ * nodes (and adoption also checks the ephemeral owner), without asking the
+ * kernel for entropy on every acquire.
+ */
+const PROCESS_GUID = randomBytes(6).toString('hex');
+let joins = 0;
+function nextGuid(): string {
+  joins = (joins + 1) % 0x100000000;
+  return `${PROCESS_GUID}${joins.toString(16).padStart(8, '0')}`;
+}
 
 export interface QueueNode {
   /** Full path of our node. */
@@ -106,7 +119,7 @@ export interface Enqueued {
  * again if there is none. One acquire never leaves two nodes.
  */
 export async function enqueue(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null): Promise<Enqueued> {
-  const guid = randomGuid();
+  const guid = nextGuid();
   const prefix = joinPath(parent, `${guid}${MARKER}`);
   for (let attempt = 0; ; attempt++) {
     const created = zk.create(prefix, data, { mode: 'ephemeral_sequential' });
