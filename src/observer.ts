@@ -8,7 +8,7 @@
 import { ZooKeeperError } from './errors.js';
 import { retryOnLoss, sortQueue } from './queue.js';
 import type { FencingToken } from './token.js';
-import type { ZooKeeperClient } from './zookeeper/client.js';
+import type { ClientState, ZooKeeperClient } from './zookeeper/client.js';
 import { joinPath } from './zookeeper/paths.js';
 
 export interface QueueHead {
@@ -30,7 +30,20 @@ export class QueueObserver {
   constructor(zk: ZooKeeperClient, parent: string) {
     this.#zk = zk;
     this.#parent = parent;
+    zk.on('state', this.#onState);
   }
+
+  /**
+   * The cache is only as good as the children watch behind it. A
+   * disconnection keeps it (setWatches re-arms the watch on reconnect and
+   * fires it if the queue changed meanwhile), but an expired or closed
+   * session has lost its watches for good: drop the cache, so the next
+   * lookup fails with the session's error instead of naming a holder that
+   * may have left long ago.
+   */
+  readonly #onState = (state: ClientState): void => {
+    if (state === 'expired' || state === 'closed') this.#invalidate(this.#generation);
+  };
 
   head(): Promise<QueueHead | null> {
     // Closed: no watch keeps a cache honest any more, so every call reads.
@@ -53,6 +66,7 @@ export class QueueObserver {
 
   /** Stop caching and notifying; head() still answers, with a fresh read each time. */
   close(): void {
+    this.#zk.off('state', this.#onState);
     this.#closed = true;
     this.#cache = null;
     this.#listeners.clear();

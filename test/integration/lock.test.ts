@@ -471,6 +471,30 @@ describe('observeLock', () => {
       observer.close();
     }
   });
+
+  it('an observer whose session expired does not keep answering from its cache', async () => {
+    const name = uniqueLockName('observeexpired');
+    const proxy = await TcpProxy.to(server);
+    try {
+      const watcherZk = await clients.connect(proxy.address, 2000);
+      const [a, b] = await clients.many(2, server);
+      const observer = observeLock(watcherZk, name);
+      const first = await acquireLock(a!, name);
+      await until(async () => (await observer.holder())?.token === first.token, 'observer sees the holder');
+      proxy.blackhole();
+      await until(() => watcherZk.state === 'expired', 'the observer client expired');
+      const next = acquireLock(b!, name);
+      await first.release();
+      const second = await next;
+      // The cache still names `first`, who released: a verify() built on it
+      // would admit a token that is no longer the holder's.
+      await expect(observer.holder()).rejects.toMatchObject({ code: 'SESSION_EXPIRED' });
+      observer.close();
+      await second.release();
+    } finally {
+      await proxy.close();
+    }
+  });
 });
 
 describe('requests per cycle', () => {
