@@ -353,34 +353,40 @@ describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
     expect(await store.current(resource)).toBe(7n);
   });
 
-  it.runIf(flavor === 'pg')('PostgresFenceStore: aborting while waiting for a pooled connection gives up and leaks nothing', async () => {
-    const small = newPool(schema, uniqueName('fk_small'), 1);
-    try {
-      const store = new PostgresFenceStore(small);
-      const holder = await store.admit(uniqueName('a'), 1n);
-      const controller = new AbortController();
-      const waiting = store.admit(uniqueName('b'), 1n, { signal: controller.signal }).catch((e: unknown) => e);
-      const reason = new Error('gave up');
-      controller.abort(reason);
-      expect(await waiting).toBe(reason);
-      await holder.commit();
-      const next = await store.admit(uniqueName('c'), 1n);
-      await next.commit();
-      expect(small.totalCount).toBe(1);
-      expect(small.idleCount).toBe(1);
-    } finally {
-      await small.end();
-    }
-  });
+  // Registered for one flavor only (registering it for both would leave a skipped test).
+  if (flavor === 'pg') {
+    it('PostgresFenceStore: aborting while waiting for a pooled connection gives up and leaks nothing', async () => {
+      const small = newPool(schema, uniqueName('fk_small'), 1);
+      try {
+        const store = new PostgresFenceStore(small);
+        const holder = await store.admit(uniqueName('a'), 1n);
+        const controller = new AbortController();
+        const waiting = store.admit(uniqueName('b'), 1n, { signal: controller.signal }).catch((e: unknown) => e);
+        const reason = new Error('gave up');
+        controller.abort(reason);
+        expect(await waiting).toBe(reason);
+        await holder.commit();
+        const next = await store.admit(uniqueName('c'), 1n);
+        await next.commit();
+        expect(small.totalCount).toBe(1);
+        expect(small.idleCount).toBe(1);
+      } finally {
+        await small.end();
+      }
+    });
+  }
 
-  it.runIf(flavor === 'kysely')('fenced(): the fence condition on a user\'s own Kysely update builder', async () => {
-    const k = kysely!;
-    await sql('INSERT INTO docs (id, body, fencing_token) VALUES (7000, $1, 30)', ['x']);
-    const ok = await fenced(k.updateTable('docs').set({ body: 'by-31' }).where('id', '=', 7000), 31n).executeTakeFirst();
-    expect(ok.numUpdatedRows).toBe(1n);
-    const refused = await fenced(k.updateTable('docs').set({ body: 'by-30' }).where('id', '=', 7000), 30n).executeTakeFirst();
-    expect(refused.numUpdatedRows).toBe(0n);
-    const [row] = await sql<{ body: string; fencing_token: string }>('SELECT body, fencing_token::text FROM docs WHERE id = 7000');
-    expect(row).toEqual({ body: 'by-31', fencing_token: '31' });
-  });
+  // Registered for one flavor only (registering it for both would leave a skipped test).
+  if (flavor === 'kysely') {
+    it('fenced(): the fence condition on a user\'s own Kysely update builder', async () => {
+      const k = kysely!;
+      await sql('INSERT INTO docs (id, body, fencing_token) VALUES (7000, $1, 30)', ['x']);
+      const ok = await fenced(k.updateTable('docs').set({ body: 'by-31' }).where('id', '=', 7000), 31n).executeTakeFirst();
+      expect(ok.numUpdatedRows).toBe(1n);
+      const refused = await fenced(k.updateTable('docs').set({ body: 'by-30' }).where('id', '=', 7000), 30n).executeTakeFirst();
+      expect(refused.numUpdatedRows).toBe(0n);
+      const [row] = await sql<{ body: string; fencing_token: string }>('SELECT body, fencing_token::text FROM docs WHERE id = 7000');
+      expect(row).toEqual({ body: 'by-31', fencing_token: '31' });
+    });
+  }
 });
