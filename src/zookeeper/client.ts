@@ -256,8 +256,9 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
   /** Create a node (create2: the reply carries its Stat, so its czxid costs no extra round trip). */
   create(path: string, data?: Uint8Array | string | null, options: CreateOptions = {}): Promise<{ path: string; stat: Stat }> {
     const mode = options.mode ?? 'persistent';
+    // hasOwn: a mode like 'toString' must not find Object.prototype's member.
+    if (!Object.hasOwn(CREATE_FLAGS, mode)) return Promise.reject(new InvalidArgumentError(`unknown create mode ${String(mode)}`));
     const flags = CREATE_FLAGS[mode];
-    if (flags === undefined) return Promise.reject(new InvalidArgumentError(`unknown create mode ${String(mode)}`));
     const sequential = mode.includes('sequential');
     const acl = options.acl ?? OPEN_ACL_UNSAFE;
     const ttl = mode.endsWith('_with_ttl');
@@ -1038,8 +1039,8 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
     switch (op?.op) {
       case 'create': {
         const mode = op.mode ?? 'persistent';
+        if (!Object.hasOwn(CREATE_FLAGS, mode)) throw new InvalidArgumentError(`unknown create mode ${String(mode)}`);
         const flags = CREATE_FLAGS[mode];
-        if (flags === undefined) throw new InvalidArgumentError(`unknown create mode ${String(mode)}`);
         validatePath(op.path, mode.includes('sequential'));
         const acl = op.acl ?? OPEN_ACL_UNSAFE;
         checkAcl(acl);

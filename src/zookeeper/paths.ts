@@ -67,6 +67,8 @@ export function parseConnectString(text: string): ConnectString {
       const colon = entry.lastIndexOf(':');
       host = colon === -1 ? entry : entry.slice(0, colon);
       portText = colon === -1 ? undefined : entry.slice(colon + 1);
+      // An IPv6 address must be bracketed: '::1' would otherwise read as host ':' port 1.
+      if (host.includes(':')) throw new InvalidArgumentError(`IPv6 addresses need brackets in a connect string ("[::1]:2181"): ${JSON.stringify(entry)}`);
     }
     const port = portText === undefined ? 2181 : Number(portText);
     if (host === '' || !Number.isInteger(port) || port < 1 || port > 65535 || (portText !== undefined && !/^[0-9]+$/.test(portText))) {

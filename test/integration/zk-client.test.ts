@@ -112,6 +112,11 @@ describe('create', () => {
     const zk = await connect();
     await expect(zk.create(`${base}/x`, null, { mode: 'persistent_with_ttl' })).rejects.toBeInstanceOf(InvalidArgumentError);
     await expect(zk.create(`${base}/x`, null, { mode: 'persistent', ttlMs: 5 })).rejects.toBeInstanceOf(InvalidArgumentError);
+    // Regression: a mode named like an Object.prototype member passed the lookup.
+    for (const mode of ['toString', 'constructor', 'bogus']) {
+      await expect(zk.create(`${base}/x`, null, { mode: mode as 'persistent' })).rejects.toBeInstanceOf(InvalidArgumentError);
+      await expect(zk.multi([{ op: 'create', path: `${base}/x`, mode: mode as 'persistent' }])).rejects.toBeInstanceOf(InvalidArgumentError);
+    }
   });
 
   it('NODEEXISTS and NONODE parent', async () => {

@@ -101,7 +101,7 @@ describe('parseConnectString', () => {
     ]);
   });
 
-  it.each(['', '   ', ',', 'h:', 'h:0', 'h:65536', 'h:12ab', 'h:-1', '[::1', ':2181', 'h:2181/a/', 'h:2181/a//b', '/chroot'])(
+  it.each(['', '   ', ',', 'h:', 'h:0', 'h:65536', 'h:12ab', 'h:-1', '[::1', '::1', '::1:2181', ':2181', 'h:2181/a/', 'h:2181/a//b', '/chroot'])(
     'rejects %j',
     (text) => {
       expect(() => parseConnectString(text)).toThrow(InvalidArgumentError);
