@@ -1,0 +1,522 @@
+// The fault-injection run (issue #7), Jepsen-style: N worker processes
+// (test/fixtures/fault-worker.mjs) loop acquire -> write PostgreSQL, S3 and an
+// HTTP service with the token -> release, while a nemesis
+//   - SIGSTOPs workers past their session timeout (one of them right after it
+//     was granted the lock, so it wakes up as a stale holder with writes to do),
+//   - SIGKILLs the ZooKeeper leader of the 3-node ensemble and restarts it,
+//   - cuts (RST) and black-holes workers' ZooKeeper connections: each worker
+//     reaches each ensemble node through its own TcpProxy, owned here.
+// Every write is recorded (invoke/complete with outcome and timestamps); the
+// resources' apply orders are read at the end and checker.ts judges them.
+//
+// Used by fault-checker.test.ts (short run) and run-checker.ts (long run).
+import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { once } from 'node:events';
+import { createServer, type Server } from 'node:http';
+import { createInterface } from 'node:readline';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import express from 'express';
+import pg from 'pg';
+import {
+  CreateBucketCommand,
+  DeleteBucketCommand,
+  DeleteObjectCommand,
+  HeadObjectCommand,
+  S3Client,
+} from '@aws-sdk/client-s3';
+import { fencing, MemoryFenceStore } from '../../adapters/express/index.js';
+import { migrate, PostgresFenceStore } from '../../adapters/postgres/index.js';
+import type { FenceStore } from '../../src/index.js';
+import { killEnsembleLeader, startEnsembleNode, testServers, waitEnsembleHealthy } from '../helpers/servers.js';
+import { TcpProxy } from '../helpers/tcp-proxy.js';
+import { uniqueBucket, uniqueId } from '../helpers/unique.js';
+import {
+  checkHistory,
+  formatReport,
+  type AppliedWrite,
+  type CheckResult,
+  type FaultKind,
+  type FaultRecord,
+  type History,
+  type Outcome,
+  type Resource,
+  type S3Attempt,
+  type WriteRecord,
+} from './checker.js';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const WORKER = `${ROOT}test/fixtures/fault-worker.mjs`;
+const DIST_ENTRIES = ['dist/src/index.js', 'dist/adapters/postgres/index.js', 'dist/adapters/s3/index.js'];
+
+export interface RunOptions {
+  /** Worker processes (at least 5 for the issue's run). */
+  readonly workers: number;
+  /** Lock cycles after which the workers are told to stop (extended until the required faults are in). */
+  readonly ops: number;
+  /** Hard cap on the run, whatever the counts. */
+  readonly maxDurationMs: number;
+  /** Requested ZooKeeper session timeout (the ensemble's tick 500 allows 1000..10000). */
+  readonly sessionTimeoutMs: number;
+  /** After the required faults: keep injecting random faults until the end. */
+  readonly randomFaults: boolean;
+  /** Where the HTTP service keeps its fence. */
+  readonly httpStore: 'memory' | 'postgres';
+  /** Build dist/ first even if it exists (the script does; the test relies on npm test's build). */
+  readonly build: boolean;
+  readonly log: (line: string) => void;
+}
+
+export const DEFAULT_OPTIONS: RunOptions = {
+  workers: 5,
+  ops: 80,
+  maxDurationMs: 120_000,
+  sessionTimeoutMs: 2000,
+  randomFaults: true,
+  httpStore: 'memory',
+  build: false,
+  log: () => undefined,
+};
+
+export interface RunResult {
+  readonly history: History;
+  readonly result: CheckResult;
+  readonly report: readonly string[];
+  readonly names: { readonly lock: string; readonly table: string; readonly bucket: string; readonly key: string };
+}
+
+interface WorkerLine {
+  readonly t: string;
+  readonly ev?: string;
+  readonly at: number;
+  readonly worker: number;
+  readonly [field: string]: unknown;
+}
+
+// --- dist ---------------------------------------------------------------------
+
+function runTsc(): Promise<void> {
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, [`${ROOT}node_modules/typescript/bin/tsc`, '-p', `${ROOT}tsconfig.build.json`], { cwd: ROOT, timeout: 300_000 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`building dist failed: ${error.message}\n${stdout}${stderr}`));
+      else resolve();
+    });
+  });
+}
+
+/** Others run `npm run build` (rm -rf dist) at any time: build when asked or when an entry is missing. */
+export async function ensureDist(force: boolean): Promise<void> {
+  if (force || DIST_ENTRIES.some((entry) => !existsSync(ROOT + entry))) await runTsc();
+}
+
+// --- the run ----------------------------------------------------------------------
+
+class WorkerProcess {
+  readonly child: ChildProcess;
+  readonly exited: Promise<void>;
+  stderr = '';
+  paused = false;
+  ready = false;
+  constructor(readonly id: number, env: NodeJS.ProcessEnv, onLine: (line: WorkerLine) => void) {
+    this.child = spawn(process.execPath, [WORKER], { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
+    this.exited = once(this.child, 'exit').then(() => undefined);
+    this.child.stdin?.on('error', () => undefined); // EPIPE from a worker that already exited
+    this.child.stderr?.setEncoding('utf8').on('data', (text: string) => {
+      this.stderr = (this.stderr + text).slice(-4000);
+    });
+    createInterface({ input: this.child.stdout as NodeJS.ReadableStream }).on('line', (text) => {
+      let line: WorkerLine;
+      try {
+        line = JSON.parse(text) as WorkerLine;
+      } catch {
+        return;
+      }
+      if (line.t === 'ready') this.ready = true;
+      onLine(line);
+    });
+  }
+  get alive(): boolean {
+    return this.child.exitCode === null && this.child.signalCode === null;
+  }
+  signal(signal: NodeJS.Signals): void {
+    if (this.alive) this.child.kill(signal);
+  }
+  /** Ask the worker to finish its cycle and exit. */
+  stop(): void {
+    if (this.alive) this.child.stdin?.end('stop\n');
+  }
+}
+
+interface HttpService {
+  readonly url: string;
+  readonly log: AppliedWrite[];
+  close(): Promise<void>;
+}
+
+async function startHttpService(resource: string, store: FenceStore<unknown>): Promise<HttpService> {
+  const log: AppliedWrite[] = [];
+  const app = express();
+  app.put('/faults/resource', fencing({ store, resource }), express.json(), (req, res) => {
+    const writeId = (req.body as { writeId?: unknown } | undefined)?.writeId;
+    if (typeof writeId !== 'string' || req.fencing === undefined) {
+      res.status(400).end();
+      return;
+    }
+    // Inside the fence: fencing() holds it until this response has finished,
+    // so the order of this log is the order the service applied the writes.
+    log.push({ id: writeId, token: req.fencing.token });
+    res.status(204).end();
+  });
+  const server: Server = createServer(app);
+  server.keepAliveTimeout = 60_000;
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('the HTTP service did not listen');
+  return {
+    url: `http://127.0.0.1:${address.port}/faults/resource`,
+    log,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+const random = (min: number, max: number): number => min + Math.random() * (max - min);
+const pick = <T>(items: readonly T[]): T | undefined => items[Math.floor(Math.random() * items.length)];
+
+export async function runFaultCheck(partial: Partial<RunOptions> = {}): Promise<RunResult> {
+  const options: RunOptions = { ...DEFAULT_OPTIONS, ...partial };
+  const { log } = options;
+  const servers = testServers();
+  const ensemble = servers.zkEnsemble.split(',');
+  const run = uniqueId('faults');
+  const names = { lock: `faults/${run}`, table: run, bucket: uniqueBucket('fk-faults'), key: `${run}/object.json` };
+  const historyTable = `${run}_history`;
+  const stateTable = `${run}_state`;
+
+  const admin = new pg.Pool({ connectionString: servers.databaseUrl, max: 3 });
+  admin.on('error', () => undefined);
+  const s3 = new S3Client({ endpoint: servers.s3.endpoint, region: servers.s3.region, forcePathStyle: true, credentials: servers.s3.credentials });
+  const proxies: TcpProxy[][] = [];
+  const workers: WorkerProcess[] = [];
+  let service: HttpService | null = null;
+
+  // What the run records.
+  const writes = new Map<string, { invoke: WorkerLine; complete?: WorkerLine; sent: S3Attempt[] }>();
+  const faults: FaultRecord[] = [];
+  const cycles = { invoked: 0, completed: 0, acquireFailed: 0 };
+  let staleRefused = 0;
+  let pauseHolder: ((worker: WorkerProcess, token: string) => void) | null = null;
+  const started = Date.now();
+  const since = (): string => `t+${((Date.now() - started) / 1000).toFixed(1)}s`;
+
+  const onLine = (line: WorkerLine): void => {
+    if (line.t === 'cycle') {
+      if (line.ev === 'invoke') cycles.invoked += 1;
+      else if (line.ev === 'complete') cycles.completed += 1;
+      else if (line.ev === 'fail') cycles.acquireFailed += 1;
+      else if (line.ev === 'acquired' && pauseHolder !== null) {
+        // SIGSTOP right here, in the line handler: the worker is between its
+        // grant and its first write (a think time of 5+ ms).
+        const w = workers[line.worker];
+        if (w !== undefined && !w.paused && w.alive) {
+          w.signal('SIGSTOP');
+          w.paused = true;
+          const resolve = pauseHolder;
+          pauseHolder = null;
+          resolve(w, String(line.token));
+        }
+      }
+    } else if (line.t === 'write') {
+      const id = String(line.id);
+      if (line.ev === 'invoke') writes.set(id, { invoke: line, sent: [] });
+      else if (line.ev === 'complete') {
+        const entry = writes.get(id);
+        if (entry !== undefined) entry.complete = line;
+        if (line.outcome === 'refused') staleRefused += 1;
+      }
+    } else if (line.t === 's3-attempt') {
+      // Sent, outcome not yet known: what an s3 write killed in flight leaves.
+      writes.get(String(line.id))?.sent.push({ precondition: line.precondition === null ? null : String(line.precondition), status: null });
+    } else if (line.t === 'error') {
+      log(`${since()} worker ${line.worker} failed: ${String(line.detail)}`);
+    }
+  };
+
+  try {
+    await ensureDist(options.build);
+    await migrate(admin);
+    await admin.query(`create table ${historyTable} (seq bigserial primary key, write_id text not null, token bigint not null, worker int not null, applied_at timestamptz not null default clock_timestamp())`);
+    await admin.query(`create table ${stateTable} (id int primary key, write_id text not null, token bigint not null)`);
+    await s3.send(new CreateBucketCommand({ Bucket: names.bucket }));
+    const store: FenceStore<unknown> = options.httpStore === 'postgres' ? new PostgresFenceStore(admin) : new MemoryFenceStore();
+    service = await startHttpService(`faults/${run}/http`, store);
+
+    for (let i = 0; i < options.workers; i++) proxies.push(await Promise.all(ensemble.map((hostPort) => TcpProxy.to(hostPort))));
+    const envFor = (i: number): NodeJS.ProcessEnv => ({
+      ...process.env,
+      FK_WORKER: String(i),
+      FK_CONNECT: (proxies[i] ?? []).map((p) => p.address).join(','),
+      FK_LOCK: names.lock,
+      FK_SESSION_MS: String(options.sessionTimeoutMs),
+      DATABASE_URL: servers.databaseUrl,
+      FK_PG_RESOURCE: `faults/${run}/postgres`,
+      FK_PG_HISTORY: historyTable,
+      FK_PG_STATE: stateTable,
+      S3_ENDPOINT: servers.s3.endpoint,
+      S3_REGION: servers.s3.region,
+      S3_ACCESS_KEY: servers.s3.credentials.accessKeyId,
+      S3_SECRET_KEY: servers.s3.credentials.secretAccessKey,
+      FK_BUCKET: names.bucket,
+      FK_KEY: names.key,
+      FK_HTTP_URL: service?.url ?? '',
+      FK_THINK_MS: '30',
+    });
+
+    // Spawn and wait until every worker has a session. A worker that dies
+    // before that because dist vanished under it (someone's `npm run build`)
+    // is spawned again after a rebuild.
+    for (let attempt = 1; ; attempt++) {
+      for (let i = 0; i < options.workers; i++) {
+        const existing = workers[i];
+        if (existing === undefined || (!existing.alive && !existing.ready)) workers[i] = new WorkerProcess(i, envFor(i), onLine);
+      }
+      const deadline = Date.now() + 60_000;
+      while (Date.now() < deadline && workers.some((w) => !w.ready && w.alive)) await sleep(50);
+      const dead = workers.filter((w) => !w.ready);
+      if (dead.length === 0) break;
+      const why = dead.map((w) => `worker ${w.id}: ${w.alive ? 'not ready after 60 s' : w.stderr.trim().slice(-600)}`).join('\n');
+      if (attempt >= 3 || !/ERR_MODULE_NOT_FOUND|Cannot find module/.test(why)) throw new Error(`workers did not start:\n${why}`);
+      log(`${since()} dist vanished under the workers; rebuilding`);
+      for (const w of dead) w.signal('SIGKILL');
+      await ensureDist(true);
+    }
+    log(`${since()} ${options.workers} workers ready (lock ${names.lock}, table ${historyTable}, s3://${names.bucket}/${names.key}, http ${options.httpStore} store)`);
+
+    // --- the nemesis ----------------------------------------------------------------
+    const record = (kind: FaultKind, target: string, detail: string): void => {
+      faults.push({ kind, target, at: Date.now(), detail });
+      log(`${since()} fault ${kind} ${target}: ${detail}`);
+    };
+    const session = options.sessionTimeoutMs;
+    const running = (): WorkerProcess[] => workers.filter((w) => w.alive && !w.paused);
+    let stopping = false;
+
+    const pauseFor = async (w: WorkerProcess, ms: number): Promise<void> => {
+      await sleep(ms);
+      w.signal('SIGCONT');
+      w.paused = false;
+    };
+    const faultPauseHolder = async (): Promise<boolean> => {
+      const granted = new Promise<{ w: WorkerProcess; token: string }>((resolve) => {
+        pauseHolder = (w, token) => resolve({ w, token });
+      });
+      const timeout = sleep(20_000).then(() => null);
+      const got = await Promise.race([granted, timeout]);
+      if (got === null) {
+        pauseHolder = null;
+        return false;
+      }
+      const ms = Math.round(session * 2);
+      record('pause', `worker ${got.w.id}`, `SIGSTOP right after its grant (token ${got.token}) for ${ms} ms (session ${session} ms)`);
+      await pauseFor(got.w, ms);
+      return true;
+    };
+    const faultPauseRandom = async (): Promise<void> => {
+      const w = pick(running());
+      if (w === undefined) return;
+      const ms = Math.round(random(0.5, 2.2) * session);
+      w.signal('SIGSTOP');
+      w.paused = true;
+      record('pause', `worker ${w.id}`, `SIGSTOP for ${ms} ms (${ms > session ? 'past' : 'within'} its session)`);
+      await pauseFor(w, ms);
+    };
+    const faultCut = (): void => {
+      const w = pick(running());
+      if (w === undefined) return;
+      const open = (proxies[w.id] ?? []).reduce((n, p) => n + p.connectionCount, 0);
+      for (const p of proxies[w.id] ?? []) p.cut();
+      record('cut', `worker ${w.id}`, `TCP RST on its ZooKeeper connections (${open} open)`);
+    };
+    const faultPartition = async (): Promise<void> => {
+      const w = pick(running());
+      if (w === undefined) return;
+      const ms = Math.round(random(0.5, 2) * session);
+      for (const p of proxies[w.id] ?? []) p.blackhole();
+      record('partition', `worker ${w.id}`, `black hole on its ZooKeeper connections for ${ms} ms`);
+      await sleep(ms);
+      for (const p of proxies[w.id] ?? []) p.resume();
+    };
+    const faultKillLeader = async (): Promise<void> => {
+      const id = await killEnsembleLeader();
+      record('kill-leader', `zookeeper node ${id}`, 'SIGKILL');
+      await sleep(random(500, 1500));
+      await startEnsembleNode(id);
+      log(`${since()} zookeeper node ${id} restarted`);
+    };
+
+    let requiredDone = false;
+    let gaveUp = false;
+    const nemesis = (async () => {
+      // warm-up: let every worker get through a cycle or so
+      while (!stopping && cycles.completed < Math.min(options.workers, 5)) await sleep(50);
+      // The guaranteed schedule: a stale holder, a cut, a leader kill.
+      if (!stopping) await faultPauseHolder();
+      await sleep(random(300, 800));
+      if (!stopping) faultCut();
+      await sleep(random(300, 800));
+      if (!stopping) await faultKillLeader();
+      requiredDone = true;
+      let holderTries = 1;
+      while (!stopping) {
+        await sleep(random(300, 1200));
+        if (stopping) break;
+        if (staleRefused === 0) {
+          if (holderTries >= 5) {
+            gaveUp = true;
+            break;
+          }
+          holderTries += 1;
+          await faultPauseHolder();
+          continue;
+        }
+        if (!options.randomFaults) break;
+        const dice = Math.random();
+        if (dice < 0.3) await faultPauseRandom();
+        else if (dice < 0.45) await faultPauseHolder();
+        else if (dice < 0.65) faultCut();
+        else if (dice < 0.85) await faultPartition();
+        else await faultKillLeader();
+      }
+    })();
+    const nemesisDone = nemesis.then(
+      () => undefined,
+      (error: unknown) => {
+        log(`${since()} nemesis failed: ${String(error)}`);
+        throw error;
+      },
+    );
+
+    // --- until the budget is spent ----------------------------------------------
+    const deadline = started + options.maxDurationMs;
+    let lastReport = Date.now();
+    let nemesisFinished = false;
+    void nemesisDone.finally(() => {
+      nemesisFinished = true;
+    }).catch(() => undefined);
+    while (Date.now() < deadline) {
+      const budgetSpent = cycles.invoked >= options.ops;
+      const proved = requiredDone && (staleRefused > 0 || gaveUp);
+      if ((budgetSpent && proved) || (nemesisFinished && !options.randomFaults && budgetSpent)) break;
+      if (workers.every((w) => !w.alive)) break;
+      if (Date.now() - lastReport > 5000) {
+        lastReport = Date.now();
+        log(`${since()} cycles ${cycles.invoked} invoked / ${cycles.completed} completed / ${cycles.acquireFailed} acquire failed; ${writes.size} writes; ${staleRefused} stale refused; ${faults.length} faults`);
+      }
+      await sleep(100);
+    }
+    stopping = true;
+    pauseHolder = null;
+    await nemesisDone;
+
+    // --- heal and stop ------------------------------------------------------------
+    for (const list of proxies) for (const p of list) p.resume();
+    for (const w of workers) {
+      if (w.paused) {
+        w.signal('SIGCONT');
+        w.paused = false;
+      }
+      w.stop();
+    }
+    const exited = Promise.all(workers.map((w) => w.exited));
+    if ((await Promise.race([exited.then(() => true), sleep(45_000).then(() => false)])) === false) {
+      log(`${since()} workers still running 45 s after stop: SIGKILL (their writes in flight stay unknown)`);
+      for (const w of workers) w.signal('SIGKILL');
+      await exited;
+    }
+    log(`${since()} workers stopped; reading the resources`);
+
+    // --- the evidence -----------------------------------------------------------
+    const history = await collect();
+    const result = checkHistory(history);
+    return { history, result, report: formatReport(result, history), names };
+  } finally {
+    pauseHolder = null;
+    for (const w of workers) {
+      w.signal('SIGCONT');
+      w.signal('SIGKILL');
+    }
+    await Promise.all(workers.map((w) => w.exited));
+    await Promise.all(proxies.flat().map((p) => p.close()));
+    await service?.close().catch(() => undefined);
+    await admin.query(`drop table if exists ${historyTable}, ${stateTable}`).catch(() => undefined);
+    await admin.query('delete from fencekeeper_fences where resource like $1', [`faults/${run}/%`]).catch(() => undefined);
+    await s3.send(new DeleteObjectCommand({ Bucket: names.bucket, Key: names.key })).catch(() => undefined);
+    await s3.send(new DeleteBucketCommand({ Bucket: names.bucket })).catch(() => undefined);
+    s3.destroy();
+    await admin.end().catch(() => undefined);
+  }
+
+  async function collect(): Promise<History> {
+    const records: WriteRecord[] = [];
+    for (const [id, { invoke, complete, sent }] of writes) {
+      const resource = String(invoke.resource) as Resource;
+      const outcome: Outcome = complete === undefined ? 'unknown' : (String(complete.outcome) as Outcome);
+      const record: WriteRecord = {
+        id,
+        worker: invoke.worker,
+        resource,
+        token: BigInt(String(invoke.token)),
+        invokedAt: invoke.at,
+        completedAt: complete?.at ?? null,
+        outcome,
+        ...(complete?.detail === undefined ? {} : { detail: String(complete.detail) }),
+        ...(resource === 's3'
+          ? { s3: { etag: String(invoke.etag), attempts: complete === undefined ? sent : (complete.attempts as S3Attempt[]) } }
+          : {}),
+      };
+      records.push(record);
+    }
+    // An s3 write that never reported back (killed in flight) keeps the PUTs
+    // it reported as sent, each with an unknown outcome.
+    const pgRows = await admin.query<{ write_id: string; token: string }>(`select write_id, token::text as token from ${historyTable} order by seq`);
+    const pgState = await admin.query<{ write_id: string; token: string }>(`select write_id, token::text as token from ${stateTable} where id = 1`);
+    const stateRow = pgState.rows[0];
+    let s3Final: { etag: string; writeId: string; token: bigint | null } | null = null;
+    try {
+      const head = await s3.send(new HeadObjectCommand({ Bucket: names.bucket, Key: names.key }));
+      const token = head.Metadata?.['fencing-token'];
+      s3Final = {
+        etag: (head.ETag ?? '').replace(/^"|"$/g, ''),
+        writeId: head.Metadata?.['fault-write-id'] ?? '',
+        token: token === undefined ? null : BigInt(token),
+      };
+    } catch (error) {
+      if ((error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode !== 404) throw error;
+    }
+    const httpLog = service?.log ?? [];
+    const resources: History['resources'] = {
+      postgres: {
+        applied: pgRows.rows.map((r) => ({ id: r.write_id, token: BigInt(r.token) })),
+        final: stateRow === undefined ? null : { id: stateRow.write_id, token: BigInt(stateRow.token) },
+      },
+      http: { applied: [...httpLog], final: httpLog[httpLog.length - 1] ?? null },
+      s3: { final: null, s3Final },
+    };
+    return {
+      writes: records,
+      resources,
+      faults,
+      cycles: { ...cycles, unfinished: cycles.invoked - cycles.completed - cycles.acquireFailed },
+    };
+  }
+}
+
+/** For afterAll and the script: every node up, a leader elected. */
+export async function healEnsemble(): Promise<void> {
+  for (const n of [1, 2, 3]) await startEnsembleNode(n);
+  await waitEnsembleHealthy();
+}
