@@ -1,0 +1,139 @@
+// Every code example in README.md runs here, as a user would run it: the
+// TypeScript blocks (```ts) are transpiled and executed by Node as modules
+// inside this package, so `import ... from 'fencekeeper'` resolves through
+// the package's exports map to the build; the shell blocks (```sh) run with a
+// `fencekeeper` bin on PATH. ```console blocks (the quick start and
+// development commands) are what CI and a developer run themselves.
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { testServers } from '../helpers/servers.js';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const WORK = `${ROOT}.tmp/readme-examples/`;
+
+interface Block {
+  readonly lang: string;
+  readonly code: string;
+  readonly heading: string;
+}
+
+function blocks(markdown: string): Block[] {
+  const out: Block[] = [];
+  let heading = '';
+  const lines = markdown.split('\n');
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i] as string;
+    if (line.startsWith('#')) heading = line.replace(/^#+\s*/, '');
+    const open = /^```(\w+)\s*$/.exec(line);
+    if (open === null) continue;
+    const body: string[] = [];
+    for (i++; i < lines.length && lines[i] !== '```'; i++) body.push(lines[i] as string);
+    out.push({ lang: open[1] as string, code: body.join('\n'), heading });
+  }
+  return out;
+}
+
+function run(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(command, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
+  child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+}
+
+const readme = await readFile(`${ROOT}README.md`, 'utf8');
+const all = blocks(readme);
+const typescript = all.filter((b) => b.lang === 'ts');
+const shell = all.filter((b) => b.lang === 'sh');
+
+// What each example must print, by its section heading: running is not
+// enough, the example must do what the README says it does.
+const EXPECTED: Record<string, RegExp> = {
+  'A lock and a PostgreSQL write': /^wrote with token \d+$/m,
+  'A lock and an S3 object': /^refused: presented (\d+), current (\d+)\nobject fence: \2$/m,
+  'An HTTP service that refuses stale tokens': /^200 403$/m,
+  'Leader election': /^leader worker-1 with epoch \d+ true$/m,
+  'The CLI': /^token \d+ for readme\/nightly\nleader with epoch \d+\nreadme\/nightly: free/m,
+};
+
+describe('README examples', () => {
+  let env: NodeJS.ProcessEnv;
+
+  beforeAll(async () => {
+    if (!existsSync(`${ROOT}dist/src/index.js`)) throw new Error("dist/ is missing: run 'npm run build' first (npm test does)");
+    const servers = testServers();
+    await mkdir(`${WORK}bin`, { recursive: true });
+    await writeFile(`${WORK}bin/fencekeeper`, `#!/bin/sh\nexec "${process.execPath}" "${ROOT}dist/src/cli/main.js" "$@"\n`);
+    await chmod(`${WORK}bin/fencekeeper`, 0o755);
+    env = {
+      ZOOKEEPER: servers.zkStandalone,
+      DATABASE_URL: servers.databaseUrl,
+      S3_ENDPOINT: servers.s3.endpoint,
+      S3_REGION: servers.s3.region,
+      S3_ACCESS_KEY: servers.s3.credentials.accessKeyId,
+      S3_SECRET_KEY: servers.s3.credentials.secretAccessKey,
+      PATH: `${WORK}bin:${process.env.PATH ?? ''}`,
+    };
+  });
+  afterAll(async () => {
+    await rm(WORK, { recursive: true, force: true });
+  });
+
+  it('has the examples this test knows what to expect of', () => {
+    expect(typescript.map((b) => b.heading)).toEqual([
+      'A lock and a PostgreSQL write',
+      'A lock and an S3 object',
+      'An HTTP service that refuses stale tokens',
+      'Leader election',
+    ]);
+    expect(shell.map((b) => b.heading)).toEqual(['The CLI']);
+    expect(readme).toContain('npm ci && npm test');
+    expect(readme).toContain('npm ci && npm run demo');
+  });
+
+  it('the TypeScript examples type-check against the built package (strict)', async () => {
+    const files: string[] = [];
+    for (const [i, block] of typescript.entries()) {
+      const file = `${WORK}typed-${i}.mts`;
+      await writeFile(file, block.code);
+      files.push(file);
+    }
+    const program = ts.createProgram(files, {
+      strict: true,
+      noEmit: true,
+      target: ts.ScriptTarget.ES2022,
+      module: ts.ModuleKind.NodeNext,
+      moduleResolution: ts.ModuleResolutionKind.NodeNext,
+      skipLibCheck: true,
+      types: ['node'],
+    });
+    const problems = ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+    expect(problems).toEqual([]);
+  });
+
+  it.each(typescript.map((b, i) => [b.heading, i, b] as const))('%s', { timeout: 60_000 }, async (heading, i, block) => {
+    const js = ts.transpileModule(block.code, {
+      compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022, verbatimModuleSyntax: false },
+      reportDiagnostics: false,
+    }).outputText;
+    // Inside the package, so the example imports 'fencekeeper' by its name.
+    const file = `${WORK}example-${i}.mjs`;
+    await writeFile(file, js);
+    const result = await run(process.execPath, [file], env);
+    expect(result.stderr).toBe('');
+    expect(result.code).toBe(0);
+    expect(result.stdout).toMatch(EXPECTED[heading] as RegExp);
+  });
+
+  it.each(shell.map((b) => [b.heading, b] as const))('%s (shell)', { timeout: 60_000 }, async (heading, block) => {
+    const result = await run('bash', ['-euo', 'pipefail', '-c', block.code], env);
+    expect(result.stderr).toBe('');
+    expect(result.code).toBe(0);
+    expect(result.stdout).toMatch(EXPECTED[heading] as RegExp);
+  });
+});
