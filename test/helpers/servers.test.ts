@@ -5,8 +5,6 @@ import { describe, expect, inject, it } from 'vitest';
 import { hasServer, SERVER_ENV, testServers } from './servers.js';
 import { uniqueBucket, uniqueId, uniqueTable, uniqueZnodePath } from './unique.js';
 
-const noServers = (process.env.FK_NO_SERVERS ?? '') !== '';
-
 /** Send a ZooKeeper four-letter word and collect the reply. */
 function fourLetterWord(hostPort: string, word: string): Promise<string> {
   const at = hostPort.lastIndexOf(':');
@@ -22,7 +20,7 @@ function fourLetterWord(hostPort: string, word: string): Promise<string> {
   });
 }
 
-describe.skipIf(noServers)('test servers', () => {
+describe('test servers', () => {
   it('reach the worker through process.env and through inject()', () => {
     const injected = inject('fencekeeperServers');
     for (const key of ['zkStandalone', 'zkEnsemble', 'databaseUrl', 's3Endpoint'] as const) {

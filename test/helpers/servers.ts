@@ -74,7 +74,7 @@ export function testServers(): TestServers {
   };
 }
 
-/** True when a server is available, for `describe.skipIf(!hasServer('zkEnsembleCtl'))`. */
+/** True when a server is available (for scripts and helpers that can do without one). */
 export function hasServer(key: keyof ProvidedServers): boolean {
   return lookup(key) !== undefined;
 }
