@@ -7,17 +7,21 @@
 // The long run is test/faults/run-checker.ts.
 import { afterAll, describe, expect, it } from 'vitest';
 import { formatReport } from './checker.js';
-import { healEnsemble, runFaultCheck } from './harness.js';
+import { killEnsembleLeader, restoreEnsemble, startEnsembleNode, testServers } from '../helpers/servers.js';
+import { runFaultCheck } from './harness.js';
 
 afterAll(async () => {
-  // the nemesis restarts what it kills; this is for a run that failed midway
-  await healEnsemble();
+  // The nemesis restarts what it kills and the harness cleans up its tables,
+  // bucket and proxies; this is for a run that failed midway.
+  await restoreEnsemble();
 }, 120_000);
 
 describe('fault-injection run (SIGSTOP, leader SIGKILL, TCP cuts) against PostgreSQL, S3 and HTTP', () => {
   it('no resource ever accepts a stale token, loses an acknowledged write or keeps a refused one', async () => {
     const lines: string[] = [];
     const { result, history } = await runFaultCheck({
+      servers: testServers(),
+      ensembleControl: { killLeader: killEnsembleLeader, startNode: startEnsembleNode },
       workers: 5,
       ops: 70,
       maxDurationMs: 150_000,

@@ -29,7 +29,8 @@ import {
 import { fencing, MemoryFenceStore } from '../../adapters/express/index.js';
 import { migrate, PostgresFenceStore } from '../../adapters/postgres/index.js';
 import type { FenceStore } from '../../src/index.js';
-import { killEnsembleLeader, startEnsembleNode, testServers, waitEnsembleHealthy } from '../helpers/servers.js';
+// Types only: servers.ts imports 'vitest', which a plain Node script (run-checker.ts) cannot load.
+import type { TestServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueBucket, uniqueId } from '../helpers/unique.js';
 import {
@@ -50,7 +51,17 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const WORKER = `${ROOT}test/fixtures/fault-worker.mjs`;
 const DIST_ENTRIES = ['dist/src/index.js', 'dist/adapters/postgres/index.js', 'dist/adapters/s3/index.js'];
 
+/** How the nemesis drives the ensemble (test/helpers/servers.ts in the suite; the ctl script in run-checker.ts). */
+export interface EnsembleControl {
+  /** SIGKILL the leader; resolves with its id (1..3) once it is gone. */
+  killLeader(): Promise<number>;
+  /** (Re)start node n keeping its data; resolves when it serves. */
+  startNode(n: number): Promise<void>;
+}
+
 export interface RunOptions {
+  readonly servers: TestServers;
+  readonly ensembleControl: EnsembleControl;
   /** Worker processes (at least 5 for the issue's run). */
   readonly workers: number;
   /** Lock cycles after which the workers are told to stop (extended until the required faults are in). */
@@ -68,7 +79,7 @@ export interface RunOptions {
   readonly log: (line: string) => void;
 }
 
-export const DEFAULT_OPTIONS: RunOptions = {
+export const DEFAULT_OPTIONS: Omit<RunOptions, 'servers' | 'ensembleControl'> = {
   workers: 5,
   ops: 80,
   maxDurationMs: 120_000,
@@ -187,10 +198,9 @@ async function startHttpService(resource: string, store: FenceStore<unknown>): P
 const random = (min: number, max: number): number => min + Math.random() * (max - min);
 const pick = <T>(items: readonly T[]): T | undefined => items[Math.floor(Math.random() * items.length)];
 
-export async function runFaultCheck(partial: Partial<RunOptions> = {}): Promise<RunResult> {
+export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptions, 'servers' | 'ensembleControl'>): Promise<RunResult> {
   const options: RunOptions = { ...DEFAULT_OPTIONS, ...partial };
-  const { log } = options;
-  const servers = testServers();
+  const { log, servers, ensembleControl } = options;
   const ensemble = servers.zkEnsemble.split(',');
   const run = uniqueId('faults');
   const names = { lock: `faults/${run}`, table: run, bucket: uniqueBucket('fk-faults'), key: `${run}/object.json` };
@@ -351,10 +361,10 @@ export async function runFaultCheck(partial: Partial<RunOptions> = {}): Promise<
       for (const p of proxies[w.id] ?? []) p.resume();
     };
     const faultKillLeader = async (): Promise<void> => {
-      const id = await killEnsembleLeader();
+      const id = await ensembleControl.killLeader();
       record('kill-leader', `zookeeper node ${id}`, 'SIGKILL');
       await sleep(random(500, 1500));
-      await startEnsembleNode(id);
+      await ensembleControl.startNode(id);
       log(`${since()} zookeeper node ${id} restarted`);
     };
 
@@ -513,10 +523,4 @@ export async function runFaultCheck(partial: Partial<RunOptions> = {}): Promise<
       cycles: { ...cycles, unfinished: cycles.invoked - cycles.completed - cycles.acquireFailed },
     };
   }
-}
-
-/** For afterAll and the script: every node up, a leader elected. */
-export async function healEnsemble(): Promise<void> {
-  for (const n of [1, 2, 3]) await startEnsembleNode(n);
-  await waitEnsembleHealthy();
 }
