@@ -536,3 +536,68 @@ describe('requests per cycle', () => {
     expect(lossOf(lock).reason).toBe('node_deleted');
   });
 });
+
+describe('disconnections shorter than the session', () => {
+  it('a holder that reconnects keeps the lock, and its own-node watch was re-armed', async () => {
+    const proxy = await TcpProxy.to(server);
+    try {
+      const zk = await clients.connect(proxy.address, 4000);
+      const lock = await acquireLock(zk, uniqueLockName('holderreconnect'));
+      await new Promise((r) => setTimeout(r, 20)); // the own-node watch is registered
+      const states: string[] = [];
+      zk.on('state', (state: string) => states.push(state));
+      proxy.cut();
+      await until(() => states.join() === 'suspended,connected', 'the client to notice the cut and reconnect');
+      expect(lock.held).toBe(true);
+      expect(lock.signal.aborted).toBe(false);
+      const aborted = nextAbort(lock.signal);
+      await admin.delete(lock.path);
+      await aborted;
+      expect(lossOf(lock).reason).toBe('node_deleted');
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('a waiter disconnected while its predecessor leaves is granted after it reconnects (setWatches)', async () => {
+    const name = uniqueLockName('waiterreconnect');
+    const proxy = await TcpProxy.to(server);
+    try {
+      const zk = await clients.connect(proxy.address, 4000);
+      const other = await clients.connect(server);
+      const holder = await acquireLock(other, name);
+      const waiting = acquireLock(zk, name);
+      await until(async () => (await serverWatchCount(server, parentOf(name))) >= 2, 'the waiter watches the holder');
+      proxy.cut();
+      proxy.blackhole(); // reconnection attempts hang until resume()
+      await until(() => zk.state === 'suspended', 'the waiter to notice the cut');
+      await holder.release();
+      proxy.resume();
+      const lock = await waiting;
+      expect(lock.held).toBe(true);
+      expect(lock.token > holder.token).toBe(true);
+      await lock.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('a waiter whose session expires rejects with SessionExpiredError and leaves no node', async () => {
+    const name = uniqueLockName('waiterexpired');
+    const proxy = await TcpProxy.to(server);
+    try {
+      const zk = await clients.connect(proxy.address, 2000);
+      const other = await clients.connect(server);
+      const holder = await acquireLock(other, name);
+      const waiting = acquireLock(zk, name);
+      await until(async () => (await lockStatus(admin, name)).waiters.length === 1, 'waiter queued');
+      proxy.blackhole();
+      await expect(waiting).rejects.toMatchObject({ code: 'SESSION_EXPIRED' });
+      await until(async () => (await lockStatus(admin, name)).waiters.length === 0, 'the server to drop the expired waiter');
+      await holder.release();
+      expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
