@@ -153,3 +153,17 @@ export class SpyStore<T> implements FenceStore<T> {
     for (const change of changes) change.resolve();
   }
 }
+
+/**
+ * Whether `promise` has settled, asked after every callback already queued has
+ * run (a macrotask turn): a pending request stays pending here, a settled one
+ * reports true. Not a timing assertion: it reads the state, it does not wait for one.
+ */
+export function settledYet(promise: Promise<unknown>): Promise<boolean> {
+  let settled = false;
+  promise.then(
+    () => { settled = true; },
+    () => { settled = true; },
+  );
+  return new Promise((resolve) => setImmediate(() => resolve(settled)));
+}

@@ -1,0 +1,294 @@
+// Two replicas of one Express service (two HTTP servers, each with its own
+// pg.Pool) sharing one fencekeeper_fences table through PostgresFenceStore:
+// the fence is the database's row lock, so it holds across processes the way
+// MemoryFenceStore cannot. Run once with a pg.Pool and once with a Kysely
+// instance as the store's db. Every check on what committed is made from a
+// third connection (`admin`), never through a replica.
+import express from 'express';
+import { Kysely, PostgresDialect, type Generated, type Transaction } from 'kysely';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fencing, type FenceStore } from '../../adapters/express/index.js';
+import { migrate, PostgresFenceStore } from '../../adapters/postgres/index.js';
+import { testServers } from '../helpers/servers.js';
+import { uniqueId } from '../helpers/unique.js';
+import { deferred, post, send, serve, settledYet, type Answer, type Deferred, type Served } from './express-helpers.js';
+
+const H = 'fencing-token';
+type Flavor = 'pg' | 'kysely';
+
+interface WritesTable {
+  seq: Generated<number>;
+  resource: string;
+  token: string;
+  note: string;
+}
+
+interface ReplicaDb {
+  writes: WritesTable;
+}
+
+/** The handler's write, through the transaction that holds the fence row (pg.PoolClient or Kysely Transaction). */
+type Write = (transaction: unknown, resource: string, token: bigint, note: string) => Promise<void>;
+
+const writeWith: Record<Flavor, Write> = {
+  pg: async (transaction, resource, token, note) => {
+    await (transaction as pg.PoolClient).query('INSERT INTO writes (resource, token, note) VALUES ($1, $2, $3)', [resource, String(token), note]);
+  },
+  kysely: async (transaction, resource, token, note) => {
+    await (transaction as Transaction<ReplicaDb>).insertInto('writes').values({ resource, token: String(token), note }).execute();
+  },
+};
+
+/**
+ * One replica: its own pool (and application_name, so the test can find its
+ * backends in pg_stat_activity), its own store object, its own HTTP server.
+ * The handler inserts a row through req.fencing.transaction, then waits for
+ * the test's gate for its note (if any), then answers as `x-outcome` asks:
+ * ok (200), fail (500) or throw (Express answers 500).
+ */
+class Replica {
+  readonly applicationName = uniqueId('fk_replica');
+  readonly pool: pg.Pool;
+  readonly kysely: Kysely<ReplicaDb> | undefined;
+  readonly entered = new Map<string, Deferred>();
+  readonly gates = new Map<string, Deferred>();
+  served!: Served;
+
+  constructor(readonly name: string, flavor: Flavor, databaseUrl: string, schema: string) {
+    this.pool = new pg.Pool({ connectionString: databaseUrl, max: 4, application_name: this.applicationName, options: `-c search_path=${schema}` });
+    this.kysely = flavor === 'kysely' ? new Kysely<ReplicaDb>({ dialect: new PostgresDialect({ pool: this.pool }) }) : undefined;
+    const store: FenceStore<unknown> = this.kysely === undefined ? new PostgresFenceStore(this.pool) : new PostgresFenceStore(this.kysely);
+    const write = writeWith[flavor];
+    const app = express();
+    app.post('/docs/:id', fencing({ store, resource: (req) => String(req.params['id']) }), async (req, res) => {
+      const f = req.fencing!;
+      const note = req.get('x-note') ?? `${this.name}:${f.token}`;
+      this.enteredFor(f.resource, note).resolve();
+      await write(f.transaction, f.resource, f.token, note);
+      await this.gates.get(`${f.resource}/${note}`)?.promise;
+      const outcome = req.get('x-outcome') ?? 'ok';
+      if (outcome === 'throw') throw new Error(`handler for ${note} failed`);
+      if (outcome === 'fail') {
+        res.status(500).json({ failed: note });
+        return;
+      }
+      res.json({ replica: this.name, note, token: f.token.toString(), previous: f.previous === null ? null : f.previous.toString() });
+    });
+    // Keep Express's default error page off the test output.
+    app.use((_error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+      res.status(500).json({ thrown: true });
+    });
+    this.app = app;
+  }
+
+  readonly app: express.Express;
+
+  /** Resolves when the handler for `note` on `resource` has started (its admission holds the fence). */
+  enteredFor(resource: string, note: string): Deferred {
+    const key = `${resource}/${note}`;
+    let d = this.entered.get(key);
+    if (d === undefined) this.entered.set(key, (d = deferred()));
+    return d;
+  }
+
+  hasEntered(resource: string, note: string): boolean {
+    return this.entered.has(`${resource}/${note}`);
+  }
+
+  /** Hold the handler for `note` on `resource` after its write, until the test resolves the gate. */
+  gate(resource: string, note: string): Deferred {
+    const d = deferred();
+    this.gates.set(`${resource}/${note}`, d);
+    return d;
+  }
+
+  post(resource: string, token: string, headers: Record<string, string> = {}): Promise<Answer> {
+    return post(this.served.port, `/docs/${resource}`, { [H]: token, ...headers });
+  }
+
+  async close(): Promise<void> {
+    await this.served.close();
+    if (this.kysely !== undefined) await this.kysely.destroy(); // ends the pool too
+    else await this.pool.end();
+  }
+}
+
+describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceStore table (%s)', (flavor) => {
+  const databaseUrl = testServers().databaseUrl;
+  const schema = uniqueId(`fk_replicas_${flavor}`);
+  // The third connection: sees only what committed.
+  const admin = new pg.Pool({ connectionString: databaseUrl, max: 3, options: `-c search_path=${schema}` });
+  let one: Replica;
+  let two: Replica;
+
+  beforeAll(async () => {
+    await admin.query(`CREATE SCHEMA ${schema}`);
+    await migrate(admin);
+    await admin.query('CREATE TABLE writes (seq serial PRIMARY KEY, resource text NOT NULL, token bigint NOT NULL, note text NOT NULL)');
+    one = new Replica('one', flavor, databaseUrl, schema);
+    two = new Replica('two', flavor, databaseUrl, schema);
+    one.served = await serve(one.app);
+    two.served = await serve(two.app);
+  });
+
+  afterAll(async () => {
+    await Promise.allSettled([one?.close(), two?.close()]);
+    await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await admin.end();
+  });
+
+  /** Committed rows of the writes table for `resource`, in insertion order. */
+  async function committedWrites(resource: string): Promise<{ token: string; note: string }[]> {
+    const { rows } = await admin.query<{ token: string; note: string }>(
+      'SELECT token::text AS token, note FROM writes WHERE resource = $1 ORDER BY seq',
+      [resource],
+    );
+    return rows;
+  }
+
+  /** The committed mark, read without waiting (what any other process sees now). */
+  async function committedFence(resource: string): Promise<string | null> {
+    const { rows } = await admin.query<{ token: string }>('SELECT token::text AS token FROM fencekeeper_fences WHERE resource = $1', [resource]);
+    return rows[0]?.token ?? null;
+  }
+
+  /**
+   * The mark once every admission holding the row has settled (a replica
+   * commits or rolls back after its response was sent). An upsert waits for
+   * the row lock, and also for a transaction that is still inserting the
+   * resource's first row (which a SELECT ... FOR UPDATE would not see), then
+   * answers the committed mark; always rolled back. No sleeping.
+   */
+  async function settledFence(resource: string): Promise<string | null> {
+    const client = await admin.connect();
+    try {
+      await client.query('BEGIN');
+      const { rows } = await client.query<{ token: string; inserted: boolean }>(
+        `INSERT INTO fencekeeper_fences AS f (resource, token) VALUES ($1, 1)
+         ON CONFLICT (resource) DO UPDATE SET token = f.token
+         RETURNING f.token::text AS token, (f.xmax::text = '0') AS inserted`,
+        [resource],
+      );
+      const row = rows[0];
+      return row === undefined || row.inserted ? null : row.token;
+    } finally {
+      await client.query('ROLLBACK');
+      client.release();
+    }
+  }
+
+  /** Resolves once a backend of `replica` is waiting on a lock; answers its pid and the pids blocking it. */
+  async function lockWaiterOf(replica: Replica): Promise<{ pid: number; blockedBy: string[] }> {
+    for (;;) {
+      const { rows } = await admin.query<{ pid: number; blocked_by: string[] }>(
+        `SELECT w.pid, array(SELECT b.application_name FROM pg_stat_activity b WHERE b.pid = ANY (pg_blocking_pids(w.pid))) AS blocked_by
+           FROM pg_stat_activity w
+          WHERE w.application_name = $1 AND w.wait_event_type = 'Lock'`,
+        [replica.applicationName],
+      );
+      const row = rows[0];
+      if (row !== undefined) return { pid: row.pid, blockedBy: row.blocked_by };
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  }
+
+  it('the race across replicas: 35 on replica two waits on the row lock while 34 is in flight on replica one, then runs; 34 afterwards gets 409 current=35 at either replica', async () => {
+    const doc = uniqueId('race');
+    const gate34 = one.gate(doc, 'one:34');
+    const first = send(one.served.port, `/docs/${doc}`, { [H]: '34' });
+    await one.enteredFor(doc, 'one:34').promise;
+
+    const second = send(two.served.port, `/docs/${doc}`, { [H]: '35' });
+    // Replica two's backend is blocked on the fence row, by replica one's transaction.
+    const waiter = await lockWaiterOf(two);
+    expect(waiter.blockedBy).toEqual([one.applicationName]);
+    expect(two.hasEntered(doc, 'two:35')).toBe(false);
+    expect(await settledYet(second.answer)).toBe(false);
+    // Nothing of 34 is visible outside its transaction yet.
+    expect(await committedFence(doc)).toBeNull();
+    expect(await committedWrites(doc)).toEqual([]);
+
+    gate34.resolve();
+    const answer34 = await first.answer;
+    expect(answer34.status).toBe(200);
+    expect(answer34.body).toMatchObject({ replica: 'one', token: '34', previous: null });
+    const answer35 = await second.answer;
+    expect(answer35.status).toBe(200);
+    expect(answer35.body).toMatchObject({ replica: 'two', token: '35', previous: '34' });
+    expect(await settledFence(doc)).toBe('35');
+
+    for (const replica of [one, two]) {
+      const stale = await replica.post(doc, '34');
+      expect(stale.status).toBe(409);
+      expect(stale.contentType).toBe('application/problem+json');
+      expect(stale.body).toMatchObject({ status: 409, code: 'STALE_TOKEN', resource: doc, presented: '34', current: '35' });
+    }
+    expect(await settledFence(doc)).toBe('35');
+    expect(await committedWrites(doc)).toEqual([
+      { token: '34', note: 'one:34' },
+      { token: '35', note: 'two:35' },
+    ]);
+  });
+
+  it('a 34 that arrives while 35 is still in flight on the other replica waits for it, then gets 409 current=35 and never runs', async () => {
+    const doc = uniqueId('inflight');
+    expect((await one.post(doc, '34')).status).toBe(200);
+    expect(await settledFence(doc)).toBe('34');
+
+    const gate35 = two.gate(doc, 'two:35');
+    const newer = send(two.served.port, `/docs/${doc}`, { [H]: '35' });
+    await two.enteredFor(doc, 'two:35').promise;
+    const stale = send(one.served.port, `/docs/${doc}`, { [H]: '34', 'x-note': 'stale-34' });
+    const waiter = await lockWaiterOf(one);
+    expect(waiter.blockedBy).toEqual([two.applicationName]);
+    expect(await settledYet(stale.answer)).toBe(false);
+
+    gate35.resolve();
+    expect((await newer.answer).status).toBe(200);
+    const refused = await stale.answer;
+    expect(refused.status).toBe(409);
+    expect(refused.body).toMatchObject({ code: 'STALE_TOKEN', presented: '34', current: '35' });
+    expect(one.hasEntered(doc, 'stale-34')).toBe(false);
+    expect(await settledFence(doc)).toBe('35');
+    expect((await committedWrites(doc)).map((w) => w.note)).toEqual(['one:34', 'two:35']);
+  });
+
+  it('a handler that answers 500 or throws leaves neither its row nor a fence advance; a successful one commits both in one transaction', async () => {
+    const doc = uniqueId('atomic');
+    expect((await one.post(doc, '10')).status).toBe(200);
+    expect(await settledFence(doc)).toBe('10');
+
+    const failed = await one.post(doc, '11', { 'x-outcome': 'fail', 'x-note': 'failed-11' });
+    expect(failed.status).toBe(500);
+    expect(await settledFence(doc)).toBe('10');
+    const thrown = await two.post(doc, '12', { 'x-outcome': 'throw', 'x-note': 'thrown-12' });
+    expect(thrown.status).toBe(500);
+    expect(thrown.body).toEqual({ thrown: true });
+    expect(await settledFence(doc)).toBe('10');
+    expect((await committedWrites(doc)).map((w) => w.note)).toEqual(['one:10']);
+    // The handlers did run and write: what they wrote was rolled back with the advance.
+    expect(one.hasEntered(doc, 'failed-11') && two.hasEntered(doc, 'thrown-12')).toBe(true);
+
+    // Since nothing advanced, 10 is still current: a smaller token than the failed ones is not stale.
+    const gate = two.gate(doc, 'ok-13');
+    const ok = send(two.served.port, `/docs/${doc}`, { [H]: '13', 'x-note': 'ok-13' });
+    await two.enteredFor(doc, 'ok-13').promise;
+    // The row is written inside the transaction but not visible, nor is the advance.
+    expect(await committedFence(doc)).toBe('10');
+    expect((await committedWrites(doc)).map((w) => w.note)).toEqual(['one:10']);
+    gate.resolve();
+    const answer = await ok.answer;
+    expect(answer.status).toBe(200);
+    expect(answer.body).toMatchObject({ token: '13', previous: '10' });
+    expect(await settledFence(doc)).toBe('13');
+    expect((await committedWrites(doc)).map((w) => w.note)).toEqual(['one:10', 'ok-13']);
+    // One transaction: the row and the fence advance carry the same transaction id.
+    const { rows } = await admin.query<{ same: boolean }>(
+      `SELECT (SELECT xmin::text FROM writes WHERE resource = $1 AND note = 'ok-13')
+            = (SELECT xmin::text FROM fencekeeper_fences WHERE resource = $1) AS same`,
+      [doc],
+    );
+    expect(rows[0]?.same).toBe(true);
+  });
+});
