@@ -59,9 +59,22 @@ export function sequenceOf(child: string): number | null {
   const at = child.lastIndexOf(MARKER);
   if (at === -1) return null;
   const digits = child.slice(at + MARKER.length);
-  // ZooKeeper formats the counter as %010d; past 2^31 it goes negative.
-  if (!/^-?[0-9]{10}$/.test(digits)) return null;
+  // ZooKeeper formats the parent's cversion with Java's %010d, the sign
+  // counted in the width: 0000000042, and past 2^31 - 1 the int wraps
+  // negative: -2147483648, then -000000001 for -1.
+  if (!/^(?:[0-9]{10}|-[0-9]{9,10})$/.test(digits)) return null;
   return Number(digits);
+}
+
+/**
+ * Sequence order across the 32-bit wrap (serial number arithmetic, as in
+ * RFC 1982): the difference taken as an int32. Live queue nodes span far
+ * fewer than 2^31 parent changes, so this orders them as they were created,
+ * including a node made just after the counter wrapped (-2147483648 comes
+ * after 2147483647, not before every older node).
+ */
+function compareSequence(a: number, b: number): number {
+  return (a - b) | 0;
 }
 
 /** Queue children in grant order (lowest sequence first); foreign children are ignored. */
@@ -69,7 +82,7 @@ export function sortQueue(children: readonly string[]): string[] {
   return children
     .map((child) => ({ child, seq: sequenceOf(child) }))
     .filter((e): e is { child: string; seq: number } => e.seq !== null)
-    .sort((a, b) => a.seq - b.seq)
+    .sort((a, b) => compareSequence(a.seq, b.seq))
     .map((e) => e.child);
 }
 
