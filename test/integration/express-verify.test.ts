@@ -1,0 +1,251 @@
+// fencing() with verifyWithZooKeeper against a real ZooKeeper: the header is
+// client input, and only the czxid of the node that holds the lock right now
+// may move the fence. Forged tokens (the largest token there is, the holder's
+// plus one, a waiter's, another node's czxid) are refused with 403 and move
+// nothing; a replaced holder is refused; a verifier that cannot reach
+// ZooKeeper answers 503. And the check costs no ZooKeeper request while the
+// holder does not change: the verifier's client talks to ZooKeeper through a
+// proxy that counts the requests it sends (pings aside).
+import diagnostics from 'node:diagnostics_channel';
+import net from 'node:net';
+import express from 'express';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fencing, MemoryFenceStore, verifyWithZooKeeper, type ZooKeeperVerifier } from '../../adapters/express/index.js';
+import { acquireLock, lockStatus, MAX_TOKEN, ZooKeeperClient, type FencingToken, type Lock } from '../../src/index.js';
+import { testServers } from '../helpers/servers.js';
+import { TcpProxy } from '../helpers/tcp-proxy.js';
+import { uniqueId, uniqueLockName } from '../helpers/unique.js';
+import { post, serve, type Answer, type Served } from './express-helpers.js';
+import { mkdirp, rmrf } from './zk-helpers.js';
+
+const H = 'fencing-token';
+/** Reserved xids (ZooKeeper's ClientCnxn): -2 ping, -4 auth, -8 setWatches. */
+const PING_XID = -2;
+
+/**
+ * A TCP proxy in front of ZooKeeper that reads the client's frames (int32
+ * length, then for every frame after the ConnectRequest: int32 xid, int32
+ * opcode) and counts the ordinary requests, i.e. everything but pings: a
+ * round trip the verifier makes on a request's behalf shows up here, whatever
+ * client method it went through.
+ */
+class CountingZooKeeperProxy {
+  requests = 0;
+  readonly #server: net.Server;
+  readonly #sockets = new Set<net.Socket>();
+
+  private constructor(server: net.Server) {
+    this.#server = server;
+  }
+
+  static async to(hostPort: string): Promise<CountingZooKeeperProxy> {
+    const at = hostPort.lastIndexOf(':');
+    const host = hostPort.slice(0, at);
+    const port = Number(hostPort.slice(at + 1));
+    const server = net.createServer();
+    const proxy = new CountingZooKeeperProxy(server);
+    server.on('connection', (client) => proxy.#accept(client, host, port));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return proxy;
+  }
+
+  get address(): string {
+    return `127.0.0.1:${(this.#server.address() as net.AddressInfo).port}`;
+  }
+
+  #accept(client: net.Socket, host: string, port: number): void {
+    const upstream = net.connect(port, host);
+    for (const socket of [client, upstream]) {
+      this.#sockets.add(socket);
+      socket.on('close', () => {
+        this.#sockets.delete(socket);
+        client.destroy();
+        upstream.destroy();
+      });
+      socket.on('error', () => undefined);
+    }
+    let pending = Buffer.alloc(0);
+    let handshaken = false;
+    client.on('data', (chunk: Buffer) => {
+      upstream.write(chunk);
+      pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
+      while (pending.length >= 4) {
+        const length = pending.readInt32BE(0);
+        if (pending.length < 4 + length) break;
+        if (!handshaken) handshaken = true; // the ConnectRequest has no request header
+        else if (pending.readInt32BE(4) !== PING_XID) this.requests++;
+        pending = pending.subarray(4 + length);
+      }
+    });
+    upstream.on('data', (chunk: Buffer) => client.write(chunk));
+  }
+
+  async close(): Promise<void> {
+    for (const socket of this.#sockets) socket.destroy();
+    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+  }
+}
+
+/** Resolves with the next watch notification delivered to `zk`'s session (subscribe before the change). */
+function nextWatchEvent(zk: ZooKeeperClient): Promise<{ type: string; path: string }> {
+  const channel = diagnostics.channel('fencekeeper:zookeeper:watch');
+  return new Promise((resolve) => {
+    const onMessage = (message: unknown): void => {
+      const event = message as { sessionId: bigint; type: string; path: string };
+      if (event.sessionId !== zk.sessionId) return;
+      channel.unsubscribe(onMessage);
+      resolve({ type: event.type, path: event.path });
+    };
+    channel.subscribe(onMessage);
+  });
+}
+
+function appWith(store: MemoryFenceStore, resource: string, verify: ZooKeeperVerifier) {
+  const app = express();
+  app.post('/doc', fencing({ store, resource, verify }), (req, res) => {
+    res.json({ token: req.fencing!.token.toString() });
+  });
+  return app;
+}
+
+function expectRefused(answer: Answer, status: 403 | 503, code: 'TOKEN_REFUSED' | 'VERIFY_UNAVAILABLE'): void {
+  expect(answer.status).toBe(status);
+  expect(answer.contentType).toBe('application/problem+json');
+  expect(answer.body).toMatchObject({ type: 'about:blank', status, code });
+}
+
+describe('fencing() with verifyWithZooKeeper (real ZooKeeper)', () => {
+  const zkAddress = testServers().zkStandalone;
+  const lockName = uniqueLockName('verify');
+  const resource = uniqueId('doc');
+  const scratch = `/fencekeeper-test/${uniqueId('verify')}`;
+  const store = new MemoryFenceStore();
+  const clients: ZooKeeperClient[] = [];
+  let proxy: CountingZooKeeperProxy;
+  let verifierZk: ZooKeeperClient;
+  let verify: ZooKeeperVerifier;
+  let served: Served;
+  let holderA: Lock;
+  let holderB: Lock;
+  let waitingB: Promise<Lock>;
+
+  const connect = async (connectString = zkAddress, sessionTimeoutMs?: number): Promise<ZooKeeperClient> => {
+    const zk = await ZooKeeperClient.connect(sessionTimeoutMs === undefined ? { connectString } : { connectString, sessionTimeoutMs });
+    clients.push(zk);
+    return zk;
+  };
+  const send = (token: FencingToken | string): Promise<Answer> => post(served.port, '/doc', { [H]: String(token) });
+
+  beforeAll(async () => {
+    proxy = await CountingZooKeeperProxy.to(zkAddress);
+    verifierZk = await connect(proxy.address);
+    verify = verifyWithZooKeeper(verifierZk, lockName);
+    served = await serve(appWith(store, resource, verify));
+  });
+
+  afterAll(async () => {
+    verify?.close();
+    await served?.close();
+    const cleaner = clients.find((zk) => zk.state === 'connected');
+    if (cleaner !== undefined) {
+      await rmrf(cleaner, scratch);
+      await rmrf(cleaner, `/fencekeeper/locks/${lockName}`);
+    }
+    await Promise.allSettled(clients.map((zk) => zk.close()));
+    await proxy?.close();
+  });
+
+  it("admits the holder's token and the fence advances to it", async () => {
+    holderA = await acquireLock(await connect(), lockName);
+    const answer = await send(holderA.token);
+    expect(answer.status).toBe(200);
+    expect(answer.body).toEqual({ token: holderA.token.toString() });
+    expect(await store.current(resource)).toBe(holderA.token);
+  });
+
+  it("refuses forged tokens with 403 problem+json and the fence does not move: the largest token, holder + 1, a waiter's, another node's czxid", async () => {
+    // A second client queues behind A: its token is a real lock node's czxid, larger than A's, and not the holder's.
+    const zkB = await connect();
+    waitingB = acquireLock(zkB, lockName);
+    let waiterToken: FencingToken | undefined;
+    while (waiterToken === undefined) {
+      waiterToken = (await lockStatus(zkB, lockName)).waiters[0]?.token;
+    }
+    const someone = await connect();
+    await mkdirp(someone, scratch);
+    const other = await someone.create(`${scratch}/other`);
+    expect(other.stat.czxid).toBeGreaterThan(holderA.token);
+
+    const forged: FencingToken[] = [9223372036854775807n, holderA.token + 1n, waiterToken, other.stat.czxid];
+    for (const token of forged) {
+      const answer = await send(token);
+      expectRefused(answer, 403, 'TOKEN_REFUSED');
+      expect(await store.current(resource)).toBe(holderA.token);
+    }
+    // The holder still gets in after all that.
+    expect((await send(holderA.token)).status).toBe(200);
+    expect(await store.current(resource)).toBe(holderA.token);
+  });
+
+  it('costs no ZooKeeper request per HTTP request while the holder does not change', async () => {
+    // Warm: the queue is unchanged since B joined (the last test saw B's node on the server
+    // before the verifier's first lookup of it), so this lookup's watch is not about to fire.
+    expect((await send(holderA.token)).status).toBe(200);
+    const before = proxy.requests;
+    for (let i = 0; i < 25; i++) {
+      expect((await send(i % 2 === 0 ? holderA.token : holderA.token + 1n)).status).toBe(i % 2 === 0 ? 200 : 403);
+    }
+    expect(proxy.requests).toBe(before);
+    // The counter does see this client's requests: the verifier's first lookups went through it.
+    expect(before).toBeGreaterThan(0);
+  });
+
+  it("after release and a new holder: the old holder's token is refused (403), the new one is admitted", async () => {
+    const invalidated = nextWatchEvent(verifierZk);
+    await holderA.release();
+    holderB = await waitingB;
+    // The verifier's children watch has fired: its cache no longer names A.
+    expect(await invalidated).toMatchObject({ path: `/fencekeeper/locks/${lockName}` });
+
+    expectRefused(await send(holderA.token), 403, 'TOKEN_REFUSED');
+    expect(await store.current(resource)).toBe(holderA.token);
+    const answer = await send(holderB.token);
+    expect(answer.status).toBe(200);
+    expect(await store.current(resource)).toBe(holderB.token);
+    expectRefused(await send(holderA.token), 403, 'TOKEN_REFUSED');
+    expect(await store.current(resource)).toBe(holderB.token);
+  });
+
+  it("a verifier whose ZooKeeper session expired answers 503 and the fence does not move", async () => {
+    // Its own client, through a proxy the test can black-hole: no server reachable for the
+    // whole session timeout, so the client expires the session by its own clock.
+    const hole = await TcpProxy.to(zkAddress);
+    try {
+      const zk = await connect(hole.address, 4000);
+      const lonely = verifyWithZooKeeper(zk, lockName);
+      const app = await serve(appWith(store, resource, lonely));
+      try {
+        expect((await post(app.port, '/doc', { [H]: String(holderB.token) })).status).toBe(200);
+        const expired = new Promise<void>((resolve) => zk.on('state', (state: string) => state === 'expired' && resolve()));
+        hole.blackhole();
+        await expired;
+        expectRefused(await post(app.port, '/doc', { [H]: String(holderB.token) }), 503, 'VERIFY_UNAVAILABLE');
+        expectRefused(await post(app.port, '/doc', { [H]: String(MAX_TOKEN) }), 503, 'VERIFY_UNAVAILABLE');
+        expect(await store.current(resource)).toBe(holderB.token);
+      } finally {
+        lonely.close();
+        await app.close();
+      }
+    } finally {
+      await hole.close();
+    }
+  });
+
+  it('a verifier whose ZooKeeper client was closed answers 503 and the fence does not move', async () => {
+    expect((await send(holderB.token)).status).toBe(200);
+    await verifierZk.close();
+    expectRefused(await send(holderB.token), 503, 'VERIFY_UNAVAILABLE');
+    expectRefused(await send(MAX_TOKEN), 503, 'VERIFY_UNAVAILABLE');
+    expect(await store.current(resource)).toBe(holderB.token);
+  });
+});
