@@ -64,7 +64,7 @@ class CountingZooKeeperProxy {
       });
       socket.on('error', () => undefined);
     }
-    let pending = Buffer.alloc(0);
+    let pending: Buffer = Buffer.alloc(0);
     let handshaken = false;
     client.on('data', (chunk: Buffer) => {
       upstream.write(chunk);
