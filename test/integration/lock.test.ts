@@ -443,6 +443,19 @@ describe('container parent', () => {
     expect(second.token > first.token).toBe(true);
     await second.release();
   });
+
+  it('a nested name (jobs/reindex): both container levels reaped, then acquired again', async () => {
+    const group = uniqueLockName('group');
+    const name = `${group}/reindex`;
+    const zk = await clients.connect(server);
+    const first = await acquireLock(zk, name);
+    await first.release();
+    await until(async () => (await admin.exists(parentOf(group))) === null, 'both containers reaped');
+    const second = await acquireLock(zk, name);
+    expect(second.path.startsWith(`${parentOf(name)}/`)).toBe(true);
+    expect(second.token > first.token).toBe(true);
+    await second.release();
+  });
 });
 
 describe('observeLock', () => {
