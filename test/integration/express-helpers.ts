@@ -104,7 +104,12 @@ export function rawStatus(port: number, path: string, headerLines: Buffer[]): Pr
     });
     const head = Buffer.from(`POST ${path} HTTP/1.1\r\nHost: fencekeeper.test\r\nConnection: close\r\nContent-Length: 0\r\n`, 'latin1');
     const lines = headerLines.flatMap((line) => [line, Buffer.from('\r\n', 'latin1')]);
-    socket.end(Buffer.concat([head, ...lines, Buffer.from('\r\n', 'latin1')]));
+    // write(), not end(): a half-close is the client leaving (Node's server
+    // aborts the request on the client's FIN unless httpAllowHalfOpen), and a
+    // store that admits asynchronously (PostgresFenceStore) would then
+    // rightly answer nobody. `Connection: close` makes the server close after
+    // its answer, which ends this exchange.
+    socket.write(Buffer.concat([head, ...lines, Buffer.from('\r\n', 'latin1')]));
   });
 }
 
@@ -166,4 +171,51 @@ export function settledYet(promise: Promise<unknown>): Promise<boolean> {
     () => { settled = true; },
   );
   return new Promise((resolve) => setImmediate(() => resolve(settled)));
+}
+
+/**
+ * A store that knows when every admission it handed out has settled.
+ * fencing() commits or aborts on the response's 'close', after the response
+ * went out, so a client holding its answer cannot yet read the committed mark
+ * from a store whose commit is a round trip (PostgresFenceStore); idle()
+ * waits for that instead of sleeping.
+ */
+export class SettlingStore<T> implements FenceStore<T> {
+  readonly #inner: FenceStore<T>;
+  #unsettled = 0;
+  #idle: Deferred[] = [];
+
+  constructor(inner: FenceStore<T>) {
+    this.#inner = inner;
+  }
+
+  async admit(resource: string, token: FencingToken, options?: { signal?: AbortSignal }): Promise<FenceAdmission<T>> {
+    const admission = await this.#inner.admit(resource, token, options);
+    this.#unsettled++;
+    let settling: Promise<void> | undefined;
+    const settle = (how: () => Promise<void>): Promise<void> =>
+      (settling ??= how().finally(() => {
+        if (--this.#unsettled === 0) for (const d of this.#idle.splice(0)) d.resolve();
+      }));
+    return {
+      resource: admission.resource,
+      token: admission.token,
+      previous: admission.previous,
+      transaction: admission.transaction,
+      commit: () => settle(() => admission.commit()),
+      abort: () => settle(() => admission.abort()),
+    };
+  }
+
+  current(resource: string): Promise<FencingToken | null> {
+    return this.#inner.current(resource);
+  }
+
+  /** Resolves once no admission is held (every commit/abort has finished). */
+  idle(): Promise<void> {
+    if (this.#unsettled === 0) return Promise.resolve();
+    const d = deferred();
+    this.#idle.push(d);
+    return d.promise;
+  }
 }
