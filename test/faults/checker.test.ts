@@ -82,6 +82,14 @@ describe('checkHistory', () => {
     expect(formatReport(result, history).join('\n')).toMatch(/VIOLATION \[postgres\/order\] stale-pg \(token 10\) was applied after c2-pg \(token 30\)/);
   });
 
+  it('reports a high-water mark below an applied token', () => {
+    const history = cleanHistory();
+    history.resources = { ...history.resources, postgres: { ...history.resources.postgres, fence: 20n } };
+    expect(checkHistory(history).violations.map((v) => `${v.resource}/${v.kind}`)).toEqual(['postgres/fence']);
+    history.resources = { ...history.resources, postgres: { ...history.resources.postgres, fence: 30n } };
+    expect(checkHistory(history).violations).toEqual([]);
+  });
+
   it('reports an acknowledged write missing from the resource and a refused write that changed it', () => {
     const history = cleanHistory();
     history.resources = {

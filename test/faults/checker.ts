@@ -84,6 +84,8 @@ export interface ResourceEvidence {
   readonly final: AppliedWrite | null;
   /** s3 only */
   readonly s3Final?: S3FinalObject | null;
+  /** The resource's high-water mark at the end (fencekeeper_fences, the FenceStore), where it can be read. */
+  readonly fence?: bigint | null;
 }
 
 export type FaultKind = 'pause' | 'kill-leader' | 'cut' | 'partition';
@@ -118,7 +120,8 @@ export type ViolationKind =
   | 'refused-applied'
   | 'phantom'
   | 'token-mismatch'
-  | 's3-chain';
+  | 's3-chain'
+  | 'fence';
 
 export interface Violation {
   readonly resource: Resource;
@@ -134,6 +137,7 @@ export interface ResourceFigures {
   readonly unknown: number;
   readonly applied: number;
   readonly finalToken: bigint | null;
+  readonly fence: bigint | null | undefined;
 }
 
 export interface CheckResult {
@@ -289,9 +293,13 @@ export function checkHistory(history: History): CheckResult {
     if ((last === null) !== (final === null) || (last !== null && final !== null && (last.id !== final.id || last.token !== final.token))) {
       add('final-state', `the final state is ${describe(final)} but the last applied write is ${describe(last)}`);
     }
-    if (final !== null) {
-      const maxApplied = applied.reduce<bigint | null>((m, e) => (m === null || e.token > m ? e.token : m), null);
-      if (maxApplied !== null && final.token < maxApplied) add('final-state', `the final state carries token ${final.token}, below the largest applied token ${maxApplied}`);
+    const maxApplied = applied.reduce<bigint | null>((m, e) => (m === null || e.token > m ? e.token : m), null);
+    if (final !== null && maxApplied !== null && final.token < maxApplied) {
+      add('final-state', `the final state carries token ${final.token}, below the largest applied token ${maxApplied}`);
+    }
+    // The mark must cover every applied token, or a smaller token could still get in.
+    if (evidence.fence !== undefined && maxApplied !== null && (evidence.fence === null || evidence.fence < maxApplied)) {
+      add('fence', `the high-water mark is ${evidence.fence ?? 'unset'}, below the largest applied token ${maxApplied}`);
     }
 
     // 4. A refused or failed write changed nothing.
@@ -309,6 +317,7 @@ export function checkHistory(history: History): CheckResult {
       unknown: writes.filter((w) => w.outcome === 'unknown').length,
       applied: applied.length,
       finalToken: final?.token ?? null,
+      fence: evidence.fence,
     };
   }
 
@@ -345,7 +354,7 @@ export function formatReport(result: CheckResult, history: History): string[] {
   for (const r of RESOURCES) {
     const f = result.figures[r];
     lines.push(
-      `  ${r.padEnd(8)} ${String(f.invoked).padStart(4)} invoked, ${String(f.ok).padStart(4)} ok, ${String(f.refused).padStart(3)} refused-stale, ${f.failed} failed, ${f.unknown} unknown; ${f.applied} applied, final token ${f.finalToken ?? '-'}`,
+      `  ${r.padEnd(8)} ${String(f.invoked).padStart(4)} invoked, ${String(f.ok).padStart(4)} ok, ${String(f.refused).padStart(3)} refused-stale, ${f.failed} failed, ${f.unknown} unknown; ${f.applied} applied, final token ${f.finalToken ?? '-'}${f.fence === undefined ? '' : `, fence ${f.fence ?? '-'}`}`,
     );
   }
   const kinds = Object.entries(result.faultsByKind).map(([k, n]) => `${k} ${n}`).join(', ');

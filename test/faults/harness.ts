@@ -213,6 +213,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
   const proxies: TcpProxy[][] = [];
   const workers: WorkerProcess[] = [];
   let service: HttpService | null = null;
+  let httpStore: FenceStore<unknown> | null = null;
 
   // What the run records.
   const writes = new Map<string, { invoke: WorkerLine; complete?: WorkerLine; sent: S3Attempt[] }>();
@@ -263,6 +264,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
     await admin.query(`create table ${stateTable} (id int primary key, write_id text not null, token bigint not null)`);
     await s3.send(new CreateBucketCommand({ Bucket: names.bucket }));
     const store: FenceStore<unknown> = options.httpStore === 'postgres' ? new PostgresFenceStore(admin) : new MemoryFenceStore();
+    httpStore = store;
     service = await startHttpService(`faults/${run}/http`, store);
 
     for (let i = 0; i < options.workers; i++) proxies.push(await Promise.all(ensemble.map((hostPort) => TcpProxy.to(hostPort))));
@@ -495,6 +497,9 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
     const pgRows = await admin.query<{ write_id: string; token: string }>(`select write_id, token::text as token from ${historyTable} order by seq`);
     const pgState = await admin.query<{ write_id: string; token: string }>(`select write_id, token::text as token from ${stateTable} where id = 1`);
     const stateRow = pgState.rows[0];
+    const pgFence = await admin.query<{ token: string }>('select token::text as token from fencekeeper_fences where resource = $1', [`faults/${run}/postgres`]);
+    const pgFenceRow = pgFence.rows[0];
+    const httpFence = httpStore === null ? null : await httpStore.current(`faults/${run}/http`);
     let s3Final: { etag: string; writeId: string; token: bigint | null } | null = null;
     try {
       const head = await s3.send(new HeadObjectCommand({ Bucket: names.bucket, Key: names.key }));
@@ -512,8 +517,9 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       postgres: {
         applied: pgRows.rows.map((r) => ({ id: r.write_id, token: BigInt(r.token) })),
         final: stateRow === undefined ? null : { id: stateRow.write_id, token: BigInt(stateRow.token) },
+        fence: pgFenceRow === undefined ? null : BigInt(pgFenceRow.token),
       },
-      http: { applied: [...httpLog], final: httpLog[httpLog.length - 1] ?? null },
+      http: { applied: [...httpLog], final: httpLog[httpLog.length - 1] ?? null, fence: httpFence },
       s3: { final: null, s3Final },
     };
     return {
