@@ -158,9 +158,33 @@ export async function joinAndWait<T>(
       // Every way out but a grant removes our node before the caller hears
       // of it. If the stop won the race against the create, wait for the
       // create to settle and remove what it made.
-      const leftover = node ?? (await joining.then((j) => j.node, () => null));
-      if (leftover !== null) await leave(zk, leftover.path).catch(() => undefined);
+      const cleanup = (async () => {
+        const leftover = node ?? (await joining.then((j) => j.node, () => null));
+        if (leftover !== null) await leave(zk, leftover.path);
+      })().catch(() => undefined);
+      // ...while connected, that is a round trip or two. Disconnected, the
+      // create and the delete wait for the reconnect (or for the session's
+      // expiry, which removes the node as well): a caller's timeout or abort
+      // must not wait that long, so the removal finishes in the background.
+      await whileConnected(zk, cleanup);
     }
+  }
+}
+
+/** Wait for `work` while the client stays connected; return early if it is (or goes) offline. */
+async function whileConnected(zk: ZooKeeperClient, work: Promise<void>): Promise<void> {
+  if (zk.state !== 'connected') return;
+  let onState!: (state: ClientState) => void;
+  const offline = new Promise<void>((resolve) => {
+    onState = (state) => {
+      if (state !== 'connected') resolve();
+    };
+    zk.on('state', onState);
+  });
+  try {
+    await Promise.race([work, offline]);
+  } finally {
+    zk.off('state', onState);
   }
 }
 

@@ -614,3 +614,34 @@ describe('disconnections shorter than the session', () => {
     }
   });
 });
+
+describe('giving up while disconnected', () => {
+  it('timeoutMs is honoured while the client is disconnected (it waited for the session to expire), and the node is removed after the reconnect', async () => {
+    const name = uniqueLockName('timeoutoffline');
+    const proxy = await TcpProxy.to(server);
+    try {
+      const zk = await clients.connect(proxy.address, 4000);
+      const other = await clients.connect(server);
+      const holder = await acquireLock(other, name);
+      proxy.cut();
+      proxy.blackhole();
+      await until(() => zk.state === 'suspended', 'the client to notice the cut');
+      await expect(acquireLock(zk, name, { timeoutMs: 100 })).rejects.toBeInstanceOf(LockTimeoutError);
+      expect(zk.state).toBe('suspended'); // not 'expired': the caller was not kept waiting for the session's end
+      const ac = new AbortController();
+      const aborted = acquireLock(zk, name, { signal: ac.signal });
+      ac.abort();
+      await expect(aborted).rejects.toMatchObject({ name: 'AbortError' });
+      expect(zk.state).toBe('suspended');
+      proxy.resume();
+      await until(() => zk.state === 'connected', 'the client to reconnect');
+      // The creates went out after the reconnect; the background removal follows them.
+      await until(async () => (await lockStatus(admin, name)).waiters.length === 0, 'no waiter node left');
+      await expect(zk.exists(parentOf(name))).resolves.not.toBeNull();
+      expect(await queueChildren(admin, parentOf(name))).toEqual([holder.path.slice(parentOf(name).length + 1)]);
+      await holder.release();
+    } finally {
+      await proxy.close();
+    }
+  });
+});
