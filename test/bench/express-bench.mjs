@@ -1,8 +1,15 @@
 // Benchmark: what fencing() costs on the hot path. One run, loopback, autocannon:
 // a bare route vs the same empty handler behind fencing() with MemoryFenceStore
-// (one resource, one token, so every request is admitted and committed).
+// and with PostgresFenceStore (one resource, one token, so every request is
+// admitted and committed; with PostgreSQL that is BEGIN, the fence upsert and
+// COMMIT per request, serialized on the one fence row).
 //
 //   npx tsc -p tsconfig.build.json && node test/bench/express-bench.mjs
+//
+// DATABASE_URL (default postgres://root@127.0.0.1:5432/test): the bench makes
+// its own schema there (fencekeeper_fences via migrate()) and drops it after.
+// BENCH_PG_POOL (default 8): the server's pool size. The CPU column is the
+// Node server process only: PostgreSQL's own work per request is not in it.
 //
 // BENCH_DURATION (s per measurement, default 2), BENCH_ROUNDS (default 11),
 // BENCH_CONNECTIONS (default 32). The server runs in a child process so that
@@ -15,13 +22,13 @@ import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 const TOKEN = '34';
-// More targets (PostgresFenceStore) are added here and in serve().
 const TARGETS = [
   { name: 'bare', path: '/bare', headers: {} },
   // Reference: a middleware that only defers next() by one microtask, as any
   // middleware that awaits a store must; separates "asynchronous" from "fenced".
   { name: 'async no-op middleware', path: '/deferred', headers: { 'fencing-token': TOKEN } },
   { name: 'fencing() + MemoryFenceStore', path: '/memory', headers: { 'fencing-token': TOKEN } },
+  { name: 'fencing() + PostgresFenceStore', path: '/postgres', headers: { 'fencing-token': TOKEN } },
 ];
 
 if (process.argv[2] === '--serve') {
@@ -33,6 +40,17 @@ if (process.argv[2] === '--serve') {
 async function serve() {
   const { default: express } = await import('express');
   const { fencing, MemoryFenceStore } = await import('../../dist/adapters/express/index.js');
+  const { migrate, PostgresFenceStore } = await import('../../dist/adapters/postgres/index.js');
+  const { default: pg } = await import('pg');
+  const { randomBytes } = await import('node:crypto');
+  const schema = `fk_bench_${randomBytes(5).toString('hex')}`;
+  const pool = new pg.Pool({
+    connectionString: process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test',
+    max: Number(process.env.BENCH_PG_POOL ?? 8),
+    options: `-c search_path=${schema}`,
+  });
+  await pool.query(`CREATE SCHEMA ${schema}`);
+  await migrate(pool);
   const app = express();
   app.disable('x-powered-by');
   app.disable('etag');
@@ -40,6 +58,7 @@ async function serve() {
   app.get('/bare', empty);
   app.get('/deferred', (_req, _res, next) => { Promise.resolve().then(() => next()); }, empty);
   app.get('/memory', fencing({ store: new MemoryFenceStore(), resource: 'bench' }), empty);
+  app.get('/postgres', fencing({ store: new PostgresFenceStore(pool), resource: 'bench' }), empty);
   const server = app.listen(0, '127.0.0.1', () => process.send({ port: server.address().port }));
   // The server's CPU time, asked for around each measurement: CPU per request
   // is the figure least disturbed by other work on the machine.
@@ -49,7 +68,12 @@ async function serve() {
       process.send({ cpu: user + system });
     }
   });
-  process.on('disconnect', () => server.close(() => process.exit(0)));
+  process.on('disconnect', () =>
+    server.close(async () => {
+      await pool.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await pool.end();
+      process.exit(0);
+    }));
 }
 
 async function measure() {
@@ -78,7 +102,7 @@ async function measure() {
   const run = (target, seconds) =>
     autocannon({ url: `http://127.0.0.1:${port}${target.path}`, headers: target.headers, connections, duration: seconds });
 
-  // Warm up both routes (JIT, connection pools).
+  // Warm up every route (JIT, connection pools).
   for (const target of TARGETS) await run(target, 2);
 
   // Each round measures every route back to back; a route's figures are the
@@ -109,7 +133,9 @@ async function measure() {
     return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
   };
   const bare = samples.get(TARGETS[0].name);
+  const { loadavg, cpus } = await import('node:os');
   console.log(`node ${process.version}, ${connections} connections, ${rounds} rounds of ${duration} s per route, medians over rounds`);
+  console.log(`${cpus().length} CPUs, load average ${loadavg().map((l) => l.toFixed(2)).join(' ')} (at the end)`);
   console.log('route                            req/s   p50 ms  p99 ms  req/s vs bare   server CPU µs/req  vs bare');
   for (const target of TARGETS) {
     const s = samples.get(target.name);
