@@ -88,7 +88,7 @@ export interface ResourceEvidence {
   readonly fence?: bigint | null;
 }
 
-export type FaultKind = 'pause' | 'kill-leader' | 'cut' | 'partition';
+export type FaultKind = 'pause' | 'kill-leader' | 'cut' | 'partition' | 'resource-cut';
 
 export interface FaultRecord {
   readonly kind: FaultKind;

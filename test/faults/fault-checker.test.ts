@@ -6,7 +6,6 @@
 // and the run must have refused at least one stale write.
 // The long run is test/faults/run-checker.ts.
 import { afterAll, describe, expect, it } from 'vitest';
-import { formatReport } from './checker.js';
 import { killEnsembleLeader, restoreEnsemble, startEnsembleNode, testServers } from '../helpers/servers.js';
 import { runFaultCheck } from './harness.js';
 
@@ -19,7 +18,7 @@ afterAll(async () => {
 describe('fault-injection run (SIGSTOP, leader SIGKILL, TCP cuts) against PostgreSQL, S3 and HTTP', () => {
   it('no resource ever accepts a stale token, loses an acknowledged write or keeps a refused one', async () => {
     const lines: string[] = [];
-    const { result, history } = await runFaultCheck({
+    const { result, history, report, crashes } = await runFaultCheck({
       servers: testServers(),
       ensembleControl: { killLeader: killEnsembleLeader, startNode: startEnsembleNode },
       workers: 5,
@@ -29,7 +28,6 @@ describe('fault-injection run (SIGSTOP, leader SIGKILL, TCP cuts) against Postgr
       randomFaults: true,
       log: (line) => lines.push(line),
     });
-    const report = formatReport(result, history);
     console.log(['fault-injection run:', ...lines, '', ...report].join('\n'));
 
     expect(result.violations).toEqual([]);
@@ -39,5 +37,6 @@ describe('fault-injection run (SIGSTOP, leader SIGKILL, TCP cuts) against Postgr
     expect(kinds).toContain('cut');
     expect(kinds).toContain('kill-leader');
     expect(result.valid).toBe(true);
+    expect(crashes).toEqual([]);
   }, 240_000);
 });

@@ -5,7 +5,11 @@
 //     was granted the lock, so it wakes up as a stale holder with writes to do),
 //   - SIGKILLs the ZooKeeper leader of the 3-node ensemble and restarts it,
 //   - cuts (RST) and black-holes workers' ZooKeeper connections: each worker
-//     reaches each ensemble node through its own TcpProxy, owned here.
+//     reaches each ensemble node through its own TcpProxy, owned here,
+//   - holds a worker's PostgreSQL and S3 traffic (and, with httpCuts, its
+//     HTTP traffic) in a black hole for a moment and then resets it, so
+//     writes in flight end with an unknown outcome (the worker reaches these
+//     through its own proxies too).
 // Every write is recorded (invoke/complete with outcome and timestamps); the
 // resources' apply orders are read at the end and checker.ts judges them.
 //
@@ -74,6 +78,13 @@ export interface RunOptions {
   readonly randomFaults: boolean;
   /** Where the HTTP service keeps its fence. */
   readonly httpStore: 'memory' | 'postgres';
+  /**
+   * Also cut the workers' connections to the HTTP service. Off by default:
+   * fencing() aborts the admission of a request whose client hung up after the
+   * handler wrote (repro-http-abort-after-write.ts), which this can turn into
+   * a violation.
+   */
+  readonly httpCuts: boolean;
   /** Build dist/ first even if it exists (the script does; the test relies on npm test's build). */
   readonly build: boolean;
   readonly log: (line: string) => void;
@@ -86,6 +97,7 @@ export const DEFAULT_OPTIONS: Omit<RunOptions, 'servers' | 'ensembleControl'> = 
   sessionTimeoutMs: 2000,
   randomFaults: true,
   httpStore: 'memory',
+  httpCuts: false,
   build: false,
   log: () => undefined,
 };
@@ -95,6 +107,8 @@ export interface RunResult {
   readonly result: CheckResult;
   readonly report: readonly string[];
   readonly names: { readonly lock: string; readonly table: string; readonly bucket: string; readonly key: string };
+  /** Workers that died (or had to be killed) instead of stopping when told: a robustness bug, not a safety violation. */
+  readonly crashes: readonly string[];
 }
 
 interface WorkerLine {
@@ -127,6 +141,7 @@ class WorkerProcess {
   readonly child: ChildProcess;
   readonly exited: Promise<void>;
   stderr = '';
+  done = false;
   paused = false;
   ready = false;
   constructor(readonly id: number, env: NodeJS.ProcessEnv, onLine: (line: WorkerLine) => void) {
@@ -144,6 +159,7 @@ class WorkerProcess {
         return;
       }
       if (line.t === 'ready') this.ready = true;
+      if (line.t === 'done') this.done = true;
       onLine(line);
     });
   }
@@ -211,6 +227,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
   admin.on('error', () => undefined);
   const s3 = new S3Client({ endpoint: servers.s3.endpoint, region: servers.s3.region, forcePathStyle: true, credentials: servers.s3.credentials });
   const proxies: TcpProxy[][] = [];
+  const resourceProxies: { postgres: TcpProxy; s3: TcpProxy; http: TcpProxy }[] = [];
   const workers: WorkerProcess[] = [];
   let service: HttpService | null = null;
   let httpStore: FenceStore<unknown> | null = null;
@@ -267,24 +284,40 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
     httpStore = store;
     service = await startHttpService(`faults/${run}/http`, store);
 
-    for (let i = 0; i < options.workers; i++) proxies.push(await Promise.all(ensemble.map((hostPort) => TcpProxy.to(hostPort))));
+    const viaProxy = (url: string, proxy: TcpProxy): string => {
+      const rewritten = new URL(url);
+      rewritten.host = proxy.address;
+      return rewritten.toString();
+    };
+    const hostPortOf = (url: string): string => {
+      const parsed = new URL(url);
+      return `${parsed.hostname}:${parsed.port === '' ? (parsed.protocol === 'https:' ? '443' : parsed.protocol === 'http:' ? '80' : '5432') : parsed.port}`;
+    };
+    for (let i = 0; i < options.workers; i++) {
+      proxies.push(await Promise.all(ensemble.map((hostPort) => TcpProxy.to(hostPort))));
+      resourceProxies.push({
+        postgres: await TcpProxy.to(hostPortOf(servers.databaseUrl)),
+        s3: await TcpProxy.to(hostPortOf(servers.s3.endpoint)),
+        http: await TcpProxy.to(hostPortOf(service.url)),
+      });
+    }
     const envFor = (i: number): NodeJS.ProcessEnv => ({
       ...process.env,
       FK_WORKER: String(i),
       FK_CONNECT: (proxies[i] ?? []).map((p) => p.address).join(','),
       FK_LOCK: names.lock,
       FK_SESSION_MS: String(options.sessionTimeoutMs),
-      DATABASE_URL: servers.databaseUrl,
+      DATABASE_URL: viaProxy(servers.databaseUrl, (resourceProxies[i] as { postgres: TcpProxy }).postgres),
       FK_PG_RESOURCE: `faults/${run}/postgres`,
       FK_PG_HISTORY: historyTable,
       FK_PG_STATE: stateTable,
-      S3_ENDPOINT: servers.s3.endpoint,
+      S3_ENDPOINT: viaProxy(servers.s3.endpoint, (resourceProxies[i] as { s3: TcpProxy }).s3).replace(/\/$/, ''),
       S3_REGION: servers.s3.region,
       S3_ACCESS_KEY: servers.s3.credentials.accessKeyId,
       S3_SECRET_KEY: servers.s3.credentials.secretAccessKey,
       FK_BUCKET: names.bucket,
       FK_KEY: names.key,
-      FK_HTTP_URL: service?.url ?? '',
+      FK_HTTP_URL: viaProxy(service?.url ?? '', (resourceProxies[i] as { http: TcpProxy }).http),
       FK_THINK_MS: '30',
     });
 
@@ -362,6 +395,20 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       await sleep(ms);
       for (const p of proxies[w.id] ?? []) p.resume();
     };
+    const faultResourceCut = async (): Promise<void> => {
+      const w = pick(running());
+      const own = w === undefined ? undefined : resourceProxies[w.id];
+      if (w === undefined || own === undefined) return;
+      const held = [own.postgres, own.s3, ...(options.httpCuts ? [own.http] : [])];
+      const ms = Math.round(random(200, 1500));
+      for (const p of held) p.blackhole();
+      record('resource-cut', `worker ${w.id}`, `PostgreSQL, S3${options.httpCuts ? ', HTTP' : ''} held for ${ms} ms, then RST`);
+      await sleep(ms);
+      for (const p of held) {
+        p.cut();
+        p.resume();
+      }
+    };
     const faultKillLeader = async (): Promise<void> => {
       const id = await ensembleControl.killLeader();
       record('kill-leader', `zookeeper node ${id}`, 'SIGKILL');
@@ -381,6 +428,8 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       if (!stopping) faultCut();
       await sleep(random(300, 800));
       if (!stopping) await faultKillLeader();
+      await sleep(random(300, 800));
+      if (!stopping) await faultResourceCut();
       requiredDone = true;
       let holderTries = 1;
       while (!stopping) {
@@ -397,10 +446,11 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
         }
         if (!options.randomFaults) break;
         const dice = Math.random();
-        if (dice < 0.3) await faultPauseRandom();
-        else if (dice < 0.45) await faultPauseHolder();
-        else if (dice < 0.65) faultCut();
-        else if (dice < 0.85) await faultPartition();
+        if (dice < 0.25) await faultPauseRandom();
+        else if (dice < 0.4) await faultPauseHolder();
+        else if (dice < 0.55) faultCut();
+        else if (dice < 0.7) await faultPartition();
+        else if (dice < 0.85) await faultResourceCut();
         else await faultKillLeader();
       }
     })();
@@ -436,6 +486,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
 
     // --- heal and stop ------------------------------------------------------------
     for (const list of proxies) for (const p of list) p.resume();
+    for (const own of resourceProxies) for (const p of Object.values(own)) p.resume();
     for (const w of workers) {
       if (w.paused) {
         w.signal('SIGCONT');
@@ -449,12 +500,19 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       for (const w of workers) w.signal('SIGKILL');
       await exited;
     }
+    const crashes: string[] = [];
+    for (const w of workers) {
+      if (w.done) continue;
+      crashes.push(`worker ${w.id} ended without 'done' (exit ${String(w.child.exitCode ?? w.child.signalCode)}): ${w.stderr.trim().slice(-1500)}`);
+      log(`${since()} ${crashes[crashes.length - 1] ?? ''}`);
+    }
     log(`${since()} workers stopped; reading the resources`);
 
     // --- the evidence -----------------------------------------------------------
     const history = await collect();
     const result = checkHistory(history);
-    return { history, result, report: formatReport(result, history), names };
+    const report = [...formatReport(result, history), `worker crashes: ${crashes.length}`];
+    return { history, result, report, names, crashes };
   } finally {
     pauseHolder = null;
     for (const w of workers) {
@@ -462,7 +520,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       w.signal('SIGKILL');
     }
     await Promise.all(workers.map((w) => w.exited));
-    await Promise.all(proxies.flat().map((p) => p.close()));
+    await Promise.all([...proxies.flat(), ...resourceProxies.flatMap((own) => Object.values(own))].map((p) => p.close()));
     await service?.close().catch(() => undefined);
     await admin.query(`drop table if exists ${historyTable}, ${stateTable}`).catch(() => undefined);
     await admin.query('delete from fencekeeper_fences where resource like $1', [`faults/${run}/%`]).catch(() => undefined);

@@ -1,11 +1,11 @@
 // The long fault-injection run (issue #7): the same harness as the suite's
 // short run (fault-checker.test.ts), with more workers, operations and random
 // faults. Prints the figures and exits 0 only if the checker finds no
-// violation and the run refused at least one stale write.
+// violation, the run refused at least one stale write and no worker crashed.
 //
 //   node node_modules/vite-node/vite-node.mjs test/faults/run-checker.ts -- \
 //     --workers 8 --ops 400 --duration 300 [--session-ms 2000] [--http-store memory|postgres] \
-//     [--no-random] [--no-build]
+//     [--no-random] [--no-build] [--http-cuts]
 //
 //   --workers N      worker processes (default 8; the issue asks for at least 5)
 //   --ops N          lock cycles after which the workers stop (default 400; extended
@@ -17,6 +17,8 @@
 //                    postgres (PostgresFenceStore)
 //   --no-random      only the guaranteed faults (a paused fresh holder, a cut, a leader kill)
 //   --no-build       do not rebuild dist/ first (the workers run the built package)
+//   --http-cuts      resource cuts also reset the workers' HTTP connections (off by default:
+//                    see repro-http-abort-after-write.ts for what that can expose)
 //
 // Servers: as in the test suite. Variables already set (FK_ZK_ENSEMBLE with
 // FK_ZK_ENSEMBLE_CTL, DATABASE_URL, S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY)
@@ -27,7 +29,6 @@
 import { parseArgs } from 'node:util';
 import type { TestProject } from 'vitest/node';
 import setupServers from '../setup/global-setup.js';
-import { formatReport } from './checker.js';
 import { runFaultCheck } from './harness.js';
 import { scriptEnsembleControl, scriptServers } from './script-servers.js';
 
@@ -49,6 +50,7 @@ async function main(): Promise<number> {
       'http-store': { type: 'string' },
       'no-random': { type: 'boolean' },
       'no-build': { type: 'boolean' },
+      'http-cuts': { type: 'boolean' },
     },
   });
   const httpStore = values['http-store'] ?? 'memory';
@@ -65,8 +67,8 @@ async function main(): Promise<number> {
     process.stdout.write(`${line}\n`);
   };
   try {
-    log(`fault-injection run: ${workers} workers, ${ops} lock cycles, at most ${durationS} s, session ${sessionTimeoutMs} ms, http store ${httpStore}${values['no-random'] === true ? ', guaranteed faults only' : ''}`);
-    const { result, history } = await runFaultCheck({
+    log(`fault-injection run: ${workers} workers, ${ops} lock cycles, at most ${durationS} s, session ${sessionTimeoutMs} ms, http store ${httpStore}${values['http-cuts'] === true ? ', HTTP cuts' : ''}${values['no-random'] === true ? ', guaranteed faults only' : ''}`);
+    const { result, report, crashes } = await runFaultCheck({
       servers: scriptServers(),
       ensembleControl: scriptEnsembleControl,
       workers,
@@ -76,12 +78,13 @@ async function main(): Promise<number> {
       randomFaults: values['no-random'] !== true,
       httpStore,
       build: values['no-build'] !== true,
+      httpCuts: values['http-cuts'] === true,
       log,
     });
     log('');
-    for (const line of formatReport(result, history)) log(line);
+    for (const line of report) log(line);
     log(`(${((Date.now() - started) / 1000).toFixed(1)} s)`);
-    return result.valid ? 0 : 1;
+    return result.valid && crashes.length === 0 ? 0 : 1;
   } finally {
     await scriptEnsembleControl.restore().catch((error: unknown) => log(`restoring the ensemble failed: ${String(error)}`));
     await release();
