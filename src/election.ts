@@ -7,7 +7,7 @@
 import { hostname } from 'node:os';
 import { Holding } from './holding.js';
 import { joinAndWait, type AcquireOptions } from './lock.js';
-import { ELECTIONS_ROOT, leave, queueParent, type QueueNode } from './queue.js';
+import { ELECTIONS_ROOT, leaveQueue, queueParent, type QueueNode } from './queue.js';
 import { QueueObserver, type QueueHead } from './observer.js';
 import type { FencingToken } from './token.js';
 import type { ZooKeeperClient } from './zookeeper/client.js';
@@ -40,11 +40,13 @@ class HeldLeadership implements Leadership {
   readonly epoch: FencingToken;
   readonly path: string;
   readonly #zk: ZooKeeperClient;
+  readonly #node: QueueNode;
   readonly #holding: Holding;
   #resigning: Promise<void> | null = null;
 
   constructor(zk: ZooKeeperClient, name: string, id: string, node: QueueNode, marginMs: number) {
     this.#zk = zk;
+    this.#node = node;
     this.name = name;
     this.id = id;
     this.epoch = node.token;
@@ -63,7 +65,7 @@ class HeldLeadership implements Leadership {
   resign(): Promise<void> {
     if (this.#resigning === null) {
       this.#holding.lose('released');
-      this.#resigning = leave(this.#zk, this.path);
+      this.#resigning = leaveQueue(this.#zk, this.#node);
     }
     return this.#resigning;
   }

@@ -87,13 +87,13 @@ export class Holding {
   /** Our own node vanishing (an operator's delete, a session expiry seen first by the server) ends the holding. */
   #watchNode(): void {
     const watch = (event: { type: string }): void => {
-      if (event.type === 'deleted') this.lose('node_deleted');
+      if (event.type === 'deleted') this.lose(this.#zk.closing ? 'closed' : 'node_deleted');
       else if (!this.#controller.signal.aborted) this.#watchNode();
     };
     const check = (): void => {
       this.#zk.exists(this.#path, { watch }).then(
         (stat) => {
-          if (stat === null) this.lose('node_deleted');
+          if (stat === null) this.lose(this.#zk.closing ? 'closed' : 'node_deleted');
         },
         (error: unknown) => {
           if (error instanceof ConnectionLossError && !this.#controller.signal.aborted) check();

@@ -20,7 +20,7 @@ import {
 } from './errors.js';
 import { Holding, safetyMargin } from './holding.js';
 import { QueueObserver } from './observer.js';
-import { LOCKS_ROOT, enqueue, leave, position, queueParent, sortQueue, waitForTurn, type QueueNode } from './queue.js';
+import { LOCKS_ROOT, enqueue, leaveQueue, position, queueParent, sortQueue, waitForTurn, withoutStrays, type QueueNode } from './queue.js';
 import type { FencingToken } from './token.js';
 import type { ClientState, ZooKeeperClient } from './zookeeper/client.js';
 import { joinPath } from './zookeeper/paths.js';
@@ -61,11 +61,13 @@ class HeldLock implements Lock {
   readonly token: FencingToken;
   readonly path: string;
   readonly #zk: ZooKeeperClient;
+  readonly #node: QueueNode;
   readonly #holding: Holding;
   #releasing: Promise<void> | null = null;
 
   constructor(zk: ZooKeeperClient, name: string, node: QueueNode, marginMs: number) {
     this.#zk = zk;
+    this.#node = node;
     this.name = name;
     this.token = node.token;
     this.path = node.path;
@@ -83,7 +85,7 @@ class HeldLock implements Lock {
   release(): Promise<void> {
     if (this.#releasing === null) {
       this.#holding.lose('released');
-      this.#releasing = leave(this.#zk, this.path);
+      this.#releasing = leaveQueue(this.#zk, this.#node);
     }
     return this.#releasing;
   }
@@ -138,7 +140,7 @@ export async function joinAndWait<T>(
     node = joined.node;
     let outcome: 'turn' | 'gone' | 'busy';
     if (tryOnly) {
-      const where = position(joined.children, node.child);
+      const where = position(withoutStrays(zk, node, joined.children), node.child);
       outcome = where === null ? 'gone' : where.turn ? 'turn' : 'busy';
     } else {
       outcome = await waitForTurn(zk, parent, node, joined.children, stopper.stopped);
@@ -160,7 +162,7 @@ export async function joinAndWait<T>(
       // create to settle and remove what it made.
       const cleanup = (async () => {
         const leftover = node ?? (await joining.then((j) => j.node, () => null));
-        if (leftover !== null) await leave(zk, leftover.path);
+        if (leftover !== null) await leaveQueue(zk, leftover);
       })().catch(() => undefined);
       // ...while connected, that is a round trip or two. Disconnected, the
       // create and the delete wait for the reconnect (or for the session's

@@ -39,9 +39,21 @@ function nextGuid(): string {
 export interface QueueNode {
   /** Full path of our node. */
   readonly path: string;
+  readonly parent: string;
   /** Child name under the parent. */
   readonly child: string;
   readonly token: FencingToken;
+  /** This join's guid, the prefix of its node's name. */
+  readonly guid: string;
+  /**
+   * A create of this join lost its reply. In an ensemble the lost create can
+   * still commit after we have listed, adopted nothing and created again
+   * (it was on its way from the old server to the leader when the session
+   * moved): then a second node of ours exists, and once ours is released it
+   * would block the lock for as long as our session lives. Such a join drops
+   * every other node carrying its guid while waiting and when leaving.
+   */
+  readonly uncertain: boolean;
 }
 
 /** Validate a lock or election name ('jobs/reindex') and return its parent path. */
@@ -134,13 +146,14 @@ export interface Enqueued {
 export async function enqueue(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null): Promise<Enqueued> {
   const guid = nextGuid();
   const prefix = joinPath(parent, `${guid}${MARKER}`);
+  let uncertain = false;
   for (let attempt = 0; ; attempt++) {
     const created = zk.create(prefix, data, { mode: 'ephemeral_sequential' });
     const listed = zk.getChildren(parent);
     let node: QueueNode | null;
     try {
       const { path, stat } = await created;
-      node = { path, child: path.slice(parent.length + 1), token: stat.czxid };
+      node = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain };
     } catch (error) {
       listed.catch(() => undefined);
       if (isCode(error, 'ZK_NONODE') && attempt < 10) {
@@ -148,6 +161,7 @@ export async function enqueue(zk: ZooKeeperClient, root: string, parent: string,
         continue;
       }
       if (!(error instanceof ConnectionLossError)) throw error;
+      uncertain = true;
       node = await adopt(zk, parent, guid);
       if (node === null) continue;
       return { node, children: await listChildren(zk, parent) };
@@ -173,7 +187,32 @@ async function adopt(zk: ZooKeeperClient, parent: string, guid: string): Promise
   const path = joinPath(parent, child);
   const stat = await retryOnLoss(() => zk.exists(path));
   if (stat === null || stat.ephemeralOwner !== zk.sessionId) return null;
-  return { path, child, token: stat.czxid };
+  return { path, parent, child, token: stat.czxid, guid, uncertain: true };
+}
+
+/**
+ * For an uncertain join (see QueueNode.uncertain): the listing without our
+ * other nodes, which are deleted in the background. A certain join's
+ * listing is returned as it is, at no cost.
+ */
+export function withoutStrays(zk: ZooKeeperClient, node: QueueNode, children: string[]): string[] {
+  if (!node.uncertain) return children;
+  const strays = children.filter((c) => c !== node.child && guidOf(c) === node.guid);
+  if (strays.length === 0) return children;
+  for (const stray of strays) leave(zk, joinPath(node.parent, stray)).catch(() => undefined);
+  return children.filter((c) => !strays.includes(c));
+}
+
+/** Leave the queue for good: our node, and for an uncertain join any other node carrying its guid. */
+export async function leaveQueue(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
+  await leave(zk, node.path);
+  if (!node.uncertain || zk.state === 'expired' || zk.state === 'closed') return;
+  try {
+    const children = await listChildren(zk, node.parent);
+    await Promise.all(children.filter((c) => guidOf(c) === node.guid).map((c) => leave(zk, joinPath(node.parent, c))));
+  } catch {
+    // The parent is gone (NONODE) or so is the session: nothing of ours is left either way.
+  }
 }
 
 /** Reads are safe to repeat: retry them across connection losses (the session's expiry ends the loop). */
@@ -236,7 +275,7 @@ export async function waitForTurn(
 ): Promise<'turn' | 'gone'> {
   let listing = children;
   for (;;) {
-    const where = position(listing, node.child);
+    const where = position(withoutStrays(zk, node, listing), node.child);
     if (where === null) return 'gone';
     if (where.turn) return 'turn';
     const predecessorGone = new Promise<void>((resolve) => {

@@ -228,6 +228,11 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
     return this.#state;
   }
 
+  /** True from the moment close() is called (the session may still be ending). */
+  get closing(): boolean {
+    return this.#closing;
+  }
+
   /** The chroot this client's paths are relative to ('' for none). */
   get chroot(): string {
     return this.#chroot;

@@ -286,12 +286,10 @@ describe('how a holding ends', () => {
     const lock = await acquireLock(zk, uniqueLockName('closed'));
     await zk.close();
     expect(lock.signal.aborted).toBe(true);
-    // 'closed' is the contract. While connected, the server deletes our
-    // ephemeral (and notifies our own-node watch) before it answers
-    // closeSession, and the client exposes no "closing" state, so the
-    // holding cannot tell this from an operator's delete and reports
-    // 'node_deleted' (reported to the client's owner). Offline, see below.
-    expect(['closed', 'node_deleted']).toContain(lossOf(lock).reason);
+    // Regression: while connected, the server deletes our ephemeral (and
+    // notifies our own-node watch) before it answers closeSession; the
+    // holding reported 'node_deleted' until it could ask zk.closing.
+    expect(lossOf(lock).reason).toBe('closed');
     expect(lock.held).toBe(false);
     expect(await admin.exists(lock.path)).toBeNull();
     await lock.release();
