@@ -357,6 +357,17 @@ export function formatReport(result: CheckResult, history: History): string[] {
       `  ${r.padEnd(8)} ${String(f.invoked).padStart(4)} invoked, ${String(f.ok).padStart(4)} ok, ${String(f.refused).padStart(3)} refused-stale, ${f.failed} failed, ${f.unknown} unknown; ${f.applied} applied, final token ${f.finalToken ?? '-'}${f.fence === undefined ? '' : `, fence ${f.fence ?? '-'}`}`,
     );
   }
+  const puts = { ok: 0, precondition: 0, serverError: 0, noReply: 0, other: 0 };
+  for (const w of history.writes) {
+    for (const a of w.s3?.attempts ?? []) {
+      if (a.status === null) puts.noReply += 1;
+      else if (a.status >= 200 && a.status < 300) puts.ok += 1;
+      else if (a.status === 412) puts.precondition += 1;
+      else if (a.status >= 500) puts.serverError += 1;
+      else puts.other += 1;
+    }
+  }
+  lines.push(`  s3 conditional PUTs: ${puts.ok} 2xx, ${puts.precondition} 412, ${puts.serverError} 5xx, ${puts.noReply} without a reply, ${puts.other} other; chain of ${result.s3Chain.length} from the final object`);
   const kinds = Object.entries(result.faultsByKind).map(([k, n]) => `${k} ${n}`).join(', ');
   lines.push(`faults injected: ${history.faults.length}${kinds === '' ? '' : ` (${kinds})`}`);
   lines.push(`stale writes refused: ${t.refused}`);

@@ -237,7 +237,11 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
   const faults: FaultRecord[] = [];
   const cycles = { invoked: 0, completed: 0, acquireFailed: 0 };
   let staleRefused = 0;
+  /** Workers between their grant and the end of their cycle: where a cut hits writes in flight. */
+  const holding = new Set<number>();
   let pauseHolder: ((worker: WorkerProcess, token: string) => void) | null = null;
+  /** Armed by the nemesis: black-hole the next write to `resource` as it starts. */
+  let holdNextWrite: { readonly resource: Resource; readonly hit: (worker: number, id: string) => void } | null = null;
   const started = Date.now();
   const since = (): string => `t+${((Date.now() - started) / 1000).toFixed(1)}s`;
 
@@ -246,7 +250,9 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       if (line.ev === 'invoke') cycles.invoked += 1;
       else if (line.ev === 'complete') cycles.completed += 1;
       else if (line.ev === 'fail') cycles.acquireFailed += 1;
-      else if (line.ev === 'acquired' && pauseHolder !== null) {
+      if (line.ev === 'acquired') holding.add(line.worker);
+      else holding.delete(line.worker);
+      if (line.ev === 'acquired' && pauseHolder !== null) {
         // SIGSTOP right here, in the line handler: the worker is between its
         // grant and its first write (a think time of 5+ ms).
         const w = workers[line.worker];
@@ -260,7 +266,18 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       }
     } else if (line.t === 'write') {
       const id = String(line.id);
-      if (line.ev === 'invoke') writes.set(id, { invoke: line, sent: [] });
+      if (line.ev === 'invoke') {
+        writes.set(id, { invoke: line, sent: [] });
+        if (holdNextWrite !== null && holdNextWrite.resource === line.resource) {
+          const own = resourceProxies[line.worker];
+          if (own !== undefined) {
+            own[holdNextWrite.resource].blackhole(); // in the line handler: the write is just starting
+            const { hit } = holdNextWrite;
+            holdNextWrite = null;
+            hit(line.worker, id);
+          }
+        }
+      }
       else if (line.ev === 'complete') {
         const entry = writes.get(id);
         if (entry !== undefined) entry.complete = line;
@@ -395,19 +412,26 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       await sleep(ms);
       for (const p of proxies[w.id] ?? []) p.resume();
     };
+    // Hold one write in flight (its request, or its reply, sits in the proxy),
+    // then reset the connection: the writer cannot know whether it landed.
+    let nextResourceCut = 0;
+    const cuttable: readonly Resource[] = options.httpCuts ? ['postgres', 's3', 'http'] : ['postgres', 's3'];
     const faultResourceCut = async (): Promise<void> => {
-      const w = pick(running());
-      const own = w === undefined ? undefined : resourceProxies[w.id];
-      if (w === undefined || own === undefined) return;
-      const held = [own.postgres, own.s3, ...(options.httpCuts ? [own.http] : [])];
-      const ms = Math.round(random(200, 1500));
-      for (const p of held) p.blackhole();
-      record('resource-cut', `worker ${w.id}`, `PostgreSQL, S3${options.httpCuts ? ', HTTP' : ''} held for ${ms} ms, then RST`);
-      await sleep(ms);
-      for (const p of held) {
-        p.cut();
-        p.resume();
+      const resource = cuttable[nextResourceCut++ % cuttable.length] as Resource;
+      const hit = new Promise<{ worker: number; id: string }>((resolve) => {
+        holdNextWrite = { resource, hit: (worker, id) => resolve({ worker, id }) };
+      });
+      const got = await Promise.race([hit, sleep(20_000).then(() => null)]);
+      if (got === null) {
+        holdNextWrite = null;
+        return;
       }
+      const proxy = resourceProxies[got.worker]?.[resource];
+      const ms = Math.round(random(200, 1500));
+      record('resource-cut', `worker ${got.worker}`, `${resource} traffic held from the start of write ${got.id} for ${ms} ms, then RST`);
+      await sleep(ms);
+      proxy?.cut();
+      proxy?.resume();
     };
     const faultKillLeader = async (): Promise<void> => {
       const id = await ensembleControl.killLeader();
@@ -429,7 +453,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       await sleep(random(300, 800));
       if (!stopping) await faultKillLeader();
       await sleep(random(300, 800));
-      if (!stopping) await faultResourceCut();
+      for (let i = 0; i < cuttable.length && !stopping; i++) await faultResourceCut(); // one per resource
       requiredDone = true;
       let holderTries = 1;
       while (!stopping) {
@@ -482,6 +506,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
     }
     stopping = true;
     pauseHolder = null;
+    holdNextWrite = null;
     await nemesisDone;
 
     // --- heal and stop ------------------------------------------------------------
