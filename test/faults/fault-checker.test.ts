@@ -1,9 +1,11 @@
 // The fault-injection run of issue #7, short: 5 worker processes, ~70 lock
 // cycles, a nemesis that is guaranteed to SIGSTOP a fresh lock holder past its
-// session timeout, cut a worker's ZooKeeper connections (RST) and SIGKILL the
-// ensemble's leader (then restart it), and random faults after that. The
-// checker (checker.ts) must find no violation in any resource's apply order,
-// and the run must have refused at least one stale write.
+// session timeout, cut a worker's ZooKeeper connections (RST), SIGKILL the
+// ensemble's leader (then restart it) and hold-then-reset one PostgreSQL and
+// one S3 write in flight, and random faults after that until the budget is
+// spent. The checker (checker.ts) must find no violation in any resource's
+// apply order, the run must have refused at least one stale write, and no
+// worker may crash. Nothing here asserts on time.
 // The long run is test/faults/run-checker.ts.
 import { afterAll, describe, expect, it } from 'vitest';
 import { killEnsembleLeader, restoreEnsemble, startEnsembleNode, testServers } from '../helpers/servers.js';

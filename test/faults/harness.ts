@@ -6,9 +6,9 @@
 //   - SIGKILLs the ZooKeeper leader of the 3-node ensemble and restarts it,
 //   - cuts (RST) and black-holes workers' ZooKeeper connections: each worker
 //     reaches each ensemble node through its own TcpProxy, owned here,
-//   - holds a worker's PostgreSQL and S3 traffic (and, with httpCuts, its
-//     HTTP traffic) in a black hole for a moment and then resets it, so
-//     writes in flight end with an unknown outcome (the worker reaches these
+//   - holds a PostgreSQL or S3 write (and, with httpCuts, an HTTP write) in a
+//     black hole from the moment it starts, then resets its connection, so
+//     the writer cannot know whether it landed (each worker reaches these
 //     through its own proxies too).
 // Every write is recorded (invoke/complete with outcome and timestamps); the
 // resources' apply orders are read at the end and checker.ts judges them.
@@ -237,8 +237,6 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
   const faults: FaultRecord[] = [];
   const cycles = { invoked: 0, completed: 0, acquireFailed: 0 };
   let staleRefused = 0;
-  /** Workers between their grant and the end of their cycle: where a cut hits writes in flight. */
-  const holding = new Set<number>();
   let pauseHolder: ((worker: WorkerProcess, token: string) => void) | null = null;
   /** Armed by the nemesis: black-hole the next write to `resource` as it starts. */
   let holdNextWrite: { readonly resource: Resource; readonly hit: (worker: number, id: string) => void } | null = null;
@@ -250,8 +248,6 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       if (line.ev === 'invoke') cycles.invoked += 1;
       else if (line.ev === 'complete') cycles.completed += 1;
       else if (line.ev === 'fail') cycles.acquireFailed += 1;
-      if (line.ev === 'acquired') holding.add(line.worker);
-      else holding.delete(line.worker);
       if (line.ev === 'acquired' && pauseHolder !== null) {
         // SIGSTOP right here, in the line handler: the worker is between its
         // grant and its first write (a think time of 5+ ms).
@@ -277,8 +273,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
             hit(line.worker, id);
           }
         }
-      }
-      else if (line.ev === 'complete') {
+      } else if (line.ev === 'complete') {
         const entry = writes.get(id);
         if (entry !== undefined) entry.complete = line;
         if (line.outcome === 'refused') staleRefused += 1;
