@@ -25,6 +25,9 @@ export interface PgQueryable {
 /** A client checked out of a pool: `release(err)` with an error destroys the connection. */
 export interface PgPoolClient extends PgQueryable {
   release(err?: Error | boolean): void;
+  /** pg.Client is an EventEmitter: it emits 'error' when its connection breaks. */
+  on?(event: 'error', listener: (error: Error) => void): unknown;
+  removeListener?(event: 'error', listener: (error: Error) => void): unknown;
   /** The backend's pid from BackendKeyData (pg.Client sets it; used to cancel a lock wait). */
   readonly processID?: number | null;
 }
@@ -157,4 +160,24 @@ export function readBigint(value: unknown): bigint | null {
   if (typeof value === 'string') return BigInt(value);
   // A number here would already have lost precision: refuse rather than guess.
   throw new TypeError(`expected a bigint as text from PostgreSQL, got ${typeof value}`);
+}
+
+/**
+ * Hold a client checked out of a pg.Pool safely: pg-pool takes its own
+ * 'error' listener off a client it hands out, and pg emits 'error' when the
+ * connection breaks (a reset mid-transaction). With nobody listening, that
+ * event crashes the process instead of just failing the query in flight. So
+ * listen for as long as we hold the client, and hand back a release that
+ * destroys a client that errored instead of returning it to the pool.
+ */
+export function guardClient(client: PgPoolClient): (broken?: Error) => void {
+  let errored: Error | undefined;
+  const onError = (error: Error): void => {
+    errored ??= error;
+  };
+  client.on?.('error', onError);
+  return (broken) => {
+    client.removeListener?.('error', onError);
+    client.release(broken ?? errored);
+  };
 }

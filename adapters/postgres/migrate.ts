@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from '../../src/index.js';
-import { isKysely, run, type Database, type KyselyDatabase, type PgPool, type Queryable } from './database.js';
+import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type Queryable } from './database.js';
 
 export interface MigrateOptions {
   /** Where the .sql files are; default: the package's migrations/ directory. */
@@ -91,6 +91,7 @@ export async function migrate(db: Database, options: MigrateOptions = {}): Promi
 async function inTransaction<T>(db: Database, body: (tx: Queryable) => Promise<T>): Promise<T> {
   if (isKysely(db)) return (db as KyselyDatabase).transaction().execute(body);
   const client = await (db as PgPool).connect();
+  const release = guardClient(client);
   let broken: Error | undefined;
   try {
     await client.query({ text: 'BEGIN' });
@@ -105,6 +106,7 @@ async function inTransaction<T>(db: Database, body: (tx: Queryable) => Promise<T
       throw error;
     }
   } finally {
-    client.release(broken);
+    release(broken);
   }
 }
+

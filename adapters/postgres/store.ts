@@ -1,7 +1,7 @@
 // PostgresFenceStore: the core's FenceStore on fencekeeper_fences, for the
 // Express middleware (or anything else that admits requests by token).
 import { InvalidArgumentError, type FenceAdmission, type FenceStore, type FencingToken } from '../../src/index.js';
-import { isKysely, run, type Database, type KyselyDatabase, type PgPool, type PgPoolClient, type Queryable, type TransactionOf } from './database.js';
+import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type PgPoolClient, type Queryable, type TransactionOf } from './database.js';
 import { advanceFence, currentFence, type Advanced } from './fence-row.js';
 import { checkResource, checkToken } from './identifiers.js';
 
@@ -56,6 +56,7 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
 
   async #admitPg(pool: PgPool, resource: string, token: FencingToken, signal: AbortSignal | undefined): Promise<FenceAdmission<Tx>> {
     const client = await connectCancellably(pool, signal);
+    const release = guardClient(client);
     let advanced: Advanced;
     try {
       if (signal?.aborted) throw signal.reason;
@@ -63,14 +64,14 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
       advanced = await advanceCancellably(client, resource, token, signal, () => backendPid(client), (pid) => cancelBackend(pool, pid));
     } catch (error) {
       if (error instanceof CancelledWait) {
-        client.release(new Error('fence wait aborted'));
+        release(new Error('fence wait aborted'));
         throw error.reason;
       }
       let broken: Error | undefined;
       await client.query({ text: 'ROLLBACK' }).catch((rollbackError: unknown) => {
         broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
       });
-      client.release(broken);
+      release(broken);
       throw error;
     }
     let settled: Promise<void> | undefined;
@@ -84,7 +85,7 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
           await client.query({ text: 'ROLLBACK' }).catch(() => undefined);
           throw error;
         } finally {
-          client.release(broken);
+          release(broken);
         }
       })());
     return admission(resource, token, advanced.previous, client as unknown as Tx, () => settle('COMMIT'), () => settle('ROLLBACK'));

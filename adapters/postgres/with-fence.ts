@@ -1,4 +1,4 @@
-import { isKysely, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type Database, type PoolClientOf } from './database.js';
+import { guardClient, isKysely, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type Database, type PoolClientOf } from './database.js';
 import { advanceFence } from './fence-row.js';
 import { checkResource, checkToken } from './identifiers.js';
 import type { FencingToken } from '../../src/index.js';
@@ -36,6 +36,7 @@ export async function withFence<T>(db: Database, resource: string, token: Fencin
     });
   }
   const client = await (db as PgPool).connect();
+  const release = guardClient(client);
   let broken: Error | undefined;
   try {
     try {
@@ -60,6 +61,6 @@ export async function withFence<T>(db: Database, resource: string, token: Fencin
       throw error;
     }
   } finally {
-    client.release(broken);
+    release(broken);
   }
 }
