@@ -269,9 +269,15 @@ async function conditionalWrite(
   const putInput = makeInput(writeId);
 
   // What we believe the object is: a cached pair, a HEAD's answer, null for
-  // "does not exist", undefined for "read it".
+  // "does not exist", undefined for "read it". The cached pair is our own
+  // last write. It is trusted for the same token (the same holder writing
+  // again: one request) and for a smaller one (refused at once: fences only
+  // go up). A larger token means the lock changed hands since, and another
+  // holder has likely written in between: reading first costs HEAD + PUT,
+  // where trusting the cache would cost a failed PUT, the HEAD and the PUT.
+  const cached = getCachedFence(client, Bucket, Key);
   let known: { readonly etag: string; readonly token: FencingToken | null } | null | undefined =
-    getCachedFence(client, Bucket, Key);
+    cached !== undefined && cached.token < token ? undefined : cached;
   let unsettled: unknown; // the error of a PUT whose outcome we have not seen yet
   let attempts = 0;
 

@@ -133,9 +133,11 @@ describe('fencedPutObject', () => {
     expect(seen[0]!.headers['if-match']).not.toContain('"');
 
     seen.length = 0;
+    // A larger token: the lock changed hands, someone else may have written
+    // since, so the fence is read first (HEAD + PUT, never a doomed PUT first).
     await fencedPutObject(client, { Bucket: bucket, Key, Body: Buffer.from('v3'), token: 36n });
-    expect(seen.map((r) => r.method)).toEqual(['PUT']);
-    expect(seen[0]!.headers['if-match']).toBe(second.etag.replaceAll('"', ''));
+    expect(seen.map((r) => r.method)).toEqual(['HEAD', 'PUT']);
+    expect(seen[1]!.headers['if-match']).toBe(second.etag.replaceAll('"', ''));
     const raw = await getRaw(Key);
     expect(raw.body).toBe('v3');
     expect(raw.metadata['fencing-token']).toBe('36');
@@ -515,5 +517,30 @@ describe('unknown outcomes', () => {
     const error = await expectRejects(fencedPutObject(client, { Bucket: bucket, Key, Body: 'v2', token: 9n }), UnknownOutcomeError);
     expect(error.retryable).toBe(true);
     client.destroy();
+  });
+});
+
+describe('the fence cache when holders take turns', () => {
+  it("a new holder's first write reads first instead of failing on its own stale cache", async () => {
+    const Key = `${prefix()}/turns`;
+    const a = newClient();
+    const b = newClient();
+    await fencedPutObject(a.client, { Bucket: bucket, Key, Body: 'a1', token: 10n });
+    await fencedPutObject(b.client, { Bucket: bucket, Key, Body: 'b1', token: 11n });
+    // A holds the lock again with a larger token; its cache (from a1) is stale.
+    a.seen.length = 0;
+    await fencedPutObject(a.client, { Bucket: bucket, Key, Body: 'a2', token: 12n });
+    expect(a.seen.map((r) => `${r.method}`)).toEqual(['HEAD', 'PUT']);
+    // The same holder writing again: one request.
+    a.seen.length = 0;
+    await fencedPutObject(a.client, { Bucket: bucket, Key, Body: 'a3', token: 12n });
+    expect(a.seen.map((r) => r.method)).toEqual(['PUT']);
+    // A smaller token than the cached one: refused with no request at all.
+    a.seen.length = 0;
+    await expect(fencedPutObject(a.client, { Bucket: bucket, Key, Body: 'late', token: 11n })).rejects.toBeInstanceOf(StaleTokenError);
+    expect(a.seen).toEqual([]);
+    expect((await getRaw(Key)).body).toBe('a3');
+    a.client.destroy();
+    b.client.destroy();
   });
 });
