@@ -1,7 +1,7 @@
 // PostgresFenceStore: the core's FenceStore on fencekeeper_fences, for the
 // Express middleware (or anything else that admits requests by token).
 import { InvalidArgumentError, type FenceAdmission, type FenceStore, type FencingToken } from '../../src/index.js';
-import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type PgPoolClient, type Queryable, type TransactionOf } from './database.js';
+import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type PgPoolClient, type Queryable, type Statement, type TransactionOf } from './database.js';
 import { advanceFence, currentFence, type Advanced } from './fence-row.js';
 import { checkResource, checkToken } from './identifiers.js';
 
@@ -61,7 +61,7 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
     try {
       if (signal?.aborted) throw signal.reason;
       await client.query({ text: 'BEGIN' });
-      advanced = await advanceCancellably(client, resource, token, signal, () => backendPid(client), (pid) => cancelBackend(pool, pid));
+      advanced = await advanceCancellably(client, resource, token, signal, () => backendPid(client), (pid, needed) => cancelBackendPg(pool, pid, needed));
     } catch (error) {
       if (error instanceof CancelledWait) {
         release(new Error('fence wait aborted'));
@@ -98,7 +98,7 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
       let admitted = false;
       const done: Promise<void> = db.transaction().execute(async (trx) => {
         if (signal?.aborted) throw signal.reason;
-        const advanced = await advanceCancellably(trx, resource, token, signal, () => backendPid(trx), (pid) => cancelBackend(db, pid));
+        const advanced = await advanceCancellably(trx, resource, token, signal, () => backendPid(trx), (pid, needed) => cancelBackendKysely(db, pid, needed));
         admitted = true;
         let settled: Promise<void> | undefined;
         const settle = (commit: boolean): Promise<void> => (settled ??= (decide(commit), done.catch((error: unknown) => {
@@ -130,6 +130,16 @@ function admission<Tx>(resource: string, token: FencingToken, previous: FencingT
  * Advance the fence; if `signal` aborts while the statement waits for the row
  * lock, cancel it on the server and reject with CancelledWait once it has
  * ended (whatever it answered: the caller then throws the work away).
+ *
+ * The cancel needs a connection of its own from the pool, and the pool may
+ * have none to give: every connection can be taken by admissions waiting on
+ * the same row. So the wait for the statement to end does not wait for the
+ * cancel. Once the statement has ended (it got the row lock after all) the
+ * caller rolls back at once, which frees the row and a connection; a cancel
+ * still queued for a connection then finds `needed()` false and sends
+ * nothing. Waiting for the cancel first would deadlock: our transaction
+ * holds the row, the other admissions wait on it with the pool's last
+ * connections, and the cancel waits for one of those.
  */
 async function advanceCancellably(
   tx: Queryable,
@@ -137,7 +147,7 @@ async function advanceCancellably(
   token: FencingToken,
   signal: AbortSignal | undefined,
   pidOf: () => Promise<number>,
-  cancel: (pid: number) => Promise<void>,
+  cancel: (pid: number, needed: () => boolean) => Promise<void>,
 ): Promise<Advanced> {
   if (signal === undefined) return advanceFence(tx, resource, token);
   const pid = await pidOf();
@@ -154,8 +164,13 @@ async function advanceCancellably(
   } finally {
     if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
   }
-  await cancel(pid).catch(() => undefined);
-  await pending.catch(() => undefined);
+  let ended = false;
+  const statementEnded = pending.then(
+    () => { ended = true; },
+    () => { ended = true; },
+  );
+  void cancel(pid, () => !ended).catch(() => undefined);
+  await statementEnded;
   throw new CancelledWait(signal.reason);
 }
 
@@ -185,6 +200,26 @@ async function backendPid(tx: Queryable): Promise<number> {
   return Number(rows[0]?.['pid']);
 }
 
-async function cancelBackend(db: Queryable, pid: number): Promise<void> {
-  await run(db, { text: 'SELECT pg_cancel_backend($1)', values: [pid], prepared: false });
+const CANCEL: Statement = Object.freeze({ text: 'SELECT pg_cancel_backend($1)', values: [], prepared: false });
+
+/** Cancel `pid`'s statement from a pooled connection, unless it ended while we waited for the connection. */
+async function cancelBackendPg(pool: PgPool, pid: number, needed: () => boolean): Promise<void> {
+  const client = await pool.connect();
+  const release = guardClient(client);
+  let broken: Error | undefined;
+  try {
+    if (needed()) await run(client, { ...CANCEL, values: [pid] });
+  } catch (error) {
+    broken = error instanceof Error ? error : new Error(String(error));
+    throw error;
+  } finally {
+    release(broken);
+  }
+}
+
+/** The same on a Kysely instance: a transaction is the structural way to hold one of its connections. */
+async function cancelBackendKysely(db: KyselyDatabase, pid: number, needed: () => boolean): Promise<void> {
+  await db.transaction().execute(async (trx) => {
+    if (needed()) await run(trx, { ...CANCEL, values: [pid] });
+  });
 }

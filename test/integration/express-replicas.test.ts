@@ -55,8 +55,8 @@ class Replica {
   readonly gates = new Map<string, Deferred>();
   served!: Served;
 
-  constructor(readonly name: string, flavor: Flavor, databaseUrl: string, schema: string) {
-    this.pool = new pg.Pool({ connectionString: databaseUrl, max: 4, application_name: this.applicationName, options: `-c search_path=${schema}` });
+  constructor(readonly name: string, flavor: Flavor, databaseUrl: string, schema: string, poolSize = 4) {
+    this.pool = new pg.Pool({ connectionString: databaseUrl, max: poolSize, application_name: this.applicationName, options: `-c search_path=${schema}` });
     this.kysely = flavor === 'kysely' ? new Kysely<ReplicaDb>({ dialect: new PostgresDialect({ pool: this.pool }) }) : undefined;
     const store: FenceStore<unknown> = this.kysely === undefined ? new PostgresFenceStore(this.pool) : new PostgresFenceStore(this.kysely);
     const write = writeWith[flavor];
@@ -121,6 +121,8 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
   const admin = new pg.Pool({ connectionString: databaseUrl, max: 3, options: `-c search_path=${schema}` });
   let one: Replica;
   let two: Replica;
+  /** A replica whose pool two waiting requests exhaust. */
+  let small: Replica;
 
   beforeAll(async () => {
     await admin.query(`CREATE SCHEMA ${schema}`);
@@ -130,10 +132,12 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     two = new Replica('two', flavor, databaseUrl, schema);
     one.served = await serve(one.app);
     two.served = await serve(two.app);
+    small = new Replica('small', flavor, databaseUrl, schema, 2);
+    small.served = await serve(small.app);
   });
 
   afterAll(async () => {
-    await Promise.allSettled([one?.close(), two?.close()]);
+    await Promise.allSettled([one?.close(), two?.close(), small?.close()]);
     await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
     await admin.end();
   });
@@ -175,6 +179,18 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     } finally {
       await client.query('ROLLBACK');
       client.release();
+    }
+  }
+
+  /** Resolves once `n` backends of `replica` wait on a lock. */
+  async function lockWaiters(replica: Replica, n: number): Promise<void> {
+    for (;;) {
+      const { rows } = await admin.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+        [replica.applicationName],
+      );
+      if (rows[0]?.n === n) return;
+      await new Promise((resolve) => setTimeout(resolve, 10));
     }
   }
 
@@ -252,6 +268,60 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     expect(one.hasEntered(doc, 'stale-34')).toBe(false);
     expect(await settledFence(doc)).toBe('35');
     expect((await committedWrites(doc)).map((w) => w.note)).toEqual(['one:34', 'two:35']);
+  });
+
+  it('a client that leaves while its request waits on the row lock: its backend stops waiting, it never runs, and nothing of it commits', async () => {
+    const doc = uniqueId('leaves');
+    const gate34 = one.gate(doc, 'one:34');
+    const first = send(one.served.port, `/docs/${doc}`, { [H]: '34' });
+    await one.enteredFor(doc, 'one:34').promise;
+    const leaving = send(two.served.port, `/docs/${doc}`, { [H]: '35', 'x-note': 'left-35' });
+    const gone = leaving.answer.catch((error: unknown) => error);
+    await lockWaiterOf(two);
+    leaving.destroy();
+    expect(await gone).toMatchObject({ code: 'ECONNRESET' });
+    // The store cancels the blocked statement (pg_cancel_backend): replica two has no lock waiter left.
+    await lockWaiters(two, 0);
+    gate34.resolve();
+    expect((await first.answer).status).toBe(200);
+    expect(await settledFence(doc)).toBe('34');
+    expect(two.hasEntered(doc, 'left-35')).toBe(false);
+    // Nothing is left holding the row: the next request on replica two goes straight through.
+    const next = await two.post(doc, '35');
+    expect(next.status).toBe(200);
+    expect(next.body).toMatchObject({ previous: '34' });
+    expect(await settledFence(doc)).toBe('35');
+    expect((await committedWrites(doc)).map((w) => w.note)).toEqual(['one:34', 'two:35']);
+  });
+
+  it('a client that leaves while waiting on the row lock does not deadlock a replica whose pool is exhausted', async () => {
+    // Replica `small` has 2 connections, both taken by requests waiting on the
+    // row lock. The first one's client leaves: the store must cancel its wait,
+    // but the cancel needs a pooled connection and none is free. When 34 ends,
+    // the leaving request's statement gets the row lock first (FIFO) and its
+    // transaction holds it; if the store then still waits for a connection to
+    // send the now useless cancel, the second request waits on the row lock
+    // and the pool forever.
+    const doc = uniqueId('exhausted');
+    const gate34 = one.gate(doc, 'one:34');
+    const first = send(one.served.port, `/docs/${doc}`, { [H]: '34' });
+    await one.enteredFor(doc, 'one:34').promise;
+    const leaving = send(small.served.port, `/docs/${doc}`, { [H]: '35', 'x-note': 'left-35' });
+    const gone = leaving.answer.catch((error: unknown) => error);
+    await lockWaiters(small, 1);
+    const staying = send(small.served.port, `/docs/${doc}`, { [H]: '35', 'x-note': 'stays-35' });
+    await lockWaiters(small, 2);
+    leaving.destroy();
+    expect(await gone).toMatchObject({ code: 'ECONNRESET' });
+
+    gate34.resolve();
+    expect((await first.answer).status).toBe(200);
+    const answer = await staying.answer;
+    expect(answer.status).toBe(200);
+    expect(answer.body).toMatchObject({ note: 'stays-35', previous: '34' });
+    expect(small.hasEntered(doc, 'left-35')).toBe(false);
+    expect(await settledFence(doc)).toBe('35');
+    expect((await committedWrites(doc)).map((w) => w.note)).toEqual(['one:34', 'stays-35']);
   });
 
   it('a handler that answers 500 or throws leaves neither its row nor a fence advance; a successful one commits both in one transaction', async () => {
