@@ -259,49 +259,20 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
   // ---------------------------------------------------------------- operations
 
   /** Create a node (create2: the reply carries its Stat, so its czxid costs no extra round trip). */
-  create(path: string, data?: Uint8Array | string | null, options: CreateOptions = {}): Promise<{ path: string; stat: Stat }> {
-    const mode = options.mode ?? 'persistent';
-    // hasOwn: a mode like 'toString' must not find Object.prototype's member.
-    if (!Object.hasOwn(CREATE_FLAGS, mode)) return Promise.reject(new InvalidArgumentError(`unknown create mode ${String(mode)}`));
-    const flags = CREATE_FLAGS[mode];
-    const sequential = mode.includes('sequential');
-    const acl = options.acl ?? OPEN_ACL_UNSAFE;
-    const ttl = mode.endsWith('_with_ttl');
-    let bytes: Uint8Array;
-    try {
-      // Inside the try: a bad argument is a rejected promise, never a synchronous throw.
-      bytes = toBytes(data);
-      validatePath(path, sequential);
-      checkAcl(acl);
-      if (ttl && (!Number.isInteger(options.ttlMs) || (options.ttlMs as number) < 1 || (options.ttlMs as number) > MAX_TTL_MS)) {
-        throw new InvalidArgumentError(`mode ${mode} needs ttlMs, an integer in 1..${MAX_TTL_MS}`);
-      }
-      if (!ttl && options.ttlMs !== undefined) throw new InvalidArgumentError(`ttlMs is only for the *_with_ttl modes, not ${mode}`);
-      checkSize(bytes, path);
-    } catch (error) {
-      return Promise.reject(error);
-    }
-    const opcode = mode === 'container' ? OpCode.createContainer : ttl ? OpCode.createTTL : OpCode.create2;
-    const serverPath = this.#toServer(path);
+  async create(path: string, data?: Uint8Array | string | null, options: CreateOptions = {}): Promise<{ path: string; stat: Stat }> {
+    const { opcode, body } = this.#createBody(path, data, options);
     return this.#submit({
       opcode,
       path,
-      encode: (w) => {
-        w.ustring(serverPath).buffer(bytes).vector(acl, writeAcl).int(flags);
-        if (ttl) w.long(BigInt(options.ttlMs as number));
-      },
+      encode: body,
       decode: (r) => ({ path: this.#fromServer(r.ustring()), stat: readStat(r) }),
     });
   }
 
   /** Delete a node; version -1 (the default) matches any version. */
-  delete(path: string, version = -1): Promise<void> {
-    try {
-      validatePath(path);
-      checkVersion(version);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+  async delete(path: string, version = -1): Promise<void> {
+    validatePath(path);
+    checkVersion(version);
     const serverPath = this.#toServer(path);
     return this.#submit({
       opcode: OpCode.delete,
@@ -312,12 +283,8 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
   }
 
   /** The node's Stat, or null if it does not exist. A watch on a missing node fires when it is created. */
-  exists(path: string, options: WatchOptions = {}): Promise<Stat | null> {
-    try {
-      validatePath(path);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+  async exists(path: string, options: WatchOptions = {}): Promise<Stat | null> {
+    validatePath(path);
     const serverPath = this.#toServer(path);
     const watcher = options.watch;
     return this.#submit<Stat | null>({
@@ -330,12 +297,8 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
     });
   }
 
-  getData(path: string, options: WatchOptions = {}): Promise<{ data: Uint8Array; stat: Stat }> {
-    try {
-      validatePath(path);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+  async getData(path: string, options: WatchOptions = {}): Promise<{ data: Uint8Array; stat: Stat }> {
+    validatePath(path);
     const serverPath = this.#toServer(path);
     const watcher = options.watch;
     return this.#submit({
@@ -347,16 +310,11 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
     });
   }
 
-  setData(path: string, data: Uint8Array | string | null, version = -1): Promise<Stat> {
-    let bytes: Uint8Array;
-    try {
-      bytes = toBytes(data);
-      validatePath(path);
-      checkVersion(version);
-      checkSize(bytes, path);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+  async setData(path: string, data: Uint8Array | string | null, version = -1): Promise<Stat> {
+    const bytes = toBytes(data);
+    validatePath(path);
+    checkVersion(version);
+    checkSize(bytes, path);
     const serverPath = this.#toServer(path);
     return this.#submit({
       opcode: OpCode.setData,
@@ -372,12 +330,8 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
   }
 
   /** getChildren2: the children and the parent's Stat in one reply. */
-  getChildrenWithStat(path: string, options: WatchOptions = {}): Promise<{ children: string[]; stat: Stat }> {
-    try {
-      validatePath(path);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+  async getChildrenWithStat(path: string, options: WatchOptions = {}): Promise<{ children: string[]; stat: Stat }> {
+    validatePath(path);
     const serverPath = this.#toServer(path);
     const watcher = options.watch;
     return this.#submit({
@@ -390,12 +344,8 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
   }
 
   /** The paths of this session's ephemeral nodes under `prefix` (default: all). */
-  getEphemerals(prefix = '/'): Promise<string[]> {
-    try {
-      validatePath(prefix);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+  async getEphemerals(prefix = '/'): Promise<string[]> {
+    validatePath(prefix);
     const serverPrefix = this.#toServer(prefix);
     return this.#submit({
       opcode: OpCode.getEphemerals,
@@ -405,12 +355,8 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
     });
   }
 
-  getACL(path: string): Promise<{ acl: ACL[]; stat: Stat }> {
-    try {
-      validatePath(path);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+  async getACL(path: string): Promise<{ acl: ACL[]; stat: Stat }> {
+    validatePath(path);
     const serverPath = this.#toServer(path);
     return this.#submit({
       opcode: OpCode.getACL,
@@ -420,14 +366,10 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
     });
   }
 
-  setACL(path: string, acl: readonly ACL[], aclVersion = -1): Promise<Stat> {
-    try {
-      validatePath(path);
-      checkAcl(acl);
-      checkVersion(aclVersion);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+  async setACL(path: string, acl: readonly ACL[], aclVersion = -1): Promise<Stat> {
+    validatePath(path);
+    checkAcl(acl);
+    checkVersion(aclVersion);
     const serverPath = this.#toServer(path);
     return this.#submit({
       opcode: OpCode.setACL,
@@ -438,12 +380,8 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
   }
 
   /** Wait until the server this client talks to has caught up with the leader (for read-after-write across clients). */
-  sync(path = '/'): Promise<void> {
-    try {
-      validatePath(path);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+  async sync(path = '/'): Promise<void> {
+    validatePath(path);
     const serverPath = this.#toServer(path);
     return this.#submit({
       opcode: OpCode.sync,
@@ -459,14 +397,10 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
    * which, so a failure rejects with the failing operation's ZooKeeperError
    * (opIndex set) and none of the operations took effect.
    */
-  multi(ops: readonly MultiOp[]): Promise<MultiResult[]> {
-    if (!Array.isArray(ops) || ops.length === 0) return Promise.reject(new InvalidArgumentError('multi() needs a non-empty array of operations'));
+  async multi(ops: readonly MultiOp[]): Promise<MultiResult[]> {
+    if (!Array.isArray(ops) || ops.length === 0) throw new InvalidArgumentError('multi() needs a non-empty array of operations');
     const encoded: ((w: JuteWriter) => void)[] = [];
-    try {
-      for (const op of ops) encoded.push(this.#encodeMultiOp(op));
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    for (const op of ops) encoded.push(this.#encodeMultiOp(op));
     return this.#submit({
       opcode: OpCode.multi,
       path: undefined,
@@ -1040,26 +974,54 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
     return path.startsWith(`${this.#chroot}/`) ? path.slice(this.#chroot.length) : path;
   }
 
+  /**
+   * Validate a create and return its opcode and record writer, shared by
+   * create() and multi(): create2 (15) so the reply carries the Stat,
+   * createContainer (19) and createTTL (21) for those modes, whose replies
+   * carry it too (Create2Response).
+   */
+  #createBody(
+    path: string,
+    data: Uint8Array | string | null | undefined,
+    options: CreateOptions,
+  ): { opcode: number; body: (w: JuteWriter) => void } {
+    const mode = options.mode ?? 'persistent';
+    // hasOwn: a mode like 'toString' must not find Object.prototype's member.
+    if (!Object.hasOwn(CREATE_FLAGS, mode)) throw new InvalidArgumentError(`unknown create mode ${String(mode)}`);
+    const flags = CREATE_FLAGS[mode];
+    const acl = options.acl ?? OPEN_ACL_UNSAFE;
+    const ttl = mode.endsWith('_with_ttl');
+    const ttlMs = options.ttlMs;
+    const bytes = toBytes(data);
+    validatePath(path, mode.includes('sequential'));
+    checkAcl(acl);
+    if (ttl && (!Number.isInteger(ttlMs) || (ttlMs as number) < 1 || (ttlMs as number) > MAX_TTL_MS)) {
+      throw new InvalidArgumentError(`mode ${mode} needs ttlMs, an integer in 1..${MAX_TTL_MS}`);
+    }
+    if (!ttl && ttlMs !== undefined) throw new InvalidArgumentError(`ttlMs is only for the *_with_ttl modes, not ${mode}`);
+    checkSize(bytes, path);
+    const opcode = mode === 'container' ? OpCode.createContainer : ttl ? OpCode.createTTL : OpCode.create2;
+    const serverPath = this.#toServer(path);
+    return {
+      opcode,
+      body: (w) => {
+        w.ustring(serverPath).buffer(bytes).vector(acl, writeAcl).int(flags);
+        if (ttl) w.long(BigInt(ttlMs as number));
+      },
+    };
+  }
+
   #encodeMultiOp(op: MultiOp): (w: JuteWriter) => void {
     switch (op?.op) {
       case 'create': {
-        const mode = op.mode ?? 'persistent';
-        if (!Object.hasOwn(CREATE_FLAGS, mode)) throw new InvalidArgumentError(`unknown create mode ${String(mode)}`);
-        const flags = CREATE_FLAGS[mode];
-        validatePath(op.path, mode.includes('sequential'));
-        const acl = op.acl ?? OPEN_ACL_UNSAFE;
-        checkAcl(acl);
-        const bytes = toBytes(op.data);
-        const ttl = mode.endsWith('_with_ttl');
-        if (ttl && (!Number.isInteger(op.ttlMs) || (op.ttlMs as number) < 1 || (op.ttlMs as number) > MAX_TTL_MS)) {
-          throw new InvalidArgumentError(`mode ${mode} needs ttlMs, an integer in 1..${MAX_TTL_MS}`);
-        }
-        const type = mode === 'container' ? OpCode.createContainer : ttl ? OpCode.createTTL : OpCode.create2;
-        const path = this.#toServer(op.path);
+        const { opcode, body } = this.#createBody(op.path, op.data, {
+          ...(op.mode !== undefined && { mode: op.mode }),
+          ...(op.acl !== undefined && { acl: op.acl }),
+          ...(op.ttlMs !== undefined && { ttlMs: op.ttlMs }),
+        });
         return (w) => {
-          writeMultiHeader(w, { type, done: false, err: -1 });
-          w.ustring(path).buffer(bytes).vector(acl, writeAcl).int(flags);
-          if (ttl) w.long(BigInt(op.ttlMs as number));
+          writeMultiHeader(w, { type: opcode, done: false, err: -1 });
+          body(w);
         };
       }
       case 'delete': {
