@@ -150,3 +150,15 @@ fk_live_users() {
   done
   echo "$n"
 }
+
+# release STATE_DIR STOP_FN: drop the caller from the server's users; if this
+# run started the server ("acquired") and nobody else uses it, stop it.
+fk_release() {
+  local dir=$1 stop=$2
+  [ -d "$dir" ] || return 0
+  fk_remove_user "$dir"
+  if [ -e "$dir/acquired" ] && [ "$(fk_live_users "$dir")" -eq 0 ]; then
+    "$stop"
+    rm -f "$dir/acquired"
+  fi
+}

@@ -204,14 +204,7 @@ do_acquire() {
   fk_add_user "$D"
 }
 
-do_release() {
-  [ -d "$D" ] || return 0
-  fk_remove_user "$D"
-  if [ -e "$D/acquired" ] && [ "$(fk_live_users "$D")" -eq 0 ]; then
-    do_stop
-    rm -f "$D/acquired"
-  fi
-}
+do_release() { fk_release "$D" do_stop; }
 
 case "${1:-}" in
   start)   fk_locked rgw do_start; print_env ;;
