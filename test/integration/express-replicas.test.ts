@@ -61,6 +61,14 @@ class Replica {
     const store: FenceStore<unknown> = this.kysely === undefined ? new PostgresFenceStore(this.pool) : new PostgresFenceStore(this.kysely);
     const write = writeWith[flavor];
     const app = express();
+    // Before fencing(): tells the test when this server has seen a client leave.
+    app.post('/docs/:id', (req, res, next) => {
+      const key = `${String(req.params['id'])}/${req.get('x-note') ?? ''}`;
+      res.on('close', () => {
+        if (!res.writableFinished) this.#left(key).resolve();
+      });
+      next();
+    });
     app.post('/docs/:id', fencing({ store, resource: (req) => String(req.params['id']) }), async (req, res) => {
       const f = req.fencing!;
       const note = req.get('x-note') ?? `${this.name}:${f.token}`;
@@ -94,6 +102,19 @@ class Replica {
 
   hasEntered(resource: string, note: string): boolean {
     return this.entered.has(`${resource}/${note}`);
+  }
+
+  readonly #leftClients = new Map<string, Deferred>();
+
+  #left(key: string): Deferred {
+    let d = this.#leftClients.get(key);
+    if (d === undefined) this.#leftClients.set(key, (d = deferred()));
+    return d;
+  }
+
+  /** Resolves when this server has seen the client of the request with `x-note: note` leave before its answer. */
+  clientLeft(resource: string, note: string): Promise<void> {
+    return this.#left(`${resource}/${note}`).promise;
   }
 
   /** Hold the handler for `note` on `resource` after its write, until the test resolves the gate. */
@@ -313,6 +334,8 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     await lockWaiters(small, 2);
     leaving.destroy();
     expect(await gone).toMatchObject({ code: 'ECONNRESET' });
+    // The server has seen it leave (its admission's signal has aborted) before the row is freed.
+    await small.clientLeft(doc, 'left-35');
 
     gate34.resolve();
     expect((await first.answer).status).toBe(200);
