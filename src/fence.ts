@@ -15,7 +15,8 @@ import type { FencingToken } from './token.js';
 export interface FenceStore<Transaction = undefined> {
   /**
    * Wait for the resource's fence, compare `token` with its high-water mark
-   * and advance it (equal passes: the same holder writes many times). A
+   * and advance it (equal passes: the same holder writes many times); the
+   * advance is never undone, by abort() either. A
    * smaller token rejects with StaleTokenError (carrying the current mark)
    * and changes nothing. The fence stays held until the admission is settled.
    * An aborted `signal` while waiting rejects with the signal's reason and
@@ -34,11 +35,16 @@ export interface FenceAdmission<Transaction = undefined> {
   /**
    * The store's transaction the handler may write through (PostgreSQL: the
    * transaction holding the fence row's lock), so those writes commit only
-   * together with the fence advance.
+   * if the admission commits.
    */
   readonly transaction: Transaction;
-  /** Keep the advance (and the transaction's writes) and free the fence. Idempotent. */
+  /** Keep the transaction's writes and free the fence. Idempotent. */
   commit(): Promise<void>;
-  /** Undo the advance (and the transaction's writes) and free the fence. Idempotent. */
+  /**
+   * Undo the transaction's writes and free the fence. The advance stays:
+   * an admitted token may already have acted outside the store (a handler
+   * that wrote elsewhere before it failed), so the mark never drops back
+   * below it. Idempotent.
+   */
   abort(): Promise<void>;
 }

@@ -12,10 +12,12 @@
 //
 // Settling. When the response has finished (res 'finish'; settled at the
 // 'close' Node emits right after it) the admission is committed if the
-// status is below 500 and aborted otherwise (a handler that
-// threw, or called next(err) and got a 5xx, advanced nothing). When the
-// connection closes before the response finished, the admission is aborted
-// and req.fencing.signal aborts. A client that leaves while waiting for
+// status is below 500 and aborted otherwise (a handler that threw, or called
+// next(err) and got a 5xx: its writes through req.fencing.transaction are
+// undone). When the connection closes before the response finished, the
+// admission is aborted and req.fencing.signal aborts. Either way the fence
+// keeps the admitted token: the handler may already have written somewhere
+// no store can undo, so no smaller token may follow it. A client that leaves while waiting for
 // admission stops waiting and leaves nothing held. A refused request (400,
 // 403, 409, 428, 503, or the 4xx a `resource` function throws) changes nothing.
 //

@@ -1,17 +1,19 @@
 // MemoryFenceStore: the fence of each resource kept in this process's memory.
 //
 // Two structures per resource:
-//   - the committed high-water mark (`#marks`): the largest token whose
-//     admission was committed. It only ever grows, so a token below it is
-//     stale now and forever, and is refused at once without waiting.
+//   - the high-water mark (`#marks`): the largest token ever admitted. It
+//     only ever grows, so a token below it is stale now and forever, and is
+//     refused at once without waiting.
 //   - a FIFO mutex (`#fences`): present while an admission holds the fence,
 //     with the requests waiting behind it in arrival order.
 //
-// An admission does not move the mark until it commits; abort() has nothing to
-// undo. That matches what a transactional store (PostgreSQL) shows to a reader
-// outside the transaction: current() is the committed mark.
+// The mark moves when a token is admitted, not when its admission commits:
+// an admitted request may already have acted (written somewhere this store
+// cannot undo) when it fails or its client leaves, so no smaller token may
+// pass after it, whatever its outcome. commit() and abort() only free the
+// fence.
 //
-// Memory: a mark is kept for every resource that ever committed a token (a
+// Memory: a mark is kept for every resource that ever admitted a token (a
 // fence that forgot its mark would admit a stale holder again), so the set of
 // resources must be bounded by the application, not derived from unchecked
 // client input. A mutex entry exists only while its fence is held and is
@@ -70,7 +72,7 @@ export class MemoryFenceStore implements FenceStore<undefined> {
     } catch (error) {
       return Promise.reject(error);
     }
-    // The committed mark only grows: below it is stale whatever the holder does.
+    // The mark only grows: below it is stale whatever the holder does.
     const state = this.#state;
     const mark = state.marks.get(resource);
     if (mark !== undefined && token < mark) {
@@ -80,7 +82,7 @@ export class MemoryFenceStore implements FenceStore<undefined> {
     const fence = state.fences.get(resource);
     if (fence === undefined) {
       state.fences.set(resource, null);
-      return Promise.resolve(new MemoryAdmission(state, resource, token, mark ?? null));
+      return Promise.resolve(admitted(state, resource, token, mark));
     }
 
     // Only a wait can be aborted, so the signal is read here and not above:
@@ -112,12 +114,20 @@ export class MemoryFenceStore implements FenceStore<undefined> {
   }
 }
 
+/**
+ * Admit `token`: the mark advances now, not when the admission commits. An
+ * admitted request may act (write somewhere the store cannot undo) before it
+ * fails or its client leaves, so after it no smaller token may pass, whatever
+ * its outcome (the fault checker caught the opposite: an aborted admission
+ * let a smaller token in after its handler had written).
+ */
+function admitted(state: StoreState, resource: string, token: FencingToken, mark: FencingToken | undefined): MemoryAdmission {
+  if (mark === undefined || token > mark) state.marks.set(resource, token);
+  return new MemoryAdmission(state, resource, token, mark ?? null);
+}
+
 /** Settle one admission (called once, by its commit() or abort()) and pass the fence on. */
-function release(state: StoreState, resource: string, token: FencingToken, commit: boolean): void {
-  if (commit) {
-    const mark = state.marks.get(resource);
-    if (mark === undefined || token > mark) state.marks.set(resource, token);
-  }
+function release(state: StoreState, resource: string): void {
   const fence = state.fences.get(resource);
   if (fence === undefined) return;
   if (fence === null) {
@@ -133,7 +143,7 @@ function release(state: StoreState, resource: string, token: FencingToken, commi
       waiter.reject(new StaleTokenError(resource, waiter.token, mark));
       continue;
     }
-    waiter.resolve(new MemoryAdmission(state, resource, waiter.token, mark ?? null));
+    waiter.resolve(admitted(state, resource, waiter.token, mark));
     return;
   }
   state.fences.delete(resource);
@@ -153,20 +163,22 @@ class MemoryAdmission implements FenceAdmission<undefined> {
     this.previous = previous;
   }
 
+  // The mark moved on admission and stays; both only free the fence (this
+  // store has no transaction of its own to keep or undo).
   commit(): Promise<void> {
-    this.#settle(true);
+    this.#settle();
     return SETTLED;
   }
 
   abort(): Promise<void> {
-    this.#settle(false);
+    this.#settle();
     return SETTLED;
   }
 
-  #settle(commit: boolean): void {
+  #settle(): void {
     const state = this.#state;
     if (state === undefined) return; // settled already: commit and abort are idempotent
     this.#state = undefined;
-    release(state, this.resource, this.token, commit);
+    release(state, this.resource);
   }
 }

@@ -11,10 +11,13 @@ import { checkResource, checkToken } from './identifiers.js';
  * `admit()` takes a dedicated connection (a pooled client, or a Kysely
  * transaction), BEGINs, and advances the resource's fence row. The row lock is
  * held until the admission is settled, so admissions for one resource
- * serialize across every process sharing the database, and the handler's
- * writes through `admission.transaction` commit only together with the
- * advance. A stale token rolls back, frees the connection and rejects with
- * StaleTokenError.
+ * serialize across every process sharing the database. Right after the
+ * advance the store sets a savepoint: `commit()` commits the handler's writes
+ * through `admission.transaction` with the advance; `abort()` rolls back to
+ * the savepoint and commits, so the handler's writes are undone but the
+ * advance is kept (an admitted token may already have acted outside this
+ * transaction; the mark never drops back below it). A stale token rolls back,
+ * frees the connection and rejects with StaleTokenError.
  *
  * Aborting while waiting for the row lock: the wait is a statement blocked on
  * a row lock, so the store cancels it from a second connection with
@@ -62,6 +65,7 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
       if (signal?.aborted) throw signal.reason;
       await client.query({ text: 'BEGIN' });
       advanced = await advanceCancellably(client, resource, token, signal, () => backendPid(client), (pid, needed) => cancelBackendPg(pool, pid, needed));
+      await client.query({ text: SAVEPOINT_ADMITTED });
     } catch (error) {
       if (error instanceof CancelledWait) {
         release(new Error('fence wait aborted'));
@@ -75,11 +79,12 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
       throw error;
     }
     let settled: Promise<void> | undefined;
-    const settle = (command: 'COMMIT' | 'ROLLBACK'): Promise<void> =>
+    const settle = (keepWrites: boolean): Promise<void> =>
       (settled ??= (async () => {
         let broken: Error | undefined;
         try {
-          await client.query({ text: command });
+          if (!keepWrites) await client.query({ text: ROLLBACK_TO_ADMITTED });
+          await client.query({ text: 'COMMIT' });
         } catch (error) {
           broken = error instanceof Error ? error : new Error(String(error));
           await client.query({ text: 'ROLLBACK' }).catch(() => undefined);
@@ -88,7 +93,7 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
           release(broken);
         }
       })());
-    return admission(resource, token, advanced.previous, client as unknown as Tx, () => settle('COMMIT'), () => settle('ROLLBACK'));
+    return admission(resource, token, advanced.previous, client as unknown as Tx, () => settle(true), () => settle(false));
   }
 
   #admitKysely(db: KyselyDatabase, resource: string, token: FencingToken, signal: AbortSignal | undefined): Promise<FenceAdmission<Tx>> {
@@ -99,14 +104,14 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
       const done: Promise<void> = db.transaction().execute(async (trx) => {
         if (signal?.aborted) throw signal.reason;
         const advanced = await advanceCancellably(trx, resource, token, signal, () => backendPid(trx), (pid, needed) => cancelBackendKysely(db, pid, needed));
+        await run(trx, { text: SAVEPOINT_ADMITTED, values: [], prepared: false });
         admitted = true;
         let settled: Promise<void> | undefined;
-        const settle = (commit: boolean): Promise<void> => (settled ??= (decide(commit), done.catch((error: unknown) => {
-          if (error !== ROLLBACK) throw error;
-        })));
+        const settle = (commit: boolean): Promise<void> => (settled ??= (decide(commit), done));
         resolve(admission(resource, token, advanced.previous, trx as unknown as Tx, () => settle(true), () => settle(false)));
-        // Kysely commits when this callback returns and rolls back when it throws.
-        if (!(await decision)) throw ROLLBACK;
+        // Kysely commits when this callback returns. abort(): undo the
+        // handler's writes, keep the advance, commit.
+        if (!(await decision)) await run(trx, { text: ROLLBACK_TO_ADMITTED, values: [], prepared: false });
       });
       done.catch((error: unknown) => {
         if (!admitted) reject(error instanceof CancelledWait ? error.reason : error);
@@ -115,8 +120,12 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
   }
 }
 
-/** Thrown inside a Kysely transaction callback to roll it back on abort(). */
-const ROLLBACK: unique symbol = Symbol('fencekeeper.rollback');
+/**
+ * Set right after the advance: abort() rolls back to it and commits, undoing
+ * the handler's writes but keeping the advance (see the class comment).
+ */
+const SAVEPOINT_ADMITTED = 'SAVEPOINT fencekeeper_admitted';
+const ROLLBACK_TO_ADMITTED = 'ROLLBACK TO SAVEPOINT fencekeeper_admitted';
 
 class CancelledWait {
   constructor(readonly reason: unknown) {}

@@ -6,7 +6,7 @@
 //   - SIGKILLs the ZooKeeper leader of the 3-node ensemble and restarts it,
 //   - cuts (RST) and black-holes workers' ZooKeeper connections: each worker
 //     reaches each ensemble node through its own TcpProxy, owned here,
-//   - holds a PostgreSQL or S3 write (and, with httpCuts, an HTTP write) in a
+//   - holds a PostgreSQL, S3 or HTTP write (HTTP unless httpCuts is off) in a
 //     black hole from the moment it starts, then resets its connection, so
 //     the writer cannot know whether it landed (each worker reaches these
 //     through its own proxies too).
@@ -97,7 +97,7 @@ export const DEFAULT_OPTIONS: Omit<RunOptions, 'servers' | 'ensembleControl'> = 
   sessionTimeoutMs: 2000,
   randomFaults: true,
   httpStore: 'memory',
-  httpCuts: false,
+  httpCuts: true,
   build: false,
   log: () => undefined,
 };

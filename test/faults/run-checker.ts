@@ -5,7 +5,7 @@
 //
 //   node node_modules/vite-node/vite-node.mjs test/faults/run-checker.ts -- \
 //     --workers 8 --ops 400 --duration 300 [--session-ms 2000] [--http-store memory|postgres] \
-//     [--no-random] [--no-build] [--http-cuts]
+//     [--no-random] [--no-build] [--no-http-cuts]
 //
 //   --workers N      worker processes (default 8; the issue asks for at least 5)
 //   --ops N          lock cycles after which the workers stop (default 400; extended
@@ -17,8 +17,8 @@
 //                    postgres (PostgresFenceStore)
 //   --no-random      only the guaranteed faults (a paused fresh holder, a cut, a leader kill)
 //   --no-build       do not rebuild dist/ first (the workers run the built package)
-//   --http-cuts      resource cuts also reset the workers' HTTP connections (off by default:
-//                    see repro-http-abort-after-write.ts for what that can expose)
+//   --no-http-cuts   resource cuts leave the workers' HTTP connections alone (on by default;
+//                    they once exposed a fence that an aborted admission rolled back)
 //
 // Servers: as in the test suite. Variables already set (FK_ZK_ENSEMBLE with
 // FK_ZK_ENSEMBLE_CTL, DATABASE_URL, S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY)
@@ -50,7 +50,7 @@ async function main(): Promise<number> {
       'http-store': { type: 'string' },
       'no-random': { type: 'boolean' },
       'no-build': { type: 'boolean' },
-      'http-cuts': { type: 'boolean' },
+      'no-http-cuts': { type: 'boolean' },
     },
   });
   const httpStore = values['http-store'] ?? 'memory';
@@ -67,7 +67,7 @@ async function main(): Promise<number> {
     process.stdout.write(`${line}\n`);
   };
   try {
-    log(`fault-injection run: ${workers} workers, ${ops} lock cycles, at most ${durationS} s, session ${sessionTimeoutMs} ms, http store ${httpStore}${values['http-cuts'] === true ? ', HTTP cuts' : ''}${values['no-random'] === true ? ', guaranteed faults only' : ''}`);
+    log(`fault-injection run: ${workers} workers, ${ops} lock cycles, at most ${durationS} s, session ${sessionTimeoutMs} ms, http store ${httpStore}${values['no-http-cuts'] === true ? ', no HTTP cuts' : ''}${values['no-random'] === true ? ', guaranteed faults only' : ''}`);
     const { result, report, crashes } = await runFaultCheck({
       servers: scriptServers(),
       ensembleControl: scriptEnsembleControl,
@@ -78,7 +78,7 @@ async function main(): Promise<number> {
       randomFaults: values['no-random'] !== true,
       httpStore,
       build: values['no-build'] !== true,
-      httpCuts: values['http-cuts'] === true,
+      httpCuts: values['no-http-cuts'] !== true,
       log,
     });
     log('');

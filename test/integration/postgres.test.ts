@@ -327,10 +327,16 @@ describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
     await first.abort();
     const second = await secondPending;
     expect(second.previous).toBe(5n);
+    await exec(second.transaction, 'INSERT INTO history (round, token) VALUES (-3, 6)');
+    // abort(): the handler's writes are undone, the advance is kept (an
+    // admitted token may have acted elsewhere; regression from the fault checker).
     await second.abort();
-    expect(await store.current(resource)).toBe(5n);
-    await expect(store.admit(resource, 4n)).rejects.toMatchObject({ code: 'STALE_TOKEN', current: 5n, presented: 4n });
+    expect(await store.current(resource)).toBe(6n);
+    await expect(store.admit(resource, 5n)).rejects.toMatchObject({ code: 'STALE_TOKEN', current: 6n, presented: 5n });
     expect(await sql<{ token: string }>('SELECT token::text FROM history WHERE round = -3')).toEqual([{ token: '5' }]);
+    // The aborted admission left its connection usable and the row free.
+    const third = await store.admit(resource, 6n);
+    await third.commit();
   });
 
   it('PostgresFenceStore: aborting while waiting for the row lock leaves nothing held', async () => {

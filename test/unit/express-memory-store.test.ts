@@ -1,4 +1,4 @@
-// MemoryFenceStore on its own: the FIFO mutex, the committed mark, aborts.
+// MemoryFenceStore on its own: the FIFO mutex, the mark (advanced on admission), aborts.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { MemoryFenceStore } from '../../adapters/express/index.js';
@@ -13,11 +13,12 @@ async function settled(promise: Promise<unknown>): Promise<boolean> {
 }
 
 describe('MemoryFenceStore', () => {
-  it('admits a first token with previous null; the mark moves on commit, not before', async () => {
+  it('admits a first token with previous null; the mark moves on admission', async () => {
     const store = new MemoryFenceStore();
+    expect(await store.current('r')).toBeNull();
     const a = await store.admit('r', 34n);
     expect(a).toMatchObject({ resource: 'r', token: 34n, previous: null, transaction: undefined });
-    expect(await store.current('r')).toBeNull();
+    expect(await store.current('r')).toBe(34n);
     await a.commit();
     expect(await store.current('r')).toBe(34n);
     const b = await store.admit('r', 34n);
@@ -25,18 +26,22 @@ describe('MemoryFenceStore', () => {
     await b.commit();
   });
 
-  it('abort keeps the mark; commit and abort are idempotent and the first one wins', async () => {
+  // Regression (found by the fault checker): abort() used to drop the
+  // advance, so after a handler had written with 20 and its client left, 15
+  // was admitted and written after it.
+  it('abort keeps the advance: no smaller token passes after an admitted one; settling is idempotent', async () => {
     const store = new MemoryFenceStore();
     await (await store.admit('r', 10n)).commit();
     const a = await store.admit('r', 20n);
     await a.abort();
     await a.commit();
     await a.abort();
-    expect(await store.current('r')).toBe(10n);
-    const b = await store.admit('r', 15n);
+    expect(await store.current('r')).toBe(20n);
+    await expect(store.admit('r', 15n)).rejects.toMatchObject({ presented: 15n, current: 20n });
+    const b = await store.admit('r', 20n);
     await b.commit();
     await b.abort();
-    expect(await store.current('r')).toBe(15n);
+    expect(await store.current('r')).toBe(20n);
   });
 
   it('holds the fence until settled and hands it on in arrival order', async () => {
@@ -49,20 +54,20 @@ describe('MemoryFenceStore', () => {
     const first = await waiting[0]!;
     expect(await settled(waiting[1]!)).toBe(false);
     await first.abort();
-    const second = await waiting[1]!;
-    await second.commit();
+    // 3 arrived before 7 but after 5 was admitted: it is stale now.
+    await expect(waiting[1]!).rejects.toMatchObject({ presented: 3n, current: 5n });
     await (await waiting[2]!).commit();
-    expect(order).toEqual([5n, 3n, 7n]);
+    expect(order).toEqual([5n, 7n]);
     expect(await store.current('r')).toBe(7n);
   });
 
-  it('refuses below the committed mark at once, even while the fence is held', async () => {
+  it('refuses below the mark at once, even while the fence is held', async () => {
     const store = new MemoryFenceStore();
     await (await store.admit('r', 50n)).commit();
     const holder = await store.admit('r', 60n);
     const error = await store.admit('r', 49n).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(StaleTokenError);
-    expect(error).toMatchObject({ resource: 'r', presented: 49n, current: 50n, code: 'STALE_TOKEN' });
+    expect(error).toMatchObject({ resource: 'r', presented: 49n, current: 60n, code: 'STALE_TOKEN' });
     await holder.abort();
   });
 
@@ -78,13 +83,12 @@ describe('MemoryFenceStore', () => {
     await next.commit();
   });
 
-  it('if the holder aborts, a waiter with a token below the aborted one is admitted', async () => {
+  it('if the holder aborts, a smaller token is still refused (the aborted holder may have acted)', async () => {
     const store = new MemoryFenceStore();
     const holder = await store.admit('r', 35n);
-    const waiter = store.admit('r', 34n);
+    await expect(store.admit('r', 34n)).rejects.toMatchObject({ presented: 34n, current: 35n });
     await holder.abort();
-    await (await waiter).commit();
-    expect(await store.current('r')).toBe(34n);
+    expect(await store.current('r')).toBe(35n);
   });
 
   it('an aborted wait rejects with the reason, leaves the queue, and never holds the fence', async () => {
@@ -140,7 +144,7 @@ describe('MemoryFenceStore', () => {
         async (requests) => {
           const store = new MemoryFenceStore();
           let holders = 0;
-          let committed = 0n;
+          let admittedMax = 0n;
           const outcomes = requests.map(async ({ token, commit, leave }) => {
             const controller = new AbortController();
             const admitted = store.admit('r', token, { signal: controller.signal });
@@ -154,14 +158,14 @@ describe('MemoryFenceStore', () => {
             }
             holders++;
             expect(holders).toBe(1);
-            expect(token).toBeGreaterThanOrEqual(committed);
+            expect(token).toBeGreaterThanOrEqual(admittedMax);
+            admittedMax = token;
             await new Promise((resolve) => setImmediate(resolve));
             holders--;
-            if (commit) committed = token;
             await (commit ? admission.commit() : admission.abort());
           });
           await Promise.all(outcomes);
-          expect(await store.current('r')).toBe(committed === 0n ? null : committed);
+          expect(await store.current('r')).toBe(admittedMax === 0n ? null : admittedMax);
         },
       ),
       { numRuns: 200 },
