@@ -8,6 +8,8 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
+import { DeleteObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import pg from 'pg';
 import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testServers } from '../helpers/servers.js';
@@ -67,6 +69,25 @@ describe('README examples', () => {
   beforeAll(async () => {
     if (!existsSync(`${ROOT}dist/src/index.js`)) throw new Error("dist/ is missing: run 'npm run build' first (npm test does)");
     const servers = testServers();
+    // The examples use fixed names, as a user's code would. Fences from an
+    // earlier run against another ZooKeeper (a throw-away test server starts
+    // its zxids, hence its tokens, from zero again) would refuse this run's
+    // tokens as stale, exactly as they should: start from clean resources.
+    const pool = new pg.Pool({ connectionString: servers.databaseUrl, max: 1 });
+    try {
+      await pool.query("select to_regclass('fencekeeper_fences') is not null as ok").then(async ({ rows }) => {
+        if ((rows[0] as { ok: boolean }).ok) await pool.query("delete from fencekeeper_fences where resource like 'readme/%'");
+      });
+      await pool.query('drop table if exists readme_reports');
+    } finally {
+      await pool.end();
+    }
+    const s3 = new S3Client({ endpoint: servers.s3.endpoint, region: servers.s3.region, forcePathStyle: true, credentials: servers.s3.credentials });
+    try {
+      await s3.send(new DeleteObjectCommand({ Bucket: 'readme-reports', Key: 'daily.txt' })).catch(() => undefined);
+    } finally {
+      s3.destroy();
+    }
     await mkdir(`${WORK}bin`, { recursive: true });
     await writeFile(`${WORK}bin/fencekeeper`, `#!/bin/sh\nexec "${process.execPath}" "${ROOT}dist/src/cli/main.js" "$@"\n`);
     await chmod(`${WORK}bin/fencekeeper`, 0o755);
