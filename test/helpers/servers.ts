@@ -184,3 +184,18 @@ export async function holdEnsembleForFaults(timeoutMs = 15 * 60_000): Promise<()
     if (pid === process.pid) await rm(dir, { recursive: true, force: true });
   };
 }
+
+/**
+ * The servers as the environment the CLI, the demo and the README examples
+ * read (ZOOKEEPER, DATABASE_URL, S3_*), for child processes of a test.
+ */
+export function serverEnvironment(servers: TestServers = testServers()): Record<string, string> {
+  return {
+    ZOOKEEPER: servers.zkStandalone,
+    DATABASE_URL: servers.databaseUrl,
+    S3_ENDPOINT: servers.s3.endpoint,
+    S3_REGION: servers.s3.region,
+    S3_ACCESS_KEY: servers.s3.credentials.accessKeyId,
+    S3_SECRET_KEY: servers.s3.credentials.secretAccessKey,
+  };
+}

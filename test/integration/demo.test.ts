@@ -7,22 +7,16 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { testServers } from '../helpers/servers.js';
+import { serverEnvironment } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 
 const BIN = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
 
 function demo(extra: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   if (!existsSync(BIN)) throw new Error(`${BIN} is missing: run 'npm run build' first (npm test does)`);
-  const servers = testServers();
   const env = {
     ...process.env,
-    ZOOKEEPER: servers.zkStandalone,
-    DATABASE_URL: servers.databaseUrl,
-    S3_ENDPOINT: servers.s3.endpoint,
-    S3_REGION: servers.s3.region,
-    S3_ACCESS_KEY: servers.s3.credentials.accessKeyId,
-    S3_SECRET_KEY: servers.s3.credentials.secretAccessKey,
+    ...serverEnvironment(),
     // Each run its own lock, so demo runs and other tests never queue behind each other.
     DEMO_LOCK: uniqueLockName('demo'),
   };

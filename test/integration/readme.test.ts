@@ -12,7 +12,7 @@ import { DeleteObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import pg from 'pg';
 import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { testServers } from '../helpers/servers.js';
+import { serverEnvironment, testServers } from '../helpers/servers.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const WORK = `${ROOT}.tmp/readme-examples/`;
@@ -92,12 +92,7 @@ describe('README examples', () => {
     await writeFile(`${WORK}bin/fencekeeper`, `#!/bin/sh\nexec "${process.execPath}" "${ROOT}dist/src/cli/main.js" "$@"\n`);
     await chmod(`${WORK}bin/fencekeeper`, 0o755);
     env = {
-      ZOOKEEPER: servers.zkStandalone,
-      DATABASE_URL: servers.databaseUrl,
-      S3_ENDPOINT: servers.s3.endpoint,
-      S3_REGION: servers.s3.region,
-      S3_ACCESS_KEY: servers.s3.credentials.accessKeyId,
-      S3_SECRET_KEY: servers.s3.credentials.secretAccessKey,
+      ...serverEnvironment(servers),
       PATH: `${WORK}bin:${process.env.PATH ?? ''}`,
     };
   });
