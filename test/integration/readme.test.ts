@@ -132,6 +132,13 @@ describe('README examples', () => {
     expect(problems).toEqual([]);
   });
 
+  it('the console commands name scripts this package has', async () => {
+    const { scripts } = JSON.parse(await readFile(`${ROOT}package.json`, 'utf8')) as { scripts: Record<string, string> };
+    const commands = all.filter((b) => b.lang === 'console').flatMap((b) => [...b.code.matchAll(/npm (?:run ([\w:-]+)|(test))\b/g)]);
+    expect(commands.length).toBeGreaterThan(0);
+    for (const [, run, test] of commands) expect(scripts, `npm ${run ?? test}`).toHaveProperty(run ?? (test as string));
+  });
+
   it.each(typescript.map((b, i) => [b.heading, i, b] as const))('%s', { timeout: 60_000 }, async (heading, i, block) => {
     const js = ts.transpileModule(block.code, {
       compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022, verbatimModuleSyntax: false },
