@@ -2,9 +2,10 @@ import { InvalidTokenError } from './errors.js';
 
 /**
  * A fencing token: the czxid of the lock node that granted it. Always a bigint,
- * never a JS number: a czxid is (epoch << 32 | counter) and passes 2^53 as soon
- * as the ensemble has elected its 2^21st leader, and much earlier in practice
- * for counters, so a `number` would silently round two grants onto one value.
+ * never a JS number: a czxid is (epoch << 32 | counter), so it passes 2^53 once
+ * the epoch passes 2^21, and the resources store it as a signed 64-bit value
+ * (int8, a decimal header, metadata) where a `number` would silently round two
+ * grants onto one value.
  */
 export type FencingToken = bigint;
 
