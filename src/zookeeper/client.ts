@@ -423,7 +423,11 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
       return;
     }
     this.#closing = true;
-    if (this.#state === 'connected') {
+    // Suspended: the closeSession waits in the queue for the reconnect already
+    // under way (one more attempt; a failed one ends the client), so a brief
+    // disconnect does not leave our ephemeral nodes (our locks) blocking
+    // others until the server expires the session.
+    if (this.#state === 'connected' || this.#state === 'suspended') {
       const bye = new Promise<void>((resolve) => {
         this.#enqueue({
           opcode: OpCode.closeSession,

@@ -166,3 +166,23 @@ describe('black hole longer than the session timeout', () => {
     expect(await pending).toBeInstanceOf(SessionExpiredError);
   });
 });
+
+describe('close() during a disconnect', () => {
+  // Regression: close() while suspended sent no closeSession, so the
+  // session's ephemeral nodes (its locks) stayed until the server expired it.
+  it('sends closeSession after the reconnect: the ephemeral node is gone long before the session timeout', async () => {
+    const { zk, states } = await throughProxy(30_000);
+    const node = `${root}/close-suspended-${zk.sessionId.toString(16)}`;
+    await zk.create(node, 'x', { mode: 'ephemeral' });
+    // Cut, and hold the reconnect back until close() has been called.
+    proxy!.cut();
+    proxy!.blackhole();
+    await until(() => states.includes('suspended'), 'the client to see the cut');
+    const closing = zk.close();
+    proxy!.resume();
+    await closing;
+    expect(zk.state).toBe('closed');
+    // Seen by another session at once (the session timeout is 30 s).
+    expect(await admin.exists(node)).toBeNull();
+  });
+});
