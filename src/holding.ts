@@ -87,13 +87,13 @@ export class Holding {
   /** Our own node vanishing (an operator's delete, a session expiry seen first by the server) ends the holding. */
   #watchNode(): void {
     const watch = (event: { type: string }): void => {
-      if (event.type === 'deleted') this.lose(this.#zk.closing ? 'closed' : 'node_deleted');
+      if (event.type === 'deleted') this.lose('node_deleted');
       else if (!this.#controller.signal.aborted) this.#watchNode();
     };
     const check = (): void => {
       this.#zk.exists(this.#path, { watch }).then(
         (stat) => {
-          if (stat === null) this.lose(this.#zk.closing ? 'closed' : 'node_deleted');
+          if (stat === null) this.lose('node_deleted');
         },
         (error: unknown) => {
           if (error instanceof ConnectionLossError && !this.#controller.signal.aborted) check();
@@ -133,10 +133,16 @@ class SessionGuard {
     }
   };
 
+  /** Closing the client ends its holdings at once, before the session has finished ending. */
+  readonly #onClosing = (): void => {
+    for (const h of [...this.#holdings]) h.lose('closed');
+  };
+
   add(holding: Holding): void {
     this.#holdings.add(holding);
     if (!this.#listening) {
       this.#zk.on('state', this.#onState);
+      this.#zk.on('closing', this.#onClosing);
       this.#listening = true;
     }
     this.#arm();
@@ -147,7 +153,10 @@ class SessionGuard {
     if (this.#holdings.size === 0) {
       if (this.#timer) clearTimeout(this.#timer);
       this.#timer = null;
-      if (this.#listening) this.#zk.off('state', this.#onState);
+      if (this.#listening) {
+        this.#zk.off('state', this.#onState);
+        this.#zk.off('closing', this.#onClosing);
+      }
       this.#listening = false;
     }
   }

@@ -139,7 +139,8 @@ const SET_WATCHES_MAX_BYTES = 128 * 1024;
 const EMPTY = new Uint8Array(0);
 const NO_PASSWORD = new Uint8Array(16);
 
-export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
+/** 'state': every state change. 'closing': close() was called (the session is ending). */
+export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closing: [] }> {
   readonly #servers: readonly ServerAddress[];
   readonly #chroot: string;
   readonly #requestedTimeoutMs: number;
@@ -423,6 +424,7 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState] }> {
       return;
     }
     this.#closing = true;
+    this.emit('closing');
     // Suspended: the closeSession waits in the queue for the reconnect already
     // under way (one more attempt; a failed one ends the client), so a brief
     // disconnect does not leave our ephemeral nodes (our locks) blocking
