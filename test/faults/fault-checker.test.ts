@@ -7,25 +7,14 @@
 // apply order, the run must have refused at least one stale write, and no
 // worker may crash. Nothing here asserts on time.
 // The long run is test/faults/run-checker.ts.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { holdEnsembleForFaults, killEnsembleLeader, restoreEnsemble, startEnsembleNode, testServers, waitEnsembleHealthy } from '../helpers/servers.js';
+import { describe, expect, it } from 'vitest';
+import { killEnsembleLeader, startEnsembleNode, testServers, useEnsembleForFaults } from '../helpers/servers.js';
 import { runFaultCheck } from './harness.js';
 
-let releaseEnsemble: (() => Promise<void>) | undefined;
-// Other files kill leaders too: one file at a time.
-beforeAll(async () => {
-  releaseEnsemble = await holdEnsembleForFaults();
-  await waitEnsembleHealthy();
-}, 16 * 60_000);
-afterAll(async () => {
-  try {
-    // The nemesis restarts what it kills and the harness cleans up its tables,
-    // bucket and proxies; this is for a run that failed midway.
-    await restoreEnsemble();
-  } finally {
-    await releaseEnsemble?.();
-  }
-}, 120_000);
+// Other files kill leaders too: one file at a time. The nemesis restarts
+// what it kills and the harness cleans up its tables, bucket and proxies; the
+// restore after the file is for a run that failed midway.
+useEnsembleForFaults();
 
 describe('fault-injection run (SIGSTOP, leader SIGKILL, TCP cuts) against PostgreSQL, S3 and HTTP', () => {
   it('no resource ever accepts a stale token, loses an acknowledged write or keeps a refused one', async () => {

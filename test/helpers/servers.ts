@@ -5,7 +5,7 @@
 // vitest's provide/inject. This module reads the environment first, then the
 // injected copy, so it works in either case and in a plain Node script.
 import { execFile } from 'node:child_process';
-import { inject } from 'vitest';
+import { afterAll, beforeAll, inject } from 'vitest';
 import { SERVER_ENV, type ProvidedServers } from './server-env.js';
 
 export { SERVER_ENV, type ProvidedServers };
@@ -198,4 +198,27 @@ export function serverEnvironment(servers: TestServers = testServers()): Record<
     S3_ACCESS_KEY: servers.s3.credentials.accessKeyId,
     S3_SECRET_KEY: servers.s3.credentials.secretAccessKey,
   };
+}
+
+/**
+ * For a test file that injects ensemble faults: hold the ensemble for the
+ * whole file (holdEnsembleForFaults) and wait until it is healthy before the
+ * first test; after the last, run `cleanup`, restart whatever is down and
+ * give the ensemble back. Register it before the file's own hooks, so its
+ * afterAll runs last.
+ */
+export function useEnsembleForFaults(cleanup: () => Promise<void> = async () => undefined): void {
+  let release: (() => Promise<void>) | undefined;
+  beforeAll(async () => {
+    release = await holdEnsembleForFaults();
+    await waitEnsembleHealthy();
+  }, 16 * 60_000);
+  afterAll(async () => {
+    try {
+      await cleanup();
+      await restoreEnsemble();
+    } finally {
+      await release?.();
+    }
+  }, 120_000);
 }

@@ -2,28 +2,16 @@
 // acquire/release loop runs while the leader is SIGKILLed; every token is
 // larger than the one before, and the ones after the kill carry a larger
 // epoch (czxid >> 32). The killed node is restarted afterwards.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { acquireLock } from '../../src/lock.js';
 import type { FencingToken } from '../../src/token.js';
-import { holdEnsembleForFaults, killEnsembleLeader, restoreEnsemble, testServers, waitEnsembleHealthy } from '../helpers/servers.js';
+import { killEnsembleLeader, testServers, useEnsembleForFaults, waitEnsembleHealthy } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { Clients } from './lock-helpers.js';
 
 const clients = new Clients();
-let releaseEnsemble: (() => Promise<void>) | undefined;
 // Other files kill leaders too: one file at a time.
-beforeAll(async () => {
-  releaseEnsemble = await holdEnsembleForFaults();
-  await waitEnsembleHealthy();
-}, 16 * 60_000);
-afterAll(async () => {
-  try {
-    await clients.closeAll();
-    await restoreEnsemble();
-  } finally {
-    await releaseEnsemble?.();
-  }
-});
+useEnsembleForFaults(() => clients.closeAll());
 
 const epochOf = (token: FencingToken): bigint => token >> 32n;
 

@@ -3,7 +3,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ZooKeeperClient, type ClientState } from '../../src/zookeeper/client.js';
 import type { WatchEvent } from '../../src/zookeeper/watches.js';
-import { ensembleLeader, holdEnsembleForFaults, killEnsembleLeader, startEnsembleNode, testServers, waitEnsembleHealthy } from '../helpers/servers.js';
+import { ensembleLeader, killEnsembleLeader, startEnsembleNode, testServers, useEnsembleForFaults, waitEnsembleHealthy } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { ClientPool, mkdirp, namespace, rmrf, until, watcherSpy } from './zk-helpers.js';
 
@@ -13,11 +13,10 @@ const root = namespace('zkens');
 const proxies: TcpProxy[] = [];
 let killed: number | undefined;
 let addresses: string[];
-let releaseEnsemble: (() => Promise<void>) | undefined;
+// Other files kill leaders too: one file at a time.
+useEnsembleForFaults();
 
 beforeAll(async () => {
-  // Other files kill leaders too: one file at a time.
-  releaseEnsemble = await holdEnsembleForFaults();
   addresses = servers.zkEnsemble.split(',');
   expect(addresses).toHaveLength(3);
   await waitEnsembleHealthy();
@@ -37,13 +36,9 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
-  try {
-    const admin = await ZooKeeperClient.connect({ connectString: servers.zkEnsemble });
-    await rmrf(admin, root);
-    await admin.close();
-  } finally {
-    await releaseEnsemble?.();
-  }
+  const admin = await ZooKeeperClient.connect({ connectString: servers.zkEnsemble });
+  await rmrf(admin, root);
+  await admin.close();
 });
 
 function recordStates(zk: ZooKeeperClient): ClientState[] {
