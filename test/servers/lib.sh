@@ -162,3 +162,8 @@ fk_release() {
     rm -f "$dir/acquired"
   fi
 }
+
+# Debian packages of the Redis and etcd servers (redis.sh, etcd.sh). Listed
+# apart from the ones above: redis-tools brings redis-cli, etcd-client etcdctl.
+FK_PKGS_REDIS=(redis-server redis-tools)
+FK_PKGS_ETCD=(etcd-server etcd-client)

@@ -1,0 +1,340 @@
+#!/usr/bin/env bash
+# etcd 3.4 for tests and fault tests (Debian's etcd-server, no systemd), on
+# 127.0.0.1: one single-node cluster, and a 3-node cluster for failover tests.
+#   single   client FK_ETCD_PORT (2389)              peer FK_ETCD_PEER_PORT (2489)
+#   1 .. 3   client FK_ETCD_CLUSTER_BASE+N (2391..3)  peer FK_ETCD_CLUSTER_PEER_BASE+N (2491..3)
+# Not etcd's own 2379/2380: a developer's etcd may be there.
+#
+# usage: etcd.sh COMMAND
+#   start | stop | status          every node (start wipes their data)
+#   acquire | release              shared use by test runs (see lib.sh)
+#   heal                           resume paused nodes, restart stopped ones with their data
+#   leader                         print the cluster leader's member index (1..3); exit 1 if none
+#   kill N | kill-leader           SIGKILL cluster node N / the leader, wait until it is gone;
+#                                  kill-leader prints the index it killed
+#   restart N                      SIGKILL node N if it runs, start it again with its data
+#                                  dir (it rejoins as the member it was); wait until it serves
+#   pause N | resume N             SIGSTOP / SIGCONT cluster node N
+#   wait-healthy [SECONDS]         every running cluster node serves and one of them leads
+#   pid N | port N                 print node N's PID / client port
+#   hold-faults [SECONDS]          wait (600 s) for this server set's fault turn and take it
+#                                  for FK_USER_PID; release-faults gives it back (see faults-lib.sh)
+# N is 1, 2, 3 or a cluster client port.
+# start, acquire and heal print FK_ETCD=http://127.0.0.1:2389,
+# FK_ETCD_CLUSTER=http://127.0.0.1:2391,http://127.0.0.1:2392,http://127.0.0.1:2393
+# and FK_ETCD_CTL=<this script>.
+#
+# env: FK_STATE_DIR (/tmp/fencekeeper-test) -> state in $FK_STATE_DIR/etcd/<node>
+#      FK_ETCD_PORT FK_ETCD_PEER_PORT FK_ETCD_CLUSTER_BASE (2390) FK_ETCD_CLUSTER_PEER_BASE (2490)
+#      FK_ETCD_HEARTBEAT_MS (50) FK_ETCD_ELECTION_MS (500): the cluster's Raft timing
+#      FK_ETCD_UNSAFE_NO_FSYNC=1: start every node with --unsafe-no-fsync
+#
+# Fsync stays on by default. Every put, lease grant and keepalive is fsynced
+# before etcd answers it, and that is the latency the lock's step-down
+# deadlines and the benchmarks are about; without it etcd answers faster than
+# any real deployment and the comparison with other clients and sources means
+# nothing. Turn it off only for a throw-away run that measures nothing.
+#
+# Raft timing for the cluster: heartbeat 50 ms, election timeout 500 ms
+# (etcd's defaults are 100 and 1000). Measured here after SIGKILL of the
+# leader, until a survivor leads: 1.1-2.2 s with the defaults, 0.6-1.4 s with
+# these, which the failover scenarios pay once per trial. They stayed stable
+# on this 2-core machine: no election nobody asked for in 3 idle minutes at
+# load 3-6, nor under `etcdctl check perf --load=m` (930 fsynced writes/s,
+# load 14). The single node has no peers to elect, so it keeps the defaults.
+set -euo pipefail
+FK_SCRIPT=etcd
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/faults-lib.sh"
+
+SINGLE_C=${FK_ETCD_PORT:-2389}
+SINGLE_P=${FK_ETCD_PEER_PORT:-2489}
+CB=${FK_ETCD_CLUSTER_BASE:-2390}
+PB=${FK_ETCD_CLUSTER_PEER_BASE:-2490}
+HEARTBEAT=${FK_ETCD_HEARTBEAT_MS:-50}
+ELECTION=${FK_ETCD_ELECTION_MS:-500}
+# A restarted node replays its WAL since the last snapshot: after the 55,000
+# writes of a stress run that took 1 s of a 3 s restart here. A snapshot every
+# 10,000 entries (etcd's default: 100,000) bounds that; it costs little.
+SNAPSHOT_COUNT=10000
+NODES=(single 1 2 3)
+IDS=(1 2 3)
+D=$FK_STATE_DIR/etcd
+SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+LOCK=etcd-$SINGLE_C-$CB
+fk_safe_dir "$D"
+
+cport() { if [ "$1" = single ]; then echo "$SINGLE_C"; else echo $((CB + $1)); fi; }
+pport() { if [ "$1" = single ]; then echo "$SINGLE_P"; else echo $((PB + $1)); fi; }
+datadir() { echo "$D/$1/data"; }
+pidfile() { echo "$D/$1/etcd.pid"; }
+# /proc/PID/cmdline of a node we started holds its data dir
+node_pid() { fk_pid_from "$(pidfile "$1")" "--data-dir $(datadir "$1")"; }
+
+resolve() {
+  local i
+  for i in "${IDS[@]}"; do
+    if [ "${1:-}" = "$i" ] || [ "${1:-}" = "$(cport "$i")" ]; then echo "$i"; return 0; fi
+  done
+  fk_die "unknown cluster node '${1:-}': 1, 2, 3 or ports $(cport 1)..$(cport 3)"
+}
+
+print_env() {
+  local i urls=()
+  echo "FK_ETCD=http://127.0.0.1:$SINGLE_C"
+  for i in "${IDS[@]}"; do urls+=("http://127.0.0.1:$(cport "$i")"); done
+  (IFS=,; echo "FK_ETCD_CLUSTER=${urls[*]}")
+  echo "FK_ETCD_CTL=$SELF"
+}
+
+# etcdctl (API v3) against endpoints $1. The timeouts: a paused node accepts
+# connections in the kernel and never answers.
+ctl() {
+  local ep=$1; shift
+  ETCDCTL_API=3 timeout 5 etcdctl --endpoints="$ep" --dial-timeout=1s --command-timeout=2s "$@" 2>/dev/null
+}
+# A node that is down answers nothing; ask only nodes that accept connections
+# (etcdctl would spend its whole dial timeout retrying a refused connection).
+up() { fk_port_open "$(cport "$1")"; }
+healthy_node() { up "$1" && ctl "127.0.0.1:$(cport "$1")" endpoint health >/dev/null; }
+
+# "leader term" of node $1 from `endpoint status`: true|false and the Raft term.
+# The simple format: endpoint, ID, version, db size, is leader, is learner,
+# raft term, raft index, raft applied index, errors.
+leader_and_term() { up "$1" && ctl "127.0.0.1:$(cport "$1")" endpoint status | awk -F', ' '{print $5, $7}'; }
+
+# The leader's index: the node that says it leads with the highest term (a node
+# cut off from the others may still believe in an older term).
+leader_id() {
+  local i best= best_term=-1 lt
+  for i in "${IDS[@]}"; do
+    lt=$(leader_and_term "$i") || continue
+    set -- $lt
+    if [ "${1:-}" = true ] && [ "${2:-0}" -gt "$best_term" ]; then best=$i best_term=$2; fi
+  done
+  [ -n "$best" ] && echo "$best"
+}
+
+launch() {
+  local n=$1 c p args
+  c=$(cport "$n") p=$(pport "$n")
+  if node_pid "$n" >/dev/null; then return 0; fi
+  fk_port_open "$c" && fk_die "127.0.0.1:$c is in use by a process this script did not start"
+  fk_port_open "$p" && fk_die "127.0.0.1:$p is in use by a process this script did not start"
+  mkdir -p "$D/$n"
+  args=(--name "fk-$n" --data-dir "$(datadir "$n")"
+    --listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c"
+    --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p"
+    --initial-cluster-state new --logger zap --log-outputs stderr
+    --snapshot-count "$SNAPSHOT_COUNT")
+  if [ "$n" = single ]; then
+    args+=(--initial-cluster "fk-single=http://127.0.0.1:$p" --initial-cluster-token "fk-etcd-$SINGLE_C")
+  else
+    local i peers=()
+    for i in "${IDS[@]}"; do peers+=("fk-$i=http://127.0.0.1:$(pport "$i")"); done
+    # the timing the cluster was started with, so that a restarted node keeps it
+    local timing=($HEARTBEAT $ELECTION)
+    if [ -s "$D/raft-timing" ]; then read -r -a timing <"$D/raft-timing"; fi
+    args+=(--initial-cluster "$(IFS=,; echo "${peers[*]}")" --initial-cluster-token "fk-etcd-cluster-$CB"
+      --heartbeat-interval "${timing[0]}" --election-timeout "${timing[1]}")
+  fi
+  # With a data dir, etcd ignores the --initial-* flags and rejoins as the member it was.
+  if [ -n "${FK_ETCD_UNSAFE_NO_FSYNC:-}" ]; then args+=(--unsafe-no-fsync); fi
+  # its own session (a Ctrl-C aimed at the test run must not hit it); 9>&-:
+  # it must not inherit (and hold for ever) our flock on fd 9
+  setsid etcd "${args[@]}" >>"$D/$n/etcd.log" 2>&1 </dev/null 9>&- &
+  echo $! >"$(pidfile "$n")"
+}
+
+# Wait until node $1 answers a health check (a committed read); $2 = seconds.
+wait_node() {
+  local deadline=$(( $(fk_now_ms) + ${2:-60} * 1000 ))
+  while [ "$(fk_now_ms)" -lt "$deadline" ]; do
+    healthy_node "$1" && return 0
+    node_pid "$1" >/dev/null || { fk_log "node $1 exited; last log lines:"; tail -5 "$D/$1/etcd.log" >&2; return 1; }
+    sleep 0.05
+  done
+  fk_log "node $1 not healthy after ${2:-60} s; last log lines:"; tail -5 "$D/$1/etcd.log" >&2
+  return 1
+}
+
+# Every cluster node whose process runs (or, for a cluster we didn't start,
+# that accepts connections) is healthy, and one of them leads.
+healthy() {
+  local i any=0
+  for i in "${IDS[@]}"; do
+    if node_pid "$i" >/dev/null || { [ ! -s "$(pidfile "$i")" ] && fk_port_open "$(cport "$i")"; }; then
+      any=1
+      healthy_node "$i" || return 1
+    fi
+  done
+  [ "$any" = 1 ] && leader_id >/dev/null
+}
+
+wait_healthy() {
+  local deadline=$(( $(fk_now_ms) + ${1:-60} * 1000 ))
+  while [ "$(fk_now_ms)" -lt "$deadline" ]; do
+    healthy && return 0
+    sleep 0.05
+  done
+  fk_log "cluster not healthy after ${1:-60} s:"
+  do_status >&2 || true
+  return 1
+}
+
+kill_node() {
+  local n=$1 pid
+  pid=$(node_pid "$n") || return 0
+  kill -KILL "$pid"
+  fk_wait_gone "$pid" 100 || fk_die "node $n (pid $pid) still alive after SIGKILL"
+  rm -f "$(pidfile "$n")"
+  fk_log "killed node $n (pid $pid, port $(cport "$n"))"
+}
+
+restart_node() {
+  kill_node "$1"
+  launch "$1"
+  wait_node "$1" 60
+}
+
+# The Debian package ships an init script (and a systemd unit) that would run
+# etcd as a service on 2379/2380 with /var/lib/etcd. Its postinst starts it
+# where policy-rc.d allows; containers usually forbid it. Right after our own
+# install, stop and disable that service if it came up, so that only this
+# script's nodes run.
+quiet_package_service() {
+  local pid
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+    systemctl disable --now etcd.service >/dev/null 2>&1 || true
+  fi
+  if pid=$(fk_pid_from /run/etcd.pid /usr/bin/etcd) && ! grep -qF -- "--data-dir $D/" <(tr '\0' ' ' <"/proc/$pid/cmdline"); then
+    fk_log "the etcd-server package started its own service (pid $pid); stopping and disabling it"
+    /etc/init.d/etcd stop >&2 || kill -TERM "$pid"
+    fk_wait_gone "$pid" 100 || true
+  fi
+  if [ -x /etc/init.d/etcd ] && command -v update-rc.d >/dev/null; then update-rc.d etcd disable >/dev/null 2>&1 || true; fi
+}
+
+require() {
+  if fk_pkg_installed etcd-server && fk_pkg_installed etcd-client; then return 0; fi
+  fk_ensure_packages "${FK_PKGS_ETCD[@]}"
+  quiet_package_service
+}
+
+do_status() {
+  local n pid state ok=0 lt
+  for n in "${NODES[@]}"; do
+    if pid=$(node_pid "$n"); then
+      state=running
+      [ "$(fk_proc_state "$pid")" = T ] && state=paused
+    else
+      pid=- state=down
+    fi
+    lt=$(leader_and_term "$n" || true)
+    [ -n "$lt" ] || ok=1
+    echo "node $n client $(cport "$n") peer $(pport "$n") pid $pid $state leader,term=${lt:--}"
+  done
+  return "$ok"
+}
+
+do_start() {
+  require
+  local n t0 t_single; t0=$(fk_now_ms)
+  for n in "${NODES[@]}"; do
+    fk_port_open "$(cport "$n")" && fk_die "127.0.0.1:$(cport "$n") is already in use"
+    fk_port_open "$(pport "$n")" && fk_die "127.0.0.1:$(pport "$n") is already in use"
+  done
+  for n in "${NODES[@]}"; do rm -rf "${D:?}/$n"; done
+  mkdir -p "$D"
+  echo "$HEARTBEAT $ELECTION" >"$D/raft-timing"
+  trap 'rc=$?; if [ $rc -ne 0 ]; then fk_log "start failed (rc=$rc); logs in $D/*/etcd.log"; do_stop; fi' EXIT
+  for n in "${NODES[@]}"; do launch "$n"; done
+  wait_node single 60
+  t_single=$(fk_elapsed "$t0")
+  wait_healthy 60
+  trap - EXIT
+  fk_log "single node ready in ${t_single}s, cluster with leader $(leader_id) in $(fk_elapsed "$t0")s"
+}
+
+do_stop() {
+  local n pid
+  for n in "${NODES[@]}"; do
+    if pid=$(node_pid "$n"); then kill -CONT "$pid"; fi   # a paused node cannot act on SIGTERM
+    fk_stop_pidfile "$(pidfile "$n")" "--data-dir $(datadir "$n")"
+  done
+}
+
+heal() {
+  local n pid
+  require
+  for n in "${NODES[@]}"; do
+    if pid=$(node_pid "$n"); then kill -CONT "$pid"; fi
+  done
+  for n in "${NODES[@]}"; do launch "$n"; done
+  wait_node single 60
+  wait_healthy 60
+}
+
+do_acquire() {
+  mkdir -p "$D"
+  fk_live_users "$D" >/dev/null
+  local n answering=0 ours=0
+  for n in "${NODES[@]}"; do
+    fk_port_open "$(cport "$n")" && answering=1
+    node_pid "$n" >/dev/null && ours=1
+  done
+  if [ "$answering" = 0 ] && [ "$ours" = 0 ]; then
+    do_start
+    : >"$D/acquired"
+  elif [ "$ours" = 1 ] || [ -e "$D/acquired" ]; then
+    # ours from an earlier run: a fault test may have left a node down or paused
+    heal
+    fk_log "reusing the nodes on 127.0.0.1:$SINGLE_C and $(cport 1)-$(cport 3)"
+  else
+    # somebody else's: every node must serve
+    wait_node single 60 || fk_die "127.0.0.1:$SINGLE_C answers but is not a healthy etcd"
+    wait_healthy 60 || fk_die "127.0.0.1:$(cport 1)-$(cport 3) answer but are not a healthy etcd cluster"
+    fk_log "reusing the nodes on 127.0.0.1:$SINGLE_C and $(cport 1)-$(cport 3) (not started here)"
+  fi
+  fk_add_user "$D"
+}
+
+do_release() { fk_release "$D" do_stop; }
+
+node_arg() { N=$(resolve "${1:-}"); }
+
+case "${1:-}" in
+  start)   fk_locked "$LOCK" do_start; print_env ;;
+  stop)    fk_locked "$LOCK" do_stop; rm -f "$D/acquired" ;;
+  status)  do_status ;;
+  acquire) fk_locked "$LOCK" do_acquire; print_env ;;
+  release) fk_locked "$LOCK" do_release ;;
+  heal)    fk_locked "$LOCK" heal; print_env ;;
+  leader)  leader_id ;;
+  kill)    node_arg "${2:-}"; node_pid "$N" >/dev/null || fk_die "node $N is not running"; kill_node "$N" ;;
+  kill-leader)
+    L=$(leader_id) || fk_die "no leader to kill"
+    node_pid "$L" >/dev/null || fk_die "leader node $L was not started by this script"
+    kill_node "$L"
+    echo "$L" ;;
+  restart)
+    node_arg "${2:-}"
+    fk_locked "$LOCK" restart_node "$N"
+    fk_log "node $N serving again on 127.0.0.1:$(cport "$N") (pid $(node_pid "$N"))" ;;
+  pause)
+    node_arg "${2:-}"
+    P=$(node_pid "$N") || fk_die "node $N is not running"
+    fk_pause_pid "$P"
+    fk_log "paused node $N (pid $P)" ;;
+  resume)
+    node_arg "${2:-}"
+    P=$(node_pid "$N") || fk_die "node $N is not running"
+    fk_resume_pid "$P"
+    fk_log "resumed node $N" ;;
+  wait-healthy) wait_healthy "${2:-60}" ;;
+  hold-faults)    fk_hold_faults "etcd-$CB" "${2:-600}" ;;
+  release-faults) fk_release_faults "etcd-$CB" ;;
+  pid)     node_arg "${2:-}"; node_pid "$N" || fk_die "node $N is not running" ;;
+  port)    node_arg "${2:-}"; cport "$N" ;;
+  *) echo "usage: $0 start|stop|status|acquire|release|heal|leader|kill N|kill-leader|restart N|pause N|resume N|wait-healthy [S]|pid N|port N|hold-faults [S]|release-faults" >&2; exit 2 ;;
+esac
