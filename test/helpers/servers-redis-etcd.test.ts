@@ -103,16 +103,20 @@ async function waitFor<T>(what: string, ms: number, probe: () => Promise<T | und
 /** Take a server set for this file, with its fault turn; give both back afterwards. */
 function useServers(name: string, vars: Record<string, string>): void {
   const path = SERVERS_DIR + name;
+  let acquired = false;
+  let held = false;
   beforeAll(async () => {
     Object.assign(vars, parseEnv(await script(path, 'acquire')));
+    acquired = true;
     await script(path, 'hold-faults', '600');
+    held = true;
   }, 11 * 60_000);
   afterAll(async () => {
     try {
-      await script(path, 'heal');
+      if (held) await script(path, 'heal');
     } finally {
-      await script(path, 'release-faults');
-      await script(path, 'release');
+      if (held) await script(path, 'release-faults');
+      if (acquired) await script(path, 'release');
     }
   }, 120_000);
 }
@@ -237,6 +241,8 @@ describe('redis.sh', () => {
 
   it('promote makes the replica a writable master after the primary died; pair-reset re-creates the pair', async () => {
     const [primary, replica] = pair();
+    const old = uniqueId('before-reset');
+    expect(await redis(primary, 'set', old, 'v')).toBe('OK');
     await ctl('kill', 'primary');
     expect(await accepts(primary)).toBe(false);
     await ctl('promote');
@@ -249,7 +255,8 @@ describe('redis.sh', () => {
     const info = await redisInfo(replica, 'replication');
     expect(info.get('role')).toBe('slave');
     expect(info.get('master_link_status')).toBe('up');
-    // re-created empty: the write made on the promoted replica is gone
+    // re-created empty: what the old primary and the promoted replica held is gone
+    expect(await redis(primary, 'exists', old)).toBe('0');
     expect(await redis(replica, 'exists', key)).toBe('0');
     const again = uniqueId('replicated');
     expect(await redis(primary, 'set', again, 'v')).toBe('OK');

@@ -264,8 +264,18 @@ do_stop() {
   done
 }
 
+# True when this state dir's script started the nodes (acquire's marker, or
+# any PID file naming a live node of ours).
+ours() {
+  local n
+  [ -e "$D/acquired" ] && return 0
+  for n in "${NODES[@]}"; do node_pid "$n" >/dev/null && return 0; done
+  return 1
+}
+
 heal() {
   local n pid
+  ours || fk_die "no nodes of $D to heal: this script did not start them (start or acquire first)"
   require
   for n in "${NODES[@]}"; do
     if pid=$(node_pid "$n"); then kill -CONT "$pid"; fi
@@ -278,15 +288,14 @@ heal() {
 do_acquire() {
   mkdir -p "$D"
   fk_live_users "$D" >/dev/null
-  local n answering=0 ours=0
+  local n answering=0
   for n in "${NODES[@]}"; do
     fk_port_open "$(cport "$n")" && answering=1
-    node_pid "$n" >/dev/null && ours=1
   done
-  if [ "$answering" = 0 ] && [ "$ours" = 0 ]; then
+  if [ "$answering" = 0 ] && ! ours; then
     do_start
     : >"$D/acquired"
-  elif [ "$ours" = 1 ] || [ -e "$D/acquired" ]; then
+  elif ours; then
     # ours from an earlier run: a fault test may have left a node down or paused
     heal
     fk_log "reusing the nodes on 127.0.0.1:$SINGLE_C and $(cport 1)-$(cport 3)"

@@ -188,8 +188,18 @@ resume() {
   fk_resume_pid "$pid"
 }
 
+# True when this state dir's script started the nodes (acquire's marker, or
+# any PID file naming a live node of ours).
+ours() {
+  local n
+  [ -e "$D/acquired" ] && return 0
+  for n in "${NODES[@]}"; do node_pid "$n" >/dev/null && return 0; done
+  return 1
+}
+
 heal() {
   local n pid
+  ours || fk_die "no nodes of $D to heal: this script did not start them (start or acquire first)"
   fk_ensure_packages "${FK_PKGS_REDIS[@]}"
   for n in "${NODES[@]}"; do
     if pid=$(node_pid "$n"); then kill -CONT "$pid"; fi
@@ -245,15 +255,14 @@ do_stop() {
 do_acquire() {
   mkdir -p "$D"
   fk_live_users "$D" >/dev/null
-  local n answering=0 ours=0
+  local n answering=0
   for n in "${NODES[@]}"; do
     fk_port_open "$(port "$n")" && answering=1
-    node_pid "$n" >/dev/null && ours=1
   done
-  if [ "$answering" = 0 ]; then
+  if [ "$answering" = 0 ] && ! ours; then
     do_start
     : >"$D/acquired"
-  elif [ "$ours" = 1 ] || [ -e "$D/acquired" ]; then
+  elif ours; then
     # ours from an earlier run: a fault test may have left a node down or paused
     heal
     fk_log "reusing the nodes on 127.0.0.1:$BASE-$((BASE + 7))"
