@@ -36,12 +36,13 @@
 # nothing. Turn it off only for a throw-away run that measures nothing.
 #
 # Raft timing for the cluster: heartbeat 50 ms, election timeout 500 ms
-# (etcd's defaults are 100 and 1000). Measured here after SIGKILL of the
-# leader, until a survivor leads: 1.1-2.2 s with the defaults, 0.6-1.4 s with
-# these, which the failover scenarios pay once per trial. They stayed stable
-# on this 2-core machine: no election nobody asked for in 3 idle minutes at
-# load 3-6, nor under `etcdctl check perf --load=m` (930 fsynced writes/s,
-# load 14). The single node has no peers to elect, so it keeps the defaults.
+# (etcd's defaults are 100 and 1000). Measured here from SIGKILL of the leader
+# until a survivor leads: 1.1-2.2 s with the defaults, 0.6-1.6 s with these
+# (at load 15), which the failover scenarios pay once per trial. They stayed
+# stable on this 2-core machine: no election nobody asked for in 3 idle
+# minutes at load 3-6 or 2 minutes at load 15, nor under `etcdctl check perf
+# --load=m` (930 fsynced writes/s). The single node has nobody to elect and
+# keeps the defaults.
 set -euo pipefail
 FK_SCRIPT=etcd
 . "$(dirname "$0")/lib.sh"
