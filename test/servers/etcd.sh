@@ -45,8 +45,7 @@
 # keeps the defaults.
 set -euo pipefail
 FK_SCRIPT=etcd
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/faults-lib.sh"
+. "$(dirname "$0")/nodes-lib.sh"
 
 SINGLE_C=${FK_ETCD_PORT:-2389}
 SINGLE_P=${FK_ETCD_PEER_PORT:-2489}
@@ -63,27 +62,31 @@ IDS=(1 2 3)
 D=$FK_STATE_DIR/etcd
 SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 LOCK=etcd-$SINGLE_C-$CB
+TURN=etcd-$CB
+WHERE="127.0.0.1:$SINGLE_C and 127.0.0.1:$((CB + 1))-$((CB + 3))"
 fk_safe_dir "$D"
 
-cport() { if [ "$1" = single ]; then echo "$SINGLE_C"; else echo $((CB + $1)); fi; }
+port() { if [ "$1" = single ]; then echo "$SINGLE_C"; else echo $((CB + $1)); fi; }
 pport() { if [ "$1" = single ]; then echo "$SINGLE_P"; else echo $((PB + $1)); fi; }
 datadir() { echo "$D/$1/data"; }
 pidfile() { echo "$D/$1/etcd.pid"; }
 # /proc/PID/cmdline of a node we started holds its data dir
-node_pid() { fk_pid_from "$(pidfile "$1")" "--data-dir $(datadir "$1")"; }
+node_marker() { echo "--data-dir $(datadir "$1")"; }
+
+usage() { echo "usage: $0 start|stop|status|acquire|release|heal|leader|kill N|kill-leader|restart N|pause N|resume N|wait-healthy [S]|pid N|port N|hold-faults [S]|release-faults"; }
 
 resolve() {
   local i
   for i in "${IDS[@]}"; do
-    if [ "${1:-}" = "$i" ] || [ "${1:-}" = "$(cport "$i")" ]; then echo "$i"; return 0; fi
+    if [ "${1:-}" = "$i" ] || [ "${1:-}" = "$(port "$i")" ]; then echo "$i"; return 0; fi
   done
-  fk_die "unknown cluster node '${1:-}': 1, 2, 3 or ports $(cport 1)..$(cport 3)"
+  fk_die "unknown cluster node '${1:-}': 1, 2, 3 or ports $(port 1)..$(port 3)"
 }
 
 print_env() {
   local i urls=()
   echo "FK_ETCD=http://127.0.0.1:$SINGLE_C"
-  for i in "${IDS[@]}"; do urls+=("http://127.0.0.1:$(cport "$i")"); done
+  for i in "${IDS[@]}"; do urls+=("http://127.0.0.1:$(port "$i")"); done
   (IFS=,; echo "FK_ETCD_CLUSTER=${urls[*]}")
   echo "FK_ETCD_CTL=$SELF"
 }
@@ -96,13 +99,13 @@ ctl() {
 }
 # A node that is down answers nothing; ask only nodes that accept connections
 # (etcdctl would spend its whole dial timeout retrying a refused connection).
-up() { fk_port_open "$(cport "$1")"; }
-healthy_node() { up "$1" && ctl "127.0.0.1:$(cport "$1")" endpoint health >/dev/null; }
+up() { fk_port_open "$(port "$1")"; }
+healthy_node() { up "$1" && ctl "127.0.0.1:$(port "$1")" endpoint health >/dev/null; }
 
 # "leader term" of node $1 from `endpoint status`: true|false and the Raft term.
 # The simple format: endpoint, ID, version, db size, is leader, is learner,
 # raft term, raft index, raft applied index, errors.
-leader_and_term() { up "$1" && ctl "127.0.0.1:$(cport "$1")" endpoint status | awk -F', ' '{print $5, $7}'; }
+leader_and_term() { up "$1" && ctl "127.0.0.1:$(port "$1")" endpoint status | awk -F', ' '{print $5, $7}'; }
 
 # The leader's index: the node that says it leads with the highest term (a node
 # cut off from the others may still believe in an older term).
@@ -118,7 +121,7 @@ leader_id() {
 
 launch() {
   local n=$1 c p args
-  c=$(cport "$n") p=$(pport "$n")
+  c=$(port "$n") p=$(pport "$n")
   if node_pid "$n" >/dev/null; then return 0; fi
   fk_port_open "$c" && fk_die "127.0.0.1:$c is in use by a process this script did not start"
   fk_port_open "$p" && fk_die "127.0.0.1:$p is in use by a process this script did not start"
@@ -164,7 +167,7 @@ wait_node() {
 healthy() {
   local i any=0
   for i in "${IDS[@]}"; do
-    if node_pid "$i" >/dev/null || { [ ! -s "$(pidfile "$i")" ] && fk_port_open "$(cport "$i")"; }; then
+    if node_pid "$i" >/dev/null || { [ ! -s "$(pidfile "$i")" ] && fk_port_open "$(port "$i")"; }; then
       any=1
       healthy_node "$i" || return 1
     fi
@@ -181,15 +184,6 @@ wait_healthy() {
   fk_log "cluster not healthy after ${1:-60} s:"
   do_status >&2 || true
   return 1
-}
-
-kill_node() {
-  local n=$1 pid
-  pid=$(node_pid "$n") || return 0
-  kill -KILL "$pid"
-  fk_wait_gone "$pid" 100 || fk_die "node $n (pid $pid) still alive after SIGKILL"
-  rm -f "$(pidfile "$n")"
-  fk_log "killed node $n (pid $pid, port $(cport "$n"))"
 }
 
 restart_node() {
@@ -223,17 +217,11 @@ require() {
 }
 
 do_status() {
-  local n pid state ok=0 lt
+  local n ok=0 lt
   for n in "${NODES[@]}"; do
-    if pid=$(node_pid "$n"); then
-      state=running
-      [ "$(fk_proc_state "$pid")" = T ] && state=paused
-    else
-      pid=- state=down
-    fi
     lt=$(leader_and_term "$n" || true)
     [ -n "$lt" ] || ok=1
-    echo "node $n client $(cport "$n") peer $(pport "$n") pid $pid $state leader,term=${lt:--}"
+    echo "node $n client $(port "$n") peer $(pport "$n") pid/state $(node_state "$n") leader,term=${lt:--}"
   done
   return "$ok"
 }
@@ -242,7 +230,7 @@ do_start() {
   require
   local n t0 t_single; t0=$(fk_now_ms)
   for n in "${NODES[@]}"; do
-    fk_port_open "$(cport "$n")" && fk_die "127.0.0.1:$(cport "$n") is already in use"
+    fk_port_open "$(port "$n")" && fk_die "127.0.0.1:$(port "$n") is already in use"
     fk_port_open "$(pport "$n")" && fk_die "127.0.0.1:$(pport "$n") is already in use"
   done
   for n in "${NODES[@]}"; do rm -rf "${D:?}/$n"; done
@@ -257,94 +245,27 @@ do_start() {
   fk_log "single node ready in ${t_single}s, cluster with leader $(leader_id) in $(fk_elapsed "$t0")s"
 }
 
-do_stop() {
-  local n pid
-  for n in "${NODES[@]}"; do
-    if pid=$(node_pid "$n"); then kill -CONT "$pid"; fi   # a paused node cannot act on SIGTERM
-    fk_stop_pidfile "$(pidfile "$n")" "--data-dir $(datadir "$n")"
-  done
-}
-
-# True when this state dir's script started the nodes (acquire's marker, or
-# any PID file naming a live node of ours).
-ours() {
-  local n
-  [ -e "$D/acquired" ] && return 0
-  for n in "${NODES[@]}"; do node_pid "$n" >/dev/null && return 0; done
-  return 1
-}
-
 heal() {
-  local n pid
-  ours || fk_die "no nodes of $D to heal: this script did not start them (start or acquire first)"
+  local n
   require
-  for n in "${NODES[@]}"; do
-    if pid=$(node_pid "$n"); then kill -CONT "$pid"; fi
-  done
+  resume_all
   for n in "${NODES[@]}"; do launch "$n"; done
   wait_node single 60
   wait_healthy 60
 }
 
-do_acquire() {
-  mkdir -p "$D"
-  fk_live_users "$D" >/dev/null
-  local n answering=0
-  for n in "${NODES[@]}"; do
-    fk_port_open "$(cport "$n")" && answering=1
-  done
-  if [ "$answering" = 0 ] && ! ours; then
-    do_start
-    : >"$D/acquired"
-  elif ours; then
-    # ours from an earlier run: a fault test may have left a node down or paused
-    heal
-    fk_log "reusing the nodes on 127.0.0.1:$SINGLE_C and $(cport 1)-$(cport 3)"
-  else
-    # somebody else's: every node must serve
-    wait_node single 60 || fk_die "127.0.0.1:$SINGLE_C answers but is not a healthy etcd"
-    wait_healthy 60 || fk_die "127.0.0.1:$(cport 1)-$(cport 3) answer but are not a healthy etcd cluster"
-    fk_log "reusing the nodes on 127.0.0.1:$SINGLE_C and $(cport 1)-$(cport 3) (not started here)"
-  fi
-  fk_add_user "$D"
+wait_foreign() {
+  wait_node single 60 || fk_die "127.0.0.1:$SINGLE_C answers but is not a healthy etcd"
+  wait_healthy 60 || fk_die "127.0.0.1:$(port 1)-$(port 3) answer but are not a healthy etcd cluster"
 }
 
-do_release() { fk_release "$D" do_stop; }
-
-node_arg() { N=$(resolve "${1:-}"); }
-
 case "${1:-}" in
-  start)   fk_locked "$LOCK" do_start; print_env ;;
-  stop)    fk_locked "$LOCK" do_stop; rm -f "$D/acquired" ;;
-  status)  do_status ;;
-  acquire) fk_locked "$LOCK" do_acquire; print_env ;;
-  release) fk_locked "$LOCK" do_release ;;
-  heal)    fk_locked "$LOCK" heal; print_env ;;
   leader)  leader_id ;;
-  kill)    node_arg "${2:-}"; node_pid "$N" >/dev/null || fk_die "node $N is not running"; kill_node "$N" ;;
   kill-leader)
     L=$(leader_id) || fk_die "no leader to kill"
-    node_pid "$L" >/dev/null || fk_die "leader node $L was not started by this script"
+    running_pid "$L" >/dev/null
     kill_node "$L"
     echo "$L" ;;
-  restart)
-    node_arg "${2:-}"
-    fk_locked "$LOCK" restart_node "$N"
-    fk_log "node $N serving again on 127.0.0.1:$(cport "$N") (pid $(node_pid "$N"))" ;;
-  pause)
-    node_arg "${2:-}"
-    P=$(node_pid "$N") || fk_die "node $N is not running"
-    fk_pause_pid "$P"
-    fk_log "paused node $N (pid $P)" ;;
-  resume)
-    node_arg "${2:-}"
-    P=$(node_pid "$N") || fk_die "node $N is not running"
-    fk_resume_pid "$P"
-    fk_log "resumed node $N" ;;
   wait-healthy) wait_healthy "${2:-60}" ;;
-  hold-faults)    fk_hold_faults "etcd-$CB" "${2:-600}" ;;
-  release-faults) fk_release_faults "etcd-$CB" ;;
-  pid)     node_arg "${2:-}"; node_pid "$N" || fk_die "node $N is not running" ;;
-  port)    node_arg "${2:-}"; cport "$N" ;;
-  *) echo "usage: $0 start|stop|status|acquire|release|heal|leader|kill N|kill-leader|restart N|pause N|resume N|wait-healthy [S]|pid N|port N|hold-faults [S]|release-faults" >&2; exit 2 ;;
+  *) fk_nodes_main "$@" ;;
 esac

@@ -36,8 +36,7 @@
 #      FK_REDIS_BASE (6390: ports 6390..6397)
 set -euo pipefail
 FK_SCRIPT=redis
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/faults-lib.sh"
+. "$(dirname "$0")/nodes-lib.sh"
 
 BASE=${FK_REDIS_BASE:-6390}
 NODES=(single 1 2 3 4 5 primary replica)
@@ -45,6 +44,8 @@ REDLOCK=(1 2 3 4 5)
 D=$FK_STATE_DIR/redis
 SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 LOCK=redis-$BASE
+TURN=redis-$BASE
+WHERE=127.0.0.1:$BASE-$((BASE + 7))
 fk_safe_dir "$D"
 
 port() {
@@ -57,6 +58,9 @@ port() {
 }
 conf() { echo "$D/$1/redis.conf"; }
 pidfile() { echo "$D/$1/redis.pid"; }
+node_marker() { conf "$1"; }
+
+usage() { echo "usage: $0 start|stop|status|acquire|release|heal|kill N|restart N|restart-empty N|pause N|resume N|promote|pair-reset|pid N|port N|hold-faults [S]|release-faults"; }
 
 # A node name, from a name or a port.
 resolve() {
@@ -115,9 +119,7 @@ CONF
   if [ "$n" = replica ]; then echo "replicaof 127.0.0.1 $(port primary)" >>"$(conf "$n")"; fi
 }
 
-node_pid() { fk_pid_from "$(pidfile "$1")" "$(conf "$1")"; }
-
-# Start node $1 from whatever data it has; no-op if it runs.
+# Start node $1 from whatever data it has and wait until it answers; no-op if it runs.
 launch() {
   local n=$1 p
   p=$(port "$n")
@@ -133,16 +135,6 @@ launch() {
     tail -10 "$D/$n/redis.log" >&2
     exit 1
   fi
-}
-
-kill_node() {
-  local n=$1 pid
-  pid=$(node_pid "$n") || return 0
-  # a paused process dies of SIGKILL too
-  kill -KILL "$pid"
-  fk_wait_gone "$pid" 100 || fk_die "node $n (pid $pid) still alive after SIGKILL"
-  rm -f "$(pidfile "$n")"
-  fk_log "killed node $n (pid $pid, port $(port "$n"))"
 }
 
 wipe() { rm -rf "$D/$1/data"; mkdir -p "$D/$1/data"; }
@@ -182,49 +174,23 @@ pair_reset() {
   wait_link 30
 }
 
-resume() {
-  local pid
-  pid=$(node_pid "$1") || fk_die "node $1 is not running"
-  fk_resume_pid "$pid"
-}
-
-# True when this state dir's script started the nodes (acquire's marker, or
-# any PID file naming a live node of ours).
-ours() {
-  local n
-  [ -e "$D/acquired" ] && return 0
-  for n in "${NODES[@]}"; do node_pid "$n" >/dev/null && return 0; done
-  return 1
-}
+single_or_redlock() { [ "$1" != primary ] && [ "$1" != replica ]; }
 
 heal() {
-  local n pid
-  ours || fk_die "no nodes of $D to heal: this script did not start them (start or acquire first)"
+  local n
   fk_ensure_packages "${FK_PKGS_REDIS[@]}"
+  resume_all
   for n in "${NODES[@]}"; do
-    if pid=$(node_pid "$n"); then kill -CONT "$pid"; fi
-  done
-  for n in "${NODES[@]}"; do
-    [ "$n" = primary ] || [ "$n" = replica ] || launch "$n"
-  done
-  for n in "${NODES[@]}"; do
-    [ "$n" = primary ] || [ "$n" = replica ] || answers "$(port "$n")" || fk_die "node $n does not answer"
+    if single_or_redlock "$n"; then launch "$n"; fi
   done
   pair_ok || { fk_log "re-creating the primary/replica pair"; pair_reset; }
 }
 
 do_status() {
-  local n p pid state ok=0
+  local n ok=0
   for n in "${NODES[@]}"; do
-    p=$(port "$n")
-    if pid=$(node_pid "$n"); then
-      state=running
-      [ "$(fk_proc_state "$pid")" = T ] && state=paused
-    else
-      pid=- state=down
-    fi
-    answers "$p" || ok=1
-    echo "node $n port $p pid $pid $state role=$(role "$n")"
+    answers "$(port "$n")" || ok=1
+    echo "node $n port $(port "$n") pid/state $(node_state "$n") role=$(role "$n")"
   done
   return "$ok"
 }
@@ -241,76 +207,26 @@ do_start() {
   for n in "${NODES[@]}"; do launch "$n"; done
   wait_link 30
   trap - EXIT
-  fk_log "${#NODES[@]} nodes on 127.0.0.1:$BASE-$((BASE + 7)) in $(fk_elapsed "$t0")s"
+  fk_log "${#NODES[@]} nodes on $WHERE in $(fk_elapsed "$t0")s"
 }
 
-do_stop() {
-  local n pid
+wait_foreign() {
+  local n
   for n in "${NODES[@]}"; do
-    if pid=$(node_pid "$n"); then kill -CONT "$pid"; fi   # a paused node cannot act on SIGTERM
-    fk_stop_pidfile "$(pidfile "$n")" "$(conf "$n")"
+    wait_pong "$(port "$n")" 30 || fk_die "127.0.0.1:$(port "$n") does not answer PING, and this script did not start it"
   done
 }
-
-do_acquire() {
-  mkdir -p "$D"
-  fk_live_users "$D" >/dev/null
-  local n answering=0
-  for n in "${NODES[@]}"; do
-    fk_port_open "$(port "$n")" && answering=1
-  done
-  if [ "$answering" = 0 ] && ! ours; then
-    do_start
-    : >"$D/acquired"
-  elif ours; then
-    # ours from an earlier run: a fault test may have left a node down or paused
-    heal
-    fk_log "reusing the nodes on 127.0.0.1:$BASE-$((BASE + 7))"
-  else
-    # somebody else's (another state dir, or a developer's): all must answer
-    for n in "${NODES[@]}"; do
-      wait_pong "$(port "$n")" 30 || fk_die "127.0.0.1:$(port "$n") does not answer PING, and this script did not start it"
-    done
-    fk_log "reusing the nodes on 127.0.0.1:$BASE-$((BASE + 7)) (not started here)"
-  fi
-  fk_add_user "$D"
-}
-
-do_release() { fk_release "$D" do_stop; }
-
-node_arg() { N=$(resolve "${1:-}"); }
 
 case "${1:-}" in
-  start)   fk_locked "$LOCK" do_start; print_env ;;
-  stop)    fk_locked "$LOCK" do_stop; rm -f "$D/acquired" ;;
-  status)  do_status ;;
-  acquire) fk_locked "$LOCK" do_acquire; print_env ;;
-  release) fk_locked "$LOCK" do_release ;;
-  heal)    fk_locked "$LOCK" heal; print_env ;;
-  kill)    node_arg "${2:-}"; node_pid "$N" >/dev/null || fk_die "node $N is not running"; kill_node "$N" ;;
-  restart)
-    node_arg "${2:-}"
-    fk_locked "$LOCK" restart_node "$N"
-    fk_log "node $N serving again on 127.0.0.1:$(port "$N") from its AOF (pid $(node_pid "$N"))" ;;
   restart-empty)
     node_arg "${2:-}"
     fk_locked "$LOCK" restart_node "$N" empty
     fk_log "node $N serving again on 127.0.0.1:$(port "$N") without its data (pid $(node_pid "$N"))" ;;
-  pause)
-    node_arg "${2:-}"
-    P=$(node_pid "$N") || fk_die "node $N is not running"
-    fk_pause_pid "$P"
-    fk_log "paused node $N (pid $P)" ;;
-  resume)  node_arg "${2:-}"; resume "$N"; fk_log "resumed node $N" ;;
   promote)
     [ "$(cli "$(port replica)" replicaof no one)" = OK ] || fk_die "the replica did not accept REPLICAOF NO ONE"
     for _ in $(seq 1 100); do [ "$(role replica)" = master ] && break; sleep 0.02; done
     [ "$(role replica)" = master ] || fk_die "the replica is not a master after REPLICAOF NO ONE"
     fk_log "promoted the replica on 127.0.0.1:$(port replica)" ;;
   pair-reset) fk_locked "$LOCK" pair_reset ;;
-  hold-faults)    fk_hold_faults "redis-$BASE" "${2:-600}" ;;
-  release-faults) fk_release_faults "redis-$BASE" ;;
-  pid)     node_arg "${2:-}"; node_pid "$N" || fk_die "node $N is not running" ;;
-  port)    node_arg "${2:-}"; port "$N" ;;
-  *) echo "usage: $0 start|stop|status|acquire|release|heal|kill N|restart N|restart-empty N|pause N|resume N|promote|pair-reset|pid N|port N|hold-faults [S]|release-faults" >&2; exit 2 ;;
+  *) fk_nodes_main "$@" ;;
 esac
