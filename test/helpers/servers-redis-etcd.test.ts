@@ -193,6 +193,19 @@ describe('redis.sh', () => {
     expect(await redis(port, 'get', key)).toBe('kept');
   });
 
+  it('kill N ends a paused node at once (SIGKILL, which a stopped process cannot wait out)', async () => {
+    const pid = Number(await ctl('pid', '1'));
+    await ctl('pause', '1');
+    expect(await procState(pid)).toBe('T');
+    const started = performance.now();
+    await ctl('kill', '1');
+    expect(await procState(pid)).toBeUndefined();
+    // a SIGTERM would leave it stopped: kill would wait its 10 s and fail
+    expect(performance.now() - started).toBeLessThan(9000);
+    await ctl('restart', '1');
+    expect(await redis(redlock()[0] ?? 0, 'ping')).toBe('PONG');
+  });
+
   it('restart N on a running node is a crash and a restart from its AOF', async () => {
     const port = redlock()[1] ?? 0;
     const key = uniqueId('crash');
