@@ -197,11 +197,9 @@ describe('redis.sh', () => {
     const pid = Number(await ctl('pid', '1'));
     await ctl('pause', '1');
     expect(await procState(pid)).toBe('T');
-    const started = performance.now();
+    // a SIGTERM would leave it stopped: kill would wait 10 s for it to go, then fail
     await ctl('kill', '1');
     expect(await procState(pid)).toBeUndefined();
-    // a SIGTERM would leave it stopped: kill would wait its 10 s and fail
-    expect(performance.now() - started).toBeLessThan(9000);
     await ctl('restart', '1');
     expect(await redis(redlock()[0] ?? 0, 'ping')).toBe('PONG');
   });
