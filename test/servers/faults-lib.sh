@@ -3,7 +3,9 @@
 # Several test files (in parallel vitest workers, or in two test runs) may
 # share one set of servers. A file that kills, pauses or wipes nodes holds
 # the set's fault turn for its whole run, so that no other fault test breaks
-# its nodes under it; a file that only uses the servers need not take it.
+# its nodes under it. A file that only uses the servers but cannot bear a
+# node going away under it (one that counts on all five Redlock nodes, or on
+# an etcd leader staying put) takes the turn too.
 #
 # The turn is a file naming its holder's PID (FK_USER_PID: the vitest worker),
 # taken and given back under a flock, machine-wide like the start locks. A
