@@ -193,27 +193,35 @@ restart_node() {
 }
 
 # The Debian package ships an init script (and a systemd unit) that would run
-# etcd as a service on 2379/2380 with /var/lib/etcd. Its postinst starts it
-# where policy-rc.d allows; containers usually forbid it. Right after our own
-# install, stop and disable that service if it came up, so that only this
-# script's nodes run.
+# etcd as a service on 2379/2380 with /var/lib/etcd. Its postinst enables it,
+# and starts it where policy-rc.d allows (containers usually forbid it). While
+# it is still enabled as installed (whoever installed the package: this
+# script or the test runner), stop it if it came up and disable it, so that
+# only this script's nodes run.
+package_service_enabled() {
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+    systemctl is-enabled --quiet etcd.service 2>/dev/null && return 0
+  fi
+  compgen -G '/etc/rc[2345].d/S[0-9][0-9]etcd' >/dev/null
+}
+
 quiet_package_service() {
   local pid
   if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
     systemctl disable --now etcd.service >/dev/null 2>&1 || true
   fi
   if pid=$(fk_pid_from /run/etcd.pid /usr/bin/etcd) && ! grep -qF -- "--data-dir $D/" <(tr '\0' ' ' <"/proc/$pid/cmdline"); then
-    fk_log "the etcd-server package started its own service (pid $pid); stopping and disabling it"
+    fk_log "the etcd-server package started its own service (pid $pid); stopping it"
     /etc/init.d/etcd stop >&2 || kill -TERM "$pid"
     fk_wait_gone "$pid" 100 || true
   fi
   if [ -x /etc/init.d/etcd ] && command -v update-rc.d >/dev/null; then update-rc.d etcd disable >/dev/null 2>&1 || true; fi
+  fk_log "disabled the etcd-server package's own service"
 }
 
 require() {
-  if fk_pkg_installed etcd-server && fk_pkg_installed etcd-client; then return 0; fi
   fk_ensure_packages "${FK_PKGS_ETCD[@]}"
-  quiet_package_service
+  if package_service_enabled; then quiet_package_service; fi
 }
 
 do_status() {
