@@ -5,11 +5,15 @@
 #   2. the Debian packages the test servers need, all missing ones in one
 #      apt-get update + install (a machine that has them pays nothing)
 #   3. npm run build (the tests import the built package by its name), while
-#      the servers start in the background: ZooKeeper standalone and
-#      ensemble, Ceph RGW, PostgreSQL (test/servers/*.sh acquire: reuse one
-#      that answers, else start it); their addresses are exported, so the
-#      vitest global setup finds them set and starts nothing itself
-#   4. vitest run; on exit, release the servers (stopping what was started)
+#      in the background the type check runs (npm run typecheck: tsc over
+#      src, adapters and test; a type error fails the run before any test)
+#      and the servers start: ZooKeeper standalone and ensemble, Ceph RGW,
+#      PostgreSQL (test/servers/*.sh acquire: reuse one that answers, else
+#      start it); their addresses are exported, so the vitest global setup
+#      finds them set and starts nothing itself
+#   4. vitest run, type tests included (test/**/*.test-d.ts, checked by tsc
+#      through vitest's typecheck); on exit, release the servers (stopping
+#      what was started)
 # Extra arguments go to vitest: `npm test -- test/unit`, `npm test -- -t proxy`.
 # FK_NO_SERVERS=1 starts no server (unit tests only); FK_ZK_STANDALONE,
 # FK_ZK_ENSEMBLE, DATABASE_URL, S3_ENDPOINT point at servers of your own.
@@ -56,7 +60,16 @@ if [ -z "${FK_NO_SERVERS:-}" ]; then
   done
 fi
 
+# The build compiles only src/ and adapters/; the type check covers the tests too.
+typecheck_t0=$(fk_now_ms)
+npm run --silent typecheck >"$work/typecheck.log" 2>&1 &
+typecheck_pid=$!
+
 npm run --silent build >&2
+
+typecheck_ok=1
+wait "$typecheck_pid" || typecheck_ok=0
+typecheck_s=$(fk_elapsed "$typecheck_t0")
 
 failed=0
 for i in "${!pids[@]}"; do
@@ -68,5 +81,12 @@ for i in "${!pids[@]}"; do
   done <"$work/$script.env"
 done
 [ "$failed" = 0 ] || fk_die "a test server did not start (see above)"
-fk_log "ready to test after $(fk_elapsed "$t0")s"
+# Reported after the servers are up, so that a failure leaves nothing half-started.
+if [ "$typecheck_ok" = 1 ]; then
+  fk_log "type check (tsc --noEmit -p .: src, adapters, test): ok in ${typecheck_s}s"
+else
+  cat "$work/typecheck.log" >&2
+  fk_die "type check (tsc --noEmit -p .: src, adapters, test) FAILED in ${typecheck_s}s: errors above"
+fi
+fk_log "ready to test after $(fk_elapsed "$t0")s (vitest run, with the type tests of test/**/*.test-d.ts)"
 npx vitest run "$@"
