@@ -8,6 +8,7 @@ import {
   formatReport,
   reconstructS3Chain,
   type AppliedWrite,
+  type FaultRecord,
   type History,
   type Resource,
   type S3Attempt,
@@ -49,7 +50,7 @@ function cleanHistory(): { -readonly [K in keyof History]: History[K] } {
       http: { applied: log('http'), final: { id: 'c2-http', token: 30n } },
       s3: { final: null, s3Final: { etag: md5('c2-s3'), writeId: 'c2-s3', token: 30n } },
     },
-    faults: [{ kind: 'pause', target: 'worker 1', at: 1500 }],
+    faults: [{ kind: 'pause', target: 'worker 1', at: 1500, token: 10n, noticed: true }],
   };
 }
 
@@ -154,5 +155,68 @@ describe('checkHistory', () => {
     const second = checkHistory(noStale);
     expect(second.valid).toBe(false);
     expect(second.vacuous[0]).toMatch(/no stale write was refused/);
+  });
+
+  it('counts the faults per kind and cuts per resource, and passes faults that show their effect', () => {
+    const history = cleanHistory();
+    history.faults = [
+      ...history.faults,
+      { kind: 'cut', target: 'worker 2', at: 1600, connections: 1, noticed: true },
+      { kind: 'kill-leader', target: 'zookeeper node 2', at: 1700 },
+      { kind: 'resource-cut', target: 'worker 1', at: 1800, resource: 'postgres', write: 'c1-pg', connections: 2, noticed: true },
+      { kind: 'resource-cut', target: 'worker 1', at: 1900, resource: 's3', write: 'c1-s3', connections: 1, noticed: true },
+    ];
+    history.required = [
+      { kind: 'pause', freshHolder: true },
+      { kind: 'cut' },
+      { kind: 'kill-leader' },
+      { kind: 'resource-cut', resource: 'postgres' },
+      { kind: 'resource-cut', resource: 's3' },
+    ];
+    const result = checkHistory(history);
+    expect(result.vacuous).toEqual([]);
+    expect(result.valid).toBe(true);
+    expect(result.faultsByKind).toEqual({ pause: 1, cut: 1, 'kill-leader': 1, 'resource-cut': 2 });
+    expect(result.resourceCuts).toEqual({ postgres: 1, s3: 1 });
+    expect(formatReport(result, history)).toContain('faults injected: 5 (pause 1, cut 1, kill-leader 1, resource-cut 2 [postgres 1, s3 1])');
+  });
+
+  it('fails a run whose cut reset no connection, named no held write, or went unnoticed', () => {
+    const cases: [FaultRecord, RegExp][] = [
+      [{ kind: 'cut', target: 'worker 2', at: 1600, connections: 0, noticed: true }, /cut of worker 2 at 1600 reset 0 connections: it cut nothing/],
+      [{ kind: 'cut', target: 'worker 2', at: 1600, noticed: true }, /reset an unknown number of connections: it cut nothing/],
+      [{ kind: 'cut', target: 'worker 2', at: 1600, connections: 1, noticed: false }, /never noticed by its victim \(no sign of it\)/],
+      [{ kind: 'resource-cut', target: 'worker 1', at: 1800, resource: 'postgres', write: 'c1-s3', connections: 1, noticed: true }, /names no postgres write of the history \(c1-s3\)/],
+      [{ kind: 'resource-cut', target: 'worker 1', at: 1800, resource: 'http', connections: 1, noticed: true }, /names no http write/],
+      [{ kind: 'pause', target: 'worker 3', at: 1650 }, /pause of worker 3 at 1650 was never noticed by its victim \(not checked\)/],
+    ];
+    for (const [fault, message] of cases) {
+      const history = cleanHistory();
+      history.faults = [...history.faults, fault];
+      const result = checkHistory(history);
+      expect(result.violations).toEqual([]);
+      expect(result.valid, JSON.stringify(fault, (_, v: unknown) => (typeof v === 'bigint' ? String(v) : v))).toBe(false);
+      expect(result.vacuous).toHaveLength(1);
+      expect(result.vacuous[0]).toMatch(message);
+    }
+  });
+
+  it('fails a run that promised a fault and injected none, or could not inject one', () => {
+    const history = cleanHistory();
+    history.required = [{ kind: 'pause', freshHolder: true }, { kind: 'resource-cut', resource: 's3' }, { kind: 'cut' }];
+    history.faults = [
+      { kind: 'pause', target: 'worker 1', at: 1500, noticed: true }, // a random pause, not of a fresh holder
+      { kind: 'resource-cut', target: 'worker 1', at: 1800, resource: 'postgres', write: 'c1-pg', connections: 1, noticed: true },
+    ];
+    history.missed = ["a cut of a worker's ZooKeeper connections: no running worker had a connected ZooKeeper session through its proxies"];
+    const result = checkHistory(history);
+    expect(result.valid).toBe(false);
+    expect(result.vacuous).toEqual([
+      'the run promised a pause of a fresh lock holder and injected none',
+      'the run promised a held-then-reset s3 write and injected none',
+      'the run promised a cut and injected none',
+      "the nemesis could not inject a cut of a worker's ZooKeeper connections: no running worker had a connected ZooKeeper session through its proxies",
+    ]);
+    expect(formatReport(result, history).join('\n')).toMatch(/PROVES NOTHING: the run promised a held-then-reset s3 write and injected none/);
   });
 });

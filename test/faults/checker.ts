@@ -1,4 +1,4 @@
-// The checker of the fault-injection run (issue #7): a pure function of a
+// The checker of the fault-injection run: a pure function of a
 // recorded history. It knows nothing about processes or servers, so a unit
 // test can hand it a history with a violation and see it reported
 // (checker.test.ts).
@@ -31,7 +31,10 @@
 //                 state is the last applied write (and carries the largest token)
 //   4. no effect  a refused (stale) or failed write appears nowhere
 // and the run as a whole must prove something: at least one fault injected
-// and at least one stale write refused, else the check fails.
+// and at least one stale write refused, else the check fails; every fault
+// recorded must show that it took effect (a cut names the connections it
+// reset, its victim noticed it), and every fault the run promised must be
+// there.
 
 export const RESOURCES = ['postgres', 's3', 'http'] as const;
 export type Resource = (typeof RESOURCES)[number];
@@ -90,11 +93,37 @@ export interface ResourceEvidence {
 
 export type FaultKind = 'pause' | 'kill-leader' | 'cut' | 'partition' | 'resource-cut';
 
+/**
+ * A fault the nemesis injected, with what shows that it happened. The harness
+ * records a fault only once it has taken effect; the checker still refuses a
+ * cut without the connections it reset or one its victim never noticed.
+ */
 export interface FaultRecord {
   readonly kind: FaultKind;
   readonly target: string;
   readonly at: number;
   readonly detail?: string;
+  /** pause: the lock token the worker had just been granted, when the pause hit a fresh holder. */
+  readonly token?: bigint;
+  /** cut, resource-cut: how many open connections the reset tore down. */
+  readonly connections?: number;
+  /** resource-cut: the resource, and the write that was in flight through the held connections. */
+  readonly resource?: Resource;
+  readonly write?: string;
+  /**
+   * What the victim reported afterwards: pause, the process was seen stopped
+   * (state T); cut, its ZooKeeper client suspended; resource-cut, the held
+   * write ended (with any outcome) after the reset.
+   */
+  readonly noticed?: boolean;
+}
+
+/** A fault the run promised: at least one of this kind (of a fresh holder, through this resource) must be recorded. */
+export interface RequiredFault {
+  readonly kind: FaultKind;
+  readonly resource?: Resource;
+  /** pause only: the pause must have hit a worker right after its grant. */
+  readonly freshHolder?: boolean;
 }
 
 export interface CycleCounts {
@@ -109,6 +138,10 @@ export interface History {
   readonly resources: Readonly<Record<Resource, ResourceEvidence>>;
   readonly faults: readonly FaultRecord[];
   readonly cycles?: CycleCounts;
+  /** The faults the run promised; each missing one makes the run prove nothing. */
+  readonly required?: readonly RequiredFault[];
+  /** Why the nemesis could not inject a promised fault, one line each. */
+  readonly missed?: readonly string[];
 }
 
 export type ViolationKind =
@@ -149,6 +182,8 @@ export interface CheckResult {
   readonly figures: Readonly<Record<Resource, ResourceFigures>>;
   readonly totals: { readonly invoked: number; readonly ok: number; readonly refused: number; readonly failed: number; readonly unknown: number };
   readonly faultsByKind: Readonly<Partial<Record<FaultKind, number>>>;
+  /** resource-cut faults per resource. */
+  readonly resourceCuts: Readonly<Partial<Record<Resource, number>>>;
   /** s3: the apply order reconstructed from the chain of conditional PUTs. */
   readonly s3Chain: readonly AppliedWrite[];
 }
@@ -330,12 +365,55 @@ export function checkHistory(history: History): CheckResult {
     totals.unknown += f.unknown;
   }
   const faultsByKind: Partial<Record<FaultKind, number>> = {};
-  for (const f of history.faults) faultsByKind[f.kind] = (faultsByKind[f.kind] ?? 0) + 1;
+  const resourceCuts: Partial<Record<Resource, number>> = {};
+  for (const f of history.faults) {
+    faultsByKind[f.kind] = (faultsByKind[f.kind] ?? 0) + 1;
+    if (f.kind === 'resource-cut' && f.resource !== undefined) resourceCuts[f.resource] = (resourceCuts[f.resource] ?? 0) + 1;
+  }
 
   const vacuous: string[] = [];
   if (history.faults.length === 0) vacuous.push('no fault was injected');
   if (totals.refused === 0) vacuous.push('no stale write was refused: the run never put a stale holder in front of a resource');
-  return { valid: violations.length === 0 && vacuous.length === 0, violations, vacuous, figures, totals, faultsByKind, s3Chain };
+  vacuous.push(...checkFaults(history));
+  return { valid: violations.length === 0 && vacuous.length === 0, violations, vacuous, figures, totals, faultsByKind, resourceCuts, s3Chain };
+}
+
+function describeRequired(r: RequiredFault): string {
+  if (r.kind === 'pause' && r.freshHolder === true) return 'a pause of a fresh lock holder';
+  if (r.kind === 'resource-cut') return `a held-then-reset ${r.resource ?? 'resource'} write`;
+  return `a ${r.kind}`;
+}
+
+/** A recorded fault must show that it happened, and every promised fault must be there. */
+function checkFaults(history: History): string[] {
+  const problems: string[] = [];
+  const writesById = new Map(history.writes.map((w) => [w.id, w]));
+  for (const f of history.faults) {
+    const what = `the ${f.kind} of ${f.target} at ${f.at}`;
+    if (f.kind === 'cut' || f.kind === 'resource-cut') {
+      if (f.connections === undefined || f.connections < 1) problems.push(`${what} reset ${f.connections ?? 'an unknown number of'} connections: it cut nothing`);
+    }
+    if (f.kind === 'resource-cut') {
+      const write = f.write === undefined ? undefined : writesById.get(f.write);
+      if (f.resource === undefined || write === undefined || write.resource !== f.resource) {
+        problems.push(`${what} names no ${f.resource ?? ''} write of the history (${f.write ?? 'none'}) that it held`);
+      }
+    }
+    if ((f.kind === 'pause' || f.kind === 'cut' || f.kind === 'resource-cut') && f.noticed !== true) {
+      problems.push(`${what} was never noticed by its victim (${f.noticed === undefined ? 'not checked' : 'no sign of it'})`);
+    }
+  }
+  for (const r of history.required ?? []) {
+    const count = history.faults.filter(
+      (f) =>
+        f.kind === r.kind &&
+        (r.resource === undefined || f.resource === r.resource) &&
+        (r.freshHolder !== true || f.token !== undefined),
+    ).length;
+    if (count === 0) problems.push(`the run promised ${describeRequired(r)} and injected none`);
+  }
+  for (const m of history.missed ?? []) problems.push(`the nemesis could not inject ${m}`);
+  return problems;
 }
 
 function describe(entry: AppliedWrite | null): string {
@@ -368,7 +446,10 @@ export function formatReport(result: CheckResult, history: History): string[] {
     }
   }
   lines.push(`  s3 conditional PUTs: ${puts.ok} 2xx, ${puts.precondition} 412, ${puts.serverError} 5xx, ${puts.noReply} without a reply, ${puts.other} other; chain of ${result.s3Chain.length} from the final object`);
-  const kinds = Object.entries(result.faultsByKind).map(([k, n]) => `${k} ${n}`).join(', ');
+  const cuts = Object.entries(result.resourceCuts).map(([r, n]) => `${r} ${n}`).join(', ');
+  const kinds = Object.entries(result.faultsByKind)
+    .map(([k, n]) => `${k} ${n}${k === 'resource-cut' && cuts !== '' ? ` [${cuts}]` : ''}`)
+    .join(', ');
   lines.push(`faults injected: ${history.faults.length}${kinds === '' ? '' : ` (${kinds})`}`);
   lines.push(`stale writes refused: ${t.refused}`);
   lines.push(`violations: ${result.violations.length}`);

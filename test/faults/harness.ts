@@ -1,4 +1,4 @@
-// The fault-injection run (issue #7), Jepsen-style: N worker processes
+// The fault-injection run, Jepsen-style: N worker processes
 // (test/fixtures/fault-worker.mjs) loop acquire -> write PostgreSQL, S3 and an
 // HTTP service with the token -> release, while a nemesis
 //   - SIGSTOPs workers past their session timeout (one of them right after it
@@ -7,17 +7,23 @@
 //   - cuts (RST) and black-holes workers' ZooKeeper connections: each worker
 //     reaches each ensemble node through its own TcpProxy, owned here,
 //   - holds a PostgreSQL, S3 or HTTP write (HTTP unless httpCuts is off) in a
-//     black hole from the moment it starts, then resets its connection, so
-//     the writer cannot know whether it landed (each worker reaches these
-//     through its own proxies too).
+//     black hole from the moment it starts (S3: from its PUT), then resets
+//     its connection, so the writer cannot know whether it landed (each
+//     worker reaches these through its own proxies too).
+// A fault is recorded only once it has taken effect, with its evidence: the
+// process seen stopped, the connections a reset tore down, the victim's own
+// report (its ZooKeeper client suspended, its held write ended by the reset).
+// The first of each kind above is promised: one that cannot be injected after
+// a few tries is reported as missed, and the checker fails the run for it.
 // Every write is recorded (invoke/complete with outcome and timestamps); the
 // resources' apply orders are read at the end and checker.ts judges them.
 //
 // Used by fault-checker.test.ts (short run) and run-checker.ts (long run).
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
+import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -46,6 +52,7 @@ import {
   type FaultRecord,
   type History,
   type Outcome,
+  type RequiredFault,
   type Resource,
   type S3Attempt,
   type WriteRecord,
@@ -66,7 +73,7 @@ export interface EnsembleControl {
 export interface RunOptions {
   readonly servers: TestServers;
   readonly ensembleControl: EnsembleControl;
-  /** Worker processes (at least 5 for the issue's run). */
+  /** Worker processes (the suite runs 5). */
   readonly workers: number;
   /** Lock cycles after which the workers are told to stop (extended until the required faults are in). */
   readonly ops: number;
@@ -109,6 +116,8 @@ export interface RunResult {
   readonly names: { readonly lock: string; readonly table: string; readonly bucket: string; readonly key: string };
   /** Workers that died (or had to be killed) instead of stopping when told: a robustness bug, not a safety violation. */
   readonly crashes: readonly string[];
+  /** Promised faults the nemesis could not inject, and why (also in history.missed, which fails the check). */
+  readonly missed: readonly string[];
 }
 
 interface WorkerLine {
@@ -144,6 +153,10 @@ class WorkerProcess {
   done = false;
   paused = false;
   ready = false;
+  /** Its ZooKeeper client's state as it last reported it. */
+  zkState = 'connecting';
+  /** How often its client reported losing the connection (left 'connected'). */
+  suspensions = 0;
   constructor(readonly id: number, env: NodeJS.ProcessEnv, onLine: (line: WorkerLine) => void) {
     this.child = spawn(process.execPath, [WORKER], { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] });
     this.exited = once(this.child, 'exit').then(() => undefined);
@@ -160,6 +173,11 @@ class WorkerProcess {
       }
       if (line.t === 'ready') this.ready = true;
       if (line.t === 'done') this.done = true;
+      if (line.t === 'session') {
+        const state = line.ev === 'new' ? 'connected' : line.ev === 'state' ? String(line.state) : this.zkState;
+        if (this.zkState === 'connected' && state !== 'connected') this.suspensions += 1;
+        this.zkState = state;
+      }
       onLine(line);
     });
   }
@@ -211,6 +229,18 @@ async function startHttpService(resource: string, store: FenceStore<unknown>): P
   };
 }
 
+/** The state letter of /proc/PID/stat (R, S, T for stopped, Z...), or null when the process is gone. */
+function processState(pid: number | undefined): string | null {
+  if (pid === undefined) return null;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // after the parenthesised command name, which may itself contain ') '
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) || null;
+  } catch {
+    return null;
+  }
+}
+
 const random = (min: number, max: number): number => min + Math.random() * (max - min);
 const pick = <T>(items: readonly T[]): T | undefined => items[Math.floor(Math.random() * items.length)];
 
@@ -235,11 +265,26 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
   // What the run records.
   const writes = new Map<string, { invoke: WorkerLine; complete?: WorkerLine; sent: S3Attempt[] }>();
   const faults: FaultRecord[] = [];
+  const missed: string[] = [];
+  let required: readonly RequiredFault[] = [];
   const cycles = { invoked: 0, completed: 0, acquireFailed: 0 };
   let staleRefused = 0;
   let pauseHolder: ((worker: WorkerProcess, token: string) => void) | null = null;
-  /** Armed by the nemesis: black-hole the next write to `resource` as it starts. */
+  /**
+   * Armed by the nemesis: black-hole the next write to `resource` as it
+   * starts; for s3, as its PUT goes on the wire (the HEAD before it would
+   * only be retried), so what is held is the PUT or its reply.
+   */
   let holdNextWrite: { readonly resource: Resource; readonly hit: (worker: number, id: string) => void } | null = null;
+  const hold = (resource: Resource, worker: number, id: string): void => {
+    if (holdNextWrite === null || holdNextWrite.resource !== resource) return;
+    const own = resourceProxies[worker];
+    if (own === undefined) return;
+    own[resource].blackhole(); // in the line handler: the write (or the PUT) is just starting
+    const { hit } = holdNextWrite;
+    holdNextWrite = null;
+    hit(worker, id);
+  };
   const started = Date.now();
   const since = (): string => `t+${((Date.now() - started) / 1000).toFixed(1)}s`;
 
@@ -264,15 +309,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       const id = String(line.id);
       if (line.ev === 'invoke') {
         writes.set(id, { invoke: line, sent: [] });
-        if (holdNextWrite !== null && holdNextWrite.resource === line.resource) {
-          const own = resourceProxies[line.worker];
-          if (own !== undefined) {
-            own[holdNextWrite.resource].blackhole(); // in the line handler: the write is just starting
-            const { hit } = holdNextWrite;
-            holdNextWrite = null;
-            hit(line.worker, id);
-          }
-        }
+        if (line.resource !== 's3') hold(line.resource as Resource, line.worker, id);
       } else if (line.ev === 'complete') {
         const entry = writes.get(id);
         if (entry !== undefined) entry.complete = line;
@@ -281,6 +318,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
     } else if (line.t === 's3-attempt') {
       // Sent, outcome not yet known: what an s3 write killed in flight leaves.
       writes.get(String(line.id))?.sent.push({ precondition: line.precondition === null ? null : String(line.precondition), status: null });
+      hold('s3', line.worker, String(line.id));
     } else if (line.t === 'error') {
       log(`${since()} worker ${line.worker} failed: ${String(line.detail)}`);
     }
@@ -354,106 +392,204 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
     log(`${since()} ${options.workers} workers ready (lock ${names.lock}, table ${historyTable}, s3://${names.bucket}/${names.key}, http ${options.httpStore} store)`);
 
     // --- the nemesis ----------------------------------------------------------------
-    const record = (kind: FaultKind, target: string, detail: string): void => {
-      faults.push({ kind, target, at: Date.now(), detail });
-      log(`${since()} fault ${kind} ${target}: ${detail}`);
+    // Every fault function returns null once the fault has taken effect (and
+    // is recorded), or why it could not be injected: a fault is recorded only
+    // with the evidence that it happened, and a promised one that cannot be
+    // injected is reported, never skipped in silence.
+    const record = (fault: FaultRecord): void => {
+      faults.push(fault);
+      log(`${since()} fault ${fault.kind} ${fault.target}: ${fault.detail ?? ''}`);
     };
     const session = options.sessionTimeoutMs;
     const running = (): WorkerProcess[] => workers.filter((w) => w.alive && !w.paused);
-    let stopping = false;
+    const stopRun = new AbortController();
+    const stopping = (): boolean => stopRun.signal.aborted;
+    /** Sleep, cut short when the run stops. */
+    const wait = (ms: number): Promise<void> => sleep(ms, undefined, { signal: stopRun.signal }).catch(() => undefined);
+    /** Poll `condition` until it holds (true) or `ms` pass or the run stops (false). */
+    const until = async (condition: () => boolean, ms: number): Promise<boolean> => {
+      const end = performance.now() + ms;
+      while (!condition()) {
+        if (stopping() || performance.now() > end) return condition();
+        await wait(10);
+      }
+      return true;
+    };
+    /** SIGSTOP has taken effect: the kernel shows the process stopped (state T). */
+    const seenStopped = (w: WorkerProcess): Promise<boolean> => until(() => processState(w.child.pid) === 'T', 2000);
 
     const pauseFor = async (w: WorkerProcess, ms: number): Promise<void> => {
-      await sleep(ms);
+      await wait(ms);
       w.signal('SIGCONT');
       w.paused = false;
     };
-    const faultPauseHolder = async (): Promise<boolean> => {
+    const faultPauseHolder = async (): Promise<string | null> => {
       const granted = new Promise<{ w: WorkerProcess; token: string }>((resolve) => {
         pauseHolder = (w, token) => resolve({ w, token });
       });
-      const timeout = sleep(20_000).then(() => null);
-      const got = await Promise.race([granted, timeout]);
-      if (got === null) {
-        pauseHolder = null;
-        return false;
-      }
+      const got = await Promise.race([granted, wait(20_000).then(() => null)]);
+      pauseHolder = null;
+      if (got === null) return stopping() ? 'the run ended first' : 'no worker was granted the lock within 20 s';
       const ms = Math.round(session * 2);
-      record('pause', `worker ${got.w.id}`, `SIGSTOP right after its grant (token ${got.token}) for ${ms} ms (session ${session} ms)`);
+      const noticed = await seenStopped(got.w);
+      record({
+        kind: 'pause',
+        target: `worker ${got.w.id}`,
+        at: Date.now(),
+        token: BigInt(got.token),
+        noticed,
+        detail: `SIGSTOP right after its grant (token ${got.token}) for ${ms} ms (session ${session} ms)${noticed ? '' : '; the process was never seen stopped'}`,
+      });
       await pauseFor(got.w, ms);
-      return true;
+      return null;
     };
-    const faultPauseRandom = async (): Promise<void> => {
+    const faultPauseRandom = async (): Promise<string | null> => {
       const w = pick(running());
-      if (w === undefined) return;
+      if (w === undefined) return 'no worker running';
       const ms = Math.round(random(0.5, 2.2) * session);
       w.signal('SIGSTOP');
       w.paused = true;
-      record('pause', `worker ${w.id}`, `SIGSTOP for ${ms} ms (${ms > session ? 'past' : 'within'} its session)`);
+      const noticed = await seenStopped(w);
+      record({
+        kind: 'pause',
+        target: `worker ${w.id}`,
+        at: Date.now(),
+        noticed,
+        detail: `SIGSTOP for ${ms} ms (${ms > session ? 'past' : 'within'} its session)${noticed ? '' : '; the process was never seen stopped'}`,
+      });
       await pauseFor(w, ms);
+      return null;
     };
-    const faultCut = (): void => {
-      const w = pick(running());
-      if (w === undefined) return;
-      const open = (proxies[w.id] ?? []).reduce((n, p) => n + p.connectionCount, 0);
+    const zkOpen = (w: WorkerProcess): number => (proxies[w.id] ?? []).reduce((n, p) => n + p.connectionCount, 0);
+    const faultCut = async (): Promise<string | null> => {
+      // Only a connected client through an open connection can be cut.
+      const w = pick(running().filter((c) => c.zkState === 'connected' && zkOpen(c) > 0));
+      if (w === undefined) return 'no running worker had a connected ZooKeeper session through its proxies';
+      const open = zkOpen(w);
+      const suspensions = w.suspensions;
+      const at = Date.now();
       for (const p of proxies[w.id] ?? []) p.cut();
-      record('cut', `worker ${w.id}`, `TCP RST on its ZooKeeper connections (${open} open)`);
+      // The victim's view: its client saw the connection go (and suspended).
+      const noticed = await until(() => w.suspensions > suspensions, 10_000);
+      record({
+        kind: 'cut',
+        target: `worker ${w.id}`,
+        at,
+        connections: open,
+        noticed,
+        detail: `TCP RST on its ZooKeeper connections (${open} open)${noticed ? '' : '; its client never reported the loss'}`,
+      });
+      return null;
     };
-    const faultPartition = async (): Promise<void> => {
+    const faultPartition = async (): Promise<string | null> => {
       const w = pick(running());
-      if (w === undefined) return;
+      if (w === undefined) return 'no worker running';
       const ms = Math.round(random(0.5, 2) * session);
       for (const p of proxies[w.id] ?? []) p.blackhole();
-      record('partition', `worker ${w.id}`, `black hole on its ZooKeeper connections for ${ms} ms`);
-      await sleep(ms);
+      record({ kind: 'partition', target: `worker ${w.id}`, at: Date.now(), detail: `black hole on its ZooKeeper connections (${zkOpen(w)} open) for ${ms} ms` });
+      await wait(ms);
       for (const p of proxies[w.id] ?? []) p.resume();
+      return null;
     };
     // Hold one write in flight (its request, or its reply, sits in the proxy),
     // then reset the connection: the writer cannot know whether it landed.
-    let nextResourceCut = 0;
     const cuttable: readonly Resource[] = options.httpCuts ? ['postgres', 's3', 'http'] : ['postgres', 's3'];
-    const faultResourceCut = async (): Promise<void> => {
-      const resource = cuttable[nextResourceCut++ % cuttable.length] as Resource;
+    const faultResourceCut = async (resource: Resource): Promise<string | null> => {
       const hit = new Promise<{ worker: number; id: string }>((resolve) => {
         holdNextWrite = { resource, hit: (worker, id) => resolve({ worker, id }) };
       });
-      const got = await Promise.race([hit, sleep(20_000).then(() => null)]);
-      if (got === null) {
-        holdNextWrite = null;
-        return;
-      }
+      const got = await Promise.race([hit, wait(20_000).then(() => null)]);
+      holdNextWrite = null;
+      if (got === null) return stopping() ? 'the run ended first' : `no ${resource} write started within 20 s`;
       const proxy = resourceProxies[got.worker]?.[resource];
+      if (proxy === undefined) return `worker ${got.worker} has no ${resource} proxy`;
       const ms = Math.round(random(200, 1500));
-      record('resource-cut', `worker ${got.worker}`, `${resource} traffic held from the start of write ${got.id} for ${ms} ms, then RST`);
-      await sleep(ms);
-      proxy?.cut();
-      proxy?.resume();
+      await wait(ms);
+      const entry = writes.get(got.id);
+      const open = proxy.connectionCount;
+      // A write that finished before the black hole took hold was not held.
+      if (entry === undefined || entry.complete !== undefined || open === 0 || stopping()) {
+        proxy.resume();
+        if (stopping()) return 'the run ended first';
+        return entry?.complete !== undefined
+          ? `write ${got.id} finished (${String(entry.complete.outcome)}) before its connection was held`
+          : `write ${got.id} had no ${resource} connection open to reset`;
+      }
+      const at = Date.now();
+      proxy.cut();
+      proxy.resume();
+      // The victim's view: the held write ends now that its connection is
+      // gone, and it shows: a PostgreSQL transaction or an HTTP request dies
+      // with its connection (no acknowledgement); an S3 write has a PUT
+      // without a reply (the adapter then reads the object back).
+      const completion = (): WorkerLine | undefined => writes.get(got.id)?.complete;
+      const ended = await until(() => completion() !== undefined, 30_000);
+      const end = completion();
+      const attempts = (end?.attempts ?? []) as readonly S3Attempt[];
+      const shows = end !== undefined && (resource === 's3' ? attempts.some((a) => a.status === null) : end.outcome !== 'ok');
+      const outcome = end === undefined ? '' : `${String(end.outcome)}${end.detail === undefined ? '' : ` (${String(end.detail).slice(0, 80)})`}`;
+      record({
+        kind: 'resource-cut',
+        target: `worker ${got.worker}`,
+        at,
+        resource,
+        write: got.id,
+        connections: open,
+        noticed: shows,
+        detail:
+          `${resource} traffic held from the start of ${resource === 's3' ? 'the PUT of ' : ''}write ${got.id} for ${ms} ms, then RST of ${open} connection(s); ` +
+          (!ended
+            ? 'the write never ended'
+            : resource === 's3'
+              ? `${shows ? 'a PUT lost its reply' : 'no PUT lost its reply'}; the write ended ${outcome}`
+              : `the write ended ${outcome}${shows ? '' : ', as if nothing had happened'}`),
+      });
+      return null;
     };
-    const faultKillLeader = async (): Promise<void> => {
+    const faultKillLeader = async (): Promise<string | null> => {
       const id = await ensembleControl.killLeader();
-      record('kill-leader', `zookeeper node ${id}`, 'SIGKILL');
+      record({ kind: 'kill-leader', target: `zookeeper node ${id}`, at: Date.now(), detail: 'SIGKILL' });
       await sleep(random(500, 1500));
       await ensembleControl.startNode(id);
       log(`${since()} zookeeper node ${id} restarted`);
+      return null;
     };
 
+    // The guaranteed schedule: a stale holder, a cut, a leader kill, and a
+    // held-then-reset write through each resource. Each is tried a few times;
+    // one that still cannot be injected is reported (missed), and the checker
+    // fails the run for it.
+    const schedule: readonly (RequiredFault & { readonly name: string; readonly inject: () => Promise<string | null> })[] = [
+      { kind: 'pause', freshHolder: true, name: 'a pause of a fresh lock holder', inject: faultPauseHolder },
+      { kind: 'cut', name: 'a cut of a worker\'s ZooKeeper connections', inject: faultCut },
+      { kind: 'kill-leader', name: 'a kill of the ZooKeeper leader', inject: faultKillLeader },
+      ...cuttable.map((resource) => ({ kind: 'resource-cut' as const, resource, name: `a held-then-reset ${resource} write`, inject: () => faultResourceCut(resource) })),
+    ];
+    required = schedule.map(({ kind, resource, freshHolder }) => ({ kind, ...(resource === undefined ? {} : { resource }), ...(freshHolder === undefined ? {} : { freshHolder }) }));
+    const attemptsPerFault = 3;
     let requiredDone = false;
     let gaveUp = false;
     const nemesis = (async () => {
       // warm-up: let every worker get through a cycle or so
-      while (!stopping && cycles.completed < Math.min(options.workers, 5)) await sleep(50);
-      // The guaranteed schedule: a stale holder, a cut, a leader kill.
-      if (!stopping) await faultPauseHolder();
-      await sleep(random(300, 800));
-      if (!stopping) faultCut();
-      await sleep(random(300, 800));
-      if (!stopping) await faultKillLeader();
-      await sleep(random(300, 800));
-      for (let i = 0; i < cuttable.length && !stopping; i++) await faultResourceCut(); // one per resource
+      while (!stopping() && cycles.completed < Math.min(options.workers, 5)) await wait(50);
+      for (const step of schedule) {
+        for (let attempt = 1; ; attempt++) {
+          const why = stopping() ? 'the run ended first' : await step.inject();
+          if (why === null) break;
+          log(`${since()} could not inject ${step.name} (attempt ${attempt} of ${attemptsPerFault}): ${why}`);
+          if (attempt >= attemptsPerFault || stopping()) {
+            missed.push(`${step.name}: ${why}`);
+            break;
+          }
+          await wait(random(300, 800));
+        }
+        await wait(random(300, 800));
+      }
       requiredDone = true;
       let holderTries = 1;
-      while (!stopping) {
-        await sleep(random(300, 1200));
-        if (stopping) break;
+      while (!stopping()) {
+        await wait(random(300, 1200));
+        if (stopping()) break;
         if (staleRefused === 0) {
           if (holderTries >= 5) {
             gaveUp = true;
@@ -465,12 +601,14 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
         }
         if (!options.randomFaults) break;
         const dice = Math.random();
-        if (dice < 0.25) await faultPauseRandom();
-        else if (dice < 0.4) await faultPauseHolder();
-        else if (dice < 0.55) faultCut();
-        else if (dice < 0.7) await faultPartition();
-        else if (dice < 0.85) await faultResourceCut();
-        else await faultKillLeader();
+        const why =
+          dice < 0.25 ? await faultPauseRandom()
+          : dice < 0.4 ? await faultPauseHolder()
+          : dice < 0.55 ? await faultCut()
+          : dice < 0.7 ? await faultPartition()
+          : dice < 0.85 ? await faultResourceCut(pick(cuttable) as Resource)
+          : await faultKillLeader();
+        if (why !== null && !stopping()) log(`${since()} random fault not injected: ${why}`);
       }
     })();
     const nemesisDone = nemesis.then(
@@ -499,7 +637,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       }
       await sleep(100);
     }
-    stopping = true;
+    stopRun.abort();
     pauseHolder = null;
     holdNextWrite = null;
     await nemesisDone;
@@ -532,7 +670,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
     const history = await collect();
     const result = checkHistory(history);
     const report = [...formatReport(result, history), `worker crashes: ${crashes.length}`];
-    return { history, result, report, names, crashes };
+    return { history, result, report, names, crashes, missed: [...missed] };
   } finally {
     pauseHolder = null;
     for (const w of workers) {
@@ -605,6 +743,8 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       resources,
       faults,
       cycles: { ...cycles, unfinished: cycles.invoked - cycles.completed - cycles.acquireFailed },
+      required,
+      missed,
     };
   }
 }

@@ -1,13 +1,14 @@
-// The long fault-injection run (issue #7): the same harness as the suite's
+// The long fault-injection run: the same harness as the suite's
 // short run (fault-checker.test.ts), with more workers, operations and random
 // faults. Prints the figures and exits 0 only if the checker finds no
-// violation, the run refused at least one stale write and no worker crashed.
+// violation, the run refused at least one stale write, every promised fault
+// was injected (with its evidence) and no worker crashed.
 //
 //   node node_modules/vite-node/vite-node.mjs test/faults/run-checker.ts -- \
 //     --workers 8 --ops 400 --duration 300 [--session-ms 2000] [--http-store memory|postgres] \
 //     [--no-random] [--no-build] [--no-http-cuts]
 //
-//   --workers N      worker processes (default 8; the issue asks for at least 5)
+//   --workers N      worker processes (default 8)
 //   --ops N          lock cycles after which the workers stop (default 400; extended
 //                    until the guaranteed faults are in and a stale write was refused)
 //   --duration S     hard cap on the run in seconds (default 600)
