@@ -1,8 +1,11 @@
-// Seed 000's timeline with real processes: a child holds the lock (short
-// session), is SIGSTOPped for longer than its session timeout, the server
-// expires its session, another client acquires with a larger token, and the
-// child is SIGCONTed. The first time the child's code runs after the resume
-// it must read lock.held === false, and lock.signal must abort at once.
+// The paused holder, with real processes: a child holds the lock (short
+// session), is SIGSTOPped for longer than its session timeout (as a long GC
+// pause would stop it), the server expires its session, another client
+// acquires with a larger token, and the child is SIGCONTed. The first time
+// the child's code runs after the resume it must read lock.held === false,
+// and lock.signal must abort at once: by the time that first check returns,
+// on the child's own clock (reason 'deadline'), without waiting for a word
+// from the server.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -74,7 +77,7 @@ afterAll(async () => {
   await zk.close();
 });
 
-describe('the paused holder (seed 000)', () => {
+describe('the paused holder', () => {
   it('after SIGSTOP past its session, the holder reads held === false at its first check and its signal aborts', async () => {
     const name = uniqueLockName('paused');
     child = spawn(process.execPath, [VITE_NODE, FIXTURE], {
@@ -107,6 +110,14 @@ describe('the paused holder (seed 000)', () => {
 
     expect(resumed.held).toBe(false);
     expect(aborted.reason).toBe('deadline');
+    // The pause is what ended the holding: the abort came after the resume
+    // (hr is CLOCK_MONOTONIC, shared by both processes), not before the stop.
+    expect(BigInt(aborted.hr as string) > resumedAt, 'the signal aborted before the pause (a loaded machine missed pings?)').toBe(true);
+    // At once: the abort ran before the loop's first check after the resume
+    // returned (from the step-down timer, or from that very read of held),
+    // not some turn of the event loop later.
+    expect(aborted.checkedSinceResume, 'the signal aborted only after the first check following the resume').toBe(false);
+    expect(reports.lines.findIndex((l) => l.event === 'aborted')).toBeLessThan(reports.lines.findIndex((l) => l.event === 'resumed'));
     const ms = (hr: unknown): number => Number(BigInt(hr as string) - resumedAt) / 1e6;
     console.log(
       `paused holder: SIGCONT -> signal aborted ${ms(aborted.hr).toFixed(2)} ms, -> first held check ${ms(resumed.hr).toFixed(2)} ms ` +
