@@ -86,10 +86,9 @@ export interface RunOptions {
   /** Where the HTTP service keeps its fence. */
   readonly httpStore: 'memory' | 'postgres';
   /**
-   * Also cut the workers' connections to the HTTP service. Off by default:
-   * fencing() aborts the admission of a request whose client hung up after the
-   * handler wrote (repro-http-abort-after-write.ts), which this can turn into
-   * a violation.
+   * Also cut the workers' connections to the HTTP service (on by default).
+   * These cuts once exposed fencing() rolling back the admission of a request
+   * whose client hung up after the handler had written: a violation.
    */
   readonly httpCuts: boolean;
   /** Build dist/ first even if it exists (the script does; the test relies on npm test's build). */

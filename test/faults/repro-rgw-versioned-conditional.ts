@@ -1,4 +1,4 @@
-// Reproduction (run: S3_ENDPOINT=http://127.0.0.1:7480
+// Reproduction (run: S3_ENDPOINT=<the RGW endpoint, e.g. what test/servers/rgw.sh acquire prints>
 //   node node_modules/vite-node/vite-node.mjs test/faults/repro-rgw-versioned-conditional.ts):
 // on a bucket with versioning enabled, RGW 16 does not honour conditional PUTs:
 // If-None-Match: * on an existing key answers 200 (a second "create" overwrites),
@@ -18,14 +18,10 @@ import {
   S3Client,
 } from '@aws-sdk/client-s3';
 import { fencedPutObject } from '../../adapters/s3/index.js';
+import { scriptServers } from './script-servers.js';
 
-const s3 = new S3Client({
-  endpoint: process.env.S3_ENDPOINT ?? 'http://127.0.0.1:7480',
-  region: process.env.S3_REGION ?? 'us-east-1',
-  forcePathStyle: true,
-  maxAttempts: 1,
-  credentials: { accessKeyId: process.env.S3_ACCESS_KEY ?? 'test', secretAccessKey: process.env.S3_SECRET_KEY ?? 'testsecret' },
-});
+const { endpoint, region, credentials } = scriptServers().s3; // S3_ENDPOINT is required
+const s3 = new S3Client({ endpoint, region, forcePathStyle: true, maxAttempts: 1, credentials });
 const Bucket = `fk-versioned-${process.pid}-${Date.now().toString(36)}`;
 const Key = 'k';
 

@@ -3,32 +3,36 @@
 // reads the same environment variables (SERVER_ENV) and drives the ensemble
 // through the same control script (FK_ZK_ENSEMBLE_CTL) itself.
 import { execFile } from 'node:child_process';
-import { SERVER_ENV } from '../helpers/server-env.js';
+import { SERVER_DEFAULTS, SERVER_ENV, type ProvidedServers } from '../helpers/server-env.js';
 import type { TestServers } from '../helpers/servers.js';
 import type { EnsembleControl } from './harness.js';
 
-function env(name: string, fallback?: string): string {
-  const value = process.env[name];
+function env(key: keyof ProvidedServers): string {
+  const value = process.env[SERVER_ENV[key]];
   if (value !== undefined && value !== '') return value;
+  const fallback = SERVER_DEFAULTS[key];
   if (fallback !== undefined) return fallback;
-  throw new Error(`${name} is not set (and the global setup did not start that server)`);
+  throw new Error(`${SERVER_ENV[key]} is not set (and the global setup did not start that server)`);
 }
 
+/** Like testServers(): each field is read when used, so a script needs only the servers it touches. */
 export function scriptServers(): TestServers {
   return {
-    zkStandalone: env(SERVER_ENV.zkStandalone, ''),
-    zkEnsemble: env(SERVER_ENV.zkEnsemble),
-    databaseUrl: env(SERVER_ENV.databaseUrl),
-    s3: {
-      endpoint: env(SERVER_ENV.s3Endpoint),
-      region: env(SERVER_ENV.s3Region, 'us-east-1'),
-      credentials: { accessKeyId: env(SERVER_ENV.s3AccessKey, 'test'), secretAccessKey: env(SERVER_ENV.s3SecretKey, 'testsecret') },
+    get zkStandalone() { return env('zkStandalone'); },
+    get zkEnsemble() { return env('zkEnsemble'); },
+    get databaseUrl() { return env('databaseUrl'); },
+    get s3() {
+      return {
+        endpoint: env('s3Endpoint'),
+        region: env('s3Region'),
+        credentials: { accessKeyId: env('s3AccessKey'), secretAccessKey: env('s3SecretKey') },
+      };
     },
   };
 }
 
 function ctl(args: readonly string[]): Promise<string> {
-  const script = env(SERVER_ENV.zkEnsembleCtl);
+  const script = env('zkEnsembleCtl');
   return new Promise((resolve, reject) => {
     execFile('bash', [script, ...args], { timeout: 120_000 }, (error, stdout, stderr) => {
       if (error) reject(new Error(`${script} ${args.join(' ')} failed: ${error.message}\n${stderr}`));

@@ -32,3 +32,14 @@ export const SERVER_ENV = {
   s3AccessKey: 'S3_ACCESS_KEY',
   s3SecretKey: 'S3_SECRET_KEY',
 } as const satisfies Record<keyof ProvidedServers, string>;
+
+/**
+ * The only values with a fallback: the S3 region and the credentials of the
+ * user test/servers/rgw.sh creates (it prints them too). Addresses have none:
+ * a server the run did not provide is an error, never a guessed 127.0.0.1 port.
+ */
+export const SERVER_DEFAULTS: Readonly<Partial<Record<keyof ProvidedServers, string>>> = {
+  s3Region: 'us-east-1',
+  s3AccessKey: 'test',
+  s3SecretKey: 'testsecret',
+};

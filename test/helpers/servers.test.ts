@@ -65,6 +65,23 @@ describe('test servers', () => {
   });
 });
 
+describe('a script outside vitest (scriptServers)', () => {
+  it('reads the same servers from the environment, and names the variable of one that is missing', async () => {
+    const { scriptServers } = await import('../faults/script-servers.js');
+    expect(scriptServers().zkEnsemble).toBe(testServers().zkEnsemble);
+    expect(scriptServers().s3).toEqual(testServers().s3);
+    const saved = process.env[SERVER_ENV.s3Endpoint];
+    delete process.env[SERVER_ENV.s3Endpoint];
+    try {
+      // no guessed 127.0.0.1 address: an error naming what to set
+      expect(() => scriptServers().s3).toThrow(/^S3_ENDPOINT is not set/);
+      expect(scriptServers().databaseUrl).toBe(testServers().databaseUrl); // the others still read
+    } finally {
+      process.env[SERVER_ENV.s3Endpoint] = saved;
+    }
+  });
+});
+
 describe('unique names', () => {
   it('are valid identifiers, bucket names and znode paths, and differ', () => {
     const ids = new Set(Array.from({ length: 1000 }, () => uniqueId('My Test!')));

@@ -6,7 +6,7 @@
 // injected copy, so it works in either case and in a plain Node script.
 import { execFile } from 'node:child_process';
 import { afterAll, beforeAll, inject } from 'vitest';
-import { SERVER_ENV, type ProvidedServers } from './server-env.js';
+import { SERVER_DEFAULTS, SERVER_ENV, type ProvidedServers } from './server-env.js';
 
 export { SERVER_ENV, type ProvidedServers };
 
@@ -24,12 +24,6 @@ export interface TestServers {
   };
 }
 
-const DEFAULTS: Partial<Record<keyof ProvidedServers, string>> = {
-  s3Region: 'us-east-1',
-  s3AccessKey: 'test',
-  s3SecretKey: 'testsecret',
-};
-
 function provided(): ProvidedServers {
   try {
     return inject('fencekeeperServers') ?? {};
@@ -41,7 +35,7 @@ function provided(): ProvidedServers {
 function lookup(key: keyof ProvidedServers): string | undefined {
   const fromEnv = process.env[SERVER_ENV[key]];
   if (fromEnv !== undefined && fromEnv !== '') return fromEnv;
-  return provided()[key] ?? DEFAULTS[key];
+  return provided()[key] ?? SERVER_DEFAULTS[key];
 }
 
 function required(key: keyof ProvidedServers): string {
