@@ -27,8 +27,10 @@
 // the project's servers (test/servers/*.sh) and releases them at the end.
 // The ensemble must be one this run may drive: FK_ZK_ENSEMBLE_CTL is the
 // script the nemesis calls to kill and restart its leader.
+// It takes the same cross-process turn as the test files that kill leaders.
 import { parseArgs } from 'node:util';
 import type { TestProject } from 'vitest/node';
+import { holdEnsembleForFaults } from '../helpers/ensemble-lock.js';
 import setupServers from '../setup/global-setup.js';
 import { runFaultCheck } from './harness.js';
 import { scriptEnsembleControl, scriptServers } from './script-servers.js';
@@ -63,11 +65,16 @@ async function main(): Promise<number> {
 
   // The suite's global setup: starts (or reuses) whatever the environment does not name.
   const release = await setupServers({ provide: () => undefined } as unknown as TestProject);
-  const started = Date.now();
   const log = (line: string): void => {
     process.stdout.write(`${line}\n`);
   };
+  // The ensemble's faults are one holder's at a time (the test files that kill leaders take turns too).
+  let releaseEnsemble: (() => Promise<void>) | undefined;
+  const started = Date.now();
   try {
+    log('waiting for the ensemble (other runs that kill its leader go one at a time)');
+    releaseEnsemble = await holdEnsembleForFaults();
+    await scriptEnsembleControl.waitHealthy();
     log(`fault-injection run: ${workers} workers, ${ops} lock cycles, at most ${durationS} s, session ${sessionTimeoutMs} ms, http store ${httpStore}${values['no-http-cuts'] === true ? ', no HTTP cuts' : ''}${values['no-random'] === true ? ', guaranteed faults only' : ''}`);
     const { result, report, crashes } = await runFaultCheck({
       servers: scriptServers(),
@@ -87,7 +94,10 @@ async function main(): Promise<number> {
     log(`(${((Date.now() - started) / 1000).toFixed(1)} s)`);
     return result.valid && crashes.length === 0 ? 0 : 1;
   } finally {
-    await scriptEnsembleControl.restore().catch((error: unknown) => log(`restoring the ensemble failed: ${String(error)}`));
+    if (releaseEnsemble !== undefined) {
+      await scriptEnsembleControl.restore().catch((error: unknown) => log(`restoring the ensemble failed: ${String(error)}`));
+      await releaseEnsemble();
+    }
     await release();
   }
 }

@@ -41,7 +41,7 @@ function ctl(args: readonly string[]): Promise<string> {
   });
 }
 
-export const scriptEnsembleControl: EnsembleControl & { restore(): Promise<void> } = {
+export const scriptEnsembleControl: EnsembleControl & { waitHealthy(): Promise<void>; restore(): Promise<void> } = {
   async killLeader() {
     const id = Number(await ctl(['kill-leader']));
     if (![1, 2, 3].includes(id)) throw new Error(`kill-leader printed ${id}`);
@@ -49,6 +49,9 @@ export const scriptEnsembleControl: EnsembleControl & { restore(): Promise<void>
   },
   async startNode(n) {
     await ctl(['start-node', String(n)]);
+  },
+  async waitHealthy() {
+    await ctl(['wait-healthy', '60']);
   },
   async restore() {
     for (const n of [1, 2, 3]) await ctl(['start-node', String(n)]);

@@ -6,9 +6,10 @@
 // injected copy, so it works in either case and in a plain Node script.
 import { execFile } from 'node:child_process';
 import { afterAll, beforeAll, inject } from 'vitest';
+import { holdEnsembleForFaults } from './ensemble-lock.js';
 import { SERVER_DEFAULTS, SERVER_ENV, type ProvidedServers } from './server-env.js';
 
-export { SERVER_ENV, type ProvidedServers };
+export { holdEnsembleForFaults, SERVER_ENV, type ProvidedServers };
 
 export interface TestServers {
   /** 'host:port' of the standalone ZooKeeper (FK_ZK_STANDALONE). */
@@ -134,49 +135,6 @@ export async function waitEnsembleHealthy(timeoutSeconds = 60): Promise<void> {
 export async function restoreEnsemble(): Promise<void> {
   for (const n of [1, 2, 3]) await startEnsembleNode(n);
   await waitEnsembleHealthy();
-}
-
-/**
- * Hold the ensemble for fault injection (leader kills, node restarts) until
- * the returned release is called. vitest runs two files at once: two files
- * killing leaders together can leave the ensemble without a quorum and break
- * each other's assumptions (one reads the leader, the other kills it). The
- * lock is a directory (mkdir is atomic) naming its owner's pid; an owner that
- * died leaves a lock the next caller takes over.
- */
-export async function holdEnsembleForFaults(timeoutMs = 15 * 60_000): Promise<() => Promise<void>> {
-  const { mkdir, readFile, rm, writeFile } = await import('node:fs/promises');
-  const { tmpdir } = await import('node:os');
-  const dir = `${tmpdir()}/fencekeeper-ensemble-faults.lock`;
-  const owner = `${dir}/owner`;
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      await mkdir(dir);
-      await writeFile(owner, String(process.pid));
-      break;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const pid = Number(await readFile(owner, 'utf8').catch(() => ''));
-      let alive = false;
-      if (Number.isInteger(pid) && pid > 0) {
-        try {
-          process.kill(pid, 0);
-          alive = true;
-        } catch {
-          alive = false;
-        }
-      }
-      // No owner file yet: a caller between its mkdir and its write; wait for it.
-      if (!alive && pid > 0) await rm(dir, { recursive: true, force: true });
-      if (Date.now() > deadline) throw new Error(`the ensemble stayed held by pid ${pid} for ${timeoutMs} ms`);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  }
-  return async () => {
-    const pid = Number(await readFile(owner, 'utf8').catch(() => ''));
-    if (pid === process.pid) await rm(dir, { recursive: true, force: true });
-  };
 }
 
 /**
