@@ -39,8 +39,7 @@ import {
 import { fencing, MemoryFenceStore } from '../../adapters/express/index.js';
 import { migrate, PostgresFenceStore } from '../../adapters/postgres/index.js';
 import type { FenceStore } from '../../src/index.js';
-// Types only: servers.ts imports 'vitest', which a plain Node script (run-checker.ts) cannot load.
-import type { TestServers } from '../helpers/servers.js';
+import type { TestServers } from '../helpers/server-env.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueBucket, uniqueId } from '../helpers/unique.js';
 import {

@@ -3,8 +3,7 @@
 // reads the same environment variables (SERVER_ENV) and drives the ensemble
 // through the same control script (FK_ZK_ENSEMBLE_CTL) itself.
 import { execFile } from 'node:child_process';
-import { SERVER_DEFAULTS, SERVER_ENV, type ProvidedServers } from '../helpers/server-env.js';
-import type { TestServers } from '../helpers/servers.js';
+import { SERVER_DEFAULTS, SERVER_ENV, serversReadBy, type ProvidedServers, type TestServers } from '../helpers/server-env.js';
 import type { EnsembleControl } from './harness.js';
 
 function env(key: keyof ProvidedServers): string {
@@ -17,18 +16,7 @@ function env(key: keyof ProvidedServers): string {
 
 /** Like testServers(): each field is read when used, so a script needs only the servers it touches. */
 export function scriptServers(): TestServers {
-  return {
-    get zkStandalone() { return env('zkStandalone'); },
-    get zkEnsemble() { return env('zkEnsemble'); },
-    get databaseUrl() { return env('databaseUrl'); },
-    get s3() {
-      return {
-        endpoint: env('s3Endpoint'),
-        region: env('s3Region'),
-        credentials: { accessKeyId: env('s3AccessKey'), secretAccessKey: env('s3SecretKey') },
-      };
-    },
-  };
+  return serversReadBy(env);
 }
 
 function ctl(args: readonly string[]): Promise<string> {

@@ -1,6 +1,7 @@
-// The names under which the global setup publishes the test servers. Kept
-// apart from servers.ts because the global setup runs outside a vitest
-// worker and must not import 'vitest'.
+// The names under which the global setup publishes the test servers, and
+// the shape test files and scripts read them in. Kept apart from servers.ts
+// because the global setup and plain scripts run outside a vitest worker and
+// must not import 'vitest'.
 
 /** What the global setup hands to the test workers (JSON-serialisable). */
 export interface ProvidedServers {
@@ -43,3 +44,34 @@ export const SERVER_DEFAULTS: Readonly<Partial<Record<keyof ProvidedServers, str
   s3AccessKey: 'test',
   s3SecretKey: 'testsecret',
 };
+
+/** Where the servers of a run are, as test files and scripts use them. */
+export interface TestServers {
+  /** 'host:port' of the standalone ZooKeeper (FK_ZK_STANDALONE). */
+  readonly zkStandalone: string;
+  /** 'h1:p1,h2:p2,h3:p3' of the 3-node ensemble (FK_ZK_ENSEMBLE). */
+  readonly zkEnsemble: string;
+  /** postgres:// URL of a database tests may create tables in (DATABASE_URL). */
+  readonly databaseUrl: string;
+  readonly s3: {
+    readonly endpoint: string;
+    readonly region: string;
+    readonly credentials: { readonly accessKeyId: string; readonly secretAccessKey: string };
+  };
+}
+
+/** TestServers whose every field calls `read` when accessed (so only the servers used must exist). */
+export function serversReadBy(read: (key: keyof ProvidedServers) => string): TestServers {
+  return {
+    get zkStandalone() { return read('zkStandalone'); },
+    get zkEnsemble() { return read('zkEnsemble'); },
+    get databaseUrl() { return read('databaseUrl'); },
+    get s3() {
+      return {
+        endpoint: read('s3Endpoint'),
+        region: read('s3Region'),
+        credentials: { accessKeyId: read('s3AccessKey'), secretAccessKey: read('s3SecretKey') },
+      };
+    },
+  };
+}

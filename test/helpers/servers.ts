@@ -7,23 +7,9 @@
 import { execFile } from 'node:child_process';
 import { afterAll, beforeAll, inject } from 'vitest';
 import { holdEnsembleForFaults } from './ensemble-lock.js';
-import { SERVER_DEFAULTS, SERVER_ENV, type ProvidedServers } from './server-env.js';
+import { SERVER_DEFAULTS, SERVER_ENV, serversReadBy, type ProvidedServers, type TestServers } from './server-env.js';
 
-export { holdEnsembleForFaults, SERVER_ENV, type ProvidedServers };
-
-export interface TestServers {
-  /** 'host:port' of the standalone ZooKeeper (FK_ZK_STANDALONE). */
-  readonly zkStandalone: string;
-  /** 'h1:p1,h2:p2,h3:p3' of the 3-node ensemble (FK_ZK_ENSEMBLE). */
-  readonly zkEnsemble: string;
-  /** postgres:// URL of a database tests may create tables in (DATABASE_URL). */
-  readonly databaseUrl: string;
-  readonly s3: {
-    readonly endpoint: string;
-    readonly region: string;
-    readonly credentials: { readonly accessKeyId: string; readonly secretAccessKey: string };
-  };
-}
+export { holdEnsembleForFaults, SERVER_ENV, type ProvidedServers, type TestServers };
 
 function provided(): ProvidedServers {
   try {
@@ -55,18 +41,7 @@ function required(key: keyof ProvidedServers): string {
  * file that never touches a server works even when none was started.
  */
 export function testServers(): TestServers {
-  return {
-    get zkStandalone() { return required('zkStandalone'); },
-    get zkEnsemble() { return required('zkEnsemble'); },
-    get databaseUrl() { return required('databaseUrl'); },
-    get s3() {
-      return {
-        endpoint: required('s3Endpoint'),
-        region: required('s3Region'),
-        credentials: { accessKeyId: required('s3AccessKey'), secretAccessKey: required('s3SecretKey') },
-      };
-    },
-  };
+  return serversReadBy(required);
 }
 
 /** True when a server is available (for scripts and helpers that can do without one). */
