@@ -1,5 +1,3 @@
-import type { FencingToken } from './token.js';
-
 /**
  * Stable error codes. Callers classify errors by `code` (or instanceof), never
  * by message text. ZooKeeper server errors carry 'ZK_*' codes; the raw number
@@ -75,13 +73,17 @@ export class FencekeeperError extends Error {
 }
 
 /** A write presented a token smaller than the one the resource has already seen. */
+// Tokens are spelled `bigint` in this file (FencingToken is that type): the
+// errors are the bottom of the core, imported by everything, token.ts included,
+// so they import nothing themselves.
 export class StaleTokenError extends FencekeeperError {
   static override readonly kind: string = 'StaleTokenError';
   readonly resource: string;
-  readonly presented: FencingToken;
+  /** The token the write presented (a FencingToken). */
+  readonly presented: bigint;
   /** The resource's high-water mark when the write was refused (null if unknown). */
-  readonly current: FencingToken | null;
-  constructor(resource: string, presented: FencingToken, current: FencingToken | null, options?: FencekeeperErrorOptions) {
+  readonly current: bigint | null;
+  constructor(resource: string, presented: bigint, current: bigint | null, options?: FencekeeperErrorOptions) {
     super('STALE_TOKEN', `stale fencing token for ${resource}: presented ${presented}, current ${current ?? 'unknown'}`, options);
     this.resource = resource;
     this.presented = presented;
@@ -100,12 +102,28 @@ export class InvalidArgumentError extends FencekeeperError {
   constructor(message: string, options?: FencekeeperErrorOptions) { super('INVALID_ARGUMENT', message, options); }
 }
 
+/**
+ * Why a lock or a leadership ended, whatever source granted it:
+ *   released         the holder released it (or resigned)
+ *   deadline         the step-down deadline passed: no renewal (heartbeat, keepalive,
+ *                    TTL extension) was acknowledged in time, so the source may end
+ *                    the grant at any moment, if it has not already
+ *   session_expired  the session or lease that carried the grant ended on the server
+ *                    (a ZooKeeper session expired, an etcd lease expired or was revoked)
+ *   node_deleted     the grant's record was deleted by someone else (our znode or key)
+ *   renewal_failed   the source refused a renewal: it no longer holds our grant (a
+ *                    Redis key that expired or carries another holder's value, a
+ *                    Redlock extension that reached no majority)
+ *   closed           the client behind the grant was closed by its owner
+ */
+export type LossReason = 'released' | 'deadline' | 'session_expired' | 'node_deleted' | 'renewal_failed' | 'closed';
+
 /** The lock (or leadership) can no longer be assumed held: stop writing. */
 export class LockLostError extends FencekeeperError {
   static override readonly kind: string = 'LockLostError';
   readonly lock: string;
-  readonly reason: 'released' | 'deadline' | 'session_expired' | 'node_deleted' | 'closed';
-  constructor(lock: string, reason: LockLostError['reason'], message?: string, options?: FencekeeperErrorOptions) {
+  readonly reason: LossReason;
+  constructor(lock: string, reason: LossReason, message?: string, options?: FencekeeperErrorOptions) {
     super('LOCK_LOST', message ?? `lock ${lock} lost (${reason})`, options);
     this.lock = lock;
     this.reason = reason;
@@ -180,4 +198,13 @@ export class ZooKeeperError extends FencekeeperError {
     this.path = path;
     this.opIndex = options?.opIndex;
   }
+}
+
+/**
+ * True when `error` is one of ours with this code ('ZK_NONODE',
+ * 'CONNECTION_LOSS', ...): the one way the library classifies an error, by its
+ * stable code and never by its message.
+ */
+export function isCode(error: unknown, code: ErrorCode): error is FencekeeperError {
+  return error instanceof FencekeeperError && error.code === code;
 }

@@ -13,6 +13,7 @@ import {
   StaleTokenError,
   UnknownOutcomeError,
   ZooKeeperError,
+  isCode,
 } from '../../src/errors.js';
 
 type ErrorsModule = typeof errors;
@@ -192,13 +193,22 @@ describe('fields', () => {
   });
 
   it('LockLostError: lock and reason', () => {
-    for (const reason of ['released', 'deadline', 'session_expired', 'node_deleted', 'closed'] as const) {
+    for (const reason of ['released', 'deadline', 'session_expired', 'node_deleted', 'renewal_failed', 'closed'] as const) {
       const error = new LockLostError('jobs', reason);
       expect(error.lock).toBe('jobs');
       expect(error.reason).toBe(reason);
       expect(error.message).toContain(reason);
     }
     expect(new LockLostError('jobs', 'deadline', 'custom').message).toBe('custom');
+  });
+
+  it('isCode: ours with exactly that code, never a look-alike', () => {
+    expect(isCode(new ZooKeeperError('ZK_NONODE', -101, '/a'), 'ZK_NONODE')).toBe(true);
+    expect(isCode(new ZooKeeperError('ZK_NONODE', -101, '/a'), 'ZK_NODEEXISTS')).toBe(false);
+    expect(isCode(new ConnectionLossError(), 'CONNECTION_LOSS')).toBe(true);
+    for (const value of [{ code: 'ZK_NONODE' }, Object.assign(new Error('x'), { code: 'ZK_NONODE' }), null, undefined, 'ZK_NONODE']) {
+      expect(isCode(value, 'ZK_NONODE')).toBe(false);
+    }
   });
 
   it('LockTimeoutError: lock and timeoutMs', () => {
