@@ -2,7 +2,7 @@
 // here; nothing internal is re-exported wholesale.
 export type { FencingToken } from './token.js';
 export { parseToken, formatToken, assertToken, MAX_TOKEN } from './token.js';
-export type { ErrorCode, ZooKeeperErrorCode, FencekeeperErrorOptions } from './errors.js';
+export type { ErrorCode, ZooKeeperErrorCode, FencekeeperErrorOptions, LossReason } from './errors.js';
 export {
   FencekeeperError,
   StaleTokenError,
@@ -19,6 +19,12 @@ export {
 } from './errors.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
 
+// The lock contract every token source implements
+export type { Lock, Leadership, AcquireOptions, TryAcquireOptions, CampaignOptions } from './lock.js';
+export type { LockSource, LockStatus, LockStatusEntry } from './lock-source.js';
+export { StepDownClock, safetyMargin } from './step-down.js';
+export type { StepDownSource, Holding, HoldingOptions } from './step-down.js';
+
 // ZooKeeper client
 export { ZooKeeperClient, digestAclId } from './zookeeper/client.js';
 export type {
@@ -34,8 +40,11 @@ export type { Stat, ACL, Id, CreateMode } from './zookeeper/protocol.js';
 export { Perms, OPEN_ACL_UNSAFE, CREATOR_ALL_ACL, READ_ACL_UNSAFE } from './zookeeper/protocol.js';
 export type { WatchEvent, WatchEventType, Watcher } from './zookeeper/watches.js';
 
-// Lock and election
-export { acquireLock, tryAcquireLock, lockStatus, observeLock, LockObserver } from './lock.js';
-export type { Lock, AcquireOptions, LockHolder, QueueEntryInfo } from './lock.js';
-export { campaign, observeLeader, LeaderObserver } from './election.js';
-export type { Leadership, CampaignOptions, LeaderInfo } from './election.js';
+// ZooKeeper's lock and election recipes, as functions of a client or as a LockSource
+export { acquireLock, tryAcquireLock, lockStatus, observeLock } from './zookeeper/recipes/lock.js';
+export type { ZooKeeperLock, LockObserver } from './zookeeper/recipes/lock.js';
+export { campaign, observeLeader } from './zookeeper/recipes/election.js';
+export type { ZooKeeperLeadership, LeaderObserver, LeaderInfo } from './zookeeper/recipes/election.js';
+export type { QueueEntry } from './zookeeper/recipes/queue.js';
+export { zookeeperSource } from './zookeeper/recipes/source.js';
+export type { ZooKeeperSource } from './zookeeper/recipes/source.js';

@@ -18,7 +18,7 @@ import { createRequire } from 'node:module';
 import net from 'node:net';
 import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
-import { acquireLock } from '../../src/lock.js';
+import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 
 const SERVER = process.env.FK_ZK_STANDALONE ?? '127.0.0.1:2181';

@@ -4,7 +4,7 @@
 // before anyone else is elected.
 import { performance } from 'node:perf_hooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { campaign, observeLeader, type Leadership } from '../../src/election.js';
+import { campaign, observeLeader, type ZooKeeperLeadership as Leadership } from '../../src/zookeeper/recipes/election.js';
 import { LockLostError } from '../../src/errors.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { testServers } from '../helpers/servers.js';

@@ -4,7 +4,9 @@
 // These tests plant such a stray (same guid, same session) on a real server.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ZooKeeperClient } from '../../src/index.js';
-import { leaveQueue, queueParent, withoutStrays, LOCKS_ROOT, type QueueNode } from '../../src/queue.js';
+import { LOCKS_ROOT } from '../../src/zookeeper/recipes/lock.js';
+import { leaveQueue, withoutStrays, type QueueNode } from '../../src/zookeeper/recipes/queue.js';
+import { queueParent } from '../../src/zookeeper/recipes/queue-order.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 

@@ -6,7 +6,7 @@ import diagnostics from 'node:diagnostics_channel';
 import { performance } from 'node:perf_hooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { LockLostError, LockTimeoutError } from '../../src/errors.js';
-import { acquireLock, lockStatus, observeLock, tryAcquireLock, type Lock } from '../../src/lock.js';
+import { acquireLock, lockStatus, observeLock, tryAcquireLock, type ZooKeeperLock as Lock } from '../../src/zookeeper/recipes/lock.js';
 import type { FencingToken } from '../../src/token.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { testServers } from '../helpers/servers.js';

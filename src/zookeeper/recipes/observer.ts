@@ -5,24 +5,17 @@
  * to check every request's token against the lock service (Chubby's
  * CheckSequencer) without a round trip per request.
  */
-import { ZooKeeperError } from './errors.js';
-import { retryOnLoss, sortQueue } from './queue.js';
-import type { FencingToken } from './token.js';
-import type { ClientState, ZooKeeperClient } from './zookeeper/client.js';
-import { joinPath } from './zookeeper/paths.js';
-
-export interface QueueHead {
-  readonly path: string;
-  readonly token: FencingToken;
-  /** The node's data: the holder's owner string / the leader's id. */
-  readonly owner: string;
-  readonly sessionId: bigint;
-}
+import { isCode } from '../../errors.js';
+import type { ClientState, ZooKeeperClient } from '../client.js';
+import { joinPath } from '../paths.js';
+import { retryOnLoss } from './connection-loss.js';
+import { readEntry, type QueueEntry } from './queue.js';
+import { sortQueue } from './queue-order.js';
 
 export class QueueObserver {
   readonly #zk: ZooKeeperClient;
   readonly #parent: string;
-  #cache: Promise<QueueHead | null> | null = null;
+  #cache: Promise<QueueEntry | null> | null = null;
   #generation = 0;
   #closed = false;
   readonly #listeners = new Set<() => void>();
@@ -45,7 +38,7 @@ export class QueueObserver {
     if (state === 'expired' || state === 'closed') this.#invalidate(this.#generation);
   };
 
-  head(): Promise<QueueHead | null> {
+  head(): Promise<QueueEntry | null> {
     // Closed: no watch keeps a cache honest any more, so every call reads.
     if (this.#closed) return this.#load();
     if (this.#cache === null) {
@@ -79,7 +72,7 @@ export class QueueObserver {
     for (const l of this.#listeners) l();
   }
 
-  async #load(): Promise<QueueHead | null> {
+  async #load(): Promise<QueueEntry | null> {
     const generation = this.#generation;
     const watch = (): void => this.#invalidate(generation);
     for (;;) {
@@ -87,7 +80,7 @@ export class QueueObserver {
       try {
         children = await retryOnLoss(() => this.#zk.getChildren(this.#parent, { watch }));
       } catch (error) {
-        if (!(error instanceof ZooKeeperError && error.code === 'ZK_NONODE')) throw error;
+        if (!isCode(error, 'ZK_NONODE')) throw error;
         // No queue yet: be told when it appears.
         const stat = await retryOnLoss(() => this.#zk.exists(this.#parent, { watch }));
         if (stat === null) return null;
@@ -95,15 +88,9 @@ export class QueueObserver {
       }
       const first = sortQueue(children)[0];
       if (first === undefined) return null;
-      const path = joinPath(this.#parent, first);
-      try {
-        const { data, stat } = await retryOnLoss(() => this.#zk.getData(path));
-        return { path, token: stat.czxid, owner: Buffer.from(data).toString('utf8'), sessionId: stat.ephemeralOwner };
-      } catch (error) {
-        // The head left between the listing and the read: list again.
-        if (error instanceof ZooKeeperError && error.code === 'ZK_NONODE') continue;
-        throw error;
-      }
+      const head = await readEntry(this.#zk, joinPath(this.#parent, first));
+      // Null: the head left between the listing and the read; list again.
+      if (head !== null) return head;
     }
   }
 }

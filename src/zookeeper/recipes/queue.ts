@@ -4,24 +4,24 @@
  *
  * Each contender creates an ephemeral sequential child `<guid>-lock-<seq>`;
  * the lowest sequence holds; every other contender watches only its
- * predecessor, so a release wakes exactly one waiter (no herd, seed 000).
- * When the predecessor goes, the waiter lists again rather than assuming it
- * is next: the predecessor may have been a waiter that gave up.
+ * predecessor, so a release wakes exactly one waiter instead of the whole
+ * queue (no thundering herd). When the predecessor goes, the waiter lists
+ * again rather than assuming it is next: the predecessor may have been a
+ * waiter that gave up.
  *
  * The fencing token is the czxid of our own node, read from create2's Stat:
  * the zxid is (epoch << 32 | counter), strictly increasing across creations
  * and across leader failover, unlike the sequence suffix, which is the
  * parent's 32-bit cversion and restarts when a container parent is reaped.
  */
-import { ConnectionLossError, InvalidArgumentError, ZooKeeperError } from './errors.js';
-import type { FencingToken } from './token.js';
-import type { ZooKeeperClient } from './zookeeper/client.js';
 import { randomBytes } from 'node:crypto';
-import { joinPath, validatePath } from './zookeeper/paths.js';
-
-export const LOCKS_ROOT = '/fencekeeper/locks';
-export const ELECTIONS_ROOT = '/fencekeeper/elections';
-const MARKER = '-lock-';
+import { ConnectionLossError, isCode } from '../../errors.js';
+import type { FencingToken } from '../../token.js';
+import type { LockStatusEntry } from '../../lock-source.js';
+import type { ZooKeeperClient } from '../client.js';
+import { joinPath } from '../paths.js';
+import { listChildren, retryOnLoss, whileConnected } from './connection-loss.js';
+import { MARKER, guidOf, position, sortQueue } from './queue-order.js';
 
 /**
  * Each join gets its own guid, so a lost create2 reply can be matched to its
@@ -56,55 +56,16 @@ export interface QueueNode {
   readonly uncertain: boolean;
 }
 
-/** Validate a lock or election name ('jobs/reindex') and return its parent path. */
-export function queueParent(root: string, name: string): string {
-  if (typeof name !== 'string' || name === '' || name.startsWith('/') || name.endsWith('/')) {
-    throw new InvalidArgumentError(`lock name must be a non-empty relative path like "jobs/reindex", got ${JSON.stringify(name)}`);
-  }
-  const parent = `${root}/${name}`;
-  validatePath(parent);
-  return parent;
-}
-
-/** The sequence number of a queue child, or null for anything that is not ours. */
-export function sequenceOf(child: string): number | null {
-  const at = child.lastIndexOf(MARKER);
-  if (at === -1) return null;
-  const digits = child.slice(at + MARKER.length);
-  // ZooKeeper formats the parent's cversion with Java's %010d, the sign
-  // counted in the width: 0000000042, and past 2^31 - 1 the int wraps
-  // negative: -2147483648, then -000000001 for -1.
-  if (!/^(?:[0-9]{10}|-[0-9]{9,10})$/.test(digits)) return null;
-  return Number(digits);
-}
-
-/**
- * Sequence order across the 32-bit wrap (serial number arithmetic, as in
- * RFC 1982): the difference taken as an int32. Live queue nodes span far
- * fewer than 2^31 parent changes, so this orders them as they were created,
- * including a node made just after the counter wrapped (-2147483648 comes
- * after 2147483647, not before every older node).
- */
-function compareSequence(a: number, b: number): number {
-  return (a - b) | 0;
-}
-
-/** Queue children in grant order (lowest sequence first); foreign children are ignored. */
-export function sortQueue(children: readonly string[]): string[] {
-  return children
-    .map((child) => ({ child, seq: sequenceOf(child) }))
-    .filter((e): e is { child: string; seq: number } => e.seq !== null)
-    .sort((a, b) => compareSequence(a.seq, b.seq))
-    .map((e) => e.child);
-}
-
-export function guidOf(child: string): string {
-  const at = child.lastIndexOf(MARKER);
-  return at === -1 ? '' : child.slice(0, at);
-}
-
-function isCode(error: unknown, code: string): boolean {
-  return error instanceof ZooKeeperError && error.code === code;
+/** A node in the queue as others see it: the holder (the first entry), a waiter, a leader. */
+export interface QueueEntry extends LockStatusEntry {
+  /** Full path of the node. */
+  readonly path: string;
+  /** The node's czxid: the token of that grant. */
+  readonly token: FencingToken;
+  /** The node's data: the holder's owner string, the candidate's id. */
+  readonly owner: string;
+  /** The session that owns the (ephemeral) node. */
+  readonly sessionId: bigint;
 }
 
 /**
@@ -203,6 +164,20 @@ export function withoutStrays(zk: ZooKeeperClient, node: QueueNode, children: st
   return children.filter((c) => !strays.includes(c));
 }
 
+/**
+ * Every way out of a join but a grant removes our node before the caller
+ * hears of it; if the caller gave up while the create was in flight, wait
+ * for the create to settle and remove what it made. While connected, that
+ * is a round trip or two. Disconnected, the create and the delete wait for
+ * the reconnect (or for the session's expiry, which removes the node as
+ * well): a caller's timeout or abort must not wait that long, so the
+ * removal finishes in the background.
+ */
+export async function abandon(zk: ZooKeeperClient, joining: Promise<Enqueued>): Promise<void> {
+  const removal = joining.then((joined) => leaveQueue(zk, joined.node)).catch(() => undefined);
+  await whileConnected(zk, removal);
+}
+
 /** Leave the queue for good: our node, and for an uncertain join any other node carrying its guid. */
 export async function leaveQueue(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
   await leave(zk, node.path);
@@ -213,21 +188,6 @@ export async function leaveQueue(zk: ZooKeeperClient, node: QueueNode): Promise<
   } catch {
     // The parent is gone (NONODE) or so is the session: nothing of ours is left either way.
   }
-}
-
-/** Reads are safe to repeat: retry them across connection losses (the session's expiry ends the loop). */
-export async function retryOnLoss<T>(read: () => Promise<T>): Promise<T> {
-  for (;;) {
-    try {
-      return await read();
-    } catch (error) {
-      if (!(error instanceof ConnectionLossError)) throw error;
-    }
-  }
-}
-
-export function listChildren(zk: ZooKeeperClient, parent: string): Promise<string[]> {
-  return retryOnLoss(() => zk.getChildren(parent));
 }
 
 /**
@@ -247,17 +207,6 @@ export async function leave(zk: ZooKeeperClient, path: string): Promise<void> {
       throw error;
     }
   }
-}
-
-export type TurnOutcome = { readonly turn: true } | { readonly turn: false; readonly predecessor: string };
-
-/** Where we stand in a listing: holding, or behind `predecessor`. Null: our node is gone. */
-export function position(children: readonly string[], child: string): TurnOutcome | null {
-  const sorted = sortQueue(children);
-  const index = sorted.indexOf(child);
-  if (index === -1) return null;
-  if (index === 0) return { turn: true };
-  return { turn: false, predecessor: sorted[index - 1] as string };
 }
 
 /**
@@ -289,5 +238,16 @@ export async function waitForTurn(
     });
     await Promise.race([predecessorGone, stop]);
     listing = await Promise.race([listChildren(zk, parent), stop]);
+  }
+}
+
+/** Who is behind a queue node (null: it left meanwhile). One read. */
+export async function readEntry(zk: ZooKeeperClient, path: string): Promise<QueueEntry | null> {
+  try {
+    const { data, stat } = await retryOnLoss(() => zk.getData(path));
+    return { path, token: stat.czxid, owner: Buffer.from(data).toString('utf8'), sessionId: stat.ephemeralOwner };
+  } catch (error) {
+    if (isCode(error, 'ZK_NONODE')) return null;
+    throw error;
   }
 }

@@ -1,0 +1,51 @@
+/**
+ * A token source bound to its client: what code that works with any source
+ * (the CLI, the demo, a scoped `withLock`, a comparison of sources) takes
+ * instead of a client.
+ *
+ *   const source = zookeeperSource(zk);       // or a Redis / Redlock / etcd source
+ *   const lock = await source.acquireLock('jobs/reindex', { timeoutMs: 5000 });
+ *   try { await withFence(db, 'jobs/reindex', lock.token, work); } finally { await lock.release(); }
+ *
+ * A source is bound to exactly one client, or to one set of clients that act
+ * as one source (Redlock's independent nodes); its own settings (a TTL, a
+ * key prefix) are fixed when it is made, so the methods take only the options
+ * every source understands. Grants from two sources never compare: tokens are
+ * ordered within one source's history only.
+ *
+ * To implement one: hand out Lock / Leadership (./lock.ts) whose `held` and
+ * `signal` come from a StepDownClock (./step-down.ts) fed with the source's
+ * own deadline; validate every argument before the first request; leave
+ * nothing behind (no key, no node) on any way out but a grant.
+ */
+import type { AcquireOptions, CampaignOptions, Leadership, Lock, TryAcquireOptions } from './lock.js';
+import type { FencingToken } from './token.js';
+
+export interface LockSource {
+  /** Which kind of source this is: 'zookeeper', 'redis', 'redlock', 'etcd'. Stable: code may branch on it. */
+  readonly kind: string;
+  /** For people (logs, `fencekeeper status`): where the source is, never its credentials. */
+  readonly description: string;
+  /** Wait for the lock (in the order of arrival where the source queues waiters) and return it. */
+  acquireLock(name: string, options?: AcquireOptions): Promise<Lock>;
+  /** Take the lock only if it is free at once; null otherwise, leaving nothing behind. */
+  tryAcquireLock(name: string, options?: TryAcquireOptions): Promise<Lock | null>;
+  /** Stand for election; resolves when elected. Absent on a source without elections. */
+  campaign?(name: string, options?: CampaignOptions): Promise<Leadership>;
+  /** The holder and the waiters of a lock, for operators. Absent where a source cannot list them. */
+  lockStatus?(name: string): Promise<LockStatus>;
+}
+
+/** One grant or waiter in a lock's queue, as its source reports it. Sources add their own fields. */
+export interface LockStatusEntry {
+  readonly token: FencingToken;
+  /** AcquireOptions.owner of that acquire. */
+  readonly owner: string;
+}
+
+export interface LockStatus<Entry extends LockStatusEntry = LockStatusEntry> {
+  readonly name: string;
+  readonly holder: Entry | null;
+  /** In the order they will be granted. */
+  readonly waiters: readonly Entry[];
+}

@@ -1,0 +1,41 @@
+/**
+ * What the recipes do about a dropped connection. A request in flight when
+ * the connection drops fails with ConnectionLossError: a read is safe to send
+ * again (the client resends after it reconnects with the same session), a
+ * write's outcome is unknown and is settled by the queue (./queue.ts). While
+ * the client is offline, nothing a caller waits for may hang on the reconnect.
+ */
+import { ConnectionLossError } from '../../errors.js';
+import type { ClientState, ZooKeeperClient } from '../client.js';
+
+/** Reads are safe to repeat: retry them across connection losses (the session's expiry ends the loop). */
+export async function retryOnLoss<T>(read: () => Promise<T>): Promise<T> {
+  for (;;) {
+    try {
+      return await read();
+    } catch (error) {
+      if (!(error instanceof ConnectionLossError)) throw error;
+    }
+  }
+}
+
+export function listChildren(zk: ZooKeeperClient, parent: string): Promise<string[]> {
+  return retryOnLoss(() => zk.getChildren(parent));
+}
+
+/** Wait for `work` while the client stays connected; return early if it is (or goes) offline. */
+export async function whileConnected(zk: ZooKeeperClient, work: Promise<void>): Promise<void> {
+  if (zk.state !== 'connected') return;
+  let onState!: (state: ClientState) => void;
+  const offline = new Promise<void>((resolve) => {
+    onState = (state) => {
+      if (state !== 'connected') resolve();
+    };
+    zk.on('state', onState);
+  });
+  try {
+    await Promise.race([work, offline]);
+  } finally {
+    zk.off('state', onState);
+  }
+}

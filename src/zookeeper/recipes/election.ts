@@ -1,0 +1,82 @@
+/**
+ * Leader election on the same queue as the lock: electing a leader is
+ * acquiring a lock that is held for longer. The leader's epoch is the czxid
+ * of its node, so every later leader's epoch is larger, across ZooKeeper
+ * failovers too; downstream systems fence on it exactly as on a lock token.
+ */
+import type { AcquireOptions, CampaignOptions, Leadership } from '../../lock.js';
+import type { FencingToken } from '../../token.js';
+import type { ZooKeeperClient } from '../client.js';
+import { HeldNode } from './held-node.js';
+import { DEFAULT_OWNER, joinAndWait } from './join.js';
+import { QueueObserver } from './observer.js';
+import type { QueueNode } from './queue.js';
+import { queueParent } from './queue-order.js';
+
+export const ELECTIONS_ROOT = '/fencekeeper/elections';
+
+/** A leadership won in a ZooKeeper election: the core's Leadership, our id, and the queue node behind it. */
+export interface ZooKeeperLeadership extends Leadership {
+  /** This candidate's id (CampaignOptions.id), as observers see it. */
+  readonly id: string;
+  /** Our node's path (its czxid is the epoch). */
+  readonly path: string;
+}
+
+class HeldLeadership extends HeldNode implements ZooKeeperLeadership {
+  readonly id: string;
+  readonly epoch: FencingToken;
+
+  constructor(zk: ZooKeeperClient, name: string, id: string, node: QueueNode, marginMs: number) {
+    super(zk, name, `election ${name}`, node, marginMs);
+    this.id = id;
+    this.epoch = node.token;
+  }
+
+  resign(): Promise<void> {
+    return this.leave();
+  }
+}
+
+/** Stand for election; resolves when this candidate is the leader. */
+export async function campaign(zk: ZooKeeperClient, name: string, options: CampaignOptions = {}): Promise<ZooKeeperLeadership> {
+  const id = options.id ?? DEFAULT_OWNER;
+  const acquire: AcquireOptions = {
+    owner: id,
+    ...(options.signal !== undefined && { signal: options.signal }),
+    ...(options.safetyMarginMs !== undefined && { safetyMarginMs: options.safetyMarginMs }),
+  };
+  const build = (node: QueueNode, marginMs: number): HeldLeadership => new HeldLeadership(zk, name, id, node, marginMs);
+  return (await joinAndWait(zk, { root: ELECTIONS_ROOT, name, mode: 'wait', options: acquire, build })) as HeldLeadership;
+}
+
+export interface LeaderInfo {
+  readonly id: string;
+  readonly epoch: FencingToken;
+  readonly path: string;
+}
+
+/**
+ * Who leads an election, without campaigning. `current()` answers from a
+ * cache that a children watch invalidates, so repeated calls cost no round
+ * trip while nothing changes.
+ */
+export interface LeaderObserver {
+  current(): Promise<LeaderInfo | null>;
+  /** Called (with no arguments) whenever the leader may have changed. Returns an unsubscribe function. */
+  onChange(listener: () => void): () => void;
+  /** Stop caching and notifying; current() still answers, with a fresh read each time. */
+  close(): void;
+}
+
+export function observeLeader(zk: ZooKeeperClient, name: string): LeaderObserver {
+  const queue = new QueueObserver(zk, queueParent(ELECTIONS_ROOT, name));
+  return {
+    async current() {
+      const head = await queue.head();
+      return head === null ? null : { id: head.owner, epoch: head.token, path: head.path };
+    },
+    onChange: (listener) => queue.onChange(listener),
+    close: () => queue.close(),
+  };
+}

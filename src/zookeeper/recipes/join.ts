@@ -1,0 +1,70 @@
+/**
+ * Join a queue and wait for our turn: the acquire path shared by the lock
+ * and the election (an election is a lock that is held for longer). Any way
+ * out other than a grant removes our node before the caller hears of it.
+ */
+import { hostname } from 'node:os';
+import { ClientClosedError, InvalidArgumentError, LockLostError, SessionExpiredError } from '../../errors.js';
+import type { AcquireOptions } from '../../lock.js';
+import type { ZooKeeperClient } from '../client.js';
+import { sessionMargin } from './holding.js';
+import { abandon, enqueue, waitForTurn, withoutStrays, type QueueNode } from './queue.js';
+import { position, queueParent } from './queue-order.js';
+import { Stopper } from './stopper.js';
+
+/** Computed once: os.hostname() is a system call, and acquire is a hot path. */
+export const DEFAULT_OWNER = `${hostname()}:${process.pid}`;
+
+export interface Join<T> {
+  /** The queue's root: the locks' or the elections'. */
+  readonly root: string;
+  readonly name: string;
+  /** 'wait' for our turn, or 'try': take the turn only if it is ours at once (else null). */
+  readonly mode: 'wait' | 'try';
+  readonly options: AcquireOptions;
+  /** Make the holder of our node, with the safety margin already checked. */
+  readonly build: (node: QueueNode, marginMs: number) => T;
+}
+
+export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promise<T | null> {
+  const { root, name, mode, options } = join;
+  if (options === null || typeof options !== 'object') throw new InvalidArgumentError('options must be an object');
+  const parent = queueParent(root, name);
+  const { signal, timeoutMs } = options;
+  if (timeoutMs !== undefined && (!Number.isFinite(timeoutMs) || timeoutMs < 0)) {
+    throw new InvalidArgumentError(`timeoutMs must be a non-negative number, got ${String(timeoutMs)}`);
+  }
+  const marginMs = sessionMargin(zk, options.safetyMarginMs);
+  if (options.owner !== undefined && typeof options.owner !== 'string') throw new InvalidArgumentError('owner must be a string');
+  signal?.throwIfAborted();
+  if (zk.state === 'expired') throw new SessionExpiredError();
+  if (zk.state === 'closed') throw new ClientClosedError();
+
+  const stopper = new Stopper(zk, name, signal, timeoutMs);
+
+  const data = Buffer.from(options.owner ?? DEFAULT_OWNER, 'utf8');
+  const joining = enqueue(zk, root, parent, data);
+  let handedOver = false;
+  try {
+    const joined = await Promise.race([joining, stopper.stopped]);
+    const node = joined.node;
+    let outcome: 'turn' | 'gone' | 'busy';
+    if (mode === 'try') {
+      const where = position(withoutStrays(zk, node, joined.children), node.child);
+      outcome = where === null ? 'gone' : where.turn ? 'turn' : 'busy';
+    } else {
+      outcome = await waitForTurn(zk, parent, node, joined.children, stopper.stopped);
+    }
+    if (outcome === 'busy') return null;
+    stopper.check();
+    if (outcome === 'gone') {
+      throw new LockLostError(name, 'node_deleted', `lock ${name}: our queue node ${node.path} was deleted while waiting`);
+    }
+    const holder = join.build(node, marginMs);
+    handedOver = true;
+    return holder;
+  } finally {
+    stopper.dispose();
+    if (!handedOver) await abandon(zk, joining);
+  }
+}

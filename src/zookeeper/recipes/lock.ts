@@ -1,0 +1,100 @@
+/**
+ * A fair distributed lock whose every grant carries a fencing token.
+ *
+ *   const lock = await acquireLock(zk, 'jobs/reindex');
+ *   await withFence(db, 'jobs/reindex', lock.token, work);   // the resource checks the token
+ *   await lock.release();
+ *
+ * The lock tells a holder when to stop (lock.signal, lock.held); the token
+ * lets the resource refuse a holder that did not stop in time. Queue and
+ * token semantics: ./queue.ts. Holding and step-down: ./holding.ts.
+ */
+import { isCode } from '../../errors.js';
+import type { AcquireOptions, Lock, TryAcquireOptions } from '../../lock.js';
+import type { LockStatus } from '../../lock-source.js';
+import type { FencingToken } from '../../token.js';
+import type { ZooKeeperClient } from '../client.js';
+import { joinPath } from '../paths.js';
+import { listChildren } from './connection-loss.js';
+import { HeldNode } from './held-node.js';
+import { joinAndWait } from './join.js';
+import { QueueObserver } from './observer.js';
+import { readEntry, type QueueEntry, type QueueNode } from './queue.js';
+import { queueParent, sortQueue } from './queue-order.js';
+
+export const LOCKS_ROOT = '/fencekeeper/locks';
+
+/** A lock granted by ZooKeeper: the core's Lock, and the queue node behind it. */
+export interface ZooKeeperLock extends Lock {
+  /** Our queue node's path (its czxid is the token). */
+  readonly path: string;
+}
+
+class HeldLock extends HeldNode implements ZooKeeperLock {
+  readonly token: FencingToken;
+
+  constructor(zk: ZooKeeperClient, name: string, node: QueueNode, marginMs: number) {
+    super(zk, name, name, node, marginMs);
+    this.token = node.token;
+  }
+
+  release(): Promise<void> {
+    return this.leave();
+  }
+
+  toJSON(): { name: string; token: string; path: string; held: boolean } {
+    return { name: this.name, token: this.token.toString(), path: this.path, held: this.held };
+  }
+}
+
+/** Wait for the lock (fair: in the order of arrival) and return it. */
+export async function acquireLock(zk: ZooKeeperClient, name: string, options: AcquireOptions = {}): Promise<ZooKeeperLock> {
+  const build = (node: QueueNode, marginMs: number): HeldLock => new HeldLock(zk, name, node, marginMs);
+  return (await joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'wait', options, build })) as HeldLock;
+}
+
+/** Take the lock if nobody holds it or waits for it; null otherwise (leaving nothing behind). */
+export function tryAcquireLock(zk: ZooKeeperClient, name: string, options: TryAcquireOptions = {}): Promise<ZooKeeperLock | null> {
+  const build = (node: QueueNode, marginMs: number): HeldLock => new HeldLock(zk, name, node, marginMs);
+  return joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'try', options, build });
+}
+
+/**
+ * The lock's queue in grant order: the first entry holds, the rest wait.
+ * For operators (`fencekeeper status`); costs one read per entry.
+ */
+export async function lockStatus(zk: ZooKeeperClient, name: string): Promise<LockStatus<QueueEntry>> {
+  const parent = queueParent(LOCKS_ROOT, name);
+  let children: string[];
+  try {
+    children = await listChildren(zk, parent);
+  } catch (error) {
+    if (isCode(error, 'ZK_NONODE')) return { name, holder: null, waiters: [] };
+    throw error;
+  }
+  const entries = await Promise.all(sortQueue(children).map((child) => readEntry(zk, joinPath(parent, child))));
+  const queue = entries.filter((e): e is QueueEntry => e !== null); // null: left meanwhile
+  return { name, holder: queue[0] ?? null, waiters: queue.slice(1) };
+}
+
+/**
+ * Who holds a lock, from a cache kept fresh by a watch: a resource uses it
+ * to admit only the current holder's token (verifyWithZooKeeper).
+ */
+export interface LockObserver {
+  /** The holder (null: free), answered from the cache while the queue has not changed. */
+  holder(): Promise<QueueEntry | null>;
+  /** Called (with no arguments) whenever the holder may have changed. Returns an unsubscribe function. */
+  onChange(listener: () => void): () => void;
+  /** Stop caching and notifying; holder() still answers, with a fresh read each time. */
+  close(): void;
+}
+
+export function observeLock(zk: ZooKeeperClient, name: string): LockObserver {
+  const queue = new QueueObserver(zk, queueParent(LOCKS_ROOT, name));
+  return {
+    holder: () => queue.head(),
+    onChange: (listener) => queue.onChange(listener),
+    close: () => queue.close(),
+  };
+}

@@ -1,0 +1,151 @@
+// The step-down clock on its own, with a deadline source the test drives (as
+// a Redis watchdog or an etcd keepalive would): held read synchronously, the
+// signal aborting at the deadline and on losses, deadlines that move on, one
+// timer per clock. Timings are real; bounds are one-sided (never early).
+import { performance } from 'node:perf_hooks';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { InvalidArgumentError, LockLostError, type LossReason } from '../../src/errors.js';
+import { StepDownClock, safetyMargin } from '../../src/step-down.js';
+
+const source = { name: 'TestSource', grant: 'lease' } as const;
+
+function spin(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until) {
+    // a pause the event loop cannot interrupt: no timer runs meanwhile
+  }
+}
+
+function aborted(signal: AbortSignal): Promise<{ at: number; reason: LockLostError }> {
+  return new Promise((resolve) => {
+    signal.addEventListener('abort', () => resolve({ at: performance.now(), reason: signal.reason as LockLostError }), { once: true });
+  });
+}
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+describe('StepDownClock', () => {
+  it('held turns false at the deadline without any timer having run (a paused holder sees it at once)', () => {
+    const clock = new StepDownClock(source);
+    const acked = performance.now();
+    const holding = clock.hold({ lock: 'jobs/a', marginMs: 20, deadline: () => acked + 60 });
+    expect(holding.held).toBe(true);
+    spin(60);
+    // Still inside this synchronous run: the clock's timer cannot have fired.
+    expect(holding.signal.aborted).toBe(false);
+    expect(holding.held).toBe(false);
+    const reason = holding.signal.reason as LockLostError;
+    expect(reason).toBeInstanceOf(LockLostError);
+    expect(reason.reason).toBe('deadline');
+    expect(reason.lock).toBe('jobs/a');
+    expect(reason.message).toBe('lock jobs/a lost: no reply from TestSource in time: the lease may expire at any moment (stepped down 20 ms before the earliest expiry)');
+  });
+
+  it('the signal aborts from the timer at deadline - margin, never before', async () => {
+    const clock = new StepDownClock(source);
+    const acked = performance.now();
+    const holding = clock.hold({ lock: 'jobs/b', marginMs: 30, deadline: () => acked + 80 });
+    expect(holding.deadline).toBe(acked + 50);
+    const { at, reason } = await aborted(holding.signal);
+    expect(at).toBeGreaterThanOrEqual(acked + 50);
+    expect(reason.reason).toBe('deadline');
+    expect(holding.held).toBe(false);
+  }, 10_000);
+
+  it('a deadline that acknowledgements move on keeps the holding; it ends once they stop', async () => {
+    const clock = new StepDownClock(source);
+    let acked = performance.now();
+    const holding = clock.hold({ lock: 'jobs/c', marginMs: 10, deadline: () => acked + 60 });
+    const end = aborted(holding.signal);
+    // Renew every 15 ms for 300 ms: several times the 50 ms the holding would last unrenewed.
+    const started = performance.now();
+    while (performance.now() - started < 300) {
+      await new Promise((r) => setTimeout(r, 15));
+      expect(holding.held).toBe(true);
+      acked = performance.now();
+    }
+    const lastAck = acked;
+    const { at, reason } = await end;
+    expect(reason.reason).toBe('deadline');
+    expect(at).toBeGreaterThanOrEqual(lastAck + 50);
+  }, 10_000);
+
+  it('one timer per clock, however many holdings it has; none once they have ended', () => {
+    const live = new Set<unknown>();
+    const realSet = globalThis.setTimeout;
+    const realClear = globalThis.clearTimeout;
+    vi.spyOn(globalThis, 'setTimeout').mockImplementation(((fn: () => void, ms?: number) => {
+      const handle = realSet(() => {
+        live.delete(handle);
+        fn();
+      }, ms);
+      live.add(handle);
+      return handle;
+    }) as typeof setTimeout);
+    vi.spyOn(globalThis, 'clearTimeout').mockImplementation(((handle: NodeJS.Timeout) => {
+      live.delete(handle);
+      realClear(handle);
+    }) as typeof clearTimeout);
+
+    const clock = new StepDownClock(source);
+    const acked = performance.now();
+    const holdings = Array.from({ length: 100 }, (_, i) => clock.hold({ lock: `jobs/${i}`, marginMs: 0, deadline: () => acked + 10_000 + i }));
+    expect(live.size).toBe(1);
+    for (const h of holdings) h.lose('released');
+    expect(live.size).toBe(0);
+  });
+
+  it('end() ends every current holding with the source\'s reason; a later holding is unaffected', () => {
+    const clock = new StepDownClock(source);
+    const deadline = (): number => performance.now() + 60_000;
+    const a = clock.hold({ lock: 'jobs/a', marginMs: 0, deadline });
+    const b = clock.hold({ lock: 'jobs/b', marginMs: 0, deadline });
+    clock.end('session_expired');
+    for (const h of [a, b]) {
+      expect(h.held).toBe(false);
+      const reason = h.signal.reason as LockLostError;
+      expect(reason.reason).toBe('session_expired');
+      expect(reason.message).toBe(`lock ${reason.lock} lost: the TestSource lease expired`);
+    }
+    const later = clock.hold({ lock: 'jobs/c', marginMs: 0, deadline });
+    expect(later.held).toBe(true);
+    later.lose('released');
+  });
+
+  it('lose(): the first reason wins, a detail replaces the default explanation', () => {
+    const clock = new StepDownClock(source);
+    const holding = clock.hold({ lock: 'jobs/d', marginMs: 0, deadline: () => performance.now() + 60_000 });
+    holding.lose('renewal_failed', 'the key holds another value');
+    holding.lose('released');
+    const reason = holding.signal.reason as LockLostError;
+    expect(reason.reason).toBe('renewal_failed');
+    expect(reason.message).toBe('lock jobs/d lost: the key holds another value');
+  });
+
+  it('a source that reports itself ended ends its holdings at the next held read', () => {
+    let ended: LossReason | null = null;
+    const clock = new StepDownClock({ ...source, ended: () => ended });
+    const holding = clock.hold({ lock: 'jobs/e', marginMs: 0, deadline: () => performance.now() + 60_000 });
+    expect(holding.held).toBe(true);
+    ended = 'closed';
+    expect(holding.held).toBe(false);
+    expect((holding.signal.reason as LockLostError).reason).toBe('closed');
+    expect((holding.signal.reason as LockLostError).message).toBe('lock jobs/e lost: the TestSource client was closed');
+  });
+});
+
+describe('safetyMargin', () => {
+  it('defaults to a quarter of the timeout and accepts [0, two thirds)', () => {
+    expect(safetyMargin(10_000, undefined)).toBe(2500);
+    expect(safetyMargin(10_000, 0)).toBe(0);
+    expect(safetyMargin(10_000, 6666)).toBe(6666);
+  });
+
+  it('refuses a margin that would step a healthy holder down between two renewals, or no number', () => {
+    for (const bad of [6667, 10_000, -1, Number.NaN, Number.POSITIVE_INFINITY, '100' as unknown as number]) {
+      expect(() => safetyMargin(10_000, bad), String(bad)).toThrow(InvalidArgumentError);
+    }
+  });
+});
