@@ -1,5 +1,6 @@
 import net from 'node:net';
 import { once } from 'node:events';
+import { performance } from 'node:perf_hooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { TcpProxy } from './tcp-proxy.js';
 
@@ -126,6 +127,52 @@ describe('TcpProxy', () => {
 
     a.write('after');
     expect(await receive(a, 'after')).toBe('after');
+  });
+
+  it('holdReplies() keeps what the server sent until deliverHeld(); lastForwardedAt is when the request went through', async () => {
+    proxy = await TcpProxy.start({ port: echoPort });
+    const a = await connect();
+    a.write('warm');
+    await receive(a, 'warm');
+
+    proxy.holdReplies();
+    const before = performance.now();
+    a.write('question');
+    // The echo server has answered once the proxy holds its bytes.
+    await proxy.whenHeld('question'.length);
+    expect(proxy.heldBytes).toBe('question'.length);
+    expect(proxy.lastForwardedAt).toBeGreaterThanOrEqual(before);
+    expect(proxy.lastForwardedAt).toBeLessThanOrEqual(performance.now());
+    expect(await silentFor(a, 200)).toBe(true);
+
+    const got = receive(a, 'question');
+    proxy.deliverHeld();
+    expect(await got).toBe('question');
+    expect(proxy.heldBytes).toBe(0);
+    // Holding ended with the delivery: traffic flows as before.
+    a.write('after');
+    expect(await receive(a, 'after')).toBe('after');
+  });
+
+  it('deliverHeld() during a black hole delivers the held reply and nothing after it', async () => {
+    proxy = await TcpProxy.start({ port: echoPort });
+    const a = await connect();
+    proxy.holdReplies();
+    a.write('held');
+    await proxy.whenHeld('held'.length);
+    proxy.blackhole();
+    const forwarded = proxy.lastForwardedAt;
+    a.write('later'); // stays in the partition: never reaches the server
+
+    const got = receive(a, 'held');
+    proxy.deliverHeld();
+    expect(await got).toBe('held');
+    expect(await silentFor(a, 300)).toBe(true);
+    expect(proxy.lastForwardedAt).toBe(forwarded);
+
+    const rest = receive(a, 'later');
+    proxy.resume();
+    expect(await rest).toBe('later');
   });
 
   it('a refused upstream connection reaches the client as a reset', async () => {

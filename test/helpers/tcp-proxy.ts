@@ -5,11 +5,16 @@
 //   blackhole() a partition without resets: nothing flows either way, new
 //               connections hang, and no FIN/RST reaches anyone
 //   resume()    heal: what was held back flows, held connections get through
+//   holdReplies()  keep what the server sends instead of passing it on (the
+//               server has answered, the client hears nothing); deliverHeld()
+//               passes it on, even during a black hole, so a test can make one
+//               reply arrive seconds after its request reached the server
 //   close()     stop listening and reset everything
 //
 // Forwarding is done by hand rather than with pipe(): pipe() resumes a source
 // on 'drain', which would undo a black-hole pause.
 import net from 'node:net';
+import { performance } from 'node:perf_hooks';
 
 export interface ProxyTarget {
   readonly host?: string;
@@ -19,6 +24,8 @@ export interface ProxyTarget {
 interface Link {
   readonly client: net.Socket;
   upstream: net.Socket | null;
+  /** Server bytes kept back by holdReplies(), in order. */
+  readonly held: Buffer[];
 }
 
 export class TcpProxy {
@@ -26,6 +33,10 @@ export class TcpProxy {
   readonly #target: Required<ProxyTarget>;
   readonly #links = new Set<Link>();
   #blackholed = false;
+  #holding = false;
+  #heldBytes = 0;
+  #lastForwardedAt = -Infinity;
+  readonly #heldWaiters = new Set<{ bytes: number; resolve: () => void }>();
   #closed = false;
 
   private constructor(server: net.Server, target: Required<ProxyTarget>) {
@@ -74,6 +85,44 @@ export class TcpProxy {
     return this.#blackholed;
   }
 
+  /** Server bytes held back by holdReplies() and not yet delivered. */
+  get heldBytes(): number {
+    return this.#heldBytes;
+  }
+
+  /** Resolve once at least `bytes` server bytes are held back (the server has answered). */
+  whenHeld(bytes = 1): Promise<void> {
+    if (this.#heldBytes >= bytes) return Promise.resolve();
+    return new Promise((resolve) => this.#heldWaiters.add({ bytes, resolve }));
+  }
+
+  /** performance.now() when bytes from a client were last passed on to the server. */
+  get lastForwardedAt(): number {
+    return this.#lastForwardedAt;
+  }
+
+  /**
+   * From now on keep what the server sends on every connection instead of
+   * passing it on: the requests reach the server and it answers, but the
+   * client hears nothing until deliverHeld().
+   */
+  holdReplies(): void {
+    this.#holding = true;
+  }
+
+  /**
+   * Pass on what holdReplies() kept, in order, and stop holding. During a
+   * black hole only these bytes go through: a reply arrives late, and
+   * nothing after it.
+   */
+  deliverHeld(): void {
+    this.#holding = false;
+    for (const link of this.#links) {
+      for (const chunk of link.held.splice(0)) if (!link.client.destroyed) link.client.write(chunk);
+    }
+    this.#heldBytes = 0;
+  }
+
   /** Reset every current connection, both sides, with a TCP RST. */
   cut(): void {
     for (const link of [...this.#links]) this.#reset(link);
@@ -119,7 +168,7 @@ export class TcpProxy {
       client.resetAndDestroy();
       return;
     }
-    const link: Link = { client, upstream: null };
+    const link: Link = { client, upstream: null, held: [] };
     this.#links.add(link);
     client.setNoDelay(true);
     client.on('error', () => this.#reset(link));
@@ -138,8 +187,21 @@ export class TcpProxy {
     upstream.on('error', () => this.#reset(link));
     upstream.on('close', () => this.#onClose(link, upstream));
     upstream.once('connect', () => {
-      this.#forward(client, upstream);
-      this.#forward(upstream, client);
+      this.#forward(client, upstream, () => {
+        this.#lastForwardedAt = performance.now();
+        return false;
+      });
+      this.#forward(upstream, client, (chunk) => {
+        if (!this.#holding) return false;
+        link.held.push(chunk);
+        this.#heldBytes += chunk.length;
+        for (const waiter of [...this.#heldWaiters]) {
+          if (this.#heldBytes < waiter.bytes) continue;
+          this.#heldWaiters.delete(waiter);
+          waiter.resolve();
+        }
+        return true;
+      });
       if (!this.#blackholed) {
         client.resume();
         upstream.resume();
@@ -147,8 +209,10 @@ export class TcpProxy {
     });
   }
 
-  #forward(from: net.Socket, to: net.Socket): void {
+  /** `keep(chunk)`: true when the proxy keeps the chunk instead of writing it on. */
+  #forward(from: net.Socket, to: net.Socket, keep: (chunk: Buffer) => boolean): void {
     from.on('data', (chunk: Buffer) => {
+      if (keep(chunk)) return;
       if (!to.write(chunk)) from.pause();
     });
     to.on('drain', () => {
@@ -161,6 +225,7 @@ export class TcpProxy {
 
   #reset(link: Link): void {
     this.#links.delete(link);
+    for (const chunk of link.held.splice(0)) this.#heldBytes -= chunk.length;
     if (!link.client.destroyed) link.client.resetAndDestroy();
     if (link.upstream !== null && !link.upstream.destroyed) link.upstream.resetAndDestroy();
   }
