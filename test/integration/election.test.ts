@@ -1,7 +1,8 @@
 // Leader election on a real standalone ZooKeeper: the first candidate is
 // elected, successive leaders carry larger epochs, resign hands over,
 // observeLeader follows, and a leader cut off from ZooKeeper loses its signal
-// before anyone else is elected.
+// by the send time of its last acknowledged request, before anyone else is
+// elected.
 import { performance } from 'node:perf_hooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { campaign, observeLeader, type ZooKeeperLeadership as Leadership } from '../../src/zookeeper/recipes/election.js';
@@ -10,7 +11,7 @@ import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import { Clients, ELECTIONS, queueChildren, until } from './lock-helpers.js';
+import { Clients, ELECTIONS, lastReplyHeldBack, queueChildren, until } from './lock-helpers.js';
 
 const clients = new Clients();
 let server: string;
@@ -106,27 +107,41 @@ describe('observeLeader', () => {
 });
 
 describe('a leader cut off from ZooKeeper', () => {
-  it('loses its signal (deadline) before the next candidate is elected', async () => {
+  // As the lock's step-down test: the reply to the leader's last
+  // acknowledged request is held back for longer than the slack allowed for
+  // a late timer, and the margin is larger than that slack too.
+  const sessionTimeoutMs = 6000;
+  const marginMs = 2000;
+  const holdMs = 2500;
+  const slackMs = 1500;
+
+  it('loses its signal (deadline) at the send time of its last acknowledged request + timeout - margin, before the next candidate is elected', async () => {
     const name = uniqueLockName('electcut');
     const proxy = await TcpProxy.to(server);
     try {
-      const leaderZk = await clients.connect(proxy.address, 2000);
+      const leaderZk = await clients.connect(proxy.address, sessionTimeoutMs);
+      expect(leaderZk.sessionTimeoutMs).toBe(sessionTimeoutMs);
       const other = await clients.connect(server);
-      const leader = await campaign(leaderZk, name, { id: 'cut' });
+      const leader = await campaign(leaderZk, name, { id: 'cut', safetyMarginMs: marginMs });
       const order: string[] = [];
-      let abortAt = 0;
+      let abortAt: number | null = null;
       leader.signal.addEventListener('abort', () => {
         abortAt = performance.now();
         order.push('old leader stepped down');
       });
       const next = campaign(other, name, { id: 'next' }).then((l) => (order.push('next elected'), l));
       await until(async () => (await queueChildren(admin, `${ELECTIONS}/${name}`)).length === 2, 'next queued');
-      proxy.blackhole();
+      const reply = await lastReplyHeldBack(proxy, leaderZk, holdMs);
+      expect(reply.deliveredAt - reply.forwardedBy).toBeGreaterThan(slackMs);
+      expect(leader.held).toBe(true);
       const successor = await next;
       expect(order).toEqual(['old leader stepped down', 'next elected']);
-      expect(abortAt).toBeLessThan(leaderZk.lastAckedSendTime + leaderZk.sessionTimeoutMs);
       expect((leader.signal.reason as LockLostError).reason).toBe('deadline');
       expect(leader.held).toBe(false);
+      expect(abortAt).not.toBeNull();
+      const at = abortAt as unknown as number;
+      expect(at).toBeGreaterThanOrEqual(reply.sentAfter + sessionTimeoutMs - marginMs);
+      expect(at).toBeLessThanOrEqual(reply.forwardedBy + sessionTimeoutMs - marginMs + slackMs);
       expect(successor.epoch > leader.epoch).toBe(true);
       await successor.resign();
     } finally {

@@ -12,7 +12,19 @@ import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import { Clients, LOCKS, ReplyDroppingProxy, deferred, fourLetterWord, queueChildren, serverWatchCount, until } from './lock-helpers.js';
+import {
+  Clients,
+  LOCKS,
+  ReplyDroppingProxy,
+  deferred,
+  fourLetterWord,
+  lastReplyHeldBack,
+  queueChildren,
+  serverWatchCount,
+  serverWatches,
+  until,
+  within,
+} from './lock-helpers.js';
 
 const clients = new Clients();
 let server: string;
@@ -26,6 +38,17 @@ afterEach(() => clients.closeAll());
 afterAll(() => admin.close());
 
 const parentOf = (name: string): string => `${LOCKS}/${name}`;
+
+/**
+ * The step-down timing test: the reply to the holder's last acknowledged
+ * request is held back for holdMs, far longer than the slack a timer may be
+ * late on a loaded 2-core machine, and the margin is larger than the slack
+ * too, so both a deadline counted from the reply's arrival and one without
+ * the margin land outside the bounds. The held reply arrives well before the
+ * deadline (holdMs < timeout - margin), and before the client would presume
+ * the connection dead (two thirds of the timeout without a byte).
+ */
+const STEP_DOWN = { sessionTimeoutMs: 6000, marginMs: 2000, holdMs: 2500, slackMs: 1500 } as const;
 
 /** Abort reasons of a lock's signal, as the LockLostError it carries. */
 function lossOf(lock: Lock): LockLostError {
@@ -159,7 +182,9 @@ describe('no herd', () => {
     const events: { path: string; type: string; sessionId: bigint }[] = [];
     const onWatch = (message: unknown): void => {
       const m = message as { sessionId: bigint; type: string; path: string };
-      if (sessions.has(m.sessionId) && m.path.startsWith(`${parent}/`)) events.push(m);
+      // The parent too: a waiter watching the parent's children (the herd
+      // recipe) is woken by every release.
+      if (sessions.has(m.sessionId) && (m.path === parent || m.path.startsWith(`${parent}/`))) events.push(m);
     };
     diagnostics.subscribe('fencekeeper:zookeeper:watch', onWatch);
     try {
@@ -173,6 +198,9 @@ describe('no herd', () => {
       const woken = events.filter((e) => e.sessionId !== holderZk.sessionId);
       expect(woken).toHaveLength(1);
       expect(woken[0]!.type).toBe('deleted');
+      expect(woken[0]!.path).toBe(holder.path);
+      // Nothing fired on the holder's session but its own node's watch.
+      expect(events.filter((e) => e.sessionId === holderZk.sessionId).map((e) => e.path)).toEqual([holder.path]);
       expect(granted).toHaveLength(1);
       expect(granted[0]!.held).toBe(true);
     } finally {
@@ -338,37 +366,41 @@ describe('how a holding ends', () => {
     }
   });
 
-  it('step-down: the signal aborts at lastAckedSendTime + timeout - margin, before anyone else can acquire', async () => {
+  it('step-down: the signal aborts at (send time of the last acknowledged request) + timeout - margin, not counted from a reply that arrived seconds late', async () => {
     const name = uniqueLockName('stepdown');
     const proxy = await TcpProxy.to(server);
     try {
-      const zk = await clients.connect(proxy.address, 2000);
+      const zk = await clients.connect(proxy.address, STEP_DOWN.sessionTimeoutMs);
+      expect(zk.sessionTimeoutMs).toBe(STEP_DOWN.sessionTimeoutMs);
       const other = await clients.connect(server);
-      const margin = 300;
-      const lock = await acquireLock(zk, name, { safetyMarginMs: margin });
+      const lock = await acquireLock(zk, name, { safetyMarginMs: STEP_DOWN.marginMs });
       const order: string[] = [];
-      let atAbort: { now: number; acked: number; timeout: number; state: string } | null = null;
-      lock.signal.addEventListener('abort', () => {
-        atAbort = { now: performance.now(), acked: zk.lastAckedSendTime, timeout: zk.sessionTimeoutMs, state: zk.state };
+      const aborted = nextAbort(lock.signal).then((abort) => {
         order.push('holder stepped down');
+        return { ...abort, state: zk.state };
       });
       const next = acquireLock(other, name).then((l) => {
         order.push('other granted');
         return l;
       });
       await until(async () => (await lockStatus(admin, name)).waiters.length === 1, 'the other client queued');
-      proxy.blackhole();
+      const reply = await lastReplyHeldBack(proxy, zk, STEP_DOWN.holdMs);
+      // The fault happened: the last acknowledged request's reply arrived
+      // far later than the request went out, and the lock was still held.
+      expect(reply.deliveredAt - reply.forwardedBy).toBeGreaterThan(STEP_DOWN.slackMs);
+      expect(lock.held).toBe(true);
       const successor = await next;
+      const abort = await aborted;
       expect(order).toEqual(['holder stepped down', 'other granted']);
-      const a = atAbort as unknown as { now: number; acked: number; timeout: number; state: string };
-      expect(a.now).toBeGreaterThanOrEqual(a.acked + a.timeout - margin);
-      // ...and before the earliest instant the server could expire the session.
-      expect(a.now).toBeLessThan(a.acked + a.timeout);
-      expect(a.state).not.toBe('expired');
       expect(lossOf(lock).reason).toBe('deadline');
-      console.log(
-        `step-down: aborted ${(a.now - a.acked).toFixed(1)} ms after the last acked send (timeout ${a.timeout}, margin ${margin})`,
-      );
+      expect(abort.state).not.toBe('expired');
+      const { sessionTimeoutMs, marginMs, slackMs } = STEP_DOWN;
+      // Never before the deadline counted from the send (it was sent after sentAfter)...
+      expect(abort.at).toBeGreaterThanOrEqual(reply.sentAfter + sessionTimeoutMs - marginMs);
+      // ...and not later than a timer's lateness on a loaded machine after it
+      // (it was sent before forwardedBy). Counted from the reply's arrival it
+      // would be holdMs later, past this bound and past the session's expiry.
+      expect(abort.at).toBeLessThanOrEqual(reply.forwardedBy + sessionTimeoutMs - marginMs + slackMs);
       await successor.release();
     } finally {
       await proxy.close();
@@ -538,9 +570,7 @@ describe('requests per cycle', () => {
   it('a lock held past the turn of the event loop watches its own node', async () => {
     const zk = await clients.connect(server);
     const lock = await acquireLock(zk, uniqueLockName('ownwatch'));
-    await new Promise((r) => setTimeout(r, 20));
-    const watched = async (): Promise<boolean> => (await fourLetterWord(server, 'wchc')).split('\n').some((l) => l.trim() === lock.path);
-    await until(watched, 'the own-node watch on the server');
+    await until(() => serverWatches(server, lock.path), 'the own-node watch on the server');
     const aborted = nextAbort(lock.signal);
     await admin.delete(lock.path);
     await aborted;
@@ -554,7 +584,10 @@ describe('disconnections shorter than the session', () => {
     try {
       const zk = await clients.connect(proxy.address, 4000);
       const lock = await acquireLock(zk, uniqueLockName('holderreconnect'));
-      await new Promise((r) => setTimeout(r, 20)); // the own-node watch is registered
+      // The own-node watch is registered before the cut, so it is the
+      // reconnect's setWatches that re-arms it (a watch first sent after the
+      // reconnect would pass this test without any re-arm).
+      await until(() => serverWatches(server, lock.path), 'the own-node watch on the server');
       const states: string[] = [];
       zk.on('state', (state: string) => states.push(state));
       proxy.cut();
@@ -563,7 +596,8 @@ describe('disconnections shorter than the session', () => {
       expect(lock.signal.aborted).toBe(false);
       const aborted = nextAbort(lock.signal);
       await admin.delete(lock.path);
-      await aborted;
+      // A watch that was not re-armed never fires: fail with that, not with the test's timeout.
+      await within(aborted, 20_000, 'the re-armed own-node watch to fire');
       expect(lossOf(lock).reason).toBe('node_deleted');
     } finally {
       await proxy.close();
