@@ -175,6 +175,42 @@ describe('TcpProxy', () => {
     expect(await rest).toBe('later');
   });
 
+  it('loseReplyTo(): the request with the marker reaches the server, its reply resets the connection; once only', async () => {
+    let reached = '';
+    const server = net.createServer((socket) => {
+      socket.on('error', () => {});
+      socket.on('data', (chunk) => {
+        reached += chunk.toString('utf8');
+        socket.write(chunk);
+      });
+    });
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    try {
+      proxy = await TcpProxy.start({ port: (server.address() as net.AddressInfo).port });
+      const a = await connect();
+      a.write('plain');
+      expect(await receive(a, 'plain')).toBe('plain');
+      proxy.loseReplyTo('MARK');
+      let got = '';
+      a.on('data', (chunk: string) => (got += chunk));
+      const error = once(a, 'error');
+      a.write('with MARK');
+      const [err] = await error;
+      expect((err as NodeJS.ErrnoException).code).toBe('ECONNRESET');
+      expect(reached).toBe('plainwith MARK');
+      expect(got).toBe('');
+      expect(proxy.repliesLost).toBe(1);
+
+      const b = await connect();
+      b.write('MARK again');
+      expect(await receive(b, 'MARK again')).toBe('MARK again');
+      expect(proxy.repliesLost).toBe(1);
+    } finally {
+      server.close();
+    }
+  });
+
   it('a refused upstream connection reaches the client as a reset', async () => {
     const dead = net.createServer();
     dead.listen(0, '127.0.0.1');

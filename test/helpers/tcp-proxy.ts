@@ -9,6 +9,8 @@
 //               server has answered, the client hears nothing); deliverHeld()
 //               passes it on, even during a black hole, so a test can make one
 //               reply arrive seconds after its request reached the server
+//   loseReplyTo(marker)  let the next request containing marker reach the
+//               server, then reset the connection on its reply
 //   close()     stop listening and reset everything
 //
 // Forwarding is done by hand rather than with pipe(): pipe() resumes a source
@@ -26,6 +28,8 @@ interface Link {
   upstream: net.Socket | null;
   /** Server bytes kept back by holdReplies(), in order. */
   readonly held: Buffer[];
+  /** The client sent loseReplyTo's marker: reset on the server's next bytes. */
+  loseNextReply: boolean;
 }
 
 export class TcpProxy {
@@ -37,6 +41,8 @@ export class TcpProxy {
   #heldBytes = 0;
   #lastForwardedAt = -Infinity;
   readonly #heldWaiters = new Set<{ bytes: number; resolve: () => void }>();
+  #loseMarker: Buffer | null = null;
+  #repliesLost = 0;
   #closed = false;
 
   private constructor(server: net.Server, target: Required<ProxyTarget>) {
@@ -123,6 +129,20 @@ export class TcpProxy {
     this.#heldBytes = 0;
   }
 
+  /**
+   * Lose the reply to the next request whose bytes contain `marker`: those
+   * bytes reach the server, and the first bytes the server sends back on
+   * that connection reset it (both sides) instead of reaching the client.
+   */
+  loseReplyTo(marker: string): void {
+    this.#loseMarker = Buffer.from(marker, 'utf8');
+  }
+
+  /** Replies lost by loseReplyTo(). */
+  get repliesLost(): number {
+    return this.#repliesLost;
+  }
+
   /** Reset every current connection, both sides, with a TCP RST. */
   cut(): void {
     for (const link of [...this.#links]) this.#reset(link);
@@ -168,7 +188,7 @@ export class TcpProxy {
       client.resetAndDestroy();
       return;
     }
-    const link: Link = { client, upstream: null, held: [] };
+    const link: Link = { client, upstream: null, held: [], loseNextReply: false };
     this.#links.add(link);
     client.setNoDelay(true);
     client.on('error', () => this.#reset(link));
@@ -187,11 +207,20 @@ export class TcpProxy {
     upstream.on('error', () => this.#reset(link));
     upstream.on('close', () => this.#onClose(link, upstream));
     upstream.once('connect', () => {
-      this.#forward(client, upstream, () => {
+      this.#forward(client, upstream, (chunk) => {
         this.#lastForwardedAt = performance.now();
+        if (this.#loseMarker !== null && chunk.includes(this.#loseMarker)) {
+          this.#loseMarker = null;
+          link.loseNextReply = true;
+        }
         return false;
       });
       this.#forward(upstream, client, (chunk) => {
+        if (link.loseNextReply) {
+          this.#repliesLost++;
+          this.#reset(link);
+          return true;
+        }
         if (!this.#holding) return false;
         link.held.push(chunk);
         this.#heldBytes += chunk.length;

@@ -1,7 +1,6 @@
 // Shared by the lock and election integration tests: clients closed after
 // each test, queue listings, ZooKeeper's own view of the watches (the wchc
-// four-letter word), a reply held back for seconds, and a small proxy that
-// loses exactly one reply.
+// four-letter word), and a reply held back for seconds.
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { isCode } from '../../src/errors.js';
@@ -133,77 +132,4 @@ export async function lastReplyHeldBack(proxy: TcpProxy, zk: ZooKeeperClient, ho
   proxy.deliverHeld();
   await request;
   return { sentAfter, forwardedBy, deliveredAt };
-}
-
-/**
- * A proxy that forwards faithfully until armed; once armed, it waits for
- * the client to send bytes containing `marker` (forwarding them), then
- * resets both sides on the first bytes the server sends back, so the
- * request reaches the server and its reply never reaches the client.
- */
-export class ReplyDroppingProxy {
-  readonly #server: net.Server;
-  readonly #sockets = new Set<net.Socket>();
-  #marker: Buffer | null = null;
-  dropped = 0;
-
-  private constructor(server: net.Server) {
-    this.#server = server;
-  }
-
-  static async start(targetHostPort: string): Promise<ReplyDroppingProxy> {
-    const at = targetHostPort.lastIndexOf(':');
-    const host = targetHostPort.slice(0, at);
-    const port = Number(targetHostPort.slice(at + 1));
-    const server = net.createServer({ noDelay: true });
-    const proxy = new ReplyDroppingProxy(server);
-    server.on('connection', (client) => proxy.#link(client, host, port));
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    return proxy;
-  }
-
-  get address(): string {
-    const a = this.#server.address() as net.AddressInfo;
-    return `127.0.0.1:${a.port}`;
-  }
-
-  /** Lose the reply to the next request whose bytes contain `marker`. */
-  arm(marker: string): void {
-    this.#marker = Buffer.from(marker, 'utf8');
-  }
-
-  #link(client: net.Socket, host: string, port: number): void {
-    const upstream = net.connect({ host, port, noDelay: true });
-    this.#sockets.add(client).add(upstream);
-    let dropNextReply = false;
-    const reset = (): void => {
-      for (const s of [client, upstream]) {
-        this.#sockets.delete(s);
-        if (!s.destroyed) s.resetAndDestroy();
-      }
-    };
-    client.on('data', (chunk: Buffer) => {
-      if (this.#marker !== null && chunk.includes(this.#marker)) {
-        this.#marker = null;
-        dropNextReply = true;
-      }
-      upstream.write(chunk);
-    });
-    upstream.on('data', (chunk: Buffer) => {
-      if (dropNextReply) {
-        this.dropped++;
-        reset();
-        return;
-      }
-      client.write(chunk);
-    });
-    client.on('error', reset).on('close', reset);
-    upstream.on('error', reset).on('close', reset);
-  }
-
-  async close(): Promise<void> {
-    for (const s of this.#sockets) s.resetAndDestroy();
-    this.#sockets.clear();
-    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
-  }
 }

@@ -2,27 +2,20 @@
 // contract (as the CLI, the demo and a scoped withLock will be): locks,
 // try-locks, elections and the queue's status through the source, and the
 // grants are the recipes' own.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, LockLostError } from '../../src/errors.js';
 import type { Lock } from '../../src/lock.js';
 import type { LockSource } from '../../src/lock-source.js';
 import type { FencingToken } from '../../src/token.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import type { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { Clients, LOCKS, queueChildren, until } from './lock-helpers.js';
 
 const clients = new Clients();
-let server: string;
-let admin: ZooKeeperClient;
-
-beforeAll(async () => {
-  server = testServers().zkStandalone;
-  admin = await ZooKeeperClient.connect({ connectString: server, sessionTimeoutMs: 4000 });
-});
+const server = (): string => testServers().zkStandalone;
 afterEach(() => clients.closeAll());
-afterAll(() => admin.close());
 
 /** Source-generic code: n turns each for every source, strictly one holder at a time; the tokens in grant order. */
 async function takeTurns(sources: readonly LockSource[], name: string, turns: number): Promise<FencingToken[]> {
@@ -46,7 +39,7 @@ async function takeTurns(sources: readonly LockSource[], name: string, turns: nu
 
 describe('zookeeperSource', () => {
   it('names its kind and its session, and refuses anything but a client', async () => {
-    const zk = await clients.connect(server);
+    const zk = await clients.connect(server());
     const source = zookeeperSource(zk);
     expect(source.kind).toBe('zookeeper');
     expect(source.description).toContain(`0x${zk.sessionId.toString(16)}`);
@@ -58,16 +51,17 @@ describe('zookeeperSource', () => {
 
   it('code that takes any LockSource: mutual exclusion and increasing tokens across four sessions', async () => {
     const name = uniqueLockName('source');
-    const sources = (await clients.many(4, server)).map((zk) => zookeeperSource(zk));
+    const zks = await clients.many(4, server());
+    const sources = zks.map((zk) => zookeeperSource(zk));
     const tokens = await takeTurns(sources, name, 5);
     expect(tokens).toHaveLength(20);
     for (let i = 1; i < tokens.length; i++) expect(tokens[i]! > tokens[i - 1]!).toBe(true);
-    expect(await queueChildren(admin, `${LOCKS}/${name}`)).toEqual([]);
+    expect(await queueChildren(zks[0]!, `${LOCKS}/${name}`)).toEqual([]);
   });
 
   it('tryAcquireLock, lockStatus and campaign through the source are the recipes\' own', async () => {
     const name = uniqueLockName('sourcestatus');
-    const [a, b] = (await clients.many(2, server)).map((zk) => zookeeperSource(zk));
+    const [a, b] = (await clients.many(2, server())).map((zk) => zookeeperSource(zk));
     const lock = await a!.acquireLock(name, { owner: 'alpha' });
     expect(lock.path.startsWith(`${LOCKS}/${name}/`)).toBe(true);
     expect(await b!.tryAcquireLock(name)).toBeNull();

@@ -15,7 +15,6 @@ import { uniqueLockName } from '../helpers/unique.js';
 import {
   Clients,
   LOCKS,
-  ReplyDroppingProxy,
   deferred,
   fourLetterWord,
   lastReplyHeldBack,
@@ -412,15 +411,15 @@ describe('lost create reply', () => {
   it('the connection drops with create2 in flight: the lock adopts its node, one node for one acquire', async () => {
     const name = uniqueLockName('lostreply');
     const parent = parentOf(name);
-    const proxy = await ReplyDroppingProxy.start(server);
+    const proxy = await TcpProxy.to(server);
     try {
       const zk = await clients.connect(proxy.address, 4000);
       const other = await clients.connect(server);
       // Someone holds the lock, so our create makes a waiter, and the parent exists.
       const holder = await acquireLock(other, name);
-      proxy.arm(`${parent}/`);
+      proxy.loseReplyTo(`${parent}/`);
       const acquiring = acquireLock(zk, name);
-      await until(() => proxy.dropped === 1, 'the create2 reply to be dropped');
+      await until(() => proxy.repliesLost === 1, 'the create2 reply to be dropped');
       await until(async () => (await lockStatus(admin, name)).waiters.length === 1, 'our node in the queue');
       const status = await lockStatus(admin, name);
       expect(status.waiters[0]!.sessionId).toBe(zk.sessionId);
@@ -440,16 +439,16 @@ describe('lost create reply', () => {
   it('uncontended: the reply to create2 + getChildren is lost, the lock is still granted with its one node', async () => {
     const name = uniqueLockName('lostreply1');
     const parent = parentOf(name);
-    const proxy = await ReplyDroppingProxy.start(server);
+    const proxy = await TcpProxy.to(server);
     try {
       const zk = await clients.connect(proxy.address, 4000);
       // Make the parent exist so the first create succeeds (an empty container is not reaped).
       const warm = await acquireLock(zk, name);
       await admin.create(`${parent}/keep`);
       await warm.release();
-      proxy.arm(`${parent}/`);
+      proxy.loseReplyTo(`${parent}/`);
       const lock = await acquireLock(zk, name);
-      expect(proxy.dropped).toBe(1);
+      expect(proxy.repliesLost).toBe(1);
       expect(lock.held).toBe(true);
       expect(await queueChildren(admin, parent)).toEqual([lock.path.slice(parent.length + 1), 'keep'].sort());
       await lock.release();
