@@ -14,6 +14,9 @@ export type ErrorCode =
   | 'CLOSED'
   | 'PROTOCOL'
   | 'UNKNOWN_OUTCOME'
+  | 'LAYOUT_MISMATCH'
+  | 'REPEATED_BODY'
+  | 'CORRUPT_FENCE'
   | ZooKeeperErrorCode;
 
 export type ZooKeeperErrorCode =
@@ -207,4 +210,54 @@ export class ZooKeeperError extends FencekeeperError {
  */
 export function isCode(error: unknown, code: ErrorCode): error is FencekeeperError {
   return error instanceof FencekeeperError && error.code === code;
+}
+
+/**
+ * A fenced write of one storage layout met a resource kept in another (an S3
+ * key written in place, written through a pointer, or a pointer's data
+ * object). Nothing was written: mixing the two would hide one layout's fence
+ * from the other's writers.
+ */
+export class LayoutMismatchError extends FencekeeperError {
+  static override readonly kind: string = 'LayoutMismatchError';
+  readonly resource: string;
+  /** The layout the write asked for. */
+  readonly expected: string;
+  /** The layout the resource is kept in. */
+  readonly found: string;
+  constructor(resource: string, expected: string, found: string, message: string, options?: FencekeeperErrorOptions) {
+    super('LAYOUT_MISMATCH', message, options);
+    this.resource = resource;
+    this.expected = expected;
+    this.found = found;
+  }
+}
+
+/**
+ * An in-place conditional write whose body is byte for byte the object's
+ * current body. The object's ETag would not change, so a paused holder that
+ * read the object earlier could still pass its own condition and put its
+ * older token back. Nothing was written.
+ */
+export class RepeatedBodyError extends FencekeeperError {
+  static override readonly kind: string = 'RepeatedBodyError';
+  readonly resource: string;
+  constructor(resource: string, message: string, options?: FencekeeperErrorOptions) {
+    super('REPEATED_BODY', message, options);
+    this.resource = resource;
+  }
+}
+
+/**
+ * A stored fence that cannot be read (a malformed pointer, a pointer naming
+ * a data object that does not exist). Fail closed: the resource is neither
+ * overwritten nor trusted until an operator repairs it.
+ */
+export class CorruptFenceError extends FencekeeperError {
+  static override readonly kind: string = 'CorruptFenceError';
+  readonly resource: string;
+  constructor(resource: string, message: string, options?: FencekeeperErrorOptions) {
+    super('CORRUPT_FENCE', message, options);
+    this.resource = resource;
+  }
 }

@@ -16,6 +16,9 @@ export {
   ProtocolError,
   UnknownOutcomeError,
   ZooKeeperError,
+  LayoutMismatchError,
+  RepeatedBodyError,
+  CorruptFenceError,
 } from './errors.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
 

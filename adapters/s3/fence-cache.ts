@@ -1,17 +1,15 @@
 // This process's own last write per (client, bucket, key): the ETag it got back
-// and the token it wrote. It lets the steady state (a holder rewriting a key it
-// wrote last) go out as one conditional PUT, with no HEAD first.
+// and the fence it wrote. It lets the steady state (a holder rewriting a key it
+// wrote last) go out with no HEAD first.
 //
 // Why trusting it is safe: the entry is only a guess at the object's ETag. The
 // PUT is conditioned on it, so a wrong guess costs a 412 and a fresh HEAD, never
 // a wrong write. Refusing a smaller token from the cache alone is also right:
 // the cached token was accepted once, and fences only go up.
-import type { FencingToken } from '../../src/index.js';
+import type { StoredFence } from './metadata.js';
 
-export interface CachedFence {
-  readonly etag: string;
-  readonly token: FencingToken;
-}
+/** Our own last write to a key, as a HEAD would have shown it right after. */
+export type CachedFence = StoredFence;
 
 /** Bound per client, so a process writing millions of distinct keys does not grow without end. */
 const MAX_ENTRIES_PER_CLIENT = 4096;

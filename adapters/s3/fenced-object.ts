@@ -1,87 +1,54 @@
-// Fenced writes to S3 objects: compare the object's token with ours, then write
-// with a precondition that the object has not changed since we compared.
+// Fenced writes to S3 objects: compare the key's token with ours, then write
+// with a precondition that the key has not changed since we compared
+// (conditional-write.ts), in one of two layouts:
 //
-// The protocol, per call (ARCHITECTURE.md, "S3"; S3 conditional writes:
-// https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html):
-//   1. Read the fence: the pair {ETag, token} from this process's own last write
-//      to the key (cache), else a HEAD. The token is user metadata `fencing-token`.
-//   2. Decide: our token smaller than the object's -> StaleTokenError, nothing
-//      sent. Equal passes (the same holder writes many times); larger advances.
-//   3. PUT with If-Match: <ETag without quotes> (If-None-Match: * for a missing
-//      key), carrying our token and a random write id in the metadata.
-//   4. 412 (or AWS's 409 ConditionalRequestConflict): someone wrote in between.
-//      HEAD again and go back to 2, with jittered backoff, at most maxAttempts PUTs.
-//      A 5xx or a lost reply is an unknown outcome: the same HEAD tells whether
-//      the object carries our write id (ours landed: success) or not (decide again).
+//   'in-place' (the default): the object carries its own fence in its
+//      metadata and is overwritten conditionally on its ETag. Sound only when
+//      every write's body is unique (carries the token or a write id): the
+//      ETag hashes the bytes, and a body that repeats an earlier version lets
+//      a paused holder's PUT through, putting the fence back (in-place.ts). A
+//      body equal to the current one is refused (RepeatedBodyError).
+//   'pointer': immutable data objects, one per write, plus a small pointer at
+//      the key whose bytes are unique per write; sound for any body
+//      (pointer-write.ts). Readers follow the pointer; collectGarbage removes
+//      data objects no pointer can name any more.
+//
+// A key is kept in one layout: a write of the other layout is refused
+// (LayoutMismatchError), so one layout's fence is never hidden from the
+// other's writers. fencedGetObject and readFence read either.
 //
 // Objects and metadata (fail closed):
-//   - An object with no `fencing-token` metadata was written without fencing;
-//     any token may overwrite it (conditionally, like any other).
-//   - An object whose `fencing-token` is not a valid token is never overwritten:
-//     InvalidTokenError naming the object. An operator must repair or remove it.
+//   - An object with no fence metadata was written without fencing; any token
+//     may overwrite it, in either layout (conditionally, like any other).
+//   - An object whose `fencing-token` is not a valid token, or a pointer that
+//     does not parse, is never overwritten: InvalidTokenError or
+//     CorruptFenceError naming the object. An operator must repair or remove it.
 //
-// Deletes keep the fence: fencedDeleteObject overwrites the object with a
-// tombstone (a small body unique to that delete, metadata `fencing-tombstone: 1`
-// and the token). RGW 16 ignores If-Match on DELETE, and a real DELETE would
-// erase the high-water mark. fencedGetObject answers null for a tombstone;
-// readFence still reports its token; isTombstone() tells for a plain GetObject.
-//
-// SDK retries: the user's client may retry a PUT (a 5xx, a reset). A retried
-// conditional PUT whose first try had landed answers 412 (the ETag moved, or the
-// key now exists); that goes down the race path, and the HEAD finds our write id:
-// success. Nothing here changes the client's retry configuration.
-// After an unknown outcome, a read-back that shows someone else's write means
-// ours did not stick (it never landed, or it landed and was overwritten since):
-// the call decides again, so it may end in StaleTokenError (the object has moved
-// past our token; anything we wrote is superseded) or in a fresh attempt.
-// UnknownOutcomeError is left for a read-back that itself fails, and for
-// contention outlasting maxAttempts.
-//
-// The limit of If-Match (ABA): for a single-part PUT the ETag is the MD5 of the
-// body, so the condition sees a change of *bytes*, not of writes. A holder that
-// read body A, paused, while a newer holder wrote B and then A again (or wrote A
-// over A), finds the ETag it read and its PUT succeeds. A body that embeds the
-// writer's token closes this: identical bytes then mean an identical token, so
-// the fence the paused holder judged is still the object's fence. Tombstones
-// embed their write id for this reason. (test/integration/s3.test.ts shows both.)
-import { randomUUID } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { debuglog } from 'node:util';
-import {
-  GetObjectCommand,
-  HeadBucketCommand,
-  HeadObjectCommand,
-  PutObjectCommand,
-} from '@aws-sdk/client-s3';
-import type {
-  GetObjectCommandInput,
-  GetObjectCommandOutput,
-  HeadObjectCommandInput,
-  PutObjectCommandInput,
-  S3Client,
-} from '@aws-sdk/client-s3';
-import {
-  InvalidArgumentError,
-  StaleTokenError,
-  UnknownOutcomeError,
-  assertToken,
-  formatToken,
-} from '../../src/index.js';
+// Deletes keep the fence: fencedDeleteObject writes a tombstone (in place: an
+// object with a body unique to that delete; in the pointer layout: a pointer
+// naming no data) carrying the token. RGW 16 ignores If-Match on DELETE, and a
+// real DELETE would erase the high-water mark. fencedGetObject answers null
+// for a tombstone; readFence still reports its token.
+import type { PutObjectCommandInput, S3Client } from '@aws-sdk/client-s3';
+import { InvalidArgumentError, assertToken, formatToken } from '../../src/index.js';
 import type { FencingToken } from '../../src/index.js';
-import { forgetCachedFence, getCachedFence, setCachedFence } from './fence-cache.js';
-import {
-  TOKEN_METADATA,
-  TOMBSTONE_METADATA,
-  WRITE_ID_METADATA,
-  fenceFromMetadata,
-  isReservedMetadataName,
-  isTombstone,
-} from './metadata.js';
-import type { StoredFence } from './metadata.js';
-import { addCondition, isConditionFailure, isMissingKey, isNotFound, isUnknownOutcome } from './wire.js';
-import type { PutCondition } from './wire.js';
+import { conditionalWrite } from './conditional-write.js';
+import type { FencedWriteOptions } from './conditional-write.js';
+import { inPlacePlan } from './in-place.js';
+import { TOKEN_METADATA, TOMBSTONE_METADATA, WRITE_ID_METADATA, isReservedMetadataName } from './metadata.js';
+import { checkPointerKey } from './pointer.js';
+import { pointerContextOf, pointerPlan } from './pointer-write.js';
+import { checkLocation, readContextOf, resourceName } from './requests.js';
+import type { ObjectLocation, ReadContext } from './requests.js';
+import { md5Etag } from './wire.js';
 
-const debug = debuglog('fencekeeper');
+/** How a key is kept: see the top of this file. */
+export type ObjectLayout = 'in-place' | 'pointer';
+
+export interface FencedObjectOptions extends FencedWriteOptions {
+  /** Default 'in-place'. Use 'pointer' wherever two writes may store the same bytes. */
+  readonly layout?: ObjectLayout;
+}
 
 export type FencedPutObjectInput = Omit<PutObjectCommandInput, 'IfMatch' | 'IfNoneMatch' | 'Body'> & {
   /** The holder's fencing token (the lock's `token`). */
@@ -93,31 +60,12 @@ export type FencedPutObjectInput = Omit<PutObjectCommandInput, 'IfMatch' | 'IfNo
   readonly Body?: string | Uint8Array;
 };
 
-export interface FencedWriteOptions {
-  /**
-   * Cancels the wait between attempts and the requests in flight (AbortError).
-   * An abort while a PUT is in flight leaves that PUT's outcome unknown; readFence tells.
-   */
-  readonly signal?: AbortSignal;
-  /** Conditional PUTs tried before giving up under contention (default 20). */
-  readonly maxAttempts?: number;
-  /**
-   * For tests and advanced use: awaited after the fence was read and judged,
-   * right before each conditional PUT. A test holds a writer here to open the
-   * window a paused holder would have.
-   */
-  readonly beforePut?: () => Promise<void>;
-}
-
 export interface FencedWriteResult {
-  /** The new object's ETag as S3 returned it (quoted). */
+  /** The ETag of the object holding the body, as S3 returned it (quoted); for a pointer: the data object's. */
   readonly etag: string;
   readonly token: FencingToken;
-}
-
-export interface ObjectLocation {
-  readonly Bucket: string;
-  readonly Key: string;
+  /** Pointer layout only: the key of the data object the pointer now names. */
+  readonly dataKey?: string;
 }
 
 export type FencedDeleteObjectInput = ObjectLocation & {
@@ -125,32 +73,25 @@ export type FencedDeleteObjectInput = ObjectLocation & {
   readonly ExpectedBucketOwner?: string | undefined;
 };
 
-const DEFAULT_MAX_ATTEMPTS = 20;
-const BACKOFF_BASE_MS = 4;
-const BACKOFF_CAP_MS = 200;
-
-/** Pass-through fields a HEAD needs to read what the PUT writes (SSE-C objects, bucket-owner checks). */
-type ReadContext = Pick<
-  HeadObjectCommandInput,
-  'ExpectedBucketOwner' | 'RequestPayer' | 'SSECustomerAlgorithm' | 'SSECustomerKey' | 'SSECustomerKeyMD5'
->;
-
 /**
- * Write an object only if `token` is at least the object's current fencing
- * token. Throws StaleTokenError (nothing written) when the object holds a larger
+ * Write an object only if `token` is at least the key's current fencing
+ * token. Throws StaleTokenError (nothing written) when the key holds a larger
  * token; InvalidTokenError for a bad `token` or an object whose stored token is
- * corrupt; InvalidArgumentError for unusable input; UnknownOutcomeError when a
- * 5xx or lost reply could not be settled by reading the object back, or when
- * contention outlasted `maxAttempts`. S3 errors (NoSuchBucket, AccessDenied, ...)
- * pass through unchanged.
+ * corrupt; CorruptFenceError for a pointer that does not parse;
+ * LayoutMismatchError for a key kept in the other layout; RepeatedBodyError
+ * (in place) for a body equal to the current object's; InvalidArgumentError
+ * for unusable input; UnknownOutcomeError when a 5xx or lost reply could not
+ * be settled by reading the key back, or when contention outlasted
+ * `maxAttempts`. S3 errors (NoSuchBucket, AccessDenied, ...) pass through.
  */
 export async function fencedPutObject(
   client: S3Client,
   input: FencedPutObjectInput,
-  options: FencedWriteOptions = {},
+  options: FencedObjectOptions = {},
 ): Promise<FencedWriteResult> {
   const token = assertToken((input as { token?: unknown }).token);
-  const { Bucket, Key } = checkLocation(input);
+  const location = checkLocation(input);
+  const layout = checkLayoutOption(options.layout);
   checkBody(input.Body);
   checkNoConditions(input);
   for (const name of Object.keys(input.Metadata ?? {})) {
@@ -159,224 +100,74 @@ export async function fencedPutObject(
     }
   }
   const { token: _token, Metadata, ...rest } = input;
-  return conditionalWrite(client, Bucket, Key, token, options, readContextOf(input), (writeId) => ({
-    ...rest,
-    Bucket,
-    Key,
-    Metadata: { ...Metadata, [TOKEN_METADATA]: formatToken(token), [WRITE_ID_METADATA]: writeId },
-  }));
+  const resource = resourceName(location.Bucket, location.Key);
+  const readContext = readContextOf(input);
+
+  if (layout === 'pointer') {
+    checkPointerKey(location.Key);
+    const pointerContext = pointerContextOf(input);
+    const data: PutObjectCommandInput = { ...rest, ...(Metadata === undefined ? {} : { Metadata }) };
+    const plan = pointerPlan(client, { resource, location, token, readContext, pointerContext, signal: options.signal, data });
+    await conditionalWrite(client, plan, options);
+    const written = plan.written();
+    return { etag: written?.etag ?? '', token, ...(written === undefined ? {} : { dataKey: written.dataKey }) };
+  }
+
+  const plan = inPlacePlan(client, {
+    resource, location, token, context: readContext, signal: options.signal, tombstone: false,
+    bodyEtag: md5Etag(input.Body),
+    makeInput: (writeId) => ({
+      ...rest,
+      ...location,
+      Metadata: { ...Metadata, [TOKEN_METADATA]: formatToken(token), [WRITE_ID_METADATA]: writeId },
+    }),
+  });
+  return { etag: await conditionalWrite(client, plan, options), token };
 }
 
 /**
  * Delete an object without losing its fence: overwrite it (conditionally, as
  * fencedPutObject does) with a tombstone carrying `token`. Afterwards a smaller
  * token is refused, an equal or larger one may write the key again, and
- * fencedGetObject answers null. Deleting a missing key creates a tombstone too.
+ * fencedGetObject answers null. Deleting a missing key creates a tombstone
+ * too. Pass the key's layout; in the pointer layout the data objects stay
+ * until collectGarbage removes them.
  */
 export async function fencedDeleteObject(
   client: S3Client,
   input: FencedDeleteObjectInput,
-  options: FencedWriteOptions = {},
+  options: FencedObjectOptions = {},
 ): Promise<FencedWriteResult> {
   const token = assertToken((input as { token?: unknown }).token);
-  const { Bucket, Key } = checkLocation(input);
+  const location = checkLocation(input);
+  const layout = checkLayoutOption(options.layout);
+  const resource = resourceName(location.Bucket, location.Key);
   const context: ReadContext = input.ExpectedBucketOwner === undefined ? {} : { ExpectedBucketOwner: input.ExpectedBucketOwner };
-  return conditionalWrite(client, Bucket, Key, token, options, context, (writeId) => ({
-    ...context,
-    Bucket,
-    Key,
-    // Unique bytes, so two tombstones never share an ETag (see ABA above).
-    Body: `fencekeeper tombstone token=${formatToken(token)} write=${writeId}\n`,
-    ContentType: 'text/plain; charset=utf-8',
-    Metadata: { [TOKEN_METADATA]: formatToken(token), [WRITE_ID_METADATA]: writeId, [TOMBSTONE_METADATA]: '1' },
-  }));
+
+  if (layout === 'pointer') {
+    checkPointerKey(location.Key);
+    const plan = pointerPlan(client, { resource, location, token, readContext: context, pointerContext: context, signal: options.signal, data: undefined });
+    return { etag: await conditionalWrite(client, plan, options), token };
+  }
+
+  const plan = inPlacePlan(client, {
+    resource, location, token, context, signal: options.signal, tombstone: true, bodyEtag: undefined,
+    makeInput: (writeId) => ({
+      ...context,
+      ...location,
+      // Unique bytes, so two tombstones never share an ETag.
+      Body: `fencekeeper tombstone token=${formatToken(token)} write=${writeId}\n`,
+      ContentType: 'text/plain; charset=utf-8',
+      Metadata: { [TOKEN_METADATA]: formatToken(token), [WRITE_ID_METADATA]: writeId, [TOMBSTONE_METADATA]: '1' },
+    }),
+  });
+  return { etag: await conditionalWrite(client, plan, options), token };
 }
 
-/**
- * The object's stored fencing token: null when the key does not exist or was
- * written without fencing. A tombstone reports the token of the delete.
- * Metadata that is not a valid token throws InvalidTokenError (fail closed);
- * a bucket that does not exist throws InvalidArgumentError.
- */
-export async function readFence(
-  client: S3Client,
-  input: ObjectLocation & ReadContext,
-  options: { readonly signal?: AbortSignal } = {},
-): Promise<FencingToken | null> {
-  const { Bucket, Key } = checkLocation(input);
-  const fence = await headFence(client, Bucket, Key, readContextOf(input), options.signal);
-  if (fence === null) {
-    await assertBucketExists(client, Bucket, options.signal);
-    return null;
-  }
-  return fence.token;
-}
-
-/**
- * GetObject that knows about the fence: null for a missing key or a tombstone,
- * else the SDK's output plus the object's `token` (null if written unfenced).
- * Corrupt fence metadata throws InvalidTokenError.
- */
-export async function fencedGetObject(
-  client: S3Client,
-  input: GetObjectCommandInput,
-  options: { readonly signal?: AbortSignal } = {},
-): Promise<(GetObjectCommandOutput & { readonly token: FencingToken | null }) | null> {
-  const { Bucket, Key } = checkLocation(input);
-  let output: GetObjectCommandOutput;
-  try {
-    output = await client.send(new GetObjectCommand(input), sendOptions(options.signal));
-  } catch (error) {
-    if (isNotFound(error) && (error as { name?: unknown }).name !== 'NoSuchBucket') return null;
-    throw error;
-  }
-  let fence: StoredFence;
-  try {
-    fence = fenceFromMetadata(resourceName(Bucket, Key), output.ETag ?? '', output.Metadata);
-  } catch (error) {
-    await discardBody(output);
-    throw error;
-  }
-  if (fence.tombstone) {
-    await discardBody(output);
-    return null;
-  }
-  return Object.assign(output, { token: fence.token });
-}
-
-export { isTombstone };
-
-// ---------------------------------------------------------------------------
-
-async function conditionalWrite(
-  client: S3Client,
-  Bucket: string,
-  Key: string,
-  token: FencingToken,
-  options: FencedWriteOptions,
-  context: ReadContext,
-  makeInput: (writeId: string) => PutObjectCommandInput,
-): Promise<FencedWriteResult> {
-  const maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
-  if (!Number.isInteger(maxAttempts) || maxAttempts < 1) {
-    throw new InvalidArgumentError(`maxAttempts must be a positive integer, got ${String(maxAttempts)}`);
-  }
-  const resource = resourceName(Bucket, Key);
-  const signal = options.signal;
-  // One write id for every attempt of this call: each attempt writes the same
-  // body and token, so whichever of them landed is "ours".
-  const writeId = randomUUID();
-  const putInput = makeInput(writeId);
-
-  // What we believe the object is: a cached pair, a HEAD's answer, null for
-  // "does not exist", undefined for "read it". The cached pair is our own
-  // last write. It is trusted for the same token (the same holder writing
-  // again: one request) and for a smaller one (refused at once: fences only
-  // go up). A larger token means the lock changed hands since, and another
-  // holder has likely written in between: reading first costs HEAD + PUT,
-  // where trusting the cache would cost a failed PUT, the HEAD and the PUT.
-  const cached = getCachedFence(client, Bucket, Key);
-  let known: { readonly etag: string; readonly token: FencingToken | null } | null | undefined =
-    cached !== undefined && cached.token < token ? undefined : cached;
-  let unsettled: unknown; // the error of a PUT whose outcome we have not seen yet
-  let attempts = 0;
-
-  for (;;) {
-    if (known === undefined) {
-      let fence: StoredFence | null;
-      try {
-        fence = await headFence(client, Bucket, Key, context, signal);
-      } catch (error) {
-        if (unsettled === undefined) throw error;
-        throw new UnknownOutcomeError(
-          `${resource}: a conditional PUT with token ${token} may or may not have landed (${describeError(unsettled)}), and reading the object back failed (${describeError(error)})`,
-          { cause: error },
-        );
-      }
-      if (attempts > 0 && fence !== null && fence.writeId === writeId) {
-        // Ours landed: a retried PUT (by the SDK) or a 5xx whose write went through.
-        debug('s3 %s: write %s found after %d attempt(s)', resource, writeId, attempts);
-        setCachedFence(client, Bucket, Key, { etag: fence.etag, token });
-        return { etag: fence.etag, token };
-      }
-      known = fence;
-      unsettled = undefined; // the object is not ours: whatever we sent did not stick
-    }
-
-    if (known !== null && known.token !== null && token < known.token) {
-      throw new StaleTokenError(resource, token, known.token);
-    }
-    if (attempts >= maxAttempts) {
-      throw new UnknownOutcomeError(
-        `${resource}: gave up after ${attempts} conditional PUTs with token ${token}: each lost to a concurrent write (or its outcome was lost, and the object then was not ours)`,
-      );
-    }
-
-    if (options.beforePut !== undefined) await options.beforePut();
-    signal?.throwIfAborted();
-    const condition: PutCondition = known === null ? { ifNoneMatch: '*' } : { ifMatch: known.etag };
-    const command = new PutObjectCommand(putInput);
-    const wire = addCondition(command, condition);
-    attempts += 1;
-    try {
-      const output = await client.send(command, sendOptions(signal));
-      // RGW and AWS always return the ETag of a PUT; without it the next write
-      // could not be conditioned, so do not cache.
-      const etag = output.ETag;
-      if (etag === undefined) forgetCachedFence(client, Bucket, Key);
-      else setCachedFence(client, Bucket, Key, { etag, token });
-      return { etag: etag ?? '', token };
-    } catch (error) {
-      forgetCachedFence(client, Bucket, Key);
-      if (isConditionFailure(error) || ('ifMatch' in condition && isMissingKey(error))) {
-        // (AWS answers If-Match on a key deleted since our read with 404 NoSuchKey; RGW with 412.)
-        debug('s3 %s: condition %o failed (attempt %d), reading again', resource, condition, attempts);
-      } else if (wire.sent() && isUnknownOutcome(error) && !isAbort(error)) {
-        debug('s3 %s: unknown outcome (attempt %d): %s', resource, attempts, describeError(error));
-        unsettled = error;
-      } else {
-        throw error;
-      }
-      known = undefined;
-      await sleep(backoffMs(attempts), undefined, signal === undefined ? undefined : { signal });
-    }
-  }
-}
-
-/** HEAD the object and read its fence; null when it does not exist (or the bucket does not). */
-async function headFence(
-  client: S3Client,
-  Bucket: string,
-  Key: string,
-  context: ReadContext,
-  signal: AbortSignal | undefined,
-): Promise<StoredFence | null> {
-  try {
-    const head = await client.send(new HeadObjectCommand({ ...context, Bucket, Key }), sendOptions(signal));
-    return fenceFromMetadata(resourceName(Bucket, Key), head.ETag ?? '', head.Metadata);
-  } catch (error) {
-    if (isNotFound(error)) return null;
-    throw error;
-  }
-}
-
-// A HEAD answers a bare 404 both for a missing key and a missing bucket; a
-// reader asking for a fence in a bucket that does not exist has a typo, not a
-// fresh key.
-async function assertBucketExists(client: S3Client, Bucket: string, signal: AbortSignal | undefined): Promise<void> {
-  try {
-    await client.send(new HeadBucketCommand({ Bucket }), sendOptions(signal));
-  } catch (error) {
-    if (isNotFound(error)) throw new InvalidArgumentError(`bucket ${JSON.stringify(Bucket)} does not exist`, { cause: error });
-    throw error;
-  }
-}
-
-function checkLocation(input: { readonly Bucket?: unknown; readonly Key?: unknown }): ObjectLocation {
-  const { Bucket, Key } = input;
-  if (typeof Bucket !== 'string' || Bucket === '') throw new InvalidArgumentError('Bucket must be a non-empty string');
-  if (typeof Key !== 'string' || Key === '') throw new InvalidArgumentError('Key must be a non-empty string');
-  return { Bucket, Key };
+function checkLayoutOption(layout: unknown): ObjectLayout {
+  if (layout === undefined) return 'in-place';
+  if (layout === 'in-place' || layout === 'pointer') return layout;
+  throw new InvalidArgumentError(`layout must be 'in-place' or 'pointer', got ${typeof layout === 'string' ? JSON.stringify(layout.slice(0, 40)) : typeof layout}`);
 }
 
 // A lost race means sending the body again, so it must be replayable; and a
@@ -395,44 +186,4 @@ function checkNoConditions(input: object): void {
       throw new InvalidArgumentError(`${field} is set by the fence; do not pass it to fencedPutObject`);
     }
   }
-}
-
-function readContextOf(input: ReadContext): ReadContext {
-  const context: { -readonly [K in keyof ReadContext]: ReadContext[K] } = {};
-  if (input.ExpectedBucketOwner !== undefined) context.ExpectedBucketOwner = input.ExpectedBucketOwner;
-  if (input.RequestPayer !== undefined) context.RequestPayer = input.RequestPayer;
-  if (input.SSECustomerAlgorithm !== undefined) context.SSECustomerAlgorithm = input.SSECustomerAlgorithm;
-  if (input.SSECustomerKey !== undefined) context.SSECustomerKey = input.SSECustomerKey;
-  if (input.SSECustomerKeyMD5 !== undefined) context.SSECustomerKeyMD5 = input.SSECustomerKeyMD5;
-  return context;
-}
-
-function resourceName(Bucket: string, Key: string): string {
-  return `s3://${Bucket}/${Key}`;
-}
-
-function sendOptions(signal: AbortSignal | undefined): { abortSignal?: AbortSignal } {
-  return signal === undefined ? {} : { abortSignal: signal };
-}
-
-/** Full jitter (AWS Architecture Blog, "Exponential Backoff And Jitter"). */
-function backoffMs(attempt: number): number {
-  const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** Math.min(attempt, 16));
-  return Math.random() * ceiling;
-}
-
-function isAbort(error: unknown): boolean {
-  return typeof error === 'object' && error !== null && (error as { name?: unknown }).name === 'AbortError';
-}
-
-function describeError(error: unknown): string {
-  if (typeof error !== 'object' || error === null) return String(error);
-  const e = error as { name?: unknown; message?: unknown; $metadata?: { httpStatusCode?: number } };
-  const status = e.$metadata?.httpStatusCode;
-  return `${String(e.name ?? 'Error')}${status === undefined ? '' : ` ${status}`}: ${String(e.message ?? '')}`;
-}
-
-async function discardBody(output: GetObjectCommandOutput): Promise<void> {
-  const body = output.Body as { transformToByteArray?: () => Promise<Uint8Array> } | undefined;
-  await body?.transformToByteArray?.();
 }

@@ -1,17 +1,18 @@
-// fencekeeper/s3: fenced writes to S3 objects through conditional PUTs.
-// The design and its limits are described at the top of fenced-object.ts.
-export {
-  fencedPutObject,
-  fencedDeleteObject,
-  fencedGetObject,
-  readFence,
-  isTombstone,
-} from './fenced-object.js';
+// fencekeeper/s3: fenced writes to S3 objects through conditional PUTs, in
+// place or through a pointer. The design and its limits are described at the
+// top of fenced-object.ts, in-place.ts, pointer-write.ts and collect-garbage.ts.
+export { fencedPutObject, fencedDeleteObject } from './fenced-object.js';
 export type {
+  ObjectLayout,
+  FencedObjectOptions,
   FencedPutObjectInput,
   FencedDeleteObjectInput,
-  FencedWriteOptions,
   FencedWriteResult,
-  ObjectLocation,
 } from './fenced-object.js';
-export { TOKEN_METADATA, WRITE_ID_METADATA, TOMBSTONE_METADATA } from './metadata.js';
+export type { FencedWriteOptions } from './conditional-write.js';
+export { fencedGetObject, readFence } from './fenced-read.js';
+export type { FencedGetObjectOutput, FencedReadOptions } from './fenced-read.js';
+export { collectGarbage, DEFAULT_GRACE_MS } from './collect-garbage.js';
+export type { CollectGarbageOptions, CollectGarbageResult } from './collect-garbage.js';
+export type { ObjectLocation } from './requests.js';
+export { isTombstone, TOKEN_METADATA, WRITE_ID_METADATA, TOMBSTONE_METADATA, LAYOUT_METADATA } from './metadata.js';

@@ -1,4 +1,5 @@
 // What goes on the wire for a conditional PUT, and how S3's answers are read.
+import { createHash } from 'node:crypto';
 import type { PutObjectCommand } from '@aws-sdk/client-s3';
 
 /** The precondition of one PUT: the object must still be the one we read, or must not exist. */
@@ -22,7 +23,7 @@ export function unquoteEtag(etag: string): string {
  * both forms). The middleware is added to the command's own stack, so the
  * client's stack, and the user's middleware on it, are untouched and still run.
  */
-export function addCondition(command: PutObjectCommand, condition: PutCondition): { readonly sent: () => boolean } {
+export function addCondition(command: PutObjectCommand, condition: PutCondition): SendRecord {
   const [name, value] = 'ifMatch' in condition
     ? ['if-match', unquoteEtag(condition.ifMatch)]
     : ['if-none-match', condition.ifNoneMatch];
@@ -34,18 +35,57 @@ export function addCondition(command: PutObjectCommand, condition: PutCondition)
     },
     { step: 'build', name: 'fencekeeperPutCondition', priority: 'low' },
   );
-  // Innermost in the deserialize step, i.e. right before the HTTP handler: an
-  // error from a request that never got this far (credentials, a bad endpoint,
-  // an abort before sending) is a definite "not written", not an unknown outcome.
-  let sent = false;
+  return recordSends(command);
+}
+
+/** What went on the wire for one command: one entry per send (the SDK may retry), its HTTP status or null for none. */
+export interface SendRecord {
+  readonly answers: readonly (number | null)[];
+  sent(): boolean;
+  /**
+   * True only when every send was answered with a 4xx (the condition failed,
+   * or the request was refused): then this command's write did not land, and
+   * cannot land later. A 5xx may follow a write that was applied, and a send
+   * without an answer (a reset, a timeout) may still be applied by the server
+   * after we gave up on it.
+   */
+  definitelyRefused(): boolean;
+}
+
+/**
+ * Innermost in the deserialize step, i.e. right before the HTTP handler, so it
+ * sees every send, the SDK's retries included. An error from a request that
+ * never got this far (credentials, a bad endpoint, an abort before sending) is
+ * a definite "not written", not an unknown outcome.
+ */
+export function recordSends(command: PutObjectCommand): SendRecord {
+  const answers: (number | null)[] = [];
   command.middlewareStack.add(
     (next) => async (args) => {
-      sent = true;
-      return next(args);
+      try {
+        const out = await next(args);
+        answers.push((out.response as { statusCode?: number }).statusCode ?? null);
+        return out;
+      } catch (error) {
+        answers.push(null);
+        throw error;
+      }
     },
     { step: 'deserialize', name: 'fencekeeperPutSent', priority: 'low' },
   );
-  return { sent: () => sent };
+  return {
+    answers,
+    sent: () => answers.length > 0,
+    definitelyRefused: () => answers.every((status) => status !== null && status >= 400 && status < 500),
+  };
+}
+
+/**
+ * The ETag S3 gives a single-part, unencrypted (or SSE-S3) PUT of this body:
+ * the hex MD5 of its bytes.
+ */
+export function md5Etag(body: string | Uint8Array | undefined): string {
+  return createHash('md5').update(body ?? '').digest('hex');
 }
 
 interface S3ErrorShape {

@@ -4,18 +4,9 @@
 import { randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  CreateBucketCommand,
-  DeleteBucketCommand,
-  DeleteObjectCommand,
-  GetObjectCommand,
-  HeadObjectCommand,
-  ListObjectsV2Command,
-  PutObjectCommand,
-  S3Client,
-} from '@aws-sdk/client-s3';
-import type { S3ClientConfig } from '@aws-sdk/client-s3';
-import { InvalidArgumentError, InvalidTokenError, StaleTokenError, UnknownOutcomeError } from '../../src/index.js';
+import { GetObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import type { S3Client } from '@aws-sdk/client-s3';
+import { InvalidArgumentError, InvalidTokenError, RepeatedBodyError, StaleTokenError, UnknownOutcomeError } from '../../src/index.js';
 import {
   fencedDeleteObject,
   fencedGetObject,
@@ -23,96 +14,16 @@ import {
   isTombstone,
   readFence,
 } from '../../adapters/s3/index.js';
+import { TestBucket, expectRejects, loseReplies, newClient, randomPrefix as prefix } from './s3-helpers.js';
 
-const endpoint = process.env['S3_ENDPOINT'] ?? 'http://127.0.0.1:7480';
-const config: S3ClientConfig = {
-  endpoint,
-  region: process.env['S3_REGION'] ?? 'us-east-1',
-  forcePathStyle: true,
-  credentials: {
-    accessKeyId: process.env['S3_ACCESS_KEY'] ?? 'test',
-    secretAccessKey: process.env['S3_SECRET_KEY'] ?? 'testsecret',
-  },
-};
+const testBucket = new TestBucket('s3');
+const bucket = testBucket.name;
+const admin = testBucket.admin;
+const getRaw = (Key: string) => testBucket.raw(Key);
+const exists = (Key: string) => testBucket.exists(Key);
 
-/** One request as the client's own middleware saw it: proof the user's stack still runs around ours. */
-interface SeenRequest {
-  readonly method: string;
-  readonly path: string;
-  readonly headers: Record<string, string>;
-  status?: number;
-}
-
-/** A fresh client (so a fresh fence cache) with a user middleware that records every request it sends. */
-function newClient(extra: Partial<S3ClientConfig> = {}): { client: S3Client; seen: SeenRequest[] } {
-  const client = new S3Client({ ...config, ...extra });
-  const seen: SeenRequest[] = [];
-  client.middlewareStack.add(
-    (next) => async (args) => {
-      const request = args.request as { method: string; path: string; headers: Record<string, string> };
-      const entry: SeenRequest = { method: request.method, path: request.path, headers: { ...request.headers } };
-      seen.push(entry);
-      try {
-        const out = await next(args);
-        entry.status = (out.response as { statusCode?: number }).statusCode ?? 0;
-        return out;
-      } catch (error) {
-        entry.status = (error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode ?? -1;
-        throw error;
-      }
-    },
-    { step: 'finalizeRequest', name: 'testRecorder' },
-  );
-  return { client, seen };
-}
-
-const bucket = `fk-s3-${randomBytes(5).toString('hex')}`;
-const admin = newClient().client;
-
-function prefix(): string {
-  return `t-${randomBytes(6).toString('hex')}`;
-}
-
-async function getRaw(Key: string): Promise<{ body: string; metadata: Record<string, string> }> {
-  const out = await admin.send(new GetObjectCommand({ Bucket: bucket, Key }));
-  return { body: await out.Body!.transformToString(), metadata: out.Metadata ?? {} };
-}
-
-async function exists(Key: string): Promise<boolean> {
-  try {
-    await admin.send(new HeadObjectCommand({ Bucket: bucket, Key }));
-    return true;
-  } catch (error) {
-    if ((error as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode === 404) return false;
-    throw error;
-  }
-}
-
-async function expectRejects<E>(promise: Promise<unknown>, type: abstract new (...args: never[]) => E): Promise<E> {
-  const error = await promise.then(
-    () => { throw new Error('expected a rejection'); },
-    (e: unknown) => e,
-  );
-  expect(error).toBeInstanceOf(type);
-  return error as E;
-}
-
-beforeAll(async () => {
-  await admin.send(new CreateBucketCommand({ Bucket: bucket }));
-});
-
-afterAll(async () => {
-  let ContinuationToken: string | undefined;
-  do {
-    const page = await admin.send(new ListObjectsV2Command({ Bucket: bucket, ...(ContinuationToken ? { ContinuationToken } : {}) }));
-    for (const object of page.Contents ?? []) {
-      await admin.send(new DeleteObjectCommand({ Bucket: bucket, Key: object.Key! }));
-    }
-    ContinuationToken = page.NextContinuationToken;
-  } while (ContinuationToken !== undefined);
-  await admin.send(new DeleteBucketCommand({ Bucket: bucket }));
-  admin.destroy();
-});
+beforeAll(() => testBucket.create());
+afterAll(() => testBucket.remove());
 
 describe('fencedPutObject', () => {
   it('creates with If-None-Match, stores the token, and the steady state costs one request', async () => {
@@ -218,29 +129,36 @@ describe('fencedPutObject', () => {
     for (const c of [setup, holder34, holder35]) c.client.destroy();
   });
 
-  it('the documented limit (ABA): identical bytes share an ETag; a body that embeds the token closes it', async () => {
+  it('identical bytes share an ETag: a write equal to the current body is refused; a body that embeds the token needs no refusal', async () => {
     // Holder 34 reads the object 33 wrote and is held; 35 writes. If 35's bytes
-    // equal 33's, the ETag (MD5 of the body) is unchanged and If-Match cannot see
-    // 35's write.
-    async function race(bodyOf: (token: bigint) => string): Promise<unknown> {
+    // equal 33's, the ETag (MD5 of the body) would not change and If-Match
+    // could not see 35's write, so 35 is refused before sending anything.
+    async function race(bodyOf: (token: bigint) => string): Promise<{ by35: unknown; by34: unknown; fence: bigint | null }> {
       const Key = `${prefix()}/aba`;
       const others = newClient();
       await fencedPutObject(others.client, { Bucket: bucket, Key, Body: bodyOf(33n), token: 33n });
       const holder34 = newClient();
-      let held = false;
-      const outcome = await fencedPutObject(holder34.client, { Bucket: bucket, Key, Body: bodyOf(34n), token: 34n }, {
+      let by35: unknown = 'not tried';
+      const by34 = await fencedPutObject(holder34.client, { Bucket: bucket, Key, Body: 'by 34', token: 34n }, {
         beforePut: async () => {
-          if (held) return;
-          held = true;
-          await fencedPutObject(newClient().client, { Bucket: bucket, Key, Body: bodyOf(35n), token: 35n });
+          if (by35 !== 'not tried') return;
+          by35 = await fencedPutObject(newClient().client, { Bucket: bucket, Key, Body: bodyOf(35n), token: 35n }).then(() => 'written', (e: unknown) => e);
         },
       }).then(() => 'written', (e: unknown) => e);
+      const fence = await readFence(others.client, { Bucket: bucket, Key });
       holder34.client.destroy();
       others.client.destroy();
-      return outcome;
+      return { by35, by34, fence };
     }
-    expect(await race(() => 'state=idle')).toBe('written'); // the limit: 34 lands after 35
-    expect(await race((token) => `state=idle token=${token}`)).toBeInstanceOf(StaleTokenError);
+    const constant = await race(() => 'state=idle');
+    expect(constant.by35).toBeInstanceOf(RepeatedBodyError);
+    expect((constant.by35 as RepeatedBodyError).code).toBe('REPEATED_BODY');
+    expect(constant.by34).toBe('written'); // 35 never wrote, so 34 is the newest write: the fence went 33 -> 34
+    expect(constant.fence).toBe(34n);
+    const unique = await race((token) => `state=idle token=${token}`);
+    expect(unique.by35).toBe('written');
+    expect(unique.by34).toBeInstanceOf(StaleTokenError);
+    expect(unique.fence).toBe(35n);
   });
 
   it('a write made without fencing may be overwritten by any token', async () => {
@@ -464,30 +382,10 @@ describe('fencedDeleteObject', () => {
 });
 
 describe('unknown outcomes', () => {
-  /** Let the request reach the server, then pretend its answer was a 500 (a reply lost after the write landed). */
-  function loseReplies(client: S3Client, which: (method: string, n: number) => boolean): void {
-    const counts = new Map<string, number>();
-    client.middlewareStack.add(
-      (next) => async (args) => {
-        const method = (args.request as { method: string }).method;
-        const n = (counts.get(method) ?? 0) + 1;
-        counts.set(method, n);
-        const out = await next(args);
-        if (which(method, n)) {
-          throw Object.assign(new Error('injected: reply lost'), {
-            name: 'InternalError', $fault: 'server', $metadata: { httpStatusCode: 500 },
-          });
-        }
-        return out;
-      },
-      { step: 'finalizeRequest', name: 'testLoseReply', priority: 'low' },
-    );
-  }
-
   it('a 5xx after the PUT landed is settled by the write id (no SDK retries)', async () => {
     const Key = `${prefix()}/lost-reply`;
     const { client, seen } = newClient({ maxAttempts: 1 });
-    loseReplies(client, (method, n) => method === 'PUT' && n === 1);
+    loseReplies(client, (r, n) => r.method === 'PUT' && n === 1);
     const result = await fencedPutObject(client, { Bucket: bucket, Key, Body: 'landed', token: 9n });
     expect(result.token).toBe(9n);
     expect(seen.map((r) => r.method)).toEqual(['HEAD', 'PUT', 'HEAD']);
@@ -500,7 +398,7 @@ describe('unknown outcomes', () => {
     const { client, seen } = newClient({ maxAttempts: 3 });
     await fencedPutObject(client, { Bucket: bucket, Key, Body: 'v1', token: 9n });
     seen.length = 0;
-    loseReplies(client, (method, n) => method === 'PUT' && n === 1);
+    loseReplies(client, (r, n) => r.method === 'PUT' && n === 1);
     await fencedPutObject(client, { Bucket: bucket, Key, Body: 'v2', token: 9n });
     // The first PUT landed but its reply was lost (500); the SDK resent it (same
     // If-Match): 412; our read-back found our write id.
@@ -513,7 +411,7 @@ describe('unknown outcomes', () => {
     const Key = `${prefix()}/unsettled`;
     const { client } = newClient({ maxAttempts: 1 });
     await fencedPutObject(client, { Bucket: bucket, Key, Body: 'v1', token: 9n });
-    loseReplies(client, (method) => method === 'PUT' || method === 'HEAD');
+    loseReplies(client, (r) => r.method === 'PUT' || r.method === 'HEAD');
     const error = await expectRejects(fencedPutObject(client, { Bucket: bucket, Key, Body: 'v2', token: 9n }), UnknownOutcomeError);
     expect(error.retryable).toBe(true);
     client.destroy();

@@ -3,6 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { InvalidTokenError } from '../../src/index.js';
 import { fenceFromMetadata, isReservedMetadataName, isTombstone } from '../../adapters/s3/metadata.js';
+import type { StoredFence } from '../../adapters/s3/metadata.js';
 import { isConditionFailure, isMissingKey, isUnknownOutcome, unquoteEtag } from '../../adapters/s3/wire.js';
 import { forgetCachedFence, getCachedFence, setCachedFence } from '../../adapters/s3/fence-cache.js';
 
@@ -12,11 +13,11 @@ const answer = (status: number | undefined, name = 'Error') =>
 describe('fenceFromMetadata', () => {
   it('reads the token, the write id and the tombstone flag, ignoring the case of names', () => {
     expect(fenceFromMetadata('s3://b/k', '"e"', { 'Fencing-Token': '35', 'fencing-write': 'w1', 'FENCING-TOMBSTONE': '1' }))
-      .toEqual({ etag: '"e"', token: 35n, writeId: 'w1', tombstone: true });
+      .toEqual({ etag: '"e"', layout: 'in-place', token: 35n, writeId: 'w1', tombstone: true, pointer: null });
   });
 
   it('no metadata: written unfenced, token null', () => {
-    expect(fenceFromMetadata('s3://b/k', '"e"', undefined)).toEqual({ etag: '"e"', token: null, writeId: null, tombstone: false });
+    expect(fenceFromMetadata('s3://b/k', '"e"', undefined)).toEqual({ etag: '"e"', layout: 'unfenced', token: null, writeId: null, tombstone: false, pointer: null });
     expect(fenceFromMetadata('s3://b/k', '"e"', { owner: 'x' }).token).toBeNull();
   });
 
@@ -59,12 +60,14 @@ describe('wire', () => {
   });
 });
 
+const fence = (etag: string, token: bigint): StoredFence => ({ etag, layout: 'in-place', token, writeId: null, tombstone: false, pointer: null });
+
 describe('fence cache', () => {
   it('is per client and per key, and forgets on demand', () => {
     const a = {};
     const b = {};
-    setCachedFence(a, 'bucket', 'k', { etag: '"1"', token: 5n });
-    expect(getCachedFence(a, 'bucket', 'k')).toEqual({ etag: '"1"', token: 5n });
+    setCachedFence(a, 'bucket', 'k', fence('"1"', 5n));
+    expect(getCachedFence(a, 'bucket', 'k')).toEqual(fence('"1"', 5n));
     expect(getCachedFence(b, 'bucket', 'k')).toBeUndefined();
     expect(getCachedFence(a, 'bucket', 'k2')).toBeUndefined();
     // bucket and key are kept apart: "a/b" + "c" is not "a" + "b/c"
@@ -75,10 +78,10 @@ describe('fence cache', () => {
 
   it('is bounded, dropping the least recently used key', () => {
     const client = {};
-    setCachedFence(client, 'b', 'first', { etag: '"f"', token: 1n });
-    for (let i = 0; i < 4095; i += 1) setCachedFence(client, 'b', `k${i}`, { etag: '"x"', token: 1n });
+    setCachedFence(client, 'b', 'first', fence('"f"', 1n));
+    for (let i = 0; i < 4095; i += 1) setCachedFence(client, 'b', `k${i}`, fence('"x"', 1n));
     expect(getCachedFence(client, 'b', 'first')).toBeDefined(); // touched: now the most recent
-    setCachedFence(client, 'b', 'one-more', { etag: '"y"', token: 1n });
+    setCachedFence(client, 'b', 'one-more', fence('"y"', 1n));
     expect(getCachedFence(client, 'b', 'first')).toBeDefined();
     expect(getCachedFence(client, 'b', 'k0')).toBeUndefined();
   });
