@@ -2,7 +2,7 @@
 // and its current body (following a pointer to its data object).
 import { GetObjectCommand } from '@aws-sdk/client-s3';
 import type { GetObjectCommandInput, GetObjectCommandOutput, S3Client } from '@aws-sdk/client-s3';
-import { CorruptFenceError, UnknownOutcomeError } from '../../src/index.js';
+import { CorruptFenceError, InvalidArgumentError, UnknownOutcomeError } from '../../src/index.js';
 import type { FencingToken } from '../../src/index.js';
 import { DEFAULT_MAX_ATTEMPTS } from './conditional-write.js';
 import { fenceFromMetadata } from './metadata.js';
@@ -97,6 +97,10 @@ async function follow(
   const Bucket = input.Bucket!;
   const Key = input.Key!;
   const resource = resourceName(Bucket, Key);
+  if (input.VersionId !== undefined) {
+    // A version of the pointer is not a version of the body: the data objects have their own.
+    throw new InvalidArgumentError(`${resource} is kept in the pointer layout; VersionId does not apply (use an unversioned bucket)`);
+  }
   const context = readContextOf(input);
   let current = pointer;
   for (let attempt = 1; ; attempt += 1) {

@@ -1,13 +1,19 @@
-// Benchmark: what fencing costs an S3 write. Imports the BUILT adapter, so build first:
+// Benchmark: what fencing costs an S3 write, in place and through a pointer.
+// Imports the BUILT adapter, so build first:
 //   npx tsc -p tsconfig.build.json && node test/bench/s3-bench.mjs
 // Env: S3_ENDPOINT (default http://127.0.0.1:7480), S3_ACCESS_KEY, S3_SECRET_KEY,
 // S3_REGION, BENCH_WRITES (writes per mode and run, default 300), BENCH_RUNS (default 3),
 // BENCH_BODY_BYTES (default 1024).
 //
 // Modes, each sequential (one write in flight), on one client per mode, against the same server:
-//   plain    PutObject, no condition (the floor)
-//   cold     fencedPutObject on a key this process never wrote: HEAD + conditional PUT
-//   steady   fencedPutObject rewriting the key this client wrote last: one conditional PUT
+//   plain           PutObject, no condition (the floor)
+//   cold            fencedPutObject in place, on a key this process never wrote: HEAD + conditional PUT
+//   steady          fencedPutObject in place, rewriting the key this client wrote last: one conditional PUT
+//   pointer-cold    fencedPutObject { layout: 'pointer' } on a key this process never wrote:
+//                   HEAD + data object (If-None-Match) + pointer (If-Match)
+//   pointer-steady  the pointer layout, rewriting the key this client wrote last: data object + pointer
+// In place, a body equal to the current one is refused, so every mode writes
+// the same random bytes with a per-write counter in front (same size everywhere).
 // Requests are counted by a middleware on the client, the way a user would.
 // The modes take turns in blocks of 10 writes; the median run is reported. Prints figures; asserts nothing.
 import { randomBytes } from 'node:crypto';
@@ -24,7 +30,7 @@ import { fencedPutObject } from '../../dist/adapters/s3/index.js';
 
 const WRITES = Number(process.env.BENCH_WRITES ?? 300);
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
-const BODY = randomBytes(Number(process.env.BENCH_BODY_BYTES ?? 1024));
+const BODY = randomBytes(Math.max(16, Number(process.env.BENCH_BODY_BYTES ?? 1024)));
 const config = {
   endpoint: process.env.S3_ENDPOINT ?? 'http://127.0.0.1:7480',
   region: process.env.S3_REGION ?? 'us-east-1',
@@ -34,6 +40,15 @@ const config = {
     secretAccessKey: process.env.S3_SECRET_KEY ?? 'testsecret',
   },
 };
+const MODES = ['plain', 'cold', 'steady', 'pointer-cold', 'pointer-steady'];
+const POINTER = { layout: 'pointer' };
+
+let counter = 0;
+/** The body of one write: unique per write, the same size in every mode. */
+function body() {
+  counter += 1;
+  return Buffer.concat([Buffer.from(String(counter).padStart(12, '0')), BODY.subarray(12)]);
+}
 
 function countingClient() {
   const client = new S3Client(config);
@@ -54,30 +69,37 @@ await admin.send(new CreateBucketCommand({ Bucket }));
 
 // Each mode gets its own client; a write is one call of its `write(i)`.
 async function prepare(run) {
-  const plain = countingClient();
-  const cold = countingClient();
-  const steady = countingClient();
-  // Cold keys exist (written unfenced by another client), but this client has no cached fence for any of them.
-  for (let i = 0; i < WRITES; i += 1) await admin.send(new PutObjectCommand({ Bucket, Key: `cold-${run}-${i}`, Body: BODY }));
-  // Warm every connection (and the steady holder's first, cold, write) before counting.
-  await plain.client.send(new PutObjectCommand({ Bucket, Key: `plain-${run}`, Body: BODY }));
-  await fencedPutObject(cold.client, { Bucket, Key: `cold-${run}-warm`, Body: BODY, token: 1n });
-  await fencedPutObject(steady.client, { Bucket, Key: `steady-${run}`, Body: BODY, token: 1n });
-  for (const m of [plain, cold, steady]) m.counter.requests = 0;
-  return {
-    plain: { ...plain, write: (i) => plain.client.send(new PutObjectCommand({ Bucket, Key: `plain-${run}`, Body: BODY })) },
-    cold: { ...cold, write: (i) => fencedPutObject(cold.client, { Bucket, Key: `cold-${run}-${i}`, Body: BODY, token: 1n }) },
-    steady: { ...steady, write: (i) => fencedPutObject(steady.client, { Bucket, Key: `steady-${run}`, Body: BODY, token: 1n }) },
+  const c = Object.fromEntries(MODES.map((name) => [name, countingClient()]));
+  // Cold keys exist (written unfenced by another client), but no mode's client has a cached fence for any of them.
+  for (let i = 0; i < WRITES; i += 1) {
+    await admin.send(new PutObjectCommand({ Bucket, Key: `cold-${run}-${i}`, Body: BODY }));
+    await admin.send(new PutObjectCommand({ Bucket, Key: `pointer-cold-${run}-${i}`, Body: BODY }));
+  }
+  const fenced = (name, Key, options) => fencedPutObject(c[name].client, { Bucket, Key, Body: body(), token: 1n }, options);
+  const writers = {
+    plain: () => c.plain.client.send(new PutObjectCommand({ Bucket, Key: `plain-${run}`, Body: body() })),
+    cold: (i) => fenced('cold', `cold-${run}-${i}`),
+    steady: () => fenced('steady', `steady-${run}`),
+    'pointer-cold': (i) => fenced('pointer-cold', `pointer-cold-${run}-${i}`, POINTER),
+    'pointer-steady': () => fenced('pointer-steady', `pointer-steady-${run}`, POINTER),
   };
+  // Warm every connection (and each steady holder's first, cold, write) before counting.
+  await writers.plain();
+  await fenced('cold', `cold-${run}-warm`);
+  await writers.steady();
+  await fenced('pointer-cold', `pointer-cold-${run}-warm`, POINTER);
+  await writers['pointer-steady']();
+  for (const m of Object.values(c)) m.counter.requests = 0;
+  return Object.fromEntries(MODES.map((name) => [name, { ...c[name], write: writers[name] }]));
 }
 
 // The modes take turns in blocks of BLOCK writes, so a change in the machine's
 // load (other processes on two cores) falls on all of them alike.
 const BLOCK = 10;
-const results = { plain: [], cold: [], steady: [] };
+const results = Object.fromEntries(MODES.map((name) => [name, []]));
 for (let run = 0; run < RUNS; run += 1) {
   const modes = await prepare(run);
-  const seconds = { plain: 0, cold: 0, steady: 0 };
+  const seconds = Object.fromEntries(MODES.map((name) => [name, 0]));
   const order = Object.entries(modes);
   for (let first = 0; first < WRITES; first += BLOCK) {
     order.push(order.shift()); // rotate, so no mode always follows the same one
@@ -102,14 +124,15 @@ const summary = Object.fromEntries(
 );
 
 console.log(`S3 fenced-write benchmark: ${config.endpoint}, ${WRITES} sequential writes x ${RUNS} runs per mode, ${BODY.length} B body, Node ${process.version}`);
-console.log('mode     requests/write  writes/s (median)  vs plain   runs');
+console.log('mode             requests/write  writes/s (median)  vs plain   runs');
 for (const [name, s] of Object.entries(summary)) {
   const ratio = s.perSecond / summary.plain.perSecond;
   console.log(
-    `${name.padEnd(8)} ${s.requestsPerWrite.toFixed(2).padStart(14)}  ${s.perSecond.toFixed(0).padStart(17)}  ${ratio.toFixed(3).padStart(8)}   ${s.all.map((x) => x.toFixed(0)).join(' ')}`,
+    `${name.padEnd(16)} ${s.requestsPerWrite.toFixed(2).padStart(14)}  ${s.perSecond.toFixed(0).padStart(17)}  ${ratio.toFixed(3).padStart(8)}   ${s.all.map((x) => x.toFixed(0)).join(' ')}`,
   );
 }
-console.log(`steady state costs ${((1 - summary.steady.perSecond / summary.plain.perSecond) * 100).toFixed(1)}% of plain PutObject throughput; cold ${((1 - summary.cold.perSecond / summary.plain.perSecond) * 100).toFixed(1)}%`);
+const ratio = (a, b) => `${(summary[a].perSecond / summary[b].perSecond).toFixed(3)}x`;
+console.log(`pointer vs in place: steady ${ratio('pointer-steady', 'steady')}, cold ${ratio('pointer-cold', 'cold')}`);
 
 // Clean up.
 let ContinuationToken;

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { DeleteObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import pg from 'pg';
 import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -57,7 +57,7 @@ const shell = all.filter((b) => b.lang === 'sh');
 // enough, the example must do what the README says it does.
 const EXPECTED: Record<string, RegExp> = {
   'A lock and a PostgreSQL write': /^wrote with token \d+$/m,
-  'A lock and an S3 object': /^refused: presented (\d+), current (\d+)\nobject fence: \2$/m,
+  'A lock and an S3 object': /^refused: presented (\d+), current (\d+)\nobject fence: \2\nbody "no changes today" written with token \2$/m,
   'An HTTP service that refuses stale tokens': /^200 403$/m,
   'Leader election': /^leader worker-1 with epoch \d+ true$/m,
   'The CLI': /^token \d+ for readme\/nightly\nleader with epoch \d+\nreadme\/nightly: free/m,
@@ -84,7 +84,11 @@ describe('README examples', () => {
     }
     const s3 = new S3Client({ endpoint: servers.s3.endpoint, region: servers.s3.region, forcePathStyle: true, credentials: servers.s3.credentials });
     try {
-      await s3.send(new DeleteObjectCommand({ Bucket: 'readme-reports', Key: 'daily.txt' })).catch(() => undefined);
+      // The key, and the data objects its pointer named in earlier runs.
+      const page = await s3.send(new ListObjectsV2Command({ Bucket: 'readme-reports', Prefix: 'daily.txt' })).catch(() => undefined);
+      for (const Key of ['daily.txt', ...(page?.Contents ?? []).map((o) => o.Key!)]) {
+        await s3.send(new DeleteObjectCommand({ Bucket: 'readme-reports', Key })).catch(() => undefined);
+      }
     } finally {
       s3.destroy();
     }

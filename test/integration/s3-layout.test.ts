@@ -487,5 +487,6 @@ describe('bad input: a clear error, nothing written', () => {
     expect(await matched!.Body!.transformToString()).toBe('0123456789');
     const head = await testBucket.admin.send(new HeadObjectCommand({ Bucket, Key }));
     expect(head.ETag).not.toBe(written.etag); // the pointer's own ETag is not the body's
+    await expectRejects(fencedGetObject(testBucket.admin, { Bucket, Key, VersionId: 'null' }), InvalidArgumentError);
   });
 });
