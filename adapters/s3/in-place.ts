@@ -70,9 +70,13 @@ export function inPlacePlan(client: S3Client, write: InPlaceWrite): WritePlan {
     isOurs: (fence) => fence.writeId === writeId,
     checkLayout(fence) {
       if (fence === null || fence.layout === 'in-place' || fence.layout === 'unfenced') return;
-      const what = fence.layout === 'pointer' ? 'a pointer' : "a pointer's data object";
+      if (fence.layout === 'data') {
+        throw new LayoutMismatchError(resource, 'in-place', fence.layout, `${resource} is a data object of another key's pointer; it is never overwritten.`);
+      }
+      // Writing the body over the pointer would orphan its data objects and
+      // give up, for this key, the pointer's soundness for repeated bodies.
       throw new LayoutMismatchError(resource, 'in-place', fence.layout,
-        `${resource} is kept in the pointer layout (it is ${what}); an in-place write would hide its fence from the pointer's writers. Write it with { layout: 'pointer' }.`);
+        `${resource} is a pointer (the pointer layout); write it with { layout: 'pointer' }.`);
     },
     checkWrite(fence) {
       if (fence === null || bodyEtag === undefined || unquoteEtag(fence.etag) !== bodyEtag) return;

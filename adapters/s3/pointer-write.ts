@@ -141,9 +141,13 @@ export function pointerPlan(client: S3Client, write: PointerWrite): PointerWrite
     },
     checkLayout(fence) {
       if (fence === null || fence.layout === 'pointer' || fence.layout === 'unfenced') return;
-      const what = fence.layout === 'data' ? "a pointer layout's data object" : 'an object written in place';
+      if (fence.layout === 'data') {
+        throw new LayoutMismatchError(resource, 'pointer', fence.layout, `${resource} is a data object of another key's pointer; it is never overwritten.`);
+      }
+      // Taking the key over would change what its other writers and its plain
+      // GetObject readers find there (a pointer's bytes, not the body).
       throw new LayoutMismatchError(resource, 'pointer', fence.layout,
-        `${resource} is ${what}; a pointer written over it would hide its fence from its own writers. Write it in place (the default layout), or migrate the key deliberately.`);
+        `${resource} is written in place (it carries its own fence); its writers and readers expect the body there, not a pointer. Keep writing it in place, or move to a new key in the pointer layout.`);
     },
     checkWrite() {},
     async prepare(fence) {
