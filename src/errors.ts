@@ -215,8 +215,8 @@ export function isCode(error: unknown, code: ErrorCode): error is FencekeeperErr
 /**
  * A fenced write of one storage layout met a resource kept in another (an S3
  * key written in place, written through a pointer, or a pointer's data
- * object). Nothing was written: mixing the two would hide one layout's fence
- * from the other's writers.
+ * object). Nothing was written: a key's writers and readers rely on one
+ * layout, so a key changes layout only by a deliberate migration.
  */
 export class LayoutMismatchError extends FencekeeperError {
   static override readonly kind: string = 'LayoutMismatchError';
