@@ -16,6 +16,8 @@ export {
   ProtocolError,
   UnknownOutcomeError,
   ZooKeeperError,
+  WorkNotCommittedError,
+  CommitFailedError,
 } from './errors.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
 

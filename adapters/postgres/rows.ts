@@ -15,7 +15,7 @@
 // fencekeeper_tombstones under (relation, row key), and fencedInsert() /
 // fencedUpsert() refuse to re-create a row whose tombstone is larger.
 import { StaleTokenError, formatToken, type FencingToken } from '../../src/index.js';
-import { readBigint, run, statementName, type Queryable } from './database.js';
+import { readBigint, run, sqlState, statementName, type Queryable } from './database.js';
 import { assertIdentifier, checkColumnValues, checkColumns, checkKey, checkToken, quoteIdentifier, quoteTable } from './identifiers.js';
 import { InvalidArgumentError } from '../../src/index.js';
 
@@ -308,11 +308,6 @@ function keyJson(entries: readonly [string, unknown][]): string {
     if (raw instanceof Uint8Array) return `\\x${Buffer.from(raw).toString('hex')}`;
     return value;
   });
-}
-
-function sqlState(error: unknown): string | undefined {
-  const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' ? code : undefined;
 }
 
 function detail(error: unknown): string | undefined {
