@@ -32,12 +32,15 @@ export function uniqueName(prefix: string): string {
   return `${prefix}_${randomBytes(5).toString('hex')}`;
 }
 
-export function newPool(schema: string, applicationName: string, max = 12): pg.Pool {
+/** A pool on `schema`; `settings` are further server settings for its sessions (e.g. default_transaction_isolation). */
+export function newPool(schema: string, applicationName: string, max = 12, settings: Readonly<Record<string, string>> = {}): pg.Pool {
+  // The startup options are split on spaces; a backslash keeps one in a value.
+  const extra = Object.entries(settings).map(([name, value]) => ` -c ${name}=${value.replaceAll(' ', '\\ ')}`).join('');
   return new pg.Pool({
     connectionString: DATABASE_URL,
     max,
     application_name: applicationName,
-    options: `-c search_path=${schema}`,
+    options: `-c search_path=${schema}${extra}`,
   });
 }
 
