@@ -96,7 +96,8 @@ export async function within<T>(promise: Promise<T>, what: string, limitMs = 20_
   }
 }
 
-async function poll(check: () => Promise<boolean>, what: () => string, limitMs: number): Promise<void> {
+/** Poll `check` every 10 ms until it holds; fails after `limitMs`, naming what it waited for. */
+export async function poll(check: () => Promise<boolean>, what: () => string, limitMs = 20_000): Promise<void> {
   const deadline = performance.now() + limitMs;
   while (!(await check())) {
     if (performance.now() > deadline) throw new Error(`timed out after ${limitMs} ms waiting for ${what()}`);
