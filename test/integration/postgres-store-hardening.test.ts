@@ -152,7 +152,7 @@ describe.each(FLAVORS)('PostgresFenceStore hardening with %s', (flavor: Flavor) 
     await exec(trx, 'INSERT INTO history (resource, token, note) VALUES ($1, 30, $2)', [resource, 'before']);
     // The hung handler: a long statement, and on its failure one more write.
     let late: Promise<unknown> | undefined;
-    const hung = exec(trx, 'SELECT pg_sleep(600)').then(
+    const hung = exec(trx, 'SELECT pg_sleep(120)').then(
       () => 'finished',
       (error: unknown) => {
         late = exec(trx, 'INSERT INTO history (resource, token, note) VALUES ($1, 30, $2)', [resource, 'late']).then(() => 'written', (e: unknown) => e);
