@@ -17,6 +17,7 @@ import {
   PostgresFenceStore,
   fencedDelete,
   fencedInsert,
+  fencedUpdate,
   fencedUpsert,
   migrate,
   withFence,
@@ -272,6 +273,25 @@ describe.each(FLAVORS)('fencekeeper/postgres hardening with %s', (flavor: Flavor
       }).catch((e: unknown) => e);
       expect(error).toMatchObject({ code: '40001' });
       expect(await sql('SELECT 1 FROM docs WHERE id = $1', [id])).toHaveLength(0);
+    });
+
+    it('REPEATABLE READ: a stale fencedUpdate / fencedDelete after a newer holder\'s update fails with 40001 (PostgreSQL\'s own check), the row unchanged', async () => {
+      const stale = [
+        (trx: Queryable, id: number) => fencedUpdate(trx, { table: 'docs', where: { id }, set: { body: 'by-5' }, token: 5n }),
+        (trx: Queryable, id: number) => fencedDelete(trx, { table: 'docs', where: { id }, token: 5n }),
+      ];
+      for (const write of stale) {
+        const id = (nextId += 1);
+        await insert(on('read committed').db, id, 3n);
+        const error = await inTransaction('read committed', 'repeatable read', async (trx) => {
+          await exec(trx, 'SELECT * FROM docs WHERE id = $1', [id]);
+          expect(await fencedUpdate(on('read committed').db, { table: 'docs', where: { id }, set: { body: 'by-10' }, token: 10n })).toBe(1);
+          await write(trx, id);
+          return 'written';
+        }).catch((e: unknown) => e);
+        expect(error).toMatchObject({ code: '40001' });
+        expect(await sql('SELECT body, fencing_token::text AS token FROM docs WHERE id = $1', [id])).toEqual([{ body: 'by-10', token: '10' }]);
+      }
     });
 
     it('READ COMMITTED needs no retry: the stale write after the delete is refused as stale at once', async () => {
