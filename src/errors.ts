@@ -17,6 +17,8 @@ export type ErrorCode =
   | 'LAYOUT_MISMATCH'
   | 'REPEATED_BODY'
   | 'CORRUPT_FENCE'
+  | 'WORK_NOT_COMMITTED'
+  | 'COMMIT_FAILED'
   | ZooKeeperErrorCode;
 
 export type ZooKeeperErrorCode =
@@ -178,6 +180,52 @@ export class ProtocolError extends FencekeeperError {
 export class UnknownOutcomeError extends FencekeeperError {
   static override readonly kind: string = 'UnknownOutcomeError';
   constructor(message: string, options?: FencekeeperErrorOptions) { super('UNKNOWN_OUTCOME', message, { retryable: true, ...options }); }
+}
+
+/**
+ * The fenced work returned, but its writes did not commit: a statement in its
+ * transaction failed and the work caught the error (PostgreSQL then answers
+ * COMMIT with ROLLBACK), or a deferred constraint failed. The fence advance
+ * was committed on its own, so the mark does not go back below `token`.
+ */
+export class WorkNotCommittedError extends FencekeeperError {
+  static override readonly kind: string = 'WorkNotCommittedError';
+  readonly resource: string;
+  readonly token: FencingToken;
+  constructor(resource: string, token: FencingToken, options?: FencekeeperErrorOptions) {
+    super('WORK_NOT_COMMITTED', `the writes fenced on ${resource} with token ${token} did not commit${causeText(options)}; the fence advance did`, options);
+    this.resource = resource;
+    this.token = token;
+  }
+}
+
+/**
+ * The transaction holding the fence advance did not reach a confirmed COMMIT:
+ * COMMIT itself failed (a serialization failure), the connection was lost, or
+ * the work ended the transaction itself. The advance went with it and was
+ * applied again at once in a transaction of its own; `restored` says whether
+ * that worked (false: the mark may stay below `token` until a holder presents
+ * a token at least as large). The work's writes did not commit, except that a
+ * connection lost during COMMIT leaves them unknown. Retryable when PostgreSQL
+ * reported a serialization failure or a deadlock and the advance was restored.
+ */
+export class CommitFailedError extends FencekeeperError {
+  static override readonly kind: string = 'CommitFailedError';
+  readonly resource: string;
+  readonly token: FencingToken;
+  readonly restored: boolean;
+  constructor(resource: string, token: FencingToken, restored: boolean, options?: FencekeeperErrorOptions) {
+    const advance = restored ? 'the fence advance was applied again on its own' : 'the fence advance could not be applied again';
+    super('COMMIT_FAILED', `the transaction fenced on ${resource} with token ${token} did not commit${causeText(options)}; ${advance}`, options);
+    this.resource = resource;
+    this.token = token;
+    this.restored = restored;
+  }
+}
+
+function causeText(options: FencekeeperErrorOptions | undefined): string {
+  const message = (options?.cause as { message?: unknown } | undefined)?.message;
+  return typeof message === 'string' && message.length > 0 ? ` (${message})` : '';
 }
 
 /** An error answer from the ZooKeeper server, by its reply-header error number. */

@@ -19,6 +19,8 @@ export {
   LayoutMismatchError,
   RepeatedBodyError,
   CorruptFenceError,
+  WorkNotCommittedError,
+  CommitFailedError,
 } from './errors.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
 

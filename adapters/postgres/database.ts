@@ -15,6 +15,8 @@ export interface PgQueryConfig {
 export interface PgQueryResult {
   readonly rows: unknown[];
   readonly rowCount: number | null;
+  /** The command tag's verb ('COMMIT', or 'ROLLBACK' when PostgreSQL refused to commit). */
+  readonly command?: string;
 }
 
 /** Anything node-postgres can run a query on: a pg.Pool, pg.Client or pg.PoolClient. */
@@ -160,6 +162,22 @@ export function readBigint(value: unknown): bigint | null {
   if (typeof value === 'string') return BigInt(value);
   // A number here would already have lost precision: refuse rather than guess.
   throw new TypeError(`expected a bigint as text from PostgreSQL, got ${typeof value}`);
+}
+
+/** The SQLSTATE of a PostgreSQL error (pg and Kysely pass the server's error through). */
+export function sqlState(error: unknown): string | undefined {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/** Errors that PostgreSQL expects the whole transaction to be retried for. */
+export function isSerializationFailure(error: unknown): boolean {
+  const state = sqlState(error);
+  return state === '40001' || state === '40P01';
+}
+
+export function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
 }
 
 /**

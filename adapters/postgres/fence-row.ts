@@ -9,19 +9,23 @@ import { readBigint, run, type Queryable, type Statement } from './database.js';
 // waiting, so the comparison is against the mark the previous holder
 // committed, never a snapshot from before it. The lock is held until our
 // transaction ends: that is what serializes holders of one resource.
-// No row back means the WHERE failed: the presented token is stale.
+// No row back means the WHERE failed: the presented token is stale. The
+// backend's pid comes back too: cancelling a statement the work still has in
+// flight when the admission is abandoned needs it, and asking here costs nothing.
 const ADVANCE = `INSERT INTO fencekeeper_fences AS f (resource, token, previous_token, updated_at)
 VALUES ($1, $2, NULL, now())
 ON CONFLICT (resource) DO UPDATE
   SET token = EXCLUDED.token, previous_token = f.token, updated_at = now()
   WHERE f.token <= EXCLUDED.token
-RETURNING f.previous_token::text AS previous`;
+RETURNING f.previous_token::text AS previous, pg_backend_pid() AS pid`;
 
 const CURRENT = 'SELECT token::text AS token FROM fencekeeper_fences WHERE resource = $1';
 
 export interface Advanced {
   /** The mark before this advance (null: the resource's first token). */
   readonly previous: FencingToken | null;
+  /** The pid of the backend whose transaction holds the advance. */
+  readonly pid: number;
 }
 
 export function advanceStatement(resource: string, token: FencingToken): Statement {
@@ -37,7 +41,7 @@ export async function advanceFence(tx: Queryable, resource: string, token: Fenci
   const { rows } = await run(tx, advanceStatement(resource, token));
   const row = rows[0];
   if (row === undefined) throw await staleFence(tx, resource, token);
-  return { previous: readBigint(row['previous']) };
+  return { previous: readBigint(row['previous']), pid: Number(row['pid']) };
 }
 
 /** The rare path: read the mark that refused us (the row is already locked by us). */

@@ -15,7 +15,7 @@
 // fencekeeper_tombstones under (relation, row key), and fencedInsert() /
 // fencedUpsert() refuse to re-create a row whose tombstone is larger.
 import { StaleTokenError, formatToken, type FencingToken } from '../../src/index.js';
-import { readBigint, run, statementName, type Queryable } from './database.js';
+import { readBigint, run, sqlState, statementName, type Queryable } from './database.js';
 import { assertIdentifier, checkColumnValues, checkColumns, checkKey, checkToken, quoteIdentifier, quoteTable } from './identifiers.js';
 import { InvalidArgumentError } from '../../src/index.js';
 
@@ -196,6 +196,10 @@ ON CONFLICT (relation, row_key) DO UPDATE SET token = GREATEST(t.token, EXCLUDED
  * - the row exists with a token not larger → 0, left as it is (an insert never
  *   overwrites; that is fencedUpsert). ON CONFLICT DO NOTHING on `key` means a
  *   duplicate does not abort the caller's transaction.
+ * Under REPEATABLE READ or SERIALIZABLE, a newer holder's delete committed
+ * after the transaction's snapshot fails the insert with SQLSTATE 40001
+ * (retry the transaction: the retry is refused as stale); the same holds for
+ * fencedUpsert.
  */
 export async function fencedInsert(db: Queryable, options: FencedInsertOptions): Promise<number> {
   const { rowCount } = await insertRow(db, options, 'insert');
@@ -257,6 +261,10 @@ RETURNING (t.xmax = 0) AS inserted, fencekeeper_check_tombstone(${relationName('
   } catch (error) {
     // A delete committed while our insert waited on its row: the fresh-snapshot
     // re-check in RETURNING refused the resurrection (see 002_tombstones.sql).
+    // Under REPEATABLE READ or SERIALIZABLE a tombstone committed after the
+    // transaction's snapshot fails the statement with 40001 instead (see
+    // 003_tombstones_snapshot_isolation.sql): passed through, for the caller
+    // to retry as any serialization failure.
     if (sqlState(error) === 'FK409') {
       throw new StaleTokenError(rowResource(o['table'] as string, keyValues), token, readBigint(detail(error)), { cause: error });
     }
@@ -308,11 +316,6 @@ function keyJson(entries: readonly [string, unknown][]): string {
     if (raw instanceof Uint8Array) return `\\x${Buffer.from(raw).toString('hex')}`;
     return value;
   });
-}
-
-function sqlState(error: unknown): string | undefined {
-  const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' ? code : undefined;
 }
 
 function detail(error: unknown): string | undefined {

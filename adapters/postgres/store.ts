@@ -1,8 +1,10 @@
 // PostgresFenceStore: the core's FenceStore on fencekeeper_fences, for the
 // Express middleware (or anything else that admits requests by token).
-import { InvalidArgumentError, type FenceAdmission, type FenceStore, type FencingToken } from '../../src/index.js';
-import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type PgPoolClient, type Queryable, type Statement, type TransactionOf } from './database.js';
-import { advanceFence, currentFence, type Advanced } from './fence-row.js';
+import { CommitFailedError, InvalidArgumentError, type FenceAdmission, type FenceStore, type FencingToken } from '../../src/index.js';
+import { CancelledWait, advanceCancellably, cancelStatement, connectCancellably } from './cancel.js';
+import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type TransactionOf } from './database.js';
+import { currentFence } from './fence-row.js';
+import { OPEN_SAVEPOINT, ROLL_BACK, abandon, closeFenced, failedClose, keepAfterFailure, rollback, sender, type Ending } from './fenced-transaction.js';
 import { checkResource, checkToken } from './identifiers.js';
 
 /**
@@ -12,12 +14,27 @@ import { checkResource, checkToken } from './identifiers.js';
  * transaction), BEGINs, and advances the resource's fence row. The row lock is
  * held until the admission is settled, so admissions for one resource
  * serialize across every process sharing the database. Right after the
- * advance the store sets a savepoint: `commit()` commits the handler's writes
- * through `admission.transaction` with the advance; `abort()` rolls back to
- * the savepoint and commits, so the handler's writes are undone but the
- * advance is kept (an admitted token may already have acted outside this
- * transaction; the mark never drops back below it). A stale token rolls back,
- * frees the connection and rejects with StaleTokenError.
+ * advance the store sets a savepoint. The advance is never undone:
+ * - `commit()` commits the handler's writes (made through
+ *   `admission.transaction`) with the advance, in one message that fails
+ *   before COMMIT when the transaction was aborted under the handler (a
+ *   statement failed and the handler went on) or a deferred constraint
+ *   broke. Then the handler's writes are rolled back to the savepoint, the
+ *   advance is committed alone, the failure is reported on the diagnostics
+ *   channel `fencekeeper:postgres:commit-failed` and NODE_DEBUG=fencekeeper,
+ *   and commit() rejects with WorkNotCommittedError. If COMMIT itself fails,
+ *   the advance is applied again on its own and commit() rejects with
+ *   CommitFailedError.
+ * - `abort()` is for a handler that failed or was given up on, and may still
+ *   be running: it cancels the statement the handler has in flight (from
+ *   another connection), rolls back to the savepoint and commits the advance,
+ *   and leaves the connection refusing statements in the same message. A
+ *   pg client is then destroyed instead of returned to the pool, so the
+ *   handler's late queries fail instead of landing in another request's
+ *   transaction; a Kysely transaction is rolled back (Kysely 0.28 then
+ *   refuses further queries on it).
+ * A stale token rolls back, frees the connection and rejects with
+ * StaleTokenError.
  *
  * Aborting while waiting for the row lock: the wait is a statement blocked on
  * a row lock, so the store cancels it from a second connection with
@@ -60,175 +77,107 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
   async #admitPg(pool: PgPool, resource: string, token: FencingToken, signal: AbortSignal | undefined): Promise<FenceAdmission<Tx>> {
     const client = await connectCancellably(pool, signal);
     const release = guardClient(client);
-    let advanced: Advanced;
+    let previous: FencingToken | null;
+    let pid: number;
     try {
       if (signal?.aborted) throw signal.reason;
       await client.query({ text: 'BEGIN' });
-      advanced = await advanceCancellably(client, resource, token, signal, () => backendPid(client), (pid, needed) => cancelBackendPg(pool, pid, needed));
-      await client.query({ text: SAVEPOINT_ADMITTED });
+      ({ previous, pid } = await advanceCancellably(pool, client, resource, token, signal));
+      await client.query({ text: OPEN_SAVEPOINT });
     } catch (error) {
       if (error instanceof CancelledWait) {
         release(new Error('fence wait aborted'));
         throw error.reason;
       }
-      let broken: Error | undefined;
-      await client.query({ text: 'ROLLBACK' }).catch((rollbackError: unknown) => {
-        broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
-      });
-      release(broken);
+      release(await rollback(client));
       throw error;
     }
-    let settled: Promise<void> | undefined;
-    const settle = (keepWrites: boolean): Promise<void> =>
-      (settled ??= (async () => {
-        let broken: Error | undefined;
-        try {
-          if (!keepWrites) await client.query({ text: ROLLBACK_TO_ADMITTED });
-          await client.query({ text: 'COMMIT' });
-        } catch (error) {
-          broken = error instanceof Error ? error : new Error(String(error));
-          await client.query({ text: 'ROLLBACK' }).catch(() => undefined);
-          throw error;
-        } finally {
-          release(broken);
-        }
-      })());
-    return admission(resource, token, advanced.previous, client as unknown as Tx, () => settle(true), () => settle(false));
+    const send = sender(client);
+    const settle = once(async (how: Settlement): Promise<void> => {
+      if (how === 'commit') {
+        const ending = await closeFenced(send);
+        release(ending.committed || ending.advanceKept ? undefined : await rollback(client));
+        if (!ending.committed) throw await failedClose(pool, ORIGIN, resource, token, ending);
+        return;
+      }
+      const advanceKept = await abandonInFlight(pool, pid, () => abandon(send));
+      // The handler may still hold this client and send more: never hand it to anyone else.
+      release(new Error('fenced admission aborted'));
+      await keepAfterAbort(pool, resource, token, advanceKept);
+    });
+    return admission(resource, token, previous, client as unknown as Tx, () => settle('commit'), () => settle('abort'));
   }
 
   #admitKysely(db: KyselyDatabase, resource: string, token: FencingToken, signal: AbortSignal | undefined): Promise<FenceAdmission<Tx>> {
     return new Promise<FenceAdmission<Tx>>((resolve, reject) => {
-      let decide: (commit: boolean) => void = () => undefined;
-      const decision = new Promise<boolean>((r) => { decide = r; });
-      let admitted = false;
-      const done: Promise<void> = db.transaction().execute(async (trx) => {
+      let decide: (how: Settlement) => void = () => undefined;
+      const decision = new Promise<Settlement>((r) => { decide = r; });
+      // What our closing message came to; set once the admission was made.
+      let ended = undefined as Ending | { readonly aborted: true; readonly advanceKept: boolean } | undefined;
+      const done = db.transaction().execute(async (trx) => {
         if (signal?.aborted) throw signal.reason;
-        const advanced = await advanceCancellably(trx, resource, token, signal, () => backendPid(trx), (pid, needed) => cancelBackendKysely(db, pid, needed));
-        await run(trx, { text: SAVEPOINT_ADMITTED, values: [], prepared: false });
-        admitted = true;
-        let settled: Promise<void> | undefined;
-        const settle = (commit: boolean): Promise<void> => (settled ??= (decide(commit), done));
-        resolve(admission(resource, token, advanced.previous, trx as unknown as Tx, () => settle(true), () => settle(false)));
-        // Kysely commits when this callback returns. abort(): undo the
-        // handler's writes, keep the advance, commit.
-        if (!(await decision)) await run(trx, { text: ROLLBACK_TO_ADMITTED, values: [], prepared: false });
+        const { previous, pid } = await advanceCancellably(db, trx, resource, token, signal);
+        await run(trx, { text: OPEN_SAVEPOINT, values: [], prepared: false });
+        const settle = once(async (how: Settlement): Promise<void> => {
+          decide(how);
+          // Kysely's own COMMIT or ROLLBACK after our message has nothing left to do: its failure changes nothing.
+          await done.catch(() => undefined);
+          if (ended === undefined) return;
+          if ('aborted' in ended) return keepAfterAbort(db, resource, token, ended.advanceKept);
+          if (!ended.committed) throw await failedClose(db, ORIGIN, resource, token, ended);
+        });
+        resolve(admission(resource, token, previous, trx as unknown as Tx, () => settle('commit'), () => settle('abort')));
+        const send = sender(trx);
+        if ((await decision) === 'commit') {
+          ended = await closeFenced(send);
+          // Committed, or the advance alone: Kysely's COMMIT then finds no transaction and does nothing.
+          if (ended.committed || ended.advanceKept) return;
+        } else {
+          ended = { aborted: true, advanceKept: await abandonInFlight(db, pid, () => abandon(send)) };
+        }
+        // Have Kysely roll back what is left (ABANDON leaves a failed transaction).
+        throw ROLL_BACK;
       });
       done.catch((error: unknown) => {
-        if (!admitted) reject(error instanceof CancelledWait ? error.reason : error);
+        if (ended === undefined) reject(error instanceof CancelledWait ? error.reason : error);
       });
     });
   }
 }
 
-/**
- * Set right after the advance: abort() rolls back to it and commits, undoing
- * the handler's writes but keeping the advance (see the class comment).
- */
-const SAVEPOINT_ADMITTED = 'SAVEPOINT fencekeeper_admitted';
-const ROLLBACK_TO_ADMITTED = 'ROLLBACK TO SAVEPOINT fencekeeper_admitted';
+type Settlement = 'commit' | 'abort';
 
-class CancelledWait {
-  constructor(readonly reason: unknown) {}
+const ORIGIN = 'PostgresFenceStore';
+
+
+/**
+ * Abandon an admission whose handler may still have a statement in flight:
+ * the statement is cancelled from another connection (without waiting for
+ * one: see advanceCancellably) while ABANDON queues behind it on the
+ * admission's connection.
+ */
+async function abandonInFlight(db: Database, pid: number, abandoning: () => Promise<boolean>): Promise<boolean> {
+  let finished = false;
+  cancelStatement(db, pid, () => !finished);
+  try {
+    return await abandoning();
+  } finally {
+    finished = true;
+  }
+}
+
+/** abort() resolves once the handler's writes are undone and the advance stands. */
+async function keepAfterAbort(db: Database, resource: string, token: FencingToken, advanceKept: boolean): Promise<void> {
+  const cause = new Error('the aborted admission\'s fence advance went with its transaction');
+  if (!(await keepAfterFailure(db, ORIGIN, resource, token, advanceKept, cause))) throw new CommitFailedError(resource, token, false, { cause });
+}
+
+/** The first call runs `settle`; every later call gets the same promise. */
+function once(settle: (how: Settlement) => Promise<void>): (how: Settlement) => Promise<void> {
+  let settled: Promise<void> | undefined;
+  return (how) => (settled ??= settle(how));
 }
 
 function admission<Tx>(resource: string, token: FencingToken, previous: FencingToken | null, transaction: Tx, commit: () => Promise<void>, abort: () => Promise<void>): FenceAdmission<Tx> {
   return Object.freeze({ resource, token, previous, transaction, commit, abort });
-}
-
-/**
- * Advance the fence; if `signal` aborts while the statement waits for the row
- * lock, cancel it on the server and reject with CancelledWait once it has
- * ended (whatever it answered: the caller then throws the work away).
- *
- * The cancel needs a connection of its own from the pool, and the pool may
- * have none to give: every connection can be taken by admissions waiting on
- * the same row. So the wait for the statement to end does not wait for the
- * cancel. Once the statement has ended (it got the row lock after all) the
- * caller rolls back at once, which frees the row and a connection; a cancel
- * still queued for a connection then finds `needed()` false and sends
- * nothing. Waiting for the cancel first would deadlock: our transaction
- * holds the row, the other admissions wait on it with the pool's last
- * connections, and the cancel waits for one of those.
- */
-async function advanceCancellably(
-  tx: Queryable,
-  resource: string,
-  token: FencingToken,
-  signal: AbortSignal | undefined,
-  pidOf: () => Promise<number>,
-  cancel: (pid: number, needed: () => boolean) => Promise<void>,
-): Promise<Advanced> {
-  if (signal === undefined) return advanceFence(tx, resource, token);
-  const pid = await pidOf();
-  signal.throwIfAborted();
-  const pending = advanceFence(tx, resource, token);
-  let onAbort: (() => void) | undefined;
-  const aborted = new Promise<'aborted'>((resolve) => {
-    onAbort = () => resolve('aborted');
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
-  try {
-    const first = await Promise.race([pending, aborted]);
-    if (first !== 'aborted') return first;
-  } finally {
-    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
-  }
-  let ended = false;
-  const statementEnded = pending.then(
-    () => { ended = true; },
-    () => { ended = true; },
-  );
-  void cancel(pid, () => !ended).catch(() => undefined);
-  await statementEnded;
-  throw new CancelledWait(signal.reason);
-}
-
-/** pool.connect(), giving up (and returning the client when it comes) if `signal` aborts first. */
-async function connectCancellably(pool: PgPool, signal: AbortSignal | undefined): Promise<PgPoolClient> {
-  const connecting = pool.connect();
-  if (signal === undefined) return connecting;
-  let onAbort: (() => void) | undefined;
-  const aborted = new Promise<'aborted'>((resolve) => {
-    onAbort = () => resolve('aborted');
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
-  try {
-    const first = await Promise.race([connecting, aborted]);
-    if (first !== 'aborted') return first;
-  } finally {
-    if (onAbort !== undefined) signal.removeEventListener('abort', onAbort);
-  }
-  connecting.then((client) => client.release(), () => undefined);
-  throw signal.reason;
-}
-
-async function backendPid(tx: Queryable): Promise<number> {
-  const known = (tx as { processID?: unknown }).processID;
-  if (typeof known === 'number' && known > 0) return known;
-  const { rows } = await run(tx, { text: 'SELECT pg_backend_pid() AS pid', values: [], prepared: false });
-  return Number(rows[0]?.['pid']);
-}
-
-const CANCEL: Statement = Object.freeze({ text: 'SELECT pg_cancel_backend($1)', values: [], prepared: false });
-
-/** Cancel `pid`'s statement from a pooled connection, unless it ended while we waited for the connection. */
-async function cancelBackendPg(pool: PgPool, pid: number, needed: () => boolean): Promise<void> {
-  const client = await pool.connect();
-  const release = guardClient(client);
-  let broken: Error | undefined;
-  try {
-    if (needed()) await run(client, { ...CANCEL, values: [pid] });
-  } catch (error) {
-    broken = error instanceof Error ? error : new Error(String(error));
-    throw error;
-  } finally {
-    release(broken);
-  }
-}
-
-/** The same on a Kysely instance: a transaction is the structural way to hold one of its connections. */
-async function cancelBackendKysely(db: KyselyDatabase, pid: number, needed: () => boolean): Promise<void> {
-  await db.transaction().execute(async (trx) => {
-    if (needed()) await run(trx, { ...CANCEL, values: [pid] });
-  });
 }

@@ -1,8 +1,8 @@
-import { guardClient, isKysely, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type Database, type PoolClientOf } from './database.js';
+import { InvalidArgumentError, type FencingToken } from '../../src/index.js';
+import { asError, guardClient, isKysely, run, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from './database.js';
 import { advanceFence } from './fence-row.js';
+import { OPEN_SAVEPOINT, ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './fenced-transaction.js';
 import { checkResource, checkToken } from './identifiers.js';
-import type { FencingToken } from '../../src/index.js';
-import { InvalidArgumentError } from '../../src/index.js';
 
 /**
  * Run `work` in one transaction that first advances the fence of `resource` to
@@ -14,11 +14,20 @@ import { InvalidArgumentError } from '../../src/index.js';
  *   stale holder's writes in `work` can never commit after a newer holder's:
  *   either it advanced first (and the newer one waits for it), or it finds the
  *   larger mark and is refused;
- * - if `work` throws, everything rolls back (the fence advance included).
+ * - the advance is never undone once `work` has run: if `work` throws, its
+ *   writes roll back (to a savepoint set right after the advance), the
+ *   advance commits alone, and the error is rethrown. If `work` returns but
+ *   its writes did not commit (a statement failed and `work` caught the
+ *   error, so PostgreSQL would answer COMMIT with ROLLBACK; or a deferred
+ *   constraint broke), the advance commits alone and withFence rejects with
+ *   WorkNotCommittedError. If COMMIT itself fails (a serialization failure,
+ *   the connection lost), the advance is applied again on its own and
+ *   withFence rejects with CommitFailedError.
  *
  * `work` receives the transaction: a pg client inside BEGIN for a pg.Pool, or
  * the Kysely Transaction for a Kysely instance. Write through it, not through
- * the pool: a write on another connection is outside the fence.
+ * the pool: a write on another connection is outside the fence. Do not end
+ * the transaction yourself (COMMIT, ROLLBACK).
  */
 export function withFence<P extends PgPool, T>(db: P, resource: string, token: FencingToken, work: (client: PoolClientOf<P>) => Promise<T>): Promise<T>;
 export function withFence<Trx extends KyselyExecutor, T>(db: KyselyDatabase<Trx>, resource: string, token: FencingToken, work: (trx: Trx) => Promise<T>): Promise<T>;
@@ -29,38 +38,81 @@ export async function withFence<T>(db: Database, resource: string, token: Fencin
   checkToken(token);
   if (typeof work !== 'function') throw new InvalidArgumentError('work must be a function');
   const run = work as (trx: unknown) => Promise<T>;
-  if (isKysely(db)) {
-    return (db as KyselyDatabase).transaction().execute(async (trx) => {
-      await advanceFence(trx, resource, token);
-      return run(trx);
-    });
+  const ended = isKysely(db)
+    ? await fenceKysely(db as KyselyDatabase, resource, token, run)
+    : await fencePg(db as PgPool, resource, token, run);
+  if (ended.threw) {
+    await keepAfterFailure(db, ORIGIN, resource, token, ended.advanceKept, ended.error);
+    throw ended.error;
   }
-  const client = await (db as PgPool).connect();
+  if (!ended.ending.committed) throw await failedClose(db, ORIGIN, resource, token, ended.ending);
+  return ended.value;
+}
+
+const ORIGIN = 'withFence';
+
+/** How the work and the close went; the advance is made good afterwards, on a fresh connection. */
+type WorkEnded<T> =
+  | { readonly threw: true; readonly error: unknown; readonly advanceKept: boolean }
+  | { readonly threw: false; readonly value: T; readonly ending: Ending };
+
+async function runWork<T>(send: Send, trx: unknown, work: (trx: unknown) => Promise<T>): Promise<WorkEnded<T>> {
+  let value: T;
+  try {
+    value = await work(trx);
+  } catch (error) {
+    return { threw: true, error, advanceKept: await keepAdvanceOnly(send) };
+  }
+  return { threw: false, value, ending: await closeFenced(send) };
+}
+
+/** Did our last message end the transaction (committed, or the advance alone)? Otherwise it must still be rolled back. */
+function transactionEnded(ended: WorkEnded<unknown>): boolean {
+  return ended.threw ? ended.advanceKept : ended.ending.committed || ended.ending.advanceKept;
+}
+
+async function fencePg<T>(pool: PgPool, resource: string, token: FencingToken, work: (trx: unknown) => Promise<T>): Promise<WorkEnded<T>> {
+  const client = await pool.connect();
   const release = guardClient(client);
   let broken: Error | undefined;
   try {
     try {
       await client.query({ text: 'BEGIN' });
     } catch (error) {
-      broken = error instanceof Error ? error : new Error(String(error));
+      broken = asError(error);
       throw error;
     }
     try {
       await advanceFence(client, resource, token);
-      const result = await run(client);
-      await client.query({ text: 'COMMIT' });
-      return result;
+      await client.query({ text: OPEN_SAVEPOINT });
     } catch (error) {
-      try {
-        await client.query({ text: 'ROLLBACK' });
-      } catch (rollbackError) {
-        // The connection is unusable (it dropped mid-transaction): destroy it
-        // instead of returning it to the pool.
-        broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
-      }
+      broken = await rollback(client);
       throw error;
     }
+    const ended = await runWork(sender(client), client, work);
+    if (!transactionEnded(ended)) broken = await rollback(client);
+    return ended;
   } finally {
     release(broken);
   }
 }
+
+async function fenceKysely<T>(db: KyselyDatabase, resource: string, token: FencingToken, work: (trx: unknown) => Promise<T>): Promise<WorkEnded<T>> {
+  let ended = undefined as WorkEnded<T> | undefined;
+  try {
+    await db.transaction().execute(async (trx) => {
+      await advanceFence(trx, resource, token);
+      await run(trx, { text: OPEN_SAVEPOINT, values: [], prepared: false });
+      ended = await runWork(sender(trx), trx, work);
+      // Left open: have Kysely roll it back. Ended: Kysely's COMMIT finds no transaction and does nothing.
+      if (!transactionEnded(ended)) throw ROLL_BACK;
+    });
+  } catch (error) {
+    // Before the work ran (a stale token, a lost connection): nothing to keep.
+    if (ended === undefined) throw error;
+    // Otherwise this is Kysely's own COMMIT or ROLLBACK after our message: the outcome stands.
+  }
+  if (ended === undefined) throw new Error('unreachable: the Kysely transaction returned without running the work');
+  return ended;
+}
+

@@ -3,7 +3,8 @@
 //   plain        UPDATE ... SET body = $1 WHERE id = $2          (named prepared statement)
 //   fencedUpdate the same update through fencedUpdate() (fence condition + token write)
 //   tx           BEGIN; the plain UPDATE; COMMIT                 (a checked-out client)
-//   withFence    withFence(resource, token, the plain UPDATE)    (= tx + one fence statement)
+//   withFence    withFence(resource, token, the plain UPDATE)    (= tx + the fence statement + a savepoint;
+//                the closing message replaces COMMIT)
 //
 //   npm run build && node test/bench/postgres-bench.mjs
 //
@@ -155,7 +156,7 @@ try {
     return `${total.toFixed(3)}x overall, ${perRound.toFixed(3)}x median per round, ${cpu.toFixed(3)}x by CPU per op`;
   };
   console.log(`fencedUpdate / plain: ${ratio('fencedUpdate', 'plain')}   (aim: within 5%)`);
-  console.log(`withFence / tx:       ${ratio('withFence', 'tx')}   (one more statement in BEGIN/UPDATE/COMMIT)`);
+  console.log(`withFence / tx:       ${ratio('withFence', 'tx')}   (two more round trips: the fence statement and the savepoint)`);
   console.log(`tx / plain:           ${ratio('tx', 'plain')}`);
   console.log(`load average at the end: ${(await import('node:os')).loadavg().map((l) => l.toFixed(1)).join(' ')}`);
 } finally {

@@ -4,6 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { Kysely, PostgresDialect } from 'kysely';
+import type { Queryable } from '../../adapters/postgres/index.js';
 
 export const DATABASE_URL = process.env['DATABASE_URL'] ?? 'postgres://root@127.0.0.1:5432/test';
 
@@ -31,12 +32,15 @@ export function uniqueName(prefix: string): string {
   return `${prefix}_${randomBytes(5).toString('hex')}`;
 }
 
-export function newPool(schema: string, applicationName: string, max = 12): pg.Pool {
+/** A pool on `schema`; `settings` are further server settings for its sessions (e.g. default_transaction_isolation). */
+export function newPool(schema: string, applicationName: string, max = 12, settings: Readonly<Record<string, string>> = {}): pg.Pool {
+  // The startup options are split on spaces; a backslash keeps one in a value.
+  const extra = Object.entries(settings).map(([name, value]) => ` -c ${name}=${value.replaceAll(' ', '\\ ')}`).join('');
   return new pg.Pool({
     connectionString: DATABASE_URL,
     max,
     application_name: applicationName,
-    options: `-c search_path=${schema}`,
+    options: `-c search_path=${schema}${extra}`,
   });
 }
 
@@ -44,16 +48,81 @@ export function newKysely(pool: pg.Pool): Kysely<TestDatabase> {
   return new Kysely<TestDatabase>({ dialect: new PostgresDialect({ pool }) });
 }
 
-/** Poll (no timed assertion) until `n` backends of `applicationName` wait on a lock. */
-export async function waitForLockWaiters(admin: pg.Pool, applicationName: string, n: number): Promise<void> {
-  for (;;) {
+/**
+ * Poll until `n` backends of `applicationName` wait on a lock. Fails after
+ * `limitMs` saying what it saw (generous: it bounds a wait that should be
+ * short, on a loaded machine).
+ */
+export async function waitForLockWaiters(admin: pg.Pool, applicationName: string, n: number, limitMs = 20_000): Promise<void> {
+  let seen = 0;
+  await poll(async () => {
     const { rows } = await admin.query<{ waiting: string }>(
       `SELECT count(*)::text AS waiting FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
       [applicationName],
     );
-    if (Number(rows[0]?.waiting) >= n) return;
+    seen = Number(rows[0]?.waiting);
+    return seen >= n;
+  }, () => `${n} backends of ${applicationName} waiting on a lock (saw ${seen})`, limitMs);
+}
+
+/**
+ * The pid of a backend that `holderPid` blocks while it runs a statement on
+ * fencekeeper_fences (a fence advance waiting for the row lock the holder's
+ * transaction took), once there is one.
+ */
+export async function waitForFenceWaiter(admin: pg.Pool, holderPid: number, limitMs = 20_000): Promise<number> {
+  let waiter: number | undefined;
+  await poll(async () => {
+    const { rows } = await admin.query<{ pid: number }>(
+      `SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%fencekeeper_fences%'`,
+      [holderPid],
+    );
+    waiter = rows[0]?.pid;
+    return waiter !== undefined;
+  }, () => `a fence advance blocked by backend ${holderPid}`, limitMs);
+  return waiter!;
+}
+
+/** `promise`, or a failure naming `what` after `limitMs`. */
+export async function within<T>(promise: Promise<T>, what: string, limitMs = 20_000): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${limitMs} ms waiting for ${what}`)), limitMs);
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Poll `check` every 10 ms until it holds; fails after `limitMs`, naming what it waited for. */
+export async function poll(check: () => Promise<boolean>, what: () => string, limitMs = 20_000): Promise<void> {
+  const deadline = performance.now() + limitMs;
+  while (!(await check())) {
+    if (performance.now() > deadline) throw new Error(`timed out after ${limitMs} ms waiting for ${what()}`);
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
+}
+
+/** The backend pid of a transaction handed to work() or an admission, whatever the flavor. */
+export async function backendPidOf(trx: Queryable): Promise<number> {
+  if ('executeQuery' in trx) {
+    const { rows } = await trx.executeQuery(rawSql('SELECT pg_backend_pid() AS pid'));
+    return Number((rows[0] as { pid: unknown }).pid);
+  }
+  const { rows } = await trx.query({ text: 'SELECT pg_backend_pid() AS pid' });
+  return Number((rows[0] as { pid: unknown }).pid);
+}
+
+/** Run a raw statement on a pg queryable or a Kysely executor. */
+export async function exec(trx: Queryable, text: string, values: unknown[] = []): Promise<void> {
+  if ('executeQuery' in trx) await trx.executeQuery(rawSql(text, values));
+  else await trx.query({ text, values });
+}
+
+function rawSql(text: string, values: unknown[] = []) {
+  return { sql: text, parameters: values, query: { kind: 'RawNode' as const, sqlFragments: [text], parameters: [] as never[] }, queryId: { queryId: text } };
 }
 
 export async function createSchema(admin: pg.Pool, schema: string): Promise<void> {

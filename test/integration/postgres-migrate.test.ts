@@ -35,7 +35,7 @@ async function describeSchema(schema: string) {
   return { tables: tables.rows.map((r) => r.table_name), ledger: ledger.rows.map((r) => r.name) };
 }
 
-const ALL = ['001_fences.sql', '002_tombstones.sql'];
+const ALL = ['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql'];
 const SCHEMA = { tables: ['fencekeeper_fences', 'fencekeeper_migrations', 'fencekeeper_tombstones'], ledger: ALL };
 
 describe('migrate', () => {

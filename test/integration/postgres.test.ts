@@ -23,7 +23,10 @@ import {
   dropSchema,
   newKysely,
   newPool,
+  backendPidOf,
+  exec,
   uniqueName,
+  waitForFenceWaiter,
   waitForLockWaiters,
   type TestDatabase,
 } from './postgres-helpers.js';
@@ -43,15 +46,6 @@ describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
   /** Run SQL on the flavor under test's own connection pool (for reads and setup). */
   const sql = async <R extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<R[]> =>
     (await pool.query<R>(text, values)).rows;
-
-  /** Write a raw statement through the transaction handed to work()/admissions, whatever the flavor. */
-  const exec = async (trx: Queryable, text: string, values: unknown[] = []): Promise<void> => {
-    if ('executeQuery' in trx) {
-      await trx.executeQuery({ sql: text, parameters: values, query: { kind: 'RawNode', sqlFragments: [text], parameters: [] }, queryId: { queryId: text } });
-    } else {
-      await trx.query({ text, values });
-    }
-  };
 
   beforeAll(async () => {
     await createSchema(admin, schema);
@@ -78,7 +72,7 @@ describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
     const again = await migrate(db);
     expect(again.applied).toEqual([]);
     const applied = await sql<{ name: string }>('SELECT name FROM fencekeeper_migrations ORDER BY name');
-    expect(applied.map((row) => row.name)).toEqual(['001_fences.sql', '002_tombstones.sql']);
+    expect(applied.map((row) => row.name)).toEqual(['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql']);
   });
 
   it('withFence: equal passes, larger advances, smaller throws StaleTokenError with the current mark', async () => {
@@ -91,7 +85,7 @@ describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
     expect(error).toMatchObject({ code: 'STALE_TOKEN', resource, presented: 11n, current: 12n });
   });
 
-  it('withFence: work throwing rolls back its writes and the fence advance', async () => {
+  it('withFence: work throwing rolls back its writes, and the fence advance stays', async () => {
     const resource = uniqueName('res');
     await withFence(db, resource, 5n, async () => undefined);
     await expect(
@@ -101,40 +95,39 @@ describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
       }),
     ).rejects.toThrow('boom');
     expect(await sql('SELECT 1 FROM history WHERE round = -1')).toHaveLength(0);
-    expect(await new PostgresFenceStore(pool).current(resource)).toBe(5n);
+    // Token 9 was admitted and its work ran (it may have acted elsewhere): 7 must not get in after it.
+    expect(await new PostgresFenceStore(pool).current(resource)).toBe(9n);
+    await expect(withFence(db, resource, 7n, async () => 'never')).rejects.toMatchObject({ code: 'STALE_TOKEN', current: 9n });
   });
 
-  it('two holders racing (34 and 35) on one resource and one row: 34 never lands after 35', async () => {
-    for (let round = 0; round < 24; round += 1) {
-      const resource = `race-${round}`;
+  it('two holders racing (34 and 35) on one resource and one row: the late one waits on the fence row, 34 never lands after 35', async () => {
+    // The work writes with a plain UPDATE, so only withFence's fence row
+    // orders the two. The first holder does not write until the second is
+    // seen blocked on the fence row by the first's backend: the race is
+    // forced, not left to timing.
+    for (let round = 0; round < 8; round += 1) {
+      const resource = uniqueName('race');
       const id = 1000 + round;
-      await sql('INSERT INTO docs (id, body, fencing_token) VALUES ($1, $2, 1)', [id, 'initial']);
-      // Vary the interleaving: who starts first, and how long each sleeps
-      // inside its transaction while holding (or waiting for) the row.
-      const oldFirst = round % 2 === 0;
-      const holder = async (token: FencingToken, startDelay: number, holdSeconds: number) => {
-        await new Promise((resolve) => setTimeout(resolve, startDelay));
-        try {
-          await withFence(db, resource, token, async (trx: Queryable) => {
-            await exec(trx, `SELECT pg_sleep(${holdSeconds})`);
-            const updated = await fencedUpdate(trx, { table: 'docs', where: { id }, set: { body: `by-${token}` }, token });
-            expect(updated).toBe(1);
-          });
-          return 'committed';
-        } catch (error) {
-          expect(error).toBeInstanceOf(StaleTokenError);
-          return 'stale';
-        }
-      };
-      const hold = (round % 3) * 0.02;
-      const [old, young] = await Promise.all([
-        holder(34n, oldFirst ? 0 : 5 * (round % 4), oldFirst ? 0.05 + hold : hold),
-        holder(35n, oldFirst ? 5 * (round % 4) : 0, oldFirst ? hold : 0.05 + hold),
-      ]);
-      expect(young).toBe('committed');
-      expect(['committed', 'stale']).toContain(old);
-      const [row] = await sql<{ body: string; fencing_token: string }>('SELECT body, fencing_token::text FROM docs WHERE id = $1', [id]);
-      expect(row).toEqual({ body: 'by-35', fencing_token: '35' });
+      await sql('INSERT INTO docs (id, body, fencing_token) VALUES ($1, $2, NULL)', [id, 'initial']);
+      const [first, second]: [FencingToken, FencingToken] = round % 2 === 0 ? [34n, 35n] : [35n, 34n];
+      const write = (trx: Queryable, token: FencingToken) => exec(trx, 'UPDATE docs SET body = $1 WHERE id = $2', [`by-${token}`, id]);
+      let late: Promise<unknown> | undefined;
+      await withFence(db, resource, first, async (trx: Queryable) => {
+        const holder = await backendPidOf(trx);
+        late = withFence(db, resource, second, async (other: Queryable) => write(other, second)).then(() => 'committed', (error: unknown) => error);
+        const waiter = await waitForFenceWaiter(admin, holder);
+        expect(waiter).not.toBe(holder);
+        await write(trx, first);
+      });
+      const outcome = await late;
+      if (second === 35n) {
+        expect(outcome).toBe('committed');
+      } else {
+        expect(outcome).toBeInstanceOf(StaleTokenError);
+        expect(outcome).toMatchObject({ presented: 34n, current: 35n });
+      }
+      const [row] = await sql<{ body: string }>('SELECT body FROM docs WHERE id = $1', [id]);
+      expect(row?.body).toBe('by-35');
     }
   });
 
