@@ -191,8 +191,8 @@ export class UnknownOutcomeError extends FencekeeperError {
 export class WorkNotCommittedError extends FencekeeperError {
   static override readonly kind: string = 'WorkNotCommittedError';
   readonly resource: string;
-  readonly token: FencingToken;
-  constructor(resource: string, token: FencingToken, options?: FencekeeperErrorOptions) {
+  readonly token: bigint;
+  constructor(resource: string, token: bigint, options?: FencekeeperErrorOptions) {
     super('WORK_NOT_COMMITTED', `the writes fenced on ${resource} with token ${token} did not commit${causeText(options)}; the fence advance did`, options);
     this.resource = resource;
     this.token = token;
@@ -212,9 +212,9 @@ export class WorkNotCommittedError extends FencekeeperError {
 export class CommitFailedError extends FencekeeperError {
   static override readonly kind: string = 'CommitFailedError';
   readonly resource: string;
-  readonly token: FencingToken;
+  readonly token: bigint;
   readonly restored: boolean;
-  constructor(resource: string, token: FencingToken, restored: boolean, options?: FencekeeperErrorOptions) {
+  constructor(resource: string, token: bigint, restored: boolean, options?: FencekeeperErrorOptions) {
     const advance = restored ? 'the fence advance was applied again on its own' : 'the fence advance could not be applied again';
     super('COMMIT_FAILED', `the transaction fenced on ${resource} with token ${token} did not commit${causeText(options)}; ${advance}`, options);
     this.resource = resource;
