@@ -32,6 +32,8 @@ if [ -z "${FK_NO_SERVERS:-}" ]; then
   pkgs=()
   if [ -z "${FK_ZK_STANDALONE:-}" ] || [ -z "${FK_ZK_ENSEMBLE:-}" ]; then pkgs+=("${FK_PKGS_ZK[@]}"); fi
   [ -n "${S3_ENDPOINT:-}" ] || pkgs+=("${FK_PKGS_RGW[@]}")
+  [ -n "${FK_REDIS:-}" ] || pkgs+=("${FK_PKGS_REDIS[@]}")
+  [ -n "${FK_ETCD:-}" ] || pkgs+=("${FK_PKGS_ETCD[@]}")
   if [ -z "${DATABASE_URL:-}" ]; then
     # a running server needs only the client (psql, pg_isready)
     if ! fk_port_open "${FK_PG_PORT:-5432}"; then pkgs+=("${FK_PKGS_PG[@]}")
@@ -51,7 +53,7 @@ release() {
 }
 trap release EXIT
 if [ -z "${FK_NO_SERVERS:-}" ]; then
-  for entry in zk-standalone.sh:FK_ZK_STANDALONE zk-ensemble.sh:FK_ZK_ENSEMBLE postgres.sh:DATABASE_URL rgw.sh:S3_ENDPOINT; do
+  for entry in zk-standalone.sh:FK_ZK_STANDALONE zk-ensemble.sh:FK_ZK_ENSEMBLE postgres.sh:DATABASE_URL rgw.sh:S3_ENDPOINT redis.sh:FK_REDIS etcd.sh:FK_ETCD; do
     script=${entry%%:*} given=${entry#*:}
     [ -z "${!given:-}" ] || continue
     FK_USER_PID=$$ bash "test/servers/$script" acquire >"$work/$script.env" 2>"$work/$script.log" &

@@ -13,6 +13,13 @@ export interface ProvidedServers {
   readonly s3Region?: string;
   readonly s3AccessKey?: string;
   readonly s3SecretKey?: string;
+  readonly redis?: string;
+  readonly redlock?: string;
+  readonly redisPair?: string;
+  readonly redisCtl?: string;
+  readonly etcd?: string;
+  readonly etcdCluster?: string;
+  readonly etcdCtl?: string;
 }
 
 // Types only: erased at run time, so this file still imports nothing.
@@ -32,6 +39,13 @@ export const SERVER_ENV = {
   s3Region: 'S3_REGION',
   s3AccessKey: 'S3_ACCESS_KEY',
   s3SecretKey: 'S3_SECRET_KEY',
+  redis: 'FK_REDIS',
+  redlock: 'FK_REDLOCK',
+  redisPair: 'FK_REDIS_PAIR',
+  redisCtl: 'FK_REDIS_CTL',
+  etcd: 'FK_ETCD',
+  etcdCluster: 'FK_ETCD_CLUSTER',
+  etcdCtl: 'FK_ETCD_CTL',
 } as const satisfies Record<keyof ProvidedServers, string>;
 
 /**
@@ -58,6 +72,16 @@ export interface TestServers {
     readonly region: string;
     readonly credentials: { readonly accessKeyId: string; readonly secretAccessKey: string };
   };
+  /** redis:// URL of the single Redis instance for the single-instance lock (FK_REDIS). */
+  readonly redis: string;
+  /** redis:// URLs of the five independent Redlock nodes (FK_REDLOCK, comma-separated). */
+  readonly redlock: readonly string[];
+  /** redis:// URLs of the primary and its asynchronous replica (FK_REDIS_PAIR). */
+  readonly redisPair: readonly [primary: string, replica: string];
+  /** http:// URL of the single etcd node (FK_ETCD). */
+  readonly etcd: string;
+  /** http:// URLs of the 3-node etcd cluster (FK_ETCD_CLUSTER, comma-separated). */
+  readonly etcdCluster: readonly string[];
 }
 
 /** TestServers whose every field calls `read` when accessed (so only the servers used must exist). */
@@ -73,5 +97,14 @@ export function serversReadBy(read: (key: keyof ProvidedServers) => string): Tes
         credentials: { accessKeyId: read('s3AccessKey'), secretAccessKey: read('s3SecretKey') },
       };
     },
+    get redis() { return read('redis'); },
+    get redlock() { return read('redlock').split(','); },
+    get redisPair() {
+      const [primary, replica] = read('redisPair').split(',');
+      if (primary === undefined || replica === undefined) throw new Error(`${SERVER_ENV.redisPair} must name a primary and a replica`);
+      return [primary, replica] as const;
+    },
+    get etcd() { return read('etcd'); },
+    get etcdCluster() { return read('etcdCluster').split(','); },
   };
 }
