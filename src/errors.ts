@@ -19,6 +19,7 @@ export type ErrorCode =
   | 'CORRUPT_FENCE'
   | 'WORK_NOT_COMMITTED'
   | 'COMMIT_FAILED'
+  | 'FENCE_RELEASED'
   | ZooKeeperErrorCode;
 
 export type ZooKeeperErrorCode =
@@ -307,5 +308,25 @@ export class CorruptFenceError extends FencekeeperError {
   constructor(resource: string, message: string, options?: FencekeeperErrorOptions) {
     super('CORRUPT_FENCE', message, options);
     this.resource = resource;
+  }
+}
+
+/**
+ * Work admitted under a resource's fence no longer holds it: its admission
+ * has been aborted and the fence handed on, so the next admission may run
+ * while this work is still going. Stop writing to the resource. `reason`:
+ * 'client_gone' (the HTTP connection closed before the response finished) or
+ * 'hold_expired' (the fence was held longer than fencing()'s maxHoldMs).
+ */
+export class FenceReleasedError extends FencekeeperError {
+  static override readonly kind: string = 'FenceReleasedError';
+  readonly resource: string;
+  readonly token: bigint;
+  readonly reason: 'client_gone' | 'hold_expired';
+  constructor(resource: string, token: bigint, reason: FenceReleasedError['reason'], message: string, options?: FencekeeperErrorOptions) {
+    super('FENCE_RELEASED', message, options);
+    this.resource = resource;
+    this.token = token;
+    this.reason = reason;
   }
 }

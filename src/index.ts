@@ -22,6 +22,7 @@ export {
   WorkNotCommittedError,
   CommitFailedError,
 } from './errors.js';
+export { FenceReleasedError } from './errors.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
 
 // The lock contract every token source implements
