@@ -1,5 +1,98 @@
 // fencing(): the Express middleware that admits a request only under its
-// resource's fence. See index.ts for the guarantee and its limits.
+// resource's fence.
+//
+// The guarantee. For one resource, a request carrying token n is never
+// handled concurrently with, or after, a request carrying a larger token has
+// been admitted, for as long as the request holds the fence. fencing() reads
+// the token from a header, lets `verify` check it with the lock service, then
+// asks the FenceStore to admit it: the store compares it with the resource's
+// high-water mark (equal passes: the same holder writes many times; smaller
+// is refused with 409) and holds the resource's fence from admission until
+// the response has finished, the connection closed, or maxHoldMs passed. So
+// the check and the handler's writes are one critical section: a holder
+// paused for 25 s cannot slip a write in between.
+//
+// Settling. When the response has finished (res 'finish'; settled at the
+// 'close' Node emits right after it) the admission is committed if the
+// status is below 500 and aborted otherwise (a handler that threw, or called
+// next(err) and got a 5xx: its writes through req.fencing.transaction are
+// undone). When the connection closes before the response finished, the
+// admission is aborted and req.fencing.signal aborts. Either way the fence
+// keeps the admitted token: the handler may already have written somewhere
+// no store can undo, so no smaller token may follow it. A client that leaves
+// while waiting for admission stops waiting and leaves nothing held. A
+// refused request (400, 403, 409, 428, 503, or the 4xx a `resource` function
+// throws) changes nothing.
+//
+// maxHoldMs. A handler that never answers would hold the fence, and stall
+// every later request for the resource, for as long as its connection stays
+// open: server.requestTimeout bounds only the receiving of the request, not
+// the handler. Past maxHoldMs from admission the admission is aborted (the
+// fence keeps the token; writes through req.fencing.transaction are undone),
+// req.fencing.signal aborts (FenceReleasedError, reason 'hold_expired'), the
+// client gets 503 FENCE_HOLD_EXPIRED if nothing was sent yet, and the
+// connection is closed (at once if part of a response is already out). A
+// response the handler has already ended but Node has not yet written (it
+// waits behind an earlier pipelined response, or a slow client reads a large
+// body) is settled by its status instead, as its 'finish' would have. The
+// default, 30 s, is the request limit of common HTTP front ends (Heroku's
+// router, AWS API Gateway's 29 s): past it a client behind one has already
+// been answered 503/504, so holding on only stalls the resource's next
+// holder, while a handler that writes one resource answers in milliseconds.
+// Raise it for a route that holds a fence longer on purpose (a large upload
+// read behind fencing()). The handler itself keeps running: it must stop
+// when the signal aborts, since the next request may already be running.
+//
+// Nesting. fencing() twice on one request for the same store and resource
+// (app.use('/api', fencing(...)) and the same again on the route) does not
+// wait on itself: the second finds the first admission and passes, after its
+// own verify (a different token for the same resource, from a different
+// header, answers 400 CONFLICTING_TOKEN). fencing() for a second resource is
+// a second lock taken while holding the first: nest resources in one order
+// everywhere (say, sorted by name), or two requests nesting them in opposite
+// orders wait for each other. Within one process fencing() sees such a cycle
+// before it closes and answers the request that would close it with 503
+// FENCE_DEADLOCK (its response then frees its fences, and the other request
+// proceeds); across processes sharing a PostgresFenceStore it cannot, and
+// maxHoldMs ends the wait. Use one store object per fence table: two objects
+// over one table are two stores to fencing(), and nesting the same resource
+// through both waits on itself.
+//
+// Pipelining. Node answers the requests of one HTTP/1.1 connection in order,
+// yet runs a later request's handler while an earlier response is still
+// being produced: the later response waits in Node's queue, and its fence
+// stays held until the earlier response has gone out (or maxHoldMs passes).
+// So a slow request holds the fences of the requests pipelined behind it. If
+// the connection closes first, the queued responses never go out and their
+// admissions are aborted.
+//
+// Answers (application/problem+json, type about:blank, with a `code`):
+// 428 MISSING_TOKEN · 400 INVALID_TOKEN (also an empty value) · 400
+// REPEATED_TOKEN (the header sent more than once, detected on rawHeaders) ·
+// 400 CONFLICTING_TOKEN · 403 TOKEN_REFUSED (verify did not return true) ·
+// 503 VERIFY_UNAVAILABLE (verify threw: the lock service, not the client) ·
+// 409 STALE_TOKEN (with resource, presented, current as decimal strings) ·
+// 503 FENCE_UNAVAILABLE (the store failed) · 503 FENCE_DEADLOCK · 503
+// FENCE_HOLD_EXPIRED · the 4xx a `resource` function throws
+// (RESOURCE_REFUSED) · 500 RESOURCE_UNRESOLVED (the `resource` function is
+// broken).
+//
+// Limits.
+// - The fence covers the handler only until its response ends, its client
+//   leaves, or maxHoldMs passes. A handler that keeps writing after that
+//   (watch req.fencing.signal) writes outside the fence; writes through
+//   req.fencing.transaction (PostgresFenceStore) are undone instead.
+// - The response is sent before the store commits. If a commit fails (the
+//   database went away) the client has seen success for an advance that did
+//   not happen; such failures go to NODE_DEBUG=fencekeeper.
+// - Without `verify`, a client can send a huge token and lock every honest
+//   holder out: the header is client input. Use verify (verifyWithZooKeeper)
+//   wherever clients are not trusted.
+// - MemoryFenceStore is one process's memory: not for a service with more
+//   than one instance or one that must remember its fences across restarts.
+// - Status 500 only for the application's own bug (a `resource` function that
+//   throws without a 4xx status, or returns no resource name); nothing a
+//   client sends answers 500.
 import { debuglog } from 'node:util';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import {
@@ -11,38 +104,10 @@ import {
   type FenceStore,
   type FencingToken,
 } from '../../src/index.js';
+import { Fencing, settle } from './context.js';
 import { sendProblem } from './problem.js';
 
 const debug = debuglog('fencekeeper');
-
-/** What a handler behind fencing() finds in `req.fencing`. */
-export interface FencingContext<Transaction = unknown> {
-  readonly resource: string;
-  readonly token: FencingToken;
-  /** The resource's committed mark before this request (null: the first token it saw). */
-  readonly previous: FencingToken | null;
-  /** The store's transaction (PostgresFenceStore: the one holding the fence row); undefined for MemoryFenceStore. */
-  readonly transaction: Transaction;
-  /**
-   * Aborts when the connection closed before the response finished: the
-   * admission has been aborted and the fence handed on, so the handler must
-   * stop writing to the resource (other than through `transaction`, which
-   * was rolled back).
-   */
-  readonly signal: AbortSignal;
-}
-
-declare global {
-  // Express's own augmentation point, the same in @types/express 4 and 5
-  // (express-serve-static-core: `interface Request extends Express.Request`).
-  // eslint-disable-next-line @typescript-eslint/no-namespace -- declaration merging needs the namespace
-  namespace Express {
-    interface Request {
-      /** Set by fencekeeper's fencing() once the request holds its resource's fence. */
-      fencing?: FencingContext;
-    }
-  }
-}
 
 export interface FencingOptions<Transaction = undefined> {
   /** Where the fence lives: MemoryFenceStore (one process), PostgresFenceStore, or your own. */
@@ -64,7 +129,19 @@ export interface FencingOptions<Transaction = undefined> {
    * A throw or rejection means the lock service could not answer: 503.
    */
   readonly verify?: (token: FencingToken, resource: string, req: Request) => boolean | Promise<boolean>;
+  /**
+   * The longest a request may hold the resource's fence, in ms from its
+   * admission, before the admission is aborted, req.fencing.signal aborts and
+   * the client is answered 503 FENCE_HOLD_EXPIRED. An integer in
+   * 1..2147483647 (a timer's range). Default 30000.
+   */
+  readonly maxHoldMs?: number;
 }
+
+/** See "maxHoldMs" above for why 30 s. */
+const DEFAULT_MAX_HOLD_MS = 30_000;
+/** The largest delay setTimeout keeps (a larger one fires after 1 ms). */
+const MAX_TIMER_MS = 2_147_483_647;
 
 /** RFC 9110 §5.1 field-name: a token. */
 const FIELD_NAME = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
@@ -72,74 +149,21 @@ const FIELD_NAME = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
 /** The header appeared more than once. */
 const REPEATED = Symbol('repeated');
 
-/** The reason the admission wait is aborted with when the client goes away. */
-const CLIENT_GONE = new Error('the connection closed before the response finished');
-
-/**
- * req.fencing, and the request's whole state: one object per request.
- * It is also the options object handed to store.admit(): its `signal` is made
- * on first read, because an AbortController costs more (measured on Node 20)
- * than the rest of an uncontended admission, and it is needed only by a
- * request that has to wait (MemoryFenceStore reads it only then), by a store
- * that always reads it, or by a handler that asks for req.fencing.signal.
- */
-class Fencing implements FencingContext {
-  readonly resource: string;
-  readonly token: FencingToken;
-  previous: FencingToken | null = null;
-  transaction: unknown = undefined;
-  /** The connection closed before the response finished. */
-  #gone = false;
-  /** Held until the response has finished or the connection closed. */
-  #admission: FenceAdmission<unknown> | undefined = undefined;
-  #controller: AbortController | undefined = undefined;
-
-  constructor(resource: string, token: FencingToken) {
-    this.resource = resource;
-    this.token = token;
-  }
-
-  get signal(): AbortSignal {
-    let controller = this.#controller;
-    if (controller === undefined) {
-      controller = this.#controller = new AbortController();
-      if (this.#gone) controller.abort(CLIENT_GONE);
-    }
-    return controller.signal;
-  }
-
-  /** The client left (the connection closed before the response finished). */
-  get gone(): boolean {
-    return this.#gone;
-  }
-
-  /** Keep the admission until the response ends. */
-  hold(admission: FenceAdmission<unknown>): void {
-    this.#admission = admission;
-    this.previous = admission.previous;
-    this.transaction = admission.transaction;
-  }
-
-  /** The response's 'close': settle what is held, abort a wait or a handler if it did not finish. */
-  close(finished: boolean, status: number): void {
-    if (!finished) {
-      this.#gone = true;
-      this.#controller?.abort(CLIENT_GONE);
-    }
-    const admission = this.#admission;
-    if (admission === undefined) return;
-    this.#admission = undefined;
-    settle(admission, finished && status < 500);
-  }
+/** What one fencing() needs per request, copied from its options. */
+interface Settings {
+  readonly store: FenceStore<unknown>;
+  readonly verify: FencingOptions<unknown>['verify'];
+  readonly maxHoldMs: number;
 }
 
 /**
  * The middleware. Answers (application/problem+json) instead of calling the
- * handler: 428 no token; 400 a malformed or repeated token header; 403 verify
- * refused; 409 stale (with resource, presented, current); 503 verify threw or
- * the store failed. Otherwise sets req.fencing and calls next(), holding the
- * fence until the response has finished (then commit if the status is below
- * 500, abort otherwise) or the connection closed first (abort).
+ * handler: 428 no token; 400 a malformed, repeated or conflicting token
+ * header; 403 verify refused; 409 stale (with resource, presented, current);
+ * 503 verify threw, the store failed, or waiting would deadlock. Otherwise
+ * sets req.fencing and calls next(), holding the fence until the response
+ * has finished (then commit if the status is below 500, abort otherwise),
+ * the connection closed first (abort), or maxHoldMs passed (abort, 503).
  */
 export function fencing<Transaction = undefined>(options: FencingOptions<Transaction>): RequestHandler {
   const store = options.store;
@@ -158,7 +182,11 @@ export function fencing<Transaction = undefined>(options: FencingOptions<Transac
   if (verify !== undefined && typeof verify !== 'function') {
     throw new InvalidArgumentError('fencing(): options.verify must be a function');
   }
-  const fenced = store as FenceStore<unknown>;
+  const maxHoldMs = options.maxHoldMs ?? DEFAULT_MAX_HOLD_MS;
+  if (typeof maxHoldMs !== 'number' || !Number.isInteger(maxHoldMs) || maxHoldMs < 1 || maxHoldMs > MAX_TIMER_MS) {
+    throw new InvalidArgumentError(`fencing(): options.maxHoldMs must be an integer in 1..${MAX_TIMER_MS}, got ${String(options.maxHoldMs)}`);
+  }
+  const settings: Settings = Object.freeze({ store: store as FenceStore<unknown>, verify: verify as Settings['verify'], maxHoldMs });
 
   return function fencingMiddleware(req: Request, res: Response, next: NextFunction): void {
     const text = readHeader(req, header);
@@ -199,47 +227,45 @@ export function fencing<Transaction = undefined>(options: FencingOptions<Transac
 
     // The client is already gone: nobody to answer, nothing to hold.
     if (res.closed || res.writableEnded) return;
-    void admit(fenced, verify, req, res, next, name, token);
+    const outer = req.fencing instanceof Fencing ? req.fencing : undefined;
+    // This request already holds this fence (fencing() applied twice): waiting
+    // for it again would wait for ourselves.
+    const held = outer?.find(settings.store, name);
+    if (held !== undefined) {
+      void rejoin(settings, req, res, next, held, token);
+      return;
+    }
+    void admit(settings, req, res, next, name, token, outer);
   };
 }
 
 async function admit(
-  store: FenceStore<unknown>,
-  verify: FencingOptions<unknown>['verify'],
+  settings: Settings,
   req: Request,
   res: Response,
   next: NextFunction,
   resource: string,
   token: FencingToken,
+  outer: Fencing | undefined,
 ): Promise<void> {
-  const exchange = new Fencing(resource, token);
-  // One closure per request, on purpose: keeping the state on `res` under a
-  // symbol instead is a keyed store on an object with many properties, which
-  // turns the ServerResponse into a dictionary-mode object and slows every
-  // later write to it (measured: +20% server CPU per request).
-  // 'close' comes once per response, after 'finish' when the response was
-  // sent in full, alone when the connection closed first: it settles both.
-  res.on('close', () => exchange.close(res.writableFinished, res.statusCode));
+  const exchange = new Fencing(req, res, settings.store, resource, token, outer, settings.maxHoldMs);
+  if (settings.verify !== undefined && !(await verified(settings.verify, token, resource, req, res, exchange))) return;
 
-  if (verify !== undefined) {
-    let verdict: unknown;
-    try {
-      verdict = await verify(token, resource, req);
-    } catch (error) {
-      debug('fencing(): verify threw: %o', error);
-      return sendProblem(res, 503, 'VERIFY_UNAVAILABLE', 'the lock service could not check the fencing token; try again');
-    }
-    if (exchange.gone) return;
-    if (verdict !== true) {
-      return sendProblem(res, 403, 'TOKEN_REFUSED', `the fencing token is not the current holder's for ${resource}`);
-    }
+  const cycle = exchange.enterWait();
+  if (cycle !== undefined) {
+    return sendProblem(
+      res,
+      503,
+      'FENCE_DEADLOCK',
+      `waiting for the fence of ${resource} would deadlock: it is held by a request that waits, through ${cycle.join(' -> ')}, for a fence this request holds; take fences in one order everywhere; try again`,
+    );
   }
-
   let admission: FenceAdmission<unknown>;
   try {
-    admission = await store.admit(resource, token, exchange);
+    admission = await settings.store.admit(resource, token, exchange);
   } catch (error) {
-    if (exchange.gone) return; // the client left while waiting; the store holds nothing for it
+    exchange.leaveWait();
+    if (exchange.closed) return; // the client left while waiting; the store holds nothing for it
     if (error instanceof StaleTokenError) {
       return sendProblem(
         res,
@@ -252,9 +278,10 @@ async function admit(
     debug('fencing(): store.admit failed: %o', error);
     return sendProblem(res, 503, 'FENCE_UNAVAILABLE', 'the fence store could not admit the request; try again');
   }
+  exchange.leaveWait();
 
-  // Admitted, but the client left between the store's answer and now.
-  if (exchange.gone || res.writableEnded) {
+  // Admitted, but the client left (or someone else answered) in the meantime.
+  if (exchange.closed || res.writableEnded) {
     settle(admission, false);
     return;
   }
@@ -263,17 +290,39 @@ async function admit(
   next();
 }
 
-function settle(admission: FenceAdmission<unknown>, commit: boolean): void {
-  try {
-    (commit ? admission.commit() : admission.abort()).catch(reportSettleFailure);
-  } catch (error) {
-    reportSettleFailure(error);
+/** fencing() again for a fence the request holds: pass with the same token, after this fencing()'s own verify. */
+async function rejoin(settings: Settings, req: Request, res: Response, next: NextFunction, held: Fencing, token: FencingToken): Promise<void> {
+  if (token !== held.token) {
+    return sendProblem(res, 400, 'CONFLICTING_TOKEN', `this request already holds the fence of ${held.resource} with another fencing token`);
   }
+  if (settings.verify !== undefined && !(await verified(settings.verify, token, held.resource, req, res, held))) return;
+  if (held.closed) return;
+  next();
 }
 
-function reportSettleFailure(error: unknown): void {
-  // The response is already out; all that is left is to say so.
-  debug('fencing(): settling the admission failed: %o', error);
+/** Run verify; answers and returns false unless it returned true and the exchange is still open. */
+async function verified(
+  verify: NonNullable<Settings['verify']>,
+  token: FencingToken,
+  resource: string,
+  req: Request,
+  res: Response,
+  exchange: Fencing,
+): Promise<boolean> {
+  let verdict: unknown;
+  try {
+    verdict = await verify(token, resource, req);
+  } catch (error) {
+    debug('fencing(): verify threw: %o', error);
+    sendProblem(res, 503, 'VERIFY_UNAVAILABLE', 'the lock service could not check the fencing token; try again');
+    return false;
+  }
+  if (exchange.closed) return false;
+  if (verdict !== true) {
+    sendProblem(res, 403, 'TOKEN_REFUSED', `the fencing token is not the current holder's for ${resource}`);
+    return false;
+  }
+  return true;
 }
 
 /** The header's value, undefined if absent, REPEATED if sent more than once. */

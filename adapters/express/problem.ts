@@ -18,7 +18,10 @@ export type ProblemCode =
   | 'VERIFY_UNAVAILABLE'
   | 'FENCE_UNAVAILABLE'
   | 'RESOURCE_REFUSED'
-  | 'RESOURCE_UNRESOLVED';
+  | 'RESOURCE_UNRESOLVED'
+  | 'CONFLICTING_TOKEN'
+  | 'FENCE_DEADLOCK'
+  | 'FENCE_HOLD_EXPIRED';
 
 /** The body of an answer the middleware gives in place of the handler's. */
 export interface FencingProblem {

@@ -46,11 +46,14 @@ export async function serve(app: Express | http.RequestListener): Promise<Served
 export interface Answer {
   status: number;
   contentType: string | undefined;
+  headers: http.IncomingHttpHeaders;
   body: unknown;
 }
 
 export interface Sent {
   answer: Promise<Answer>;
+  /** Resolves when the connection has closed (from either side). */
+  closed: Promise<void>;
   /** Tear the connection down from the client side. */
   destroy(): void;
 }
@@ -58,26 +61,114 @@ export interface Sent {
 /** One request on its own connection; an array value sends the header repeatedly. */
 export function send(port: number, path: string, headers: Record<string, string | string[]> = {}): Sent {
   let request!: http.ClientRequest;
+  const closed = deferred();
   const answer = new Promise<Answer>((resolve, reject) => {
     request = http.request({ host: '127.0.0.1', port, path, method: 'POST', headers, agent: false }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (chunk: Buffer) => chunks.push(chunk));
       res.on('end', () => {
         const text = Buffer.concat(chunks).toString('utf8');
-        let body: unknown = text;
-        try {
-          body = JSON.parse(text);
-        } catch {
-          // not JSON: keep the text
-        }
-        resolve({ status: res.statusCode ?? 0, contentType: res.headers['content-type'], body });
+        resolve({ status: res.statusCode ?? 0, contentType: res.headers['content-type'], headers: res.headers, body: parseBody(text) });
       });
       res.on('error', reject);
     });
+    request.on('socket', (socket) => socket.once('close', () => closed.resolve()));
     request.on('error', reject);
     request.end();
   });
-  return { answer, destroy: () => request.destroy() };
+  return { answer, closed: closed.promise, destroy: () => request.destroy() };
+}
+
+function parseBody(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text; // not JSON: keep the text
+  }
+}
+
+/** One response read off a raw connection. */
+export interface RawAnswer {
+  status: number;
+  headers: Record<string, string>;
+  body: unknown;
+}
+
+export interface Pipelined {
+  /** Every response the server sent on the connection, in order, once it has closed. */
+  answers: Promise<RawAnswer[]>;
+  /** Resolves with the number of complete responses received so far, once there are at least `n`. */
+  received(n: number): Promise<void>;
+  destroy(): void;
+}
+
+/**
+ * Several POSTs written in one go on one connection (HTTP/1.1 pipelining):
+ * Node runs their handlers as it parses them and sends the answers in order.
+ * Each request is [path, headers]; the last one carries `Connection: close`,
+ * so the server closes the connection after the last answer.
+ */
+export function pipeline(port: number, requests: [string, Record<string, string>][]): Pipelined {
+  const socket = net.connect(port, '127.0.0.1');
+  let buffer = Buffer.alloc(0);
+  const parsed: RawAnswer[] = [];
+  const waiters: { n: number; resolve: () => void }[] = [];
+  const parse = (): void => {
+    for (;;) {
+      const end = buffer.indexOf('\r\n\r\n');
+      if (end === -1) return;
+      const [statusLine, ...lines] = buffer.subarray(0, end).toString('latin1').split('\r\n');
+      const headers: Record<string, string> = {};
+      for (const line of lines) {
+        const colon = line.indexOf(':');
+        headers[line.slice(0, colon).trim().toLowerCase()] = line.slice(colon + 1).trim();
+      }
+      const length = Number(headers['content-length'] ?? 0);
+      if (buffer.length < end + 4 + length) return;
+      const body = buffer.subarray(end + 4, end + 4 + length).toString('utf8');
+      buffer = buffer.subarray(end + 4 + length);
+      parsed.push({ status: Number(/^HTTP\/1\.1 (\d{3})/.exec(statusLine ?? '')?.[1] ?? 0), headers, body: parseBody(body) });
+      for (const w of waiters.filter((w) => parsed.length >= w.n)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve();
+      }
+    }
+  };
+  const answers = new Promise<RawAnswer[]>((resolve) => {
+    socket.on('data', (chunk: Buffer) => {
+      buffer = Buffer.concat([buffer, chunk]);
+      parse();
+    });
+    socket.on('error', () => undefined);
+    socket.on('close', () => resolve(parsed));
+  });
+  const text = requests
+    .map(([path, headers], i) => {
+      const lines = Object.entries(headers).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+      const close = i === requests.length - 1 ? 'Connection: close\r\n' : '';
+      return `POST ${path} HTTP/1.1\r\nHost: fencekeeper.test\r\nContent-Length: 0\r\n${close}${lines}\r\n`;
+    })
+    .join('');
+  socket.write(text);
+  return {
+    answers,
+    received: (n) => (parsed.length >= n ? Promise.resolve() : new Promise((resolve) => waiters.push({ n, resolve }))),
+    destroy: () => socket.destroy(),
+  };
+}
+
+/**
+ * `promise`, or a rejection naming `what` if it has not settled within `ms`:
+ * turns a hang (the bug a test guards against) into a failure with a message.
+ * Not a timing assertion: give it slack far beyond the expected time.
+ */
+export function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_resolve, reject) => {
+    timer = setTimeout(() => reject(new Error(`still waiting after ${ms} ms: ${what}`)), ms);
+    timer.unref();
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
 
 export function post(port: number, path: string, headers: Record<string, string | string[]> = {}): Promise<Answer> {
@@ -113,9 +204,20 @@ export function rawStatus(port: number, path: string, headerLines: Buffer[]): Pr
   });
 }
 
-/** A store that records each admit() and how it ended; delegates to a real store. */
+/** One admit() a SpyStore saw: how the store answered, and how the admission was settled. */
+export interface SpiedCall {
+  readonly resource: string;
+  readonly token: FencingToken;
+  outcome: 'pending' | 'admitted' | 'refused';
+  /** The first of commit() / abort() called on the admission (undefined: not settled yet). */
+  settled: 'commit' | 'abort' | undefined;
+  /** commit() / abort() of the inner store has finished. */
+  done: boolean;
+}
+
+/** A store that records each admit(), how it ended and how it was settled; delegates to a real store. */
 export class SpyStore<T> implements FenceStore<T> {
-  readonly calls: { token: FencingToken; outcome: 'pending' | 'admitted' | 'refused' }[] = [];
+  readonly calls: SpiedCall[] = [];
   readonly #inner: FenceStore<T>;
   #changes: Deferred[] = [];
 
@@ -124,19 +226,35 @@ export class SpyStore<T> implements FenceStore<T> {
   }
 
   async admit(resource: string, token: FencingToken, options?: { signal?: AbortSignal }): Promise<FenceAdmission<T>> {
-    const call = { token, outcome: 'pending' as 'pending' | 'admitted' | 'refused' };
+    const call: SpiedCall = { resource, token, outcome: 'pending', settled: undefined, done: false };
     this.calls.push(call);
     this.#notify();
+    let admission: FenceAdmission<T>;
     try {
-      const admission = await this.#inner.admit(resource, token, options);
+      admission = await this.#inner.admit(resource, token, options);
       call.outcome = 'admitted';
-      return admission;
     } catch (error) {
       call.outcome = 'refused';
       throw error;
     } finally {
       this.#notify();
     }
+    const settle = (how: 'commit' | 'abort'): Promise<void> => {
+      call.settled ??= how;
+      this.#notify();
+      return admission[how]().finally(() => {
+        call.done = true;
+        this.#notify();
+      });
+    };
+    return {
+      resource: admission.resource,
+      token: admission.token,
+      previous: admission.previous,
+      transaction: admission.transaction,
+      commit: () => settle('commit'),
+      abort: () => settle('abort'),
+    };
   }
 
   current(resource: string): Promise<FencingToken | null> {

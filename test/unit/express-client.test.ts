@@ -1,7 +1,10 @@
 // The holder's side: fencingHeaders and fencedFetch.
 import { describe, expect, it } from 'vitest';
-import { fencedFetch, fencingHeaders, type FetchLike } from '../../adapters/express/index.js';
+import { fencedFetch, fencingHeaders } from '../../adapters/express/index.js';
 import { InvalidArgumentError, InvalidTokenError, LockLostError } from '../../src/index.js';
+
+/** The fetch fencedFetch wraps (any function shaped like the global fetch). */
+type FetchLike = NonNullable<Parameters<typeof fencedFetch>[0]>;
 
 function recordingFetch(): { fetch: FetchLike; calls: { input: string | URL | Request; init: RequestInit | undefined }[] } {
   const calls: { input: string | URL | Request; init: RequestInit | undefined }[] = [];
