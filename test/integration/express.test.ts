@@ -75,7 +75,9 @@ describe('fencing() with MemoryFenceStore', () => {
 
   it('refuses a stale token with 409 problem+json carrying resource, presented and current, and changes nothing', async () => {
     expect((await post(served.port, '/r/b', { [H]: '35' })).status).toBe(200);
-    const stale = await post(served.port, '/r/b', { [H]: '34' });
+    // The handler records the x-key of every request it runs: the stale one must not be among them.
+    const stale = await post(served.port, '/r/b', { [H]: '34', 'x-key': 'stale-34-b' });
+    expect(t.started).not.toContain('stale-34-b');
     expect(stale.status).toBe(409);
     expect(stale.contentType).toBe('application/problem+json');
     expect(stale.body).toEqual({
@@ -89,7 +91,6 @@ describe('fencing() with MemoryFenceStore', () => {
       current: '35',
     });
     expect(await store.current('doc:b')).toBe(35n);
-    expect(t.started).not.toContain('34-b');
   });
 
   it('keeps resources apart', async () => {
