@@ -9,7 +9,7 @@
 import diagnostics from 'node:diagnostics_channel';
 import net from 'node:net';
 import express from 'express';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { fencing, MemoryFenceStore, verifyWithZooKeeper, type ZooKeeperVerifier } from '../../adapters/express/index.js';
 import { acquireLock, lockStatus, MAX_TOKEN, ZooKeeperClient, type FencingToken, type Lock } from '../../src/index.js';
 import { testServers } from '../helpers/servers.js';
@@ -114,89 +114,122 @@ function expectRefused(answer: Answer, status: 403 | 503, code: 'TOKEN_REFUSED' 
   expect(answer.body).toMatchObject({ type: 'about:blank', status, code });
 }
 
+/**
+ * One test's world: its own lock, resource and store, a verifier on its own
+ * ZooKeeper client (through the counting proxy) behind its own HTTP server,
+ * and a holder of the lock. Each test makes one, so any test runs alone.
+ */
+interface World {
+  lockName: string;
+  resource: string;
+  store: MemoryFenceStore;
+  verifierZk: ZooKeeperClient;
+  holder: Lock;
+  send(token: FencingToken | string): Promise<Answer>;
+}
+
 describe('fencing() with verifyWithZooKeeper (real ZooKeeper)', () => {
   const zkAddress = testServers().zkStandalone;
-  const lockName = uniqueLockName('verify');
-  const resource = uniqueId('doc');
   const scratch = `/fencekeeper-test/${uniqueId('verify')}`;
-  const store = new MemoryFenceStore();
   const clients: ZooKeeperClient[] = [];
+  const locks: string[] = [];
+  let cleanups: (() => Promise<void> | void)[] = [];
   let proxy: CountingZooKeeperProxy;
-  let verifierZk: ZooKeeperClient;
-  let verify: ZooKeeperVerifier;
-  let served: Served;
-  let holderA: Lock;
-  let holderB: Lock;
-  let waitingB: Promise<Lock>;
 
   const connect = async (connectString = zkAddress, sessionTimeoutMs?: number): Promise<ZooKeeperClient> => {
     const zk = await ZooKeeperClient.connect(sessionTimeoutMs === undefined ? { connectString } : { connectString, sessionTimeoutMs });
     clients.push(zk);
     return zk;
   };
-  const send = (token: FencingToken | string): Promise<Answer> => post(served.port, '/doc', { [H]: String(token) });
+
+  async function world(): Promise<World> {
+    const lockName = uniqueLockName('verify');
+    locks.push(lockName);
+    const resource = uniqueId('doc');
+    const store = new MemoryFenceStore();
+    const verifierZk = await connect(proxy.address);
+    const verify = verifyWithZooKeeper(verifierZk, lockName);
+    const served = await serve(appWith(store, resource, verify));
+    cleanups.push(async () => {
+      verify.close();
+      await served.close();
+    });
+    const holder = await acquireLock(await connect(), lockName);
+    return { lockName, resource, store, verifierZk, holder, send: (token) => post(served.port, '/doc', { [H]: String(token) }) };
+  }
+
+  /** A second client queued behind `w.holder`, and its token once its node is in the queue. */
+  async function queueBehind(w: World): Promise<{ waiting: Promise<Lock>; token: FencingToken }> {
+    const zk = await connect();
+    const waiting = acquireLock(zk, w.lockName);
+    waiting.catch(() => undefined); // still waiting when the test ends and its client closes
+    for (;;) {
+      const token = (await lockStatus(zk, w.lockName)).waiters[0]?.token;
+      if (token !== undefined) return { waiting, token };
+    }
+  }
 
   beforeAll(async () => {
     proxy = await CountingZooKeeperProxy.to(zkAddress);
-    verifierZk = await connect(proxy.address);
-    verify = verifyWithZooKeeper(verifierZk, lockName);
-    served = await serve(appWith(store, resource, verify));
+  });
+
+  afterEach(async () => {
+    const done = cleanups;
+    cleanups = [];
+    for (const cleanup of done.reverse()) await cleanup();
   });
 
   afterAll(async () => {
-    verify?.close();
-    await served?.close();
     const cleaner = clients.find((zk) => zk.state === 'connected');
     if (cleaner !== undefined) {
       await rmrf(cleaner, scratch);
-      await rmrf(cleaner, `/fencekeeper/locks/${lockName}`);
+      for (const lockName of locks) await rmrf(cleaner, `/fencekeeper/locks/${lockName}`);
     }
     await Promise.allSettled(clients.map((zk) => zk.close()));
     await proxy?.close();
   });
 
   it("admits the holder's token and the fence advances to it", async () => {
-    holderA = await acquireLock(await connect(), lockName);
-    const answer = await send(holderA.token);
+    const w = await world();
+    const answer = await w.send(w.holder.token);
     expect(answer.status).toBe(200);
-    expect(answer.body).toEqual({ token: holderA.token.toString() });
-    expect(await store.current(resource)).toBe(holderA.token);
+    expect(answer.body).toEqual({ token: w.holder.token.toString() });
+    expect(await w.store.current(w.resource)).toBe(w.holder.token);
   });
 
   it("refuses forged tokens with 403 problem+json and the fence does not move: the largest token, holder + 1, a waiter's, another node's czxid", async () => {
-    // A second client queues behind A: its token is a real lock node's czxid, larger than A's, and not the holder's.
-    const zkB = await connect();
-    waitingB = acquireLock(zkB, lockName);
-    let waiterToken: FencingToken | undefined;
-    while (waiterToken === undefined) {
-      waiterToken = (await lockStatus(zkB, lockName)).waiters[0]?.token;
-    }
+    const w = await world();
+    expect((await w.send(w.holder.token)).status).toBe(200);
+    // A second client queues behind the holder: its token is a real lock node's czxid, larger than the holder's, and not the holder's.
+    const waiter = await queueBehind(w);
     const someone = await connect();
     await mkdirp(someone, scratch);
-    const other = await someone.create(`${scratch}/other`);
-    expect(other.stat.czxid).toBeGreaterThan(holderA.token);
+    const other = await someone.create(`${scratch}/${uniqueId('other')}`);
+    expect(other.stat.czxid).toBeGreaterThan(w.holder.token);
 
-    const forged: FencingToken[] = [9223372036854775807n, holderA.token + 1n, waiterToken, other.stat.czxid];
+    const forged: FencingToken[] = [9223372036854775807n, w.holder.token + 1n, waiter.token, other.stat.czxid];
     for (const token of forged) {
-      const answer = await send(token);
+      const answer = await w.send(token);
       expectRefused(answer, 403, 'TOKEN_REFUSED');
-      expect(await store.current(resource)).toBe(holderA.token);
+      expect(await w.store.current(w.resource)).toBe(w.holder.token);
     }
     // The holder still gets in after all that.
-    expect((await send(holderA.token)).status).toBe(200);
-    expect(await store.current(resource)).toBe(holderA.token);
+    expect((await w.send(w.holder.token)).status).toBe(200);
+    expect(await w.store.current(w.resource)).toBe(w.holder.token);
   });
 
   it('costs no ZooKeeper request per HTTP request while the holder does not change', async () => {
-    // The notification of B joining the queue goes to the verifier's session on its own
+    const w = await world();
+    await queueBehind(w);
+    // The notification of the waiter joining the queue goes to the verifier's session on its own
     // schedule (no order across sessions). A sync on the verifier's session is answered
     // after every notification already triggered for it, so past this line the cache
     // has been dropped if it was going to be; the next request reloads it if so.
-    await verifierZk.sync(`/fencekeeper/locks/${lockName}`);
-    expect((await send(holderA.token)).status).toBe(200);
+    await w.verifierZk.sync(`/fencekeeper/locks/${w.lockName}`);
+    expect((await w.send(w.holder.token)).status).toBe(200);
     const before = proxy.requests;
     for (let i = 0; i < 25; i++) {
-      expect((await send(i % 2 === 0 ? holderA.token : holderA.token + 1n)).status).toBe(i % 2 === 0 ? 200 : 403);
+      expect((await w.send(i % 2 === 0 ? w.holder.token : w.holder.token + 1n)).status).toBe(i % 2 === 0 ? 200 : 403);
     }
     expect(proxy.requests).toBe(before);
     // The counter does see this client's requests: the verifier's first lookups went through it.
@@ -204,51 +237,52 @@ describe('fencing() with verifyWithZooKeeper (real ZooKeeper)', () => {
   });
 
   it("after release and a new holder: the old holder's token is refused (403), the new one is admitted", async () => {
-    const invalidated = nextWatchEvent(verifierZk);
-    await holderA.release();
-    holderB = await waitingB;
-    // The verifier's children watch has fired: its cache no longer names A.
-    expect(await invalidated).toMatchObject({ path: `/fencekeeper/locks/${lockName}` });
+    const w = await world();
+    expect((await w.send(w.holder.token)).status).toBe(200);
+    const waiter = await queueBehind(w);
+    const invalidated = nextWatchEvent(w.verifierZk);
+    await w.holder.release();
+    const next = await waiter.waiting;
+    // The verifier's children watch has fired: its cache no longer names the old holder.
+    expect(await invalidated).toMatchObject({ path: `/fencekeeper/locks/${w.lockName}` });
 
-    expectRefused(await send(holderA.token), 403, 'TOKEN_REFUSED');
-    expect(await store.current(resource)).toBe(holderA.token);
-    const answer = await send(holderB.token);
+    expectRefused(await w.send(w.holder.token), 403, 'TOKEN_REFUSED');
+    expect(await w.store.current(w.resource)).toBe(w.holder.token);
+    const answer = await w.send(next.token);
     expect(answer.status).toBe(200);
-    expect(await store.current(resource)).toBe(holderB.token);
-    expectRefused(await send(holderA.token), 403, 'TOKEN_REFUSED');
-    expect(await store.current(resource)).toBe(holderB.token);
+    expect(await w.store.current(w.resource)).toBe(next.token);
+    expectRefused(await w.send(w.holder.token), 403, 'TOKEN_REFUSED');
+    expect(await w.store.current(w.resource)).toBe(next.token);
   });
 
   it("a verifier whose ZooKeeper session expired answers 503 and the fence does not move", async () => {
+    const w = await world();
     // Its own client, through a proxy the test can black-hole: no server reachable for the
     // whole session timeout, so the client expires the session by its own clock.
     const hole = await TcpProxy.to(zkAddress);
-    try {
-      const zk = await connect(hole.address, 4000);
-      const lonely = verifyWithZooKeeper(zk, lockName);
-      const app = await serve(appWith(store, resource, lonely));
-      try {
-        expect((await post(app.port, '/doc', { [H]: String(holderB.token) })).status).toBe(200);
-        const expired = new Promise<void>((resolve) => zk.on('state', (state: string) => state === 'expired' && resolve()));
-        hole.blackhole();
-        await expired;
-        expectRefused(await post(app.port, '/doc', { [H]: String(holderB.token) }), 503, 'VERIFY_UNAVAILABLE');
-        expectRefused(await post(app.port, '/doc', { [H]: String(MAX_TOKEN) }), 503, 'VERIFY_UNAVAILABLE');
-        expect(await store.current(resource)).toBe(holderB.token);
-      } finally {
-        lonely.close();
-        await app.close();
-      }
-    } finally {
-      await hole.close();
-    }
+    cleanups.push(() => hole.close());
+    const zk = await connect(hole.address, 4000);
+    const lonely = verifyWithZooKeeper(zk, w.lockName);
+    const app = await serve(appWith(w.store, w.resource, lonely));
+    cleanups.push(async () => {
+      lonely.close();
+      await app.close();
+    });
+    expect((await post(app.port, '/doc', { [H]: String(w.holder.token) })).status).toBe(200);
+    const expired = new Promise<void>((resolve) => zk.on('state', (state: string) => state === 'expired' && resolve()));
+    hole.blackhole();
+    await expired;
+    expectRefused(await post(app.port, '/doc', { [H]: String(w.holder.token) }), 503, 'VERIFY_UNAVAILABLE');
+    expectRefused(await post(app.port, '/doc', { [H]: String(MAX_TOKEN) }), 503, 'VERIFY_UNAVAILABLE');
+    expect(await w.store.current(w.resource)).toBe(w.holder.token);
   });
 
   it('a verifier whose ZooKeeper client was closed answers 503 and the fence does not move', async () => {
-    expect((await send(holderB.token)).status).toBe(200);
-    await verifierZk.close();
-    expectRefused(await send(holderB.token), 503, 'VERIFY_UNAVAILABLE');
-    expectRefused(await send(MAX_TOKEN), 503, 'VERIFY_UNAVAILABLE');
-    expect(await store.current(resource)).toBe(holderB.token);
+    const w = await world();
+    expect((await w.send(w.holder.token)).status).toBe(200);
+    await w.verifierZk.close();
+    expectRefused(await w.send(w.holder.token), 503, 'VERIFY_UNAVAILABLE');
+    expectRefused(await w.send(MAX_TOKEN), 503, 'VERIFY_UNAVAILABLE');
+    expect(await w.store.current(w.resource)).toBe(w.holder.token);
   });
 });
