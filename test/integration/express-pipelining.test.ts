@@ -57,13 +57,24 @@ describe('pipelined requests on one connection (MemoryFenceStore)', () => {
 
   const callFor = (resourceName: string, index = 0) => spy.calls.filter((c) => c.resource === resourceName)[index];
 
-  it("as documented: a later request's fence stays held, though its handler has answered, until the earlier response has gone out", async () => {
+  /**
+   * Pipeline `/slow/<tag>` (held at its gate) and then `<fastRoute>/<tag>-y`
+   * with `token` on one connection; resolves once the slow handler has
+   * started and the fast one has answered (its answer queued behind), with
+   * the fast handler's signal.
+   */
+  async function slowThenFast(tag: string, token: string, fastRoute = '/fast') {
     const line = pipeline(served.port, [
-      ['/slow/p1', { [H]: '1', 'x-key': 'p1-slow' }],
-      ['/fast/p1-y', { [H]: '1', 'x-key': 'p1-fast' }],
+      [`/slow/${tag}`, { [H]: token, 'x-key': `${tag}-slow` }],
+      [`${fastRoute}/${tag}-y`, { [H]: token, 'x-key': `${tag}-fast` }],
     ]);
-    await event('entered p1-slow').promise;
-    await event('answered p1-fast').promise;
+    await event(`entered ${tag}-slow`).promise;
+    const queuedSignal = await event(`answered ${tag}-fast`).promise;
+    return { line, queuedSignal };
+  }
+
+  it("as documented: a later request's fence stays held, though its handler has answered, until the earlier response has gone out", async () => {
+    const { line } = await slowThenFast('p1', '1');
     // Another connection's request for the same resource waits for that fence.
     const other = send(served.port, '/fast/p1-y', { [H]: '1', 'x-key': 'p1-other' });
     await spy.until(() => callFor('p1-y', 1)?.outcome === 'pending');
@@ -83,12 +94,7 @@ describe('pipelined requests on one connection (MemoryFenceStore)', () => {
   // when the connection closes first; fencing() waited for that 'close' and
   // held the fence for good.
   it('the connection closes while a response waits in the queue: its admission is aborted and the fence freed', async () => {
-    const line = pipeline(served.port, [
-      ['/slow/p2', { [H]: '2', 'x-key': 'p2-slow' }],
-      ['/fast/p2-y', { [H]: '2', 'x-key': 'p2-fast' }],
-    ]);
-    await event('entered p2-slow').promise;
-    const queuedSignal = await event('answered p2-fast').promise;
+    const { line, queuedSignal } = await slowThenFast('p2', '2');
     line.destroy();
     // The earlier response's 'close' (it was in flight) comes with the
     // connection's, as does whatever settles the queued one.
@@ -103,12 +109,7 @@ describe('pipelined requests on one connection (MemoryFenceStore)', () => {
   });
 
   it('past maxHoldMs, a queued response the handler has ended is settled by its status (committed), the fence freed, and the response still delivered', async () => {
-    const line = pipeline(served.port, [
-      ['/slow/p3', { [H]: '3', 'x-key': 'p3-slow' }],
-      ['/fast-short/p3-y', { [H]: '3', 'x-key': 'p3-fast' }],
-    ]);
-    await event('entered p3-slow').promise;
-    const queuedSignal = await event('answered p3-fast').promise;
+    const { line, queuedSignal } = await slowThenFast('p3', '3', '/fast-short');
     await within(spy.until(() => callFor('p3-y')?.settled !== undefined), HOLD_MS + SLACK_MS, 'maxHoldMs settling the queued response');
     expect(callFor('p3-y')).toMatchObject({ settled: 'commit' });
     expect(queuedSignal.aborted).toBe(false);
