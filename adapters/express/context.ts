@@ -175,11 +175,11 @@ export class Fencing implements FencingContext {
     const admission = this.#admission;
     this.#finish();
     if (admission === undefined) {
-      this.#abort(finished ? ANSWERED_WHILE_WAITING : this.#released('client_gone'));
+      this.#abort(finished ? ANSWERED_WHILE_WAITING : this.#clientGone());
       return;
     }
     settle(admission, finished && status < 500);
-    if (!finished) this.#abort(this.#released('client_gone'));
+    if (!finished) this.#abort(this.#clientGone());
   }
 
   static #expire(this: void, f: Fencing): void {
@@ -236,11 +236,11 @@ export class Fencing implements FencingContext {
     this.#abort(reason(this));
   }
 
-  #released(reason: 'client_gone'): FenceReleasedError {
+  #clientGone(): FenceReleasedError {
     return new FenceReleasedError(
       this.resource,
       this.token,
-      reason,
+      'client_gone',
       `the connection closed before the response finished: the admission for ${this.resource} was aborted and the fence handed on; stop writing`,
     );
   }
