@@ -25,15 +25,15 @@ const STUBBORN = 'trap "" TERM; sleep 1000 & echo "started $FENCING_TOKEN $$ $PP
 describe('fencekeeper run: the command never outlives the lock', () => {
   let zk: ZooKeeperClient;
   let connect: string;
-  const cleanups: (() => void)[] = [];
+  const cleanups: (() => void | Promise<void>)[] = [];
 
   beforeAll(async () => {
     assertBuilt();
     connect = testServers().zkStandalone;
     zk = await ZooKeeperClient.connect({ connectString: connect, sessionTimeoutMs: SESSION_MS });
   });
-  afterEach(() => {
-    for (const c of cleanups.splice(0)) c();
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
   });
   afterAll(async () => {
     await zk?.close();
@@ -54,11 +54,11 @@ describe('fencekeeper run: the command never outlives the lock', () => {
     readonly parent: Witness;
   }
 
-  async function start(lock: string, script = STUBBORN): Promise<Started> {
+  async function start(lock: string): Promise<Started> {
     const run = cli([
       'run', lock, '--zookeeper', connect,
       '--session-timeout', String(SESSION_MS), '--safety-margin', String(MARGIN_MS), '--grace', String(GRACE_MS),
-      '--', 'sh', '-c', script,
+      '--', 'sh', '-c', STUBBORN,
     ]);
     cleanups.push(() => {
       run.child.kill('SIGCONT');
@@ -84,61 +84,49 @@ describe('fencekeeper run: the command never outlives the lock', () => {
     return { granted };
   }
 
-  /** performance.now() when none of `command` runs any more (polled, so at most a few ms late). */
-  async function goneAt(command: readonly Witness[]): Promise<number> {
-    await until(() => !command.some(running), "the command's processes to end", 30_000);
-    return performance.now();
+  /**
+   * Start `run`, queue the next holder behind it, then hit fencekeeper with
+   * `signal`. Resolves at the next holder's grant, with how long after the
+   * signal the command's processes were all gone (polled, a few ms late).
+   */
+  async function strike(prefix: string, signal: 'SIGKILL' | 'SIGSTOP'): Promise<Started & { next: Grant; goneAfterMs: Promise<number> }> {
+    const lock = uniqueLockName(prefix);
+    const started = await start(lock);
+    const { granted } = await nextHolder(lock, started.command);
+    const struckAt = performance.now();
+    started.run.child.kill(signal);
+    const goneAfterMs = until(() => !started.command.some(running), "the command's processes to end", 30_000).then(() => performance.now() - struckAt);
+    goneAfterMs.catch(() => undefined); // awaited by the test, after the grant's check
+    const next = await granted;
+    cleanups.push(() => next.lock.release());
+    return { ...started, next, goneAfterMs };
   }
 
   it('SIGKILL of fencekeeper: the command and its child are gone within --grace, before the next holder is granted', async () => {
-    const lock = uniqueLockName('cli-kill');
-    const { run, token, command, parent } = await start(lock);
-    const { granted } = await nextHolder(lock, command);
-
-    const killedAt = performance.now();
-    run.child.kill('SIGKILL');
-    const gone = goneAt(command);
-    gone.catch(() => undefined); // awaited below, after the grant's check
-    const next = await granted;
-    try {
-      expect(next.runningAtGrant).toEqual([]);
-      expect(next.lock.token).toBeGreaterThan(token);
-      // The lifeline closed with fencekeeper: SIGTERM at once, SIGKILL after the grace.
-      expect((await gone) - killedAt).toBeLessThan(GRACE_MS + SLACK_MS);
-      // The command's parent (the supervisor) does not linger either.
-      await until(() => !running(parent), "the command's parent to exit");
-      expect((await run.done).signal).toBe('SIGKILL');
-    } finally {
-      await next.lock.release();
-    }
+    const { run, token, parent, next, goneAfterMs } = await strike('cli-kill', 'SIGKILL');
+    expect(next.runningAtGrant).toEqual([]);
+    expect(next.lock.token).toBeGreaterThan(token);
+    // The lifeline closed with fencekeeper: SIGTERM at once, SIGKILL after the grace.
+    expect(await goneAfterMs).toBeLessThan(GRACE_MS + SLACK_MS);
+    // The command's parent (the supervisor) does not linger either.
+    await until(() => !running(parent), "the command's parent to exit");
+    expect((await run.done).signal).toBe('SIGKILL');
   });
 
   it('SIGSTOP of fencekeeper: the command and its child are gone by the step-down deadline plus --grace, before the next holder is granted', async () => {
-    const lock = uniqueLockName('cli-stop');
-    const { run, token, command, parent } = await start(lock);
-    const { granted } = await nextHolder(lock, command);
-
     // Frozen, fencekeeper renews nothing and its pipe to the supervisor
-    // stays open. Its last renewal was acknowledged before this instant, so
-    // its step-down deadline is at most SESSION_MS - MARGIN_MS from now.
-    const stoppedAt = performance.now();
-    run.child.kill('SIGSTOP');
-    const gone = goneAt(command);
-    gone.catch(() => undefined); // awaited below, after the grant's check
-    const next = await granted;
-    try {
-      expect(next.runningAtGrant).toEqual([]);
-      expect(next.lock.token).toBeGreaterThan(token);
-      expect((await gone) - stoppedAt).toBeLessThan(SESSION_MS - MARGIN_MS + GRACE_MS + SLACK_MS);
-      // Its report waits in the pipe; fencekeeper reads it when it resumes.
-      run.child.kill('SIGCONT');
-      const result = await run.done;
-      expect(result.code).toBe(137); // the shell, killed by SIGKILL: 128 + 9
-      expect(result.stderr).toMatch(/lock .* lost/);
-      await until(() => !running(parent), "the command's parent to exit");
-    } finally {
-      await next.lock.release();
-    }
+    // stays open. Its last renewal was acknowledged before the SIGSTOP, so
+    // its step-down deadline is at most SESSION_MS - MARGIN_MS after it.
+    const { run, token, parent, next, goneAfterMs } = await strike('cli-stop', 'SIGSTOP');
+    expect(next.runningAtGrant).toEqual([]);
+    expect(next.lock.token).toBeGreaterThan(token);
+    expect(await goneAfterMs).toBeLessThan(SESSION_MS - MARGIN_MS + GRACE_MS + SLACK_MS);
+    // The supervisor's report waits in the pipe; fencekeeper reads it when it resumes.
+    run.child.kill('SIGCONT');
+    const result = await run.done;
+    expect(result.code).toBe(137); // the shell, killed by SIGKILL: 128 + 9
+    expect(result.stderr).toMatch(/lock .* lost/);
+    await until(() => !running(parent), "the command's parent to exit");
   });
 
   it('processes the command leaves behind in its process group are stopped before the lock is released', async () => {
@@ -146,7 +134,9 @@ describe('fencekeeper run: the command never outlives the lock', () => {
     // The shell exits on its own (after a pause that lets the test see its
     // child); the sleep it started would run on without the lock.
     const run = cli(['run', lock, '--zookeeper', connect, '--', 'sh', '-c', 'sleep 1000 & echo "started $!"; sleep 2']);
-    cleanups.push(() => run.child.kill('SIGKILL'));
+    cleanups.push(() => {
+      run.child.kill('SIGKILL');
+    });
     await until(() => /started \d+/.test(run.stdout()), 'the command to start');
     const [, pid] = /started (\d+)/.exec(run.stdout()) as unknown as string[];
     const left = witness(Number(pid));
@@ -154,11 +144,8 @@ describe('fencekeeper run: the command never outlives the lock', () => {
     const { granted } = await nextHolder(lock, [left]);
     const result = await run.exited;
     const next = await granted;
-    try {
-      expect(result.code).toBe(0);
-      expect(next.runningAtGrant).toEqual([]);
-    } finally {
-      await next.lock.release();
-    }
+    cleanups.push(() => next.lock.release());
+    expect(result.code).toBe(0);
+    expect(next.runningAtGrant).toEqual([]);
   });
 });
