@@ -51,6 +51,11 @@ export class CannotRunError extends Error {
   override readonly name = 'CannotRunError';
 }
 
+/** The supervisor died without reporting (someone killed it); the command's group was killed. */
+export class SupervisorLostError extends Error {
+  override readonly name = 'SupervisorLostError';
+}
+
 /** A performance.now() instant as CLOCK_MONOTONIC nanoseconds, the clock the supervisor shares with us. */
 function monotonicNs(at: number): bigint {
   return process.hrtime.bigint() + BigInt(Math.floor((at - performance.now()) * 1e6));
@@ -159,7 +164,7 @@ export function supervise(command: readonly string[], env: NodeJS.ProcessEnv, ho
           // already gone
         }
       }
-      reject(new Error(`the command's supervisor ended unexpectedly (${signal ?? `exit ${String(exitCode)}`})${group !== 0 ? `; process group ${group} was killed` : ''}`));
+      reject(new SupervisorLostError(`the command's supervisor ended unexpectedly (${signal ?? `exit ${String(exitCode)}`})${group !== 0 ? `; process group ${group} was killed` : ''}`));
     });
 
     renew();

@@ -129,6 +129,18 @@ describe('fencekeeper run: the command never outlives the lock', () => {
     await until(() => !running(parent), "the command's parent to exit");
   });
 
+  it("SIGKILL of the command's supervisor: fencekeeper kills the command's process group, releases the lock and exits 70", async () => {
+    const lock = uniqueLockName('cli-supervisor');
+    const { run, command, parent } = await start(lock);
+    process.kill(parent.pid, 'SIGKILL');
+    const result = await run.exited;
+    // Killed before fencekeeper released the lock and exited.
+    expect(command.filter(running)).toEqual([]);
+    expect(result.code).toBe(70);
+    expect(run.stderr()).toContain("the command's supervisor ended unexpectedly (SIGKILL)");
+    expect(await lockStatus(zk, lock)).toEqual({ name: lock, holder: null, waiters: [] });
+  });
+
   it('processes the command leaves behind in its process group are stopped before the lock is released', async () => {
     const lock = uniqueLockName('cli-leftover');
     // The shell exits on its own (after a pause that lets the test see its

@@ -13,7 +13,7 @@ import { UsageError, nonNegativeInt, parse, positiveInt, splitCommand } from '..
 import { ExitCode } from '../exit-codes.js';
 import { HELP } from '../help.js';
 import { LOCK_SERVICE_OPTIONS, lockServiceFrom, type Holding, type Kind } from '../lock-service.js';
-import { CannotRunError, supervise } from '../supervise.js';
+import { CannotRunError, SupervisorLostError, supervise } from '../supervise.js';
 import { err, out } from '../output.js';
 
 export async function runOrElect(command: 'run' | 'elect', argv: readonly string[]): Promise<number> {
@@ -107,6 +107,10 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
       if (error instanceof CannotRunError) {
         err(`cannot run ${cmd[0]}: ${error.message}`);
         return ExitCode.cannotRun;
+      }
+      if (error instanceof SupervisorLostError) {
+        err(error.message);
+        return ExitCode.software;
       }
       throw error;
     } finally {
