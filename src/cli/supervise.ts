@@ -130,7 +130,7 @@ export function supervise(command: readonly string[], env: NodeJS.ProcessEnv, ho
         const value = rest.join(' ');
         if (verb === 'started') group = Number(value);
         else if (verb === 'failed') failure = new CannotRunError(value);
-        else if (verb === 'stopping' && value === 'lease') loss(new Error('the step-down deadline passed with no renewal (fencekeeper was frozen or too slow)'));
+        else if (verb === 'stopping' && value === 'lease') loss(new Error('the step-down deadline passed with no renewal reaching the supervisor'));
         else if (verb === 'exited') code = Number(value);
         else if (verb === 'skipped') skipped = true;
       }
