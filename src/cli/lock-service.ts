@@ -6,22 +6,26 @@
  * $ZOOKEEPER and --session-timeout; the commands (run, elect, status, and
  * the demo's holders) see only the interfaces below.
  *
- * The CLI ships inside the core package, so this file may use the recipes'
- * own rules (the name check, the safety-margin bound) instead of copying
- * them; everything else in src/cli goes through the public API, ../index.js.
+ * Locks come from a LockSource (the core's contract), so the commands work
+ * the same with any source; what the contract does not carry yet is here, in
+ * the ZooKeeper part: the name rule checked before connecting, and the
+ * step-down deadline a supervised command's lease is lent until. The CLI
+ * ships inside the core package, so it may use the recipes' own name rule
+ * instead of copying it; everything else in src/cli goes through the public
+ * API, ../index.js.
  */
 import {
   ConnectionLossError,
   InvalidArgumentError,
   SessionExpiredError,
   ZooKeeperClient,
-  acquireLock,
-  campaign,
-  lockStatus,
+  safetyMargin,
+  zookeeperSource,
   type FencingToken,
 } from '../index.js';
-import { safetyMargin } from '../holding.js';
-import { ELECTIONS_ROOT, LOCKS_ROOT, queueParent } from '../queue.js';
+import { ELECTIONS_ROOT } from '../zookeeper/recipes/election.js';
+import { LOCKS_ROOT } from '../zookeeper/recipes/lock.js';
+import { queueParent } from '../zookeeper/recipes/queue-order.js';
 import { UsageError, positiveInt, type ParsedArgs } from './args.js';
 
 /** The flags every command that talks to the lock service accepts (node:util parseArgs form). */
@@ -128,17 +132,16 @@ export function lockServiceFrom(values: ParsedArgs['values'], env: NodeJS.Proces
 }
 
 function zookeeperService(zk: ZooKeeperClient): LockService {
+  const source = zookeeperSource(zk);
   return {
     get sessionTimeoutMs() {
       return zk.sessionTimeoutMs;
     },
     safetyMargin(requested) {
       try {
-        return safetyMargin(zk, requested);
+        return safetyMargin(zk.sessionTimeoutMs, requested);
       } catch (error) {
-        if (error instanceof InvalidArgumentError) {
-          throw new UsageError(`--safety-margin ${String(requested)}: ${error.message}`);
-        }
+        if (error instanceof InvalidArgumentError) throw new UsageError(`--safety-margin ${String(requested)}: ${error.message}`);
         throw error;
       }
     },
@@ -150,21 +153,21 @@ function zookeeperService(zk: ZooKeeperClient): LockService {
       try {
         const holding =
           kind === 'lock'
-            ? await acquireLock(zk, name, {
+            ? await source.acquireLock(name, {
                 ...common,
                 ...(options.timeoutMs !== undefined && { timeoutMs: options.timeoutMs }),
                 ...(options.owner !== undefined && { owner: options.owner }),
               })
-            : await campaign(zk, name, { ...common, ...(options.id !== undefined && { id: options.id }) });
-        const token = 'token' in holding ? holding.token : holding.epoch;
+            : await source.campaign(name, { ...common, ...(options.id !== undefined && { id: options.id }) });
         return {
-          token,
+          token: 'token' in holding ? holding.token : holding.epoch,
           get held() {
             return holding.held;
           },
           signal: holding.signal,
-          // The recipes step down at the earliest possible session expiry
-          // minus the margin (see AcquireOptions.safetyMarginMs).
+          // The recipes' step-down deadline: the earliest possible session
+          // expiry (send time of the last acknowledged request + timeout)
+          // minus the margin.
           deadline: () => zk.sessionDeadline - options.safetyMarginMs,
           end: () => ('release' in holding ? holding.release() : holding.resign()),
         };
@@ -174,8 +177,8 @@ function zookeeperService(zk: ZooKeeperClient): LockService {
     },
     async queue(name) {
       try {
-        const { holder, waiters } = await lockStatus(zk, name);
-        const entry = (role: QueueEntry['role'], e: { token: FencingToken; owner: string; sessionId: bigint; path: string }): QueueEntry => ({
+        const { holder, waiters } = await source.lockStatus(name);
+        const entry = (role: QueueEntry['role'], e: (typeof waiters)[number]): QueueEntry => ({
           role,
           token: e.token,
           owner: e.owner,
