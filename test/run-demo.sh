@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# What `npm run demo` runs. For now a stub: it installs and starts the servers
-# the demo will use (standalone ZooKeeper, PostgreSQL, Ceph RGW), exports
-# ZOOKEEPER / DATABASE_URL / S3_* for them, runs `fencekeeper demo` from the
-# build, and stops on exit what it started. The demo itself comes later.
-# Extra arguments go to `fencekeeper demo`.
+# What `npm run demo` runs: installs (when missing) and starts the servers the
+# demo uses (standalone ZooKeeper, PostgreSQL, Ceph RGW), or reuses ones that
+# already answer; exports ZOOKEEPER / DATABASE_URL / S3_* for them; builds the
+# package and runs `fencekeeper demo` (src/cli/demo/: the paused-holder story,
+# played with real processes against those servers); and on exit stops what
+# it started. Extra arguments go to `fencekeeper demo` (e.g. -- --unfenced).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . test/servers/lib.sh

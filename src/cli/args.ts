@@ -1,5 +1,6 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 
+/** A mistake in the command line (flags, arguments, a lock name): exit 64. */
 export class UsageError extends Error {
   override readonly name = 'UsageError';
 }
@@ -24,18 +25,17 @@ export function parse(argv: readonly string[], options: NonNullable<ParseArgsCon
   }
 }
 
-export function positiveInt(value: string | undefined, flag: string): number | undefined {
-  if (value === undefined) return undefined;
-  if (!/^[0-9]+$/.test(value) || Number(value) < 1 || Number(value) > 0x7fffffff) {
-    throw new UsageError(`${flag} must be a positive integer (milliseconds), got ${JSON.stringify(value)}`);
+function integer(value: string, flag: string, min: number): number {
+  if (!/^[0-9]+$/.test(value) || Number(value) < min || Number(value) > 0x7fffffff) {
+    throw new UsageError(`${flag} must be ${min === 0 ? 'a non-negative' : 'a positive'} integer (milliseconds), got ${JSON.stringify(value)}`);
   }
   return Number(value);
 }
 
-export function zookeeperFrom(flag: string | undefined): string {
-  const connect = flag ?? process.env.ZOOKEEPER;
-  if (connect === undefined || connect === '') {
-    throw new UsageError('no ZooKeeper to talk to: pass --zookeeper host:port[,host:port][/chroot] or set ZOOKEEPER');
-  }
-  return connect;
+export function positiveInt(value: string | undefined, flag: string): number | undefined {
+  return value === undefined ? undefined : integer(value, flag, 1);
+}
+
+export function nonNegativeInt(value: string | undefined, flag: string): number | undefined {
+  return value === undefined ? undefined : integer(value, flag, 0);
 }

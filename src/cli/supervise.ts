@@ -1,71 +1,174 @@
 /**
- * Run a command while a lock (or leadership) is held, and stop it when the
- * holding ends: SIGTERM at once, SIGKILL after a grace period. The command
- * sees the token in FENCING_TOKEN and must pass it to every write it makes
- * (the resource does the refusing; stopping the command only narrows the
- * window in which a stale holder keeps trying).
+ * Run a command while a lock (or leadership) is held, through a supervisor
+ * process (supervisor.ts) that is the command's parent and outlives us: we
+ * lend it the lock's step-down deadline as a lease and renew it as replies
+ * move the deadline; it stops the command when the lease runs out, when we
+ * say the holding ended, or when our end of the pipe closes because we
+ * died. So the command never runs on after we can no longer vouch for the
+ * lock, whether we were killed, frozen, or simply saw the lock go.
+ *
+ * The command sees the token in FENCING_TOKEN and must pass it to every
+ * write it makes: the resource does the refusing; stopping the command
+ * narrows the window in which a stale holder keeps trying.
  */
 import { spawn } from 'node:child_process';
-import { constants } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import type { Readable, Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+
+const SUPERVISOR = fileURLToPath(new URL('./supervisor.js', import.meta.url));
+
+/** How often we look whether the deadline moved: often enough to renew in time, however short the lease. */
+const RENEW_CHECK_MAX_MS = 200;
+const RENEW_CHECK_MIN_MS = 5;
+
+/** What the supervisor needs to know of a holding. */
+export interface Vouched {
+  /** Aborts when the holding ends: lost, or released. */
+  readonly signal: AbortSignal;
+  /** The step-down instant on the performance.now() clock; a reply may move it later. */
+  deadline(): number;
+}
+
+export interface SuperviseOptions {
+  /** SIGTERM -> SIGKILL delay when the command is stopped for the lock's sake. */
+  readonly graceMs: number;
+  /** Called once, when the command is being stopped because the holding ended. */
+  readonly onLoss: (reason: unknown) => void;
+}
 
 export interface SupervisedResult {
   /** The command's exit code, or 128 + signal number when a signal ended it. */
   readonly code: number;
-  /** True when we stopped it because the holding ended. */
+  /** True when it was stopped (or never started) because the holding ended. */
   readonly stoppedForLoss: boolean;
+  /** False when the holding ended before the command could start. */
+  readonly started: boolean;
 }
 
-export function supervise(
-  command: readonly string[],
-  env: NodeJS.ProcessEnv,
-  holding: AbortSignal,
-  graceMs: number,
-  onLoss: (reason: unknown) => void,
-): Promise<SupervisedResult> {
-  const [file, ...args] = command as [string, ...string[]];
-  return new Promise((resolve, reject) => {
-    const child = spawn(file, args, { stdio: 'inherit', env });
-    let stoppedForLoss = false;
-    let killTimer: NodeJS.Timeout | undefined;
+/** The command could not be started (ENOENT, EACCES): the message says why. */
+export class CannotRunError extends Error {
+  override readonly name = 'CannotRunError';
+}
 
-    const stop = (): void => {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill('SIGTERM');
-      killTimer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+/** The supervisor died without reporting (someone killed it); the command's group was killed. */
+export class SupervisorLostError extends Error {
+  override readonly name = 'SupervisorLostError';
+}
+
+/** A performance.now() instant as CLOCK_MONOTONIC nanoseconds, the clock the supervisor shares with us. */
+function monotonicNs(at: number): bigint {
+  return process.hrtime.bigint() + BigInt(Math.floor((at - performance.now()) * 1e6));
+}
+
+export function supervise(command: readonly string[], env: NodeJS.ProcessEnv, holding: Vouched, options: SuperviseOptions): Promise<SupervisedResult> {
+  const { graceMs, onLoss } = options;
+  return new Promise((resolve, reject) => {
+    // detached: the supervisor gets a session of its own, so whatever kills
+    // our process group (a terminal's Ctrl-C, kill -9 -PGID) leaves it
+    // standing to stop the command; a terminal's signals reach us and we
+    // pass them on.
+    const supervisor = spawn(process.execPath, [SUPERVISOR, String(graceMs), ...command], {
+      env,
+      // fd 3 carries our orders, fd 4 its reports (see supervisor.ts).
+      stdio: ['inherit', 'inherit', 'inherit', 'pipe', 'pipe'],
+      detached: true,
+    });
+    const orders = supervisor.stdio[3] as Writable;
+    const reports = supervisor.stdio[4] as Readable;
+    let group = 0;
+    let code: number | null = null;
+    let skipped = false;
+    let failure: Error | null = null;
+    let lossReported = false;
+    let leasedUntil = -Infinity;
+    let renewTimer: NodeJS.Timeout | undefined;
+
+    const send = (line: string): void => {
+      if (!orders.destroyed && orders.writable) orders.write(`${line}\n`);
+    };
+    const loss = (reason: unknown): void => {
+      if (lossReported) return;
+      lossReported = true;
+      onLoss(reason);
+    };
+
+    const renew = (): void => {
+      renewTimer = undefined;
+      if (holding.signal.aborted) return;
+      const deadline = holding.deadline();
+      if (deadline > leasedUntil) {
+        leasedUntil = deadline;
+        send(`lease ${monotonicNs(deadline)}`);
+      }
+      const left = leasedUntil - performance.now();
+      renewTimer = setTimeout(renew, Math.min(RENEW_CHECK_MAX_MS, Math.max(RENEW_CHECK_MIN_MS, left / 4)));
+      renewTimer.unref();
     };
     const onAbort = (): void => {
-      stoppedForLoss = true;
-      onLoss(holding.reason);
-      stop();
+      clearTimeout(renewTimer);
+      loss(holding.signal.reason);
+      send('stop');
     };
-    // Forward the signals an operator sends us; we release after the child exits.
-    const forward = (signal: NodeJS.Signals) => (): void => {
-      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-    };
+
+    // An operator's signal to us is meant for the command; we release after it exits.
+    const forward = (signal: NodeJS.Signals) => (): void => send(`signal ${signal}`);
     const onInt = forward('SIGINT');
     const onTerm = forward('SIGTERM');
     const onHup = forward('SIGHUP');
     process.on('SIGINT', onInt);
     process.on('SIGTERM', onTerm);
     process.on('SIGHUP', onHup);
-    if (holding.aborted) onAbort();
-    else holding.addEventListener('abort', onAbort, { once: true });
+
+    let buffered = '';
+    reports.setEncoding('utf8');
+    reports.on('data', (chunk: string) => {
+      buffered += chunk;
+      for (let nl = buffered.indexOf('\n'); nl !== -1; nl = buffered.indexOf('\n')) {
+        const [verb, ...rest] = buffered.slice(0, nl).split(' ');
+        buffered = buffered.slice(nl + 1);
+        const value = rest.join(' ');
+        if (verb === 'started') group = Number(value);
+        else if (verb === 'failed') failure = new CannotRunError(value);
+        else if (verb === 'stopping' && value === 'lease') loss(new Error('the step-down deadline passed with no renewal reaching the supervisor'));
+        else if (verb === 'exited') code = Number(value);
+        else if (verb === 'skipped') skipped = true;
+      }
+    });
+    // Orders after the supervisor is gone fail with EPIPE; 'close' below tells what happened.
+    orders.on('error', () => undefined);
 
     const cleanup = (): void => {
-      clearTimeout(killTimer);
-      holding.removeEventListener('abort', onAbort);
+      clearTimeout(renewTimer);
+      holding.signal.removeEventListener('abort', onAbort);
       process.off('SIGINT', onInt);
       process.off('SIGTERM', onTerm);
       process.off('SIGHUP', onHup);
     };
-    child.once('error', (error) => {
+    supervisor.once('error', (error) => {
       cleanup();
       reject(error);
     });
-    child.once('exit', (code, signal) => {
+    // 'close': the supervisor exited and its pipes are drained, so every report has been read.
+    supervisor.once('close', (exitCode, signal) => {
       cleanup();
-      const signo = signal === null ? 0 : (constants.signals[signal] ?? 0);
-      resolve({ code: code ?? 128 + signo, stoppedForLoss });
+      if (failure !== null) return reject(failure);
+      if (skipped) return resolve({ code: 0, stoppedForLoss: true, started: false });
+      if (code !== null) return resolve({ code, stoppedForLoss: lossReported, started: true });
+      // The supervisor died without a report (someone killed it): nothing
+      // watches the command any more, so it must not run on.
+      if (group !== 0) {
+        try {
+          process.kill(-group, 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+      reject(new SupervisorLostError(`the command's supervisor ended unexpectedly (${signal ?? `exit ${String(exitCode)}`})${group !== 0 ? `; process group ${group} was killed` : ''}`));
     });
+
+    renew();
+    if (holding.signal.aborted) onAbort();
+    else holding.signal.addEventListener('abort', onAbort, { once: true });
   });
 }

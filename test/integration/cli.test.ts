@@ -1,47 +1,21 @@
 // The `fencekeeper` CLI as an operator runs it: the built bin in a real
 // process, against the real ZooKeeper (and PostgreSQL for migrate).
-import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { readFileSync, readdirSync } from 'node:fs';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ZooKeeperClient, lockStatus, parseToken } from '../../src/index.js';
+import { ExitCode } from '../../src/cli/exit-codes.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
-import { uniqueLockName } from '../helpers/unique.js';
-
-const BIN = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
-
-interface Run {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-function cli(args: string[], env: NodeJS.ProcessEnv = {}): { done: Promise<Run>; stdout: () => string } {
-  const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
-  child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-  const done = new Promise<Run>((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
-  return { done, stdout: () => stdout };
-}
-
-async function until(check: () => boolean | Promise<boolean>, what: string, limitMs = 20_000): Promise<void> {
-  const end = Date.now() + limitMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+import { uniqueId, uniqueLockName } from '../helpers/unique.js';
+import { assertBuilt, cli, until } from './cli-helpers.js';
 
 describe('fencekeeper CLI', () => {
   let zk: ZooKeeperClient;
   let connect: string;
 
   beforeAll(async () => {
-    if (!existsSync(BIN)) throw new Error(`${BIN} is missing: run 'npm run build' first (npm test does)`);
+    assertBuilt();
     connect = testServers().zkStandalone;
     zk = await ZooKeeperClient.connect({ connectString: connect, sessionTimeoutMs: 4000 });
   });
@@ -108,7 +82,7 @@ describe('fencekeeper CLI', () => {
     try {
       const lock = uniqueLockName('cli');
       const script = 'trap "echo got-term; exit 0" TERM; echo started; while :; do sleep 0.05; done';
-      const run = cli(['run', lock, '--zookeeper', `127.0.0.1:${proxy.port}`, '--session-timeout', '4000', '--grace', '2000', '--', 'sh', '-c', script]);
+      const run = cli(['run', lock, '--zookeeper', `127.0.0.1:${proxy.port}`, '--session-timeout', '4000', '--', 'sh', '-c', script]);
       await until(() => run.stdout().includes('started'), 'the command to start');
       proxy.blackhole();
       const result = await run.done;
@@ -153,6 +127,83 @@ describe('fencekeeper CLI', () => {
     expect(down.stderr).toContain('cannot reach ZooKeeper');
   });
 
+  // Port 1 refuses connections: a ZooKeeper that is down.
+  const DOWN = '127.0.0.1:1';
+
+  it('a bad lock name exits 64 before connecting, with ZooKeeper up or down', async () => {
+    const cases = [
+      ['run', '/abs', '--', 'true'],
+      ['run', 'a//b', '--', 'true'],
+      ['run', 'a/../b', '--', 'true'],
+      ['run', 'a/./b', '--', 'true'],
+      ['run', 'jobs/', '--', 'true'],
+      ['elect', '/leader', '--', 'true'],
+      ['status', 'a//b'],
+    ];
+    for (const [command, name, ...rest] of cases) {
+      for (const zookeeper of [connect, DOWN]) {
+        const result = await cli([command as string, name as string, '--zookeeper', zookeeper, '--session-timeout', '1000', ...rest]).done;
+        expect({ args: [command, name, zookeeper], code: result.code }).toEqual({ args: [command, name, zookeeper], code: 64 });
+        expect(result.stderr).toContain(`bad ${command === 'elect' ? 'election' : 'lock'} name ${JSON.stringify(name)}`);
+      }
+    }
+  });
+
+  it('bad flag values and a malformed connect string exit 64 before connecting', async () => {
+    const cases: [string[], string][] = [
+      [['--grace', '-1'], '--grace'],
+      [['--grace', '1.5'], '--grace'],
+      [['--safety-margin', 'abc'], '--safety-margin'],
+      [['--session-timeout', '0'], '--session-timeout'],
+      [['--timeout', '-5'], '--timeout'],
+    ];
+    for (const [flags, named] of cases) {
+      const result = await cli(['run', 'x', '--zookeeper', DOWN, ...flags, '--', 'true']).done;
+      expect({ flags, code: result.code }).toEqual({ flags, code: 64 });
+      expect(result.stderr).toContain(named);
+    }
+    const badConnect = await cli(['run', 'x', '--zookeeper', '[::1', '--', 'true']).done;
+    expect(badConnect.code).toBe(64);
+    expect(badConnect.stderr).toContain('--zookeeper');
+  });
+
+  it('a --safety-margin or --grace that does not fit the negotiated session exits 64 after connecting, and nothing runs', async () => {
+    const lock = uniqueLockName('cli');
+    const margin = await cli(['run', lock, '--zookeeper', connect, '--safety-margin', '999999', '--', 'sh', '-c', 'echo ran']).done;
+    expect(margin.code).toBe(64);
+    expect(margin.stderr).toContain('--safety-margin 999999');
+    expect(margin.stdout).toBe('');
+    // 10 s session: margin 2500 ms by default, so at most 1250 ms of grace.
+    const grace = await cli(['run', lock, '--zookeeper', connect, '--session-timeout', '10000', '--grace', '5000', '--', 'sh', '-c', 'echo ran']).done;
+    expect(grace.code).toBe(64);
+    expect(grace.stderr).toContain('--grace 5000');
+    expect(grace.stderr).toContain('1250 ms of 2500 ms');
+    expect(grace.stdout).toBe('');
+    expect(await lockStatus(zk, lock)).toEqual({ name: lock, holder: null, waiters: [] });
+    // The bound needs the negotiated timeout: with ZooKeeper down it is never checked.
+    const down = await cli(['run', lock, '--zookeeper', DOWN, '--session-timeout', '1000', '--safety-margin', '999999', '--', 'true']).done;
+    expect(down.code).toBe(69);
+  });
+
+  it('documents every exit code in --help and in the README', async () => {
+    const help = (await cli(['run', '--help']).done).stdout;
+    const demoHelp = (await cli(['demo', '--help']).done).stdout;
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    const cliSection = readme.slice(readme.indexOf('### The CLI'), readme.indexOf('\n## ', readme.indexOf('### The CLI')));
+    for (const [name, code] of Object.entries(ExitCode)) {
+      if (name === 'ok') continue;
+      const shown = name === 'signalBase' ? '128 + n' : String(code);
+      const inHelp = name === 'demoFailed' ? demoHelp.includes(`; ${code} a stale write`) : new RegExp(`^  ${shown.replace(/[+]/g, '\\+')}\\s`, 'm').test(help);
+      expect({ name, inHelp }).toEqual({ name, inHelp: true });
+      expect({ name, inReadme: cliSection.includes(`| ${shown} |`) }).toEqual({ name, inReadme: true });
+    }
+    // Every message stands on its own: no references to notes a user has never seen.
+    for (const topic of ['', 'run', 'elect', 'status', 'migrate', 'demo']) {
+      const text = (await cli(topic === '' ? ['--help'] : [topic, '--help']).done).stdout;
+      expect({ topic, stray: text.match(/seed \d+|ARCHITECTURE|SERVICES\.md/g) }).toEqual({ topic, stray: null });
+    }
+  });
+
   it('exits 127 when the command cannot be started, and releases the lock', async () => {
     const lock = uniqueLockName('cli');
     const result = await cli(['run', lock, '--zookeeper', connect, '--', '/nonexistent/command']).done;
@@ -161,21 +212,53 @@ describe('fencekeeper CLI', () => {
     expect((await lockStatus(zk, lock)).holder).toBeNull();
   });
 
-  it('migrate creates the fence table in DATABASE_URL, idempotently', async () => {
-    const url = testServers().databaseUrl;
-    const first = await cli(['migrate'], { DATABASE_URL: url }).done;
-    expect(first.code).toBe(0);
-    const second = await cli(['migrate', '--database-url', url]).done;
-    expect(second.code).toBe(0);
-    expect(second.stdout).toContain('up to date');
-    const pool = new pg.Pool({ connectionString: url, max: 1 });
+  it('migrate creates the fence table in a fresh schema, and a second run applies nothing', async () => {
+    const admin = new pg.Pool({ connectionString: testServers().databaseUrl, max: 1 });
+    const schema = uniqueId('fk_climig');
+    const url = new URL(testServers().databaseUrl);
+    // The tables land in the first schema of the connection's search_path.
+    url.searchParams.set('options', `-c search_path=${schema}`);
+    const inSchema = async (): Promise<{ tables: string[]; ledger: { name: string; applied_at: string }[] }> => {
+      const tables = await admin.query<{ table_name: string }>(
+        'select table_name from information_schema.tables where table_schema = $1 order by table_name',
+        [schema],
+      );
+      const ledger = tables.rows.some((r) => r.table_name === 'fencekeeper_migrations')
+        ? (await admin.query<{ name: string; applied_at: string }>(`select name, applied_at::text from ${schema}.fencekeeper_migrations order by name`)).rows
+        : [];
+      return { tables: tables.rows.map((r) => r.table_name), ledger };
+    };
     try {
-      const { rows } = await pool.query<{ n: string }>("select count(*) as n from information_schema.tables where table_name = 'fencekeeper_fences'");
-      expect(Number(rows[0]?.n)).toBeGreaterThan(0);
+      await admin.query(`create schema ${schema}`);
+      expect((await inSchema()).tables).toEqual([]);
+
+      const first = await cli(['migrate'], { DATABASE_URL: url.href }).done;
+      expect(first.stderr).toBe('');
+      expect(first.code).toBe(0);
+      // Every migration the package ships, in order.
+      const shipped = readdirSync(new URL('../../migrations/', import.meta.url)).filter((f) => /^\d+_.*\.sql$/.test(f)).sort();
+      expect(shipped.slice(0, 2)).toEqual(['001_fences.sql', '002_tombstones.sql']);
+      expect(first.stdout.trim()).toBe(`applied: ${shipped.join(', ')}`);
+      const applied = await inSchema();
+      expect(applied.tables).toEqual(['fencekeeper_fences', 'fencekeeper_migrations', 'fencekeeper_tombstones']);
+      expect(applied.ledger.map((m) => m.name)).toEqual(shipped);
+
+      const second = await cli(['migrate', '--database-url', url.href], { DATABASE_URL: '' }).done;
+      expect(second.code).toBe(0);
+      expect(second.stdout.trim()).toBe('fence table up to date');
+      expect(await inSchema()).toEqual(applied);
     } finally {
-      await pool.end();
+      await admin.query(`drop schema if exists ${schema} cascade`);
+      await admin.end();
     }
+  });
+
+  it('migrate without a database is a usage error; an unreachable one exits 69', async () => {
     const missing = await cli(['migrate'], { DATABASE_URL: '' }).done;
     expect(missing.code).toBe(64);
+    expect(missing.stderr).toContain('DATABASE_URL');
+    const down = await cli(['migrate', '--database-url', 'postgres://root@127.0.0.1:1/test']).done;
+    expect(down.code).toBe(69);
+    expect(down.stderr).toContain('migrate failed');
   });
 });

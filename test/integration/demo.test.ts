@@ -38,6 +38,8 @@ describe('fencekeeper demo', () => {
     expect(run.stdout).toMatch(/reads lock\.held .*\| false/);
     expect(run.stdout.match(/with its old token\s+\| refused/g)).toHaveLength(3);
     expect(run.stdout).toContain('PASS');
+    // Every line stands on its own: no references to notes a user has never seen.
+    expect(run.stdout).not.toMatch(/seed \d|design note/i);
   });
 
   it('fails (exit 1) when fencing is disabled: the stale writes land', { timeout: 120_000 }, async () => {

@@ -6,7 +6,7 @@
  *   http      a service endpoint behind the fencing() middleware (409 when stale)
  * The peer libraries are loaded here, only when the demo runs.
  */
-import { StaleTokenError, formatToken, type FencingToken } from '../index.js';
+import { StaleTokenError, formatToken, type FencingToken } from '../../index.js';
 
 export interface WriteOutcome {
   readonly outcome: 'accepted' | 'refused' | 'error';
@@ -60,8 +60,8 @@ export async function openDemoResources(env: DemoSettings): Promise<DemoResource
   const [{ default: pg }, s3sdk, postgres, s3] = await Promise.all([
     import('pg'),
     import('@aws-sdk/client-s3'),
-    import('../../adapters/postgres/index.js'),
-    import('../../adapters/s3/index.js'),
+    import('../../../adapters/postgres/index.js'),
+    import('../../../adapters/s3/index.js'),
   ]);
   const pool = new pg.Pool({ connectionString: env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test', max: 2 });
   const client = new s3sdk.S3Client({

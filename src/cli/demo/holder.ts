@@ -1,17 +1,19 @@
 /**
- * One lock holder of the demo (a separate process, so the orchestrator can
- * SIGSTOP it like a 25 s GC pause). It speaks JSON lines on stdout and takes
- * 'go' lines on stdin.
+ * One lock holder of the demo, in a process of its own so the demo can
+ * freeze it with SIGSTOP the way a 25 s garbage-collection pause freezes a
+ * real one (holder-process.ts is the demo's side). It reports in JSON lines
+ * on stdout and takes 'go' lines on stdin.
  *
- * Holder A's story is seed 000's: it acquires, writes, checks `lock.held`
+ * Holder A is the paused holder: it acquires, writes, checks `lock.held`
  * (true), and is frozen right after that check. When it resumes it goes on
  * to write with the token it had, without checking again: exactly the code
  * that a lock alone cannot save. The resources refuse it.
  */
 import { createInterface } from 'node:readline';
 import { performance } from 'node:perf_hooks';
-import { ZooKeeperClient, acquireLock, formatToken, type FencingToken } from '../index.js';
-import { openDemoResources, type DemoResources } from './demo-resources.js';
+import { formatToken, type FencingToken } from '../../index.js';
+import { lockServiceFrom } from '../lock-service.js';
+import { openDemoResources, type DemoResources } from './resources.js';
 
 type Report = Record<string, unknown> & { event: string };
 
@@ -29,13 +31,15 @@ async function writeAll(resources: DemoResources, actor: string, token: FencingT
 async function main(): Promise<void> {
   const actor = process.env.DEMO_ACTOR ?? '?';
   const lockName = process.env.DEMO_LOCK ?? 'jobs/reindex';
-  const sessionTimeoutMs = Number(process.env.DEMO_SESSION_TIMEOUT_MS ?? 4000);
   const resources = await openDemoResources(process.env);
   const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
 
-  const zk = await ZooKeeperClient.connect({ connectString: process.env.ZOOKEEPER ?? '127.0.0.1:2181', sessionTimeoutMs });
-  const lock = await acquireLock(zk, lockName, { owner: `demo holder ${actor}` });
-  report({ event: 'acquired', token: formatToken(lock.token), sessionTimeoutMs: zk.sessionTimeoutMs });
+  const locks = await lockServiceFrom({
+    zookeeper: process.env.ZOOKEEPER ?? '127.0.0.1:2181',
+    'session-timeout': process.env.DEMO_SESSION_TIMEOUT_MS ?? '4000',
+  }).connect();
+  const lock = await locks.hold('lock', lockName, { owner: `demo holder ${actor}`, safetyMarginMs: locks.safetyMargin(undefined) });
+  report({ event: 'acquired', token: formatToken(lock.token), sessionTimeoutMs: locks.sessionTimeoutMs });
   await writeAll(resources, actor, lock.token);
 
   if (process.env.DEMO_PAUSE === '1') {
@@ -47,8 +51,8 @@ async function main(): Promise<void> {
     report({ event: 'resumed', held, signalAborted: lock.signal.aborted, reason: (lock.signal.reason as Error | undefined)?.message ?? null });
     await writeAll(resources, actor, lock.token);
   }
-  await lock.release();
-  await zk.close().catch(() => undefined);
+  await lock.end();
+  await locks.close().catch(() => undefined);
   await resources.close();
   report({ event: 'done' });
 }

@@ -1,10 +1,10 @@
 /**
- * `fencekeeper demo`: seed 000's timeline, played for real.
+ * `fencekeeper demo`: the paused holder, played for real.
  *
- *   t0  holder A acquires jobs/reindex (token n) and writes to a Postgres row,
- *       an S3 object and an HTTP service
- *   t1  A is frozen (SIGSTOP: the 25 s GC pause) right after checking that it
- *       holds the lock
+ *   t0  holder A acquires jobs/reindex (token n) and writes to a PostgreSQL
+ *       row, an S3 object and an HTTP service
+ *   t1  A is frozen (SIGSTOP, as a long stop-the-world garbage-collection
+ *       pause would freeze it) right after checking that it holds the lock
  *   t2  ZooKeeper hears nothing from A for its session timeout, expires the
  *       session and deletes A's lock node
  *   t3  holder B acquires (token m > n) and writes
@@ -15,13 +15,11 @@
  * with B's data. DEMO_UNFENCED=1 (or --unfenced) performs the same writes
  * without fencing, to show the corruption the tokens prevent: it exits 1.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
-import { createServer, type Server } from 'node:http';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
-import { ZooKeeperClient, lockStatus, parseToken } from '../index.js';
-import { openDemoResources } from './demo-resources.js';
+import { parseToken } from '../../index.js';
+import { lockServiceFrom } from '../lock-service.js';
+import { HolderProcess } from './holder-process.js';
+import { openDemoResources } from './resources.js';
+import { startService, type DemoService } from './service.js';
 
 interface Row {
   readonly at: number;
@@ -31,120 +29,9 @@ interface Row {
   readonly outcome: string;
 }
 
-interface WorkerMessage {
-  readonly event: string;
-  readonly at: number;
-  readonly [field: string]: unknown;
-}
-
 export interface DemoOptions {
   readonly unfenced?: boolean;
   readonly print?: (line: string) => void;
-}
-
-const WORKER = fileURLToPath(new URL('./demo-worker.js', import.meta.url));
-
-class Worker {
-  readonly child: ChildProcess;
-  readonly #messages: WorkerMessage[] = [];
-  readonly #waiters: { event: string; resolve: (m: WorkerMessage) => void }[] = [];
-  #stderr = '';
-  readonly exited: Promise<number | null>;
-
-  constructor(actor: string, env: NodeJS.ProcessEnv) {
-    this.child = spawn(process.execPath, [WORKER], { env: { ...env, DEMO_ACTOR: actor }, stdio: ['pipe', 'pipe', 'pipe'] });
-    this.exited = once(this.child, 'exit').then(([code]) => code as number | null);
-    this.child.stderr?.setEncoding('utf8').on('data', (c: string) => (this.#stderr += c));
-    createInterface({ input: this.child.stdout as NodeJS.ReadableStream }).on('line', (line) => {
-      let message: WorkerMessage;
-      try {
-        message = JSON.parse(line) as WorkerMessage;
-      } catch {
-        return; // not ours
-      }
-      this.#messages.push(message);
-      for (const w of [...this.#waiters]) {
-        if (w.event === message.event || message.event === 'error') {
-          this.#waiters.splice(this.#waiters.indexOf(w), 1);
-          w.resolve(message);
-        }
-      }
-    });
-  }
-
-  get messages(): readonly WorkerMessage[] {
-    return this.#messages;
-  }
-
-  /** The next message of this kind (or the worker's error report, or its death). */
-  async next(event: string, timeoutMs = 30_000): Promise<WorkerMessage> {
-    const seen = this.#messages.find((m) => m.event === event || m.event === 'error');
-    const waiting =
-      seen !== undefined
-        ? Promise.resolve(seen)
-        : new Promise<WorkerMessage>((resolve) => this.#waiters.push({ event, resolve }));
-    let timer: NodeJS.Timeout | undefined;
-    const died = this.exited.then((code) => {
-      throw new Error(`demo worker exited (${code}) before '${event}': ${this.#stderr.trim()}`);
-    });
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`demo worker: no '${event}' within ${timeoutMs} ms`)), timeoutMs);
-    });
-    try {
-      const message = await Promise.race([waiting, died, late]);
-      if (message.event === 'error') throw new Error(`demo worker failed: ${String(message.message)}`);
-      return message;
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  send(line: string): void {
-    this.child.stdin?.write(`${line}\n`);
-  }
-
-  kill(): void {
-    if (this.child.exitCode === null && this.child.signalCode === null) {
-      this.child.kill('SIGCONT');
-      this.child.kill('SIGKILL');
-    }
-  }
-}
-
-/** The HTTP resource: a tiny Express service whose PUT is behind fencing(). */
-async function startService(databaseUrl: string, resource: string, unfenced: boolean): Promise<{ server: Server; url: string; close: () => Promise<void> }> {
-  const [{ default: express }, { default: pg }, { fencing }, { PostgresFenceStore }] = await Promise.all([
-    import('express'),
-    import('pg'),
-    import('../../adapters/express/index.js'),
-    import('../../adapters/postgres/index.js'),
-  ]);
-  const pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
-  const state: { body: string | null; token: string | null } = { body: null, token: null };
-  const app = express();
-  const guard = unfenced ? [] : [fencing({ store: new PostgresFenceStore(pool), resource })];
-  app.put('/reports/reindex', ...guard, express.text(), (req, res) => {
-    state.body = typeof req.body === 'string' ? req.body : null;
-    state.token = req.fencing ? req.fencing.token.toString() : (req.get('fencing-token') ?? null);
-    res.status(204).end();
-  });
-  app.get('/reports/reindex', (_req, res) => {
-    res.json(state);
-  });
-  const server = createServer(app);
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error('service did not listen');
-  return {
-    server,
-    url: `http://127.0.0.1:${address.port}/reports/reindex`,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-      await pool.end();
-    },
-  };
 }
 
 function formatTable(rows: readonly Row[], start: number): string[] {
@@ -170,15 +57,15 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     rows.push({ at, actor, token, action, outcome });
   };
 
-  print(`fencekeeper demo: seed 000's paused holder, against real servers${unfenced ? ' (UNFENCED: writes skip the token check)' : ''}`);
+  print(`fencekeeper demo: a paused lock holder, against real servers${unfenced ? ' (UNFENCED: writes skip the token check)' : ''}`);
   print(`  ZooKeeper ${zookeeper}, PostgreSQL ${databaseUrl.replace(/\/\/[^@]*@/, '//')}, S3 ${process.env.S3_ENDPOINT ?? 'http://127.0.0.1:7480'}`);
 
   const { default: pg } = await import('pg');
-  const { migrate } = await import('../../adapters/postgres/index.js');
+  const { migrate } = await import('../../../adapters/postgres/index.js');
   const admin = new pg.Pool({ connectionString: databaseUrl, max: 1 });
-  const zk = await ZooKeeperClient.connect({ connectString: zookeeper, sessionTimeoutMs: 10_000 });
-  let service: Awaited<ReturnType<typeof startService>> | null = null;
-  const workers: Worker[] = [];
+  const locks = await lockServiceFrom({ zookeeper }).connect();
+  let service: DemoService | null = null;
+  const holders: HolderProcess[] = [];
   const bucket = process.env.DEMO_BUCKET ?? 'fencekeeper-demo';
   const key = `reindex/${run}.txt`;
   try {
@@ -214,8 +101,8 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     };
 
     // t0: A acquires and writes.
-    const a = new Worker('A', { ...env, DEMO_PAUSE: '1' });
-    workers.push(a);
+    const a = new HolderProcess('A', { ...env, DEMO_PAUSE: '1' });
+    holders.push(a);
     const acquiredA = await a.next('acquired');
     const tokenA = acquiredA.token as string;
     note('A', tokenA, `acquire ${lockName} (session timeout ${String(acquiredA.sessionTimeoutMs)} ms)`, 'granted', acquiredA.at);
@@ -230,16 +117,16 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     // t2: ZooKeeper expires A's session and deletes its node.
     const expiredBy = Date.now() + 30_000;
     for (;;) {
-      const status = await lockStatus(zk, lockName);
-      if (status.holder === null || status.holder.token !== parseToken(tokenA)) break;
+      const [holder] = await locks.queue(lockName);
+      if (holder === undefined || holder.token !== parseToken(tokenA)) break;
       if (Date.now() > expiredBy) throw new Error("A's session did not expire within 30 s");
       await new Promise((r) => setTimeout(r, 50));
     }
     note('zookeeper', tokenA, "A's session times out: its lock node is deleted", 'lock free');
 
     // t3: B acquires with a larger token and writes.
-    const b = new Worker('B', { ...env, DEMO_PAUSE: '0' });
-    workers.push(b);
+    const b = new HolderProcess('B', { ...env, DEMO_PAUSE: '0' });
+    holders.push(b);
     const acquiredB = await b.next('acquired');
     const tokenB = acquiredB.token as string;
     note('B', tokenB, `acquire ${lockName}`, `granted (token ${BigInt(tokenB) > BigInt(tokenA) ? '>' : '<='} A's)`, acquiredB.at);
@@ -283,11 +170,11 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     );
     return ok ? 0 : 1;
   } finally {
-    for (const w of workers) w.kill();
+    for (const h of holders) h.kill();
     await service?.close().catch(() => undefined);
     await admin.query(`drop table if exists ${table}`).catch(() => undefined);
     await admin.end().catch(() => undefined);
-    await zk.close().catch(() => undefined);
+    await locks.close().catch(() => undefined);
   }
 }
 

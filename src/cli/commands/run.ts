@@ -1,0 +1,122 @@
+/**
+ * `fencekeeper run <lock> -- cmd` and `fencekeeper elect <name> -- cmd`:
+ * hold the lock (or leadership) while cmd runs under a supervisor
+ * (../supervise.ts), release it when cmd exits, exit with cmd's code.
+ *
+ * Every mistake an operator can make on the command line is found before
+ * connecting (so it exits 64 whether or not ZooKeeper is up), except the
+ * ones that depend on the session timeout the server negotiates: those are
+ * checked right after connecting, before anything is acquired.
+ */
+import { formatToken, LockTimeoutError } from '../../index.js';
+import { UsageError, nonNegativeInt, parse, positiveInt, splitCommand } from '../args.js';
+import { ExitCode } from '../exit-codes.js';
+import { HELP } from '../help.js';
+import { LOCK_SERVICE_OPTIONS, lockServiceFrom, type Holding, type Kind } from '../lock-service.js';
+import { CannotRunError, SupervisorLostError, supervise } from '../supervise.js';
+import { err, out } from '../output.js';
+
+export async function runOrElect(command: 'run' | 'elect', argv: readonly string[]): Promise<number> {
+  const kind: Kind = command === 'run' ? 'lock' : 'election';
+  const { own, command: cmd } = splitCommand(argv);
+  const { values, positionals } = parse(own, {
+    ...LOCK_SERVICE_OPTIONS,
+    timeout: { type: 'string' },
+    grace: { type: 'string' },
+    'safety-margin': { type: 'string' },
+    id: { type: 'string' },
+  });
+  if (values.help) {
+    out(HELP[command]);
+    return ExitCode.ok;
+  }
+  const name = positionals[0];
+  if (name === undefined || positionals.length !== 1) throw new UsageError(`${command} needs exactly one ${kind} name before --`);
+  if (cmd.length === 0) throw new UsageError(`${command} needs a command after --`);
+  if (command === 'elect' && values.timeout !== undefined) throw new UsageError('elect has no --timeout: a candidate waits until elected');
+  if (command === 'run' && values.id !== undefined) throw new UsageError('--id is an elect option');
+  const timeoutMs = positiveInt(values.timeout as string | undefined, '--timeout');
+  const requestedGraceMs = nonNegativeInt(values.grace as string | undefined, '--grace');
+  const requestedMarginMs = nonNegativeInt(values['safety-margin'] as string | undefined, '--safety-margin');
+  const address = lockServiceFrom(values);
+  address.checkName(kind, name);
+
+  const service = await address.connect();
+  try {
+    // Checks that need the negotiated session timeout.
+    const marginMs = service.safetyMargin(requestedMarginMs);
+    const maxGraceMs = Math.floor(marginMs / 2);
+    const graceMs = requestedGraceMs ?? maxGraceMs;
+    if (graceMs > maxGraceMs) {
+      throw new UsageError(
+        `--grace ${graceMs} does not fit: a stopped command must be gone before the session can expire, so --grace is at most half the safety margin ` +
+          `(${maxGraceMs} ms of ${marginMs} ms with the negotiated ${service.sessionTimeoutMs} ms session); lower --grace or raise --safety-margin or --session-timeout`,
+      );
+    }
+
+    // An operator's Ctrl-C while we still wait for the lock: stop waiting, leave nothing behind.
+    const waiting = new AbortController();
+    let interruptedBy: NodeJS.Signals | null = null;
+    const giveUp = (signal: NodeJS.Signals) => (): void => {
+      interruptedBy = signal;
+      waiting.abort(new Error(`interrupted by ${signal} while waiting`));
+    };
+    const onInt = giveUp('SIGINT');
+    const onTerm = giveUp('SIGTERM');
+    process.once('SIGINT', onInt);
+    process.once('SIGTERM', onTerm);
+    let holding: Holding;
+    try {
+      holding = await service.hold(kind, name, {
+        signal: waiting.signal,
+        safetyMarginMs: marginMs,
+        ...(timeoutMs !== undefined && { timeoutMs }),
+        ...(values.id !== undefined && { id: values.id as string }),
+      });
+    } catch (error) {
+      if (error instanceof LockTimeoutError) {
+        err(`lock ${name} not acquired within ${timeoutMs} ms (held by someone else); try again later`);
+        return ExitCode.lockTimeout;
+      }
+      if (interruptedBy !== null) {
+        err(`interrupted by ${interruptedBy} while waiting for ${name}`);
+        return ExitCode.signalBase + (interruptedBy === 'SIGINT' ? 2 : 15);
+      }
+      throw error;
+    } finally {
+      process.off('SIGINT', onInt);
+      process.off('SIGTERM', onTerm);
+    }
+
+    const token = formatToken(holding.token);
+    const env: NodeJS.ProcessEnv = { ...process.env, FENCING_TOKEN: token };
+    if (kind === 'lock') env.FENCEKEEPER_LOCK = name;
+    else Object.assign(env, { FENCEKEEPER_ELECTION: name, FENCEKEEPER_EPOCH: token });
+    const what = kind === 'lock' ? 'lock' : 'leadership of';
+    try {
+      const result = await supervise(cmd, env, holding, {
+        graceMs,
+        onLoss: (reason) => err(`${what} ${name} lost (${(reason as Error)?.message ?? 'unknown'}); stopping ${cmd[0]}`),
+      });
+      if (!result.started) {
+        err(`${what} ${name} lost before ${cmd[0]} could start`);
+        return ExitCode.lockLost;
+      }
+      return result.stoppedForLoss && result.code === 0 ? ExitCode.lockLost : result.code;
+    } catch (error) {
+      if (error instanceof CannotRunError) {
+        err(`cannot run ${cmd[0]}: ${error.message}`);
+        return ExitCode.cannotRun;
+      }
+      if (error instanceof SupervisorLostError) {
+        err(error.message);
+        return ExitCode.software;
+      }
+      throw error;
+    } finally {
+      await holding.end();
+    }
+  } finally {
+    await service.close();
+  }
+}

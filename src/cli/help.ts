@@ -1,0 +1,118 @@
+/** What `fencekeeper [command] --help` prints. */
+
+const EXIT_CODES = `exit codes:
+  cmd's own    run, elect: cmd's exit code passes through (128 + n when signal n ended it)
+  0            done
+  64           usage: a bad flag, argument or lock name, or a --safety-margin or
+               --grace that does not fit the negotiated session timeout
+  69           ZooKeeper could not be reached, or the session ended while waiting
+               (migrate: the database could not be reached or refused the migration)
+  70           internal error (a bug: please report it)
+  75           run: the lock was not acquired within --timeout
+  76           the lock was lost: cmd was stopped and exited 0, or never started
+  127          cmd could not be started
+  128 + n      interrupted by signal n while waiting for the lock`;
+
+const STOPPING = `When the lock is lost while cmd runs, cmd's process group gets SIGTERM,
+then SIGKILL --grace later. cmd runs under a small supervisor process that
+holds a lease renewed by fencekeeper, so this happens however fencekeeper
+fails: if fencekeeper is killed, at once; if it is frozen (SIGSTOP, a
+stalled machine), at the lock's step-down deadline. --grace is at most half
+the safety margin, so cmd is gone before the session can expire, that is,
+before the next holder can be granted the lock. Processes cmd leaves behind
+in its process group are stopped the same way before the lock is released.`;
+
+export const HELP = {
+  main: `usage: fencekeeper <command> [options]
+
+commands:
+  run <lock> -- cmd [args...]      hold <lock> while cmd runs (FENCING_TOKEN in its environment)
+  elect <name> -- cmd [args...]    campaign for <name>; run cmd while leader (FENCING_TOKEN = epoch)
+  status <lock>                    the holder and the waiters of <lock>, in order, with their tokens
+  migrate                          create the fence table in DATABASE_URL's database (idempotent)
+  demo                             play the paused-holder story against real servers
+
+Run 'fencekeeper <command> --help' for a command's options.
+Environment: ZOOKEEPER (connect string), DATABASE_URL, S3_ENDPOINT.
+
+${EXIT_CODES}`,
+  run: `usage: fencekeeper run <lock> [options] -- cmd [args...]
+
+Acquire <lock> (a name like jobs/reindex), run cmd with FENCING_TOKEN and
+FENCEKEEPER_LOCK in its environment, release the lock when cmd exits, and
+exit with cmd's code.
+
+${STOPPING}
+
+options:
+  --zookeeper <hosts>        connect string host:port[,host:port][/chroot] (default: $ZOOKEEPER)
+  --timeout <ms>             give up waiting for the lock after ms (exit 75)
+  --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
+  --safety-margin <ms>       step down this long before the session can expire
+                             (default: a quarter of the negotiated session timeout;
+                             below two thirds of it)
+  --grace <ms>               SIGTERM -> SIGKILL delay when the lock is lost
+                             (default and maximum: half the safety margin; 0: SIGKILL at once)
+
+${EXIT_CODES}`,
+  elect: `usage: fencekeeper elect <name> [options] -- cmd [args...]
+
+Campaign for leadership of <name>; when elected, run cmd with FENCING_TOKEN
+(the leader's epoch), FENCEKEEPER_ELECTION and FENCEKEEPER_EPOCH in its
+environment; resign when cmd exits, and exit with cmd's code.
+
+${STOPPING.replace('the lock is lost', 'leadership is lost').replace('the lock is released', 'leadership is resigned')}
+
+options:
+  --zookeeper <hosts>        connect string (default: $ZOOKEEPER)
+  --id <id>                  this candidate's id (default hostname:pid)
+  --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
+  --safety-margin <ms>       step down this long before the session can expire
+                             (default: a quarter of the negotiated session timeout)
+  --grace <ms>               SIGTERM -> SIGKILL delay when leadership is lost
+                             (default and maximum: half the safety margin)
+
+${EXIT_CODES}`,
+  status: `usage: fencekeeper status <lock> [options]
+
+Print the holder of <lock> and its waiters in grant order, with their tokens
+(the czxid of each queue node), owners and session ids.
+
+options:
+  --zookeeper <hosts>        connect string (default: $ZOOKEEPER)
+  --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
+  --json                     one JSON object: { lock, queue: [{ role, token, owner, session, node }] }
+
+exit codes: 0 printed; 64 usage; 69 ZooKeeper could not be reached; 70 internal error`,
+  migrate: `usage: fencekeeper migrate [--database-url <url>]
+
+Apply fencekeeper's SQL migrations (the fencekeeper_fences table) to the
+database at --database-url or $DATABASE_URL, in the first schema of the
+connection's search_path. Idempotent; safe to run from several processes at
+once. Prints the migrations it applied, or that the table was up to date.
+
+exit codes: 0 applied or up to date; 64 usage; 69 the database could not be
+reached or refused the migration; 70 internal error`,
+  demo: `usage: fencekeeper demo [--unfenced]
+
+Play the paused-holder story with real processes and real servers: holder A
+acquires jobs/reindex and writes to a PostgreSQL row, an S3 object and an
+HTTP service; A is frozen (SIGSTOP, as a long garbage-collection pause would
+freeze it) past its session timeout; B acquires with a larger token and
+writes; A resumes and writes with its old token. Every resource refuses A.
+--unfenced makes the same writes without fencing.
+
+Servers from ZOOKEEPER (127.0.0.1:2181), DATABASE_URL, S3_ENDPOINT
+(http://127.0.0.1:7480), S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION.
+'npm run demo' starts them first.
+
+exit codes: 0 every stale write was refused; 1 a stale write was accepted
+(always with --unfenced); 64 usage; 69 a server could not be reached;
+70 internal error`,
+} as const;
+
+export type HelpTopic = keyof typeof HELP;
+
+export function isHelpTopic(name: string | undefined): name is HelpTopic {
+  return name !== undefined && Object.hasOwn(HELP, name);
+}
