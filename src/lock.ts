@@ -37,6 +37,13 @@ export interface Lock {
    * has had a chance to run.
    */
   readonly held: boolean;
+  /**
+   * The step-down instant on the performance.now() clock: `held` turns false
+   * there unless an acknowledged renewal (a heartbeat, a TTL extension, a
+   * lease keepalive) moves it later first. For work that must end before it
+   * (a supervised command's lease, an outside call's own deadline).
+   */
+  readonly deadline: number;
   /** Give the lock back and abort the signal (reason 'released'). Idempotent. */
   release(): Promise<void>;
 }
@@ -49,6 +56,8 @@ export interface Leadership {
   readonly signal: AbortSignal;
   /** As Lock.held. */
   readonly held: boolean;
+  /** As Lock.deadline. */
+  readonly deadline: number;
   /** Step down (the next candidate is elected) and abort the signal. Idempotent. */
   resign(): Promise<void>;
 }

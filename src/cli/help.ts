@@ -33,7 +33,8 @@ commands:
   demo                             play the paused-holder story against real servers
 
 Run 'fencekeeper <command> --help' for a command's options.
-Environment: ZOOKEEPER (connect string), DATABASE_URL, S3_ENDPOINT.
+Environment: FENCEKEEPER_LOCK_SERVICE (a lock service URL), ZOOKEEPER (connect string),
+DATABASE_URL, S3_ENDPOINT.
 
 ${EXIT_CODES}`,
   run: `usage: fencekeeper run <lock> [options] -- cmd [args...]
@@ -45,6 +46,8 @@ exit with cmd's code.
 ${STOPPING}
 
 options:
+  --lock-service <url>       the lock service (default: $FENCEKEEPER_LOCK_SERVICE, else the
+                             ZooKeeper of --zookeeper); zookeeper://h:2181[,h:2182][/chroot]
   --zookeeper <hosts>        connect string host:port[,host:port][/chroot] (default: $ZOOKEEPER)
   --timeout <ms>             give up waiting for the lock after ms (exit 75)
   --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
@@ -64,6 +67,8 @@ environment; resign when cmd exits, and exit with cmd's code.
 ${STOPPING.replace('the lock is lost', 'leadership is lost').replace('the lock is released', 'leadership is resigned')}
 
 options:
+  --lock-service <url>       the lock service (default: $FENCEKEEPER_LOCK_SERVICE, else the
+                             ZooKeeper of --zookeeper); zookeeper://h:2181[,h:2182][/chroot]
   --zookeeper <hosts>        connect string (default: $ZOOKEEPER)
   --id <id>                  this candidate's id (default hostname:pid)
   --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
@@ -79,6 +84,8 @@ Print the holder of <lock> and its waiters in grant order, with their tokens
 (the czxid of each queue node), owners and session ids.
 
 options:
+  --lock-service <url>       the lock service (default: $FENCEKEEPER_LOCK_SERVICE, else the
+                             ZooKeeper of --zookeeper); zookeeper://h:2181[,h:2182][/chroot]
   --zookeeper <hosts>        connect string (default: $ZOOKEEPER)
   --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
   --json                     one JSON object: { lock, queue: [{ role, token, owner, session, node }] }

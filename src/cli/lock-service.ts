@@ -2,37 +2,22 @@
  * Where the commands get their locks: the one place that turns flags and
  * environment into a connection, and that knows what a lock of that
  * service means to a command (its name rule, its step-down deadline, its
- * queue). Today the service is a ZooKeeper ensemble, from --zookeeper or
- * $ZOOKEEPER and --session-timeout; the commands (run, elect, status, and
- * the demo's holders) see only the interfaces below.
+ * queue). The commands (run, elect, status, and the demo's holders) see
+ * only the interfaces below.
+ *
+ * The service is named by a URL (./services/index.ts: lockServiceFrom), `--lock-service URL` or
+ * $FENCEKEEPER_LOCK_SERVICE, whose scheme picks the source (one file per
+ * source under ./services/); without one, the ZooKeeper ensemble of
+ * --zookeeper or $ZOOKEEPER, as before the other sources existed.
  *
  * Locks come from a LockSource (the core's contract), so the commands work
- * the same with any source; what the contract does not carry yet is here, in
- * the ZooKeeper part: the name rule checked before connecting, and the
- * step-down deadline a supervised command's lease is lent until. The CLI
- * ships inside the core package, so it may use the recipes' own name rule
- * instead of copying it; everything else in src/cli goes through the public
- * API, ../index.js.
+ * the same with any source. Everything in src/cli goes through the public
+ * API, ../index.js, except where a source's own name rule lives in its
+ * recipes (the CLI ships inside the core package, so it may reuse it
+ * instead of copying it).
  */
-import {
-  ConnectionLossError,
-  InvalidArgumentError,
-  SessionExpiredError,
-  ZooKeeperClient,
-  safetyMargin,
-  zookeeperSource,
-  type FencingToken,
-} from '../index.js';
-import { ELECTIONS_ROOT } from '../zookeeper/recipes/election.js';
-import { LOCKS_ROOT } from '../zookeeper/recipes/lock.js';
-import { queueParent } from '../zookeeper/recipes/queue-order.js';
-import { UsageError, positiveInt, type ParsedArgs } from './args.js';
-
-/** The flags every command that talks to the lock service accepts (node:util parseArgs form). */
-export const LOCK_SERVICE_OPTIONS = {
-  zookeeper: { type: 'string' },
-  'session-timeout': { type: 'string' },
-} as const;
+import type { FencingToken } from '../index.js';
+import type { ParsedArgs } from './args.js';
 
 export type Kind = 'lock' | 'election';
 
@@ -69,8 +54,9 @@ export interface QueueEntry {
   readonly role: 'holder' | 'waiter';
   readonly token: FencingToken;
   readonly owner: string;
-  /** The ZooKeeper session that owns the entry, 0x-hex. */
+  /** What holds the entry alive, as the source names it (ZooKeeper: the session, 0x-hex). */
   readonly session: string;
+  /** Where the entry lives in the source (ZooKeeper: the queue node's path; Redis: the key). */
   readonly node: string;
 }
 
@@ -98,106 +84,27 @@ export interface LockServiceAddress {
   connect(): Promise<LockService>;
 }
 
-/** The lock service the flags (or the environment) name. Checks what it can without connecting. */
-export function lockServiceFrom(values: ParsedArgs['values'], env: NodeJS.ProcessEnv = process.env): LockServiceAddress {
-  const connectString = (values.zookeeper as string | undefined) ?? env.ZOOKEEPER;
-  if (connectString === undefined || connectString === '') {
-    throw new UsageError('no ZooKeeper to talk to: pass --zookeeper host:port[,host:port][/chroot] or set ZOOKEEPER');
-  }
-  const sessionTimeoutMs = positiveInt(values['session-timeout'] as string | undefined, '--session-timeout');
-  return {
-    description: `ZooKeeper at ${connectString}`,
-    checkName(kind, name) {
-      try {
-        queueParent(kind === 'lock' ? LOCKS_ROOT : ELECTIONS_ROOT, name);
-      } catch (error) {
-        if (error instanceof InvalidArgumentError) {
-          throw new UsageError(`bad ${kind} name ${JSON.stringify(name)} (${error.message}): a name is a relative path of non-empty segments, without '.' or '..', like "jobs/reindex"`);
-        }
-        throw error;
-      }
-    },
-    async connect() {
-      let zk: ZooKeeperClient;
-      try {
-        zk = await ZooKeeperClient.connect({ connectString, ...(sessionTimeoutMs !== undefined && { sessionTimeoutMs }) });
-      } catch (error) {
-        // connect() checks its options before it opens a socket.
-        if (error instanceof InvalidArgumentError) throw new UsageError(`--zookeeper ${JSON.stringify(connectString)}: ${error.message}`);
-        throw new UnreachableError(`cannot reach ZooKeeper at ${connectString}: ${(error as Error).message}`);
-      }
-      return zookeeperService(zk);
-    },
-  };
+/** What a source's URL parser (./services/) is given beside the URL. */
+export interface LockServiceContext {
+  /** Where the URL came from, for messages: '--lock-service' or 'FENCEKEEPER_LOCK_SERVICE'. */
+  readonly origin: string;
+  /**
+   * True when the URL was given on the command line, where `ps` shows it to
+   * every user of the machine: a URL that carries a password must be refused
+   * then (it is accepted from the environment only).
+   */
+  readonly fromCommandLine: boolean;
+  readonly values: ParsedArgs['values'];
+  readonly env: NodeJS.ProcessEnv;
 }
 
-function zookeeperService(zk: ZooKeeperClient): LockService {
-  const source = zookeeperSource(zk);
-  return {
-    get sessionTimeoutMs() {
-      return zk.sessionTimeoutMs;
-    },
-    safetyMargin(requested) {
-      try {
-        return safetyMargin(zk.sessionTimeoutMs, requested);
-      } catch (error) {
-        if (error instanceof InvalidArgumentError) throw new UsageError(`--safety-margin ${String(requested)}: ${error.message}`);
-        throw error;
-      }
-    },
-    async hold(kind, name, options) {
-      const common = {
-        safetyMarginMs: options.safetyMarginMs,
-        ...(options.signal !== undefined && { signal: options.signal }),
-      };
-      try {
-        const holding =
-          kind === 'lock'
-            ? await source.acquireLock(name, {
-                ...common,
-                ...(options.timeoutMs !== undefined && { timeoutMs: options.timeoutMs }),
-                ...(options.owner !== undefined && { owner: options.owner }),
-              })
-            : await source.campaign(name, { ...common, ...(options.id !== undefined && { id: options.id }) });
-        return {
-          token: 'token' in holding ? holding.token : holding.epoch,
-          get held() {
-            return holding.held;
-          },
-          signal: holding.signal,
-          // The recipes' step-down deadline: the earliest possible session
-          // expiry (send time of the last acknowledged request + timeout)
-          // minus the margin.
-          deadline: () => zk.sessionDeadline - options.safetyMarginMs,
-          end: () => ('release' in holding ? holding.release() : holding.resign()),
-        };
-      } catch (error) {
-        throw unreachable(error);
-      }
-    },
-    async queue(name) {
-      try {
-        const { holder, waiters } = await source.lockStatus(name);
-        const entry = (role: QueueEntry['role'], e: (typeof waiters)[number]): QueueEntry => ({
-          role,
-          token: e.token,
-          owner: e.owner,
-          session: `0x${e.sessionId.toString(16)}`,
-          node: e.path,
-        });
-        return [...(holder ? [entry('holder', holder)] : []), ...waiters.map((w) => entry('waiter', w))];
-      } catch (error) {
-        throw unreachable(error);
-      }
-    },
-    close: () => zk.close(),
-  };
-}
-
-/** A session lost while we waited is the service becoming unreachable, not a bug. */
-function unreachable(error: unknown): unknown {
-  if (error instanceof ConnectionLossError || error instanceof SessionExpiredError) {
-    return new UnreachableError(`ZooKeeper: ${error.message}`);
-  }
-  return error;
+export interface LockServiceKind {
+  /** Shown in usage errors. */
+  readonly example: string;
+  /**
+   * `rest`: the URL after 'scheme://' (hosts, credentials, path, query), which
+   * each service parses itself. UsageError for a URL (or flags) this service
+   * cannot use; no I/O.
+   */
+  address(rest: string, context: LockServiceContext): LockServiceAddress;
 }

@@ -12,7 +12,8 @@ import { formatToken, LockTimeoutError } from '../../index.js';
 import { UsageError, nonNegativeInt, parse, positiveInt, splitCommand } from '../args.js';
 import { ExitCode } from '../exit-codes.js';
 import { HELP } from '../help.js';
-import { LOCK_SERVICE_OPTIONS, lockServiceFrom, type Holding, type Kind } from '../lock-service.js';
+import type { Holding, Kind } from '../lock-service.js';
+import { LOCK_SERVICE_OPTIONS, lockServiceFrom } from '../services/index.js';
 import { CannotRunError, SupervisorLostError, supervise } from '../supervise.js';
 import { err, out } from '../output.js';
 

@@ -3,7 +3,7 @@ import { formatToken } from '../../index.js';
 import { UsageError, parse } from '../args.js';
 import { ExitCode } from '../exit-codes.js';
 import { HELP } from '../help.js';
-import { LOCK_SERVICE_OPTIONS, lockServiceFrom } from '../lock-service.js';
+import { LOCK_SERVICE_OPTIONS, lockServiceFrom } from '../services/index.js';
 import { out } from '../output.js';
 
 export async function status(argv: readonly string[]): Promise<number> {

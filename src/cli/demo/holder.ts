@@ -12,7 +12,7 @@
 import { createInterface } from 'node:readline';
 import { performance } from 'node:perf_hooks';
 import { formatToken, type FencingToken } from '../../index.js';
-import { lockServiceFrom } from '../lock-service.js';
+import { lockServiceFrom } from '../services/index.js';
 import { openDemoResources, type DemoResources } from './resources.js';
 
 type Report = Record<string, unknown> & { event: string };

@@ -16,7 +16,7 @@
  * without fencing, to show the corruption the tokens prevent: it exits 1.
  */
 import { parseToken } from '../../index.js';
-import { lockServiceFrom } from '../lock-service.js';
+import { lockServiceFrom } from '../services/index.js';
 import { HolderProcess } from './holder-process.js';
 import { openDemoResources } from './resources.js';
 import { startService, type DemoService } from './service.js';

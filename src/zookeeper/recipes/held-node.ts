@@ -34,6 +34,10 @@ export abstract class HeldNode {
     return this.#holding.held;
   }
 
+  get deadline(): number {
+    return this.#holding.deadline;
+  }
+
   /** Abort the signal, then delete our node. Idempotent: every call returns the first one's promise. */
   protected leave(): Promise<void> {
     if (this.#leaving === null) {
