@@ -11,10 +11,8 @@ export function validatePath(path: string, sequential = false): void {
   if (typeof path !== 'string') throw new InvalidArgumentError(`path must be a string, got ${typeof path}`);
   if (path.length === 0) throw new InvalidArgumentError('path must not be empty');
   if (path[0] !== '/') throw new InvalidArgumentError(`path must start with '/': ${JSON.stringify(path)}`);
-  if (path.length === 1) {
-    if (sequential) return; // '/' + sequence suffix is a legal sequential create
-    return;
-  }
+  // The root is valid, and so is a sequential create of '/' (the server appends the counter).
+  if (path.length === 1) return;
   // A sequential create may end with '/': the server appends the counter.
   const checked = sequential && path.endsWith('/') ? path.slice(0, -1) : path;
   if (checked.endsWith('/')) throw new InvalidArgumentError(`path must not end with '/': ${JSON.stringify(path)}`);
