@@ -81,3 +81,28 @@ export function parseConnectString(text: string): ConnectString {
 export function joinPath(parent: string, child: string): string {
   return parent === '/' ? `/${child}` : `${parent}/${child}`;
 }
+
+/**
+ * A chroot ('/app' in 'h:2181/app'): the client's paths are relative to it.
+ * Requests carry server paths and replies are mapped back, so a caller never
+ * sees the prefix.
+ */
+export class Chroot {
+  /** Without a trailing slash; '' for none. */
+  readonly prefix: string;
+
+  constructor(prefix: string) {
+    this.prefix = prefix;
+  }
+
+  toServer(path: string): string {
+    if (this.prefix === '') return path;
+    return path === '/' ? this.prefix : this.prefix + path;
+  }
+
+  fromServer(path: string): string {
+    if (this.prefix === '') return path;
+    if (path === this.prefix) return '/';
+    return path.startsWith(`${this.prefix}/`) ? path.slice(this.prefix.length) : path;
+  }
+}
