@@ -109,25 +109,11 @@ export function deleteRequest(chroot: Chroot, path: string, version: number): Re
 }
 
 export function existsRequest(chroot: Chroot, path: string, watcher: Watcher | undefined): Request<Stat | null> {
-  validatePath(path);
-  const serverPath = chroot.toServer(path);
-  const watch = watcher !== undefined;
-  return new Request<Stat | null>(OpCode.exists, path, (w) => void w.ustring(serverPath).bool(watch), readStat, recoverNoNode, watcher, existsWatchKind);
+  return watchedRead<Stat | null>(chroot, OpCode.exists, path, watcher, existsWatchKind, readStat, recoverNoNode);
 }
 
 export function getDataRequest(chroot: Chroot, path: string, watcher: Watcher | undefined): Request<{ data: Uint8Array; stat: Stat }> {
-  validatePath(path);
-  const serverPath = chroot.toServer(path);
-  const watch = watcher !== undefined;
-  return new Request(
-    OpCode.getData,
-    path,
-    (w) => void w.ustring(serverPath).bool(watch),
-    (r) => ({ data: r.buffer(), stat: readStat(r) }),
-    undefined,
-    watcher,
-    dataWatchKind,
-  );
+  return watchedRead(chroot, OpCode.getData, path, watcher, dataWatchKind, (r) => ({ data: r.buffer(), stat: readStat(r) }));
 }
 
 export function setDataRequest(chroot: Chroot, path: string, data: Uint8Array | string | null, version: number): Request<Stat> {
@@ -141,18 +127,23 @@ export function setDataRequest(chroot: Chroot, path: string, data: Uint8Array | 
 
 /** getChildren2: the children and the parent's Stat in one reply. */
 export function getChildrenRequest(chroot: Chroot, path: string, watcher: Watcher | undefined): Request<{ children: string[]; stat: Stat }> {
+  return watchedRead(chroot, OpCode.getChildren2, path, watcher, childWatchKind, (r) => ({ children: r.vector(readChildName), stat: readStat(r) }));
+}
+
+/** A read that may set a watch: proto.ExistsRequest, GetDataRequest, GetChildren2Request (path, watch flag). */
+function watchedRead<T>(
+  chroot: Chroot,
+  opcode: number,
+  path: string,
+  watcher: Watcher | undefined,
+  watchKind: WatchKindFor,
+  decode: (r: JuteReader) => T,
+  recover?: Recover<T>,
+): Request<T> {
   validatePath(path);
   const serverPath = chroot.toServer(path);
   const watch = watcher !== undefined;
-  return new Request(
-    OpCode.getChildren2,
-    path,
-    (w) => void w.ustring(serverPath).bool(watch),
-    (r) => ({ children: r.vector(readChildName), stat: readStat(r) }),
-    undefined,
-    watcher,
-    childWatchKind,
-  );
+  return new Request(opcode, path, (w) => void w.ustring(serverPath).bool(watch), decode, recover, watcher, watchKind);
 }
 
 export function getEphemeralsRequest(chroot: Chroot, prefix: string): Request<string[]> {

@@ -5,7 +5,8 @@ import { ZooKeeperClient, digestAclId } from '../../src/zookeeper/client.js';
 import { CREATOR_ALL_ACL, MAX_PACKET_BYTES, OPEN_ACL_UNSAFE, Perms, READ_ACL_UNSAFE } from '../../src/zookeeper/protocol.js';
 import type { WatchEvent } from '../../src/zookeeper/watches.js';
 import { testServers } from '../helpers/servers.js';
-import { ClientPool, RequestCounter, fourLetterWord, mkdirp, namespace, rmrf, until, watcherSpy } from './zk-helpers.js';
+import { fourLetterWord } from './lock-helpers.js';
+import { ClientPool, RequestCounter, mkdirp, namespace, rmrf, until, watcherSpy } from './zk-helpers.js';
 
 const servers = testServers();
 const pool = new ClientPool();

@@ -1,7 +1,6 @@
 // Shared by the ZooKeeper integration tests: clients that are closed after
-// each test, a per-file namespace, a wait that polls without timing, a
-// count of the requests on a client's socket, and the servers' four-letter words.
-import net from 'node:net';
+// each test, a per-file namespace, a wait that polls without timing, and a
+// count of the requests on a client's socket.
 import { ZooKeeperError } from '../../src/errors.js';
 import { ZooKeeperClient, type ConnectOptions, type Connector } from '../../src/zookeeper/client.js';
 import { connectTcp } from '../../src/zookeeper/connection.js';
@@ -121,18 +120,4 @@ export class RequestCounter {
     socket.on('data', count('answered'));
     return socket;
   };
-}
-
-/** Send a four-letter word ('conf', 'cons', 'wchc', ...) to 'host:port' and return the server's answer. */
-export function fourLetterWord(hostPort: string, word: string): Promise<string> {
-  const at = hostPort.lastIndexOf(':');
-  return new Promise((resolve, reject) => {
-    const socket = net.connect({ host: hostPort.slice(0, at), port: Number(hostPort.slice(at + 1)) });
-    let text = '';
-    socket.setEncoding('utf8');
-    socket.on('connect', () => socket.write(word));
-    socket.on('data', (chunk: string) => (text += chunk));
-    socket.on('error', reject);
-    socket.on('close', () => resolve(text));
-  });
 }
