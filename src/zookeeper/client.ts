@@ -391,7 +391,10 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     if (this.#state === 'closed' || this.#state === 'expired' || this.#connection !== null) return;
     if (this.#attemptsThisRound >= this.#servers.length) {
       // Tried every server once: wait a little before the next round, so a
-      // refused port does not become a busy loop.
+      // refused port does not become a busy loop. Not unref'd, like the
+      // expiry timer: between attempts nothing else of ours keeps the
+      // process alive, and a caller awaiting a queued request must not see
+      // the process exit under it. Both are cleared when the client ends.
       this.#attemptsThisRound = 0;
       const delay = 50 + Math.floor(Math.random() * Math.min(1000, this.#timeoutMs / 10));
       this.#retryTimer = setTimeout(() => {
