@@ -109,7 +109,7 @@ class Call<T> implements PendingRequest {
   answer(err: number, r: JuteReader): void {
     const request = this.request;
     if (err !== Err.ok) {
-      this.#registerWatch(err);
+      if (request.watcher !== undefined) this.#registerWatch(err);
       const recovered = request.recover?.(err);
       if (recovered !== undefined) this.resolve(recovered.value);
       else this.reject(new ZooKeeperError(errorCodeName(err), err, request.path));
@@ -126,7 +126,7 @@ class Call<T> implements PendingRequest {
       }
       throw error;
     }
-    this.#registerWatch(err);
+    if (request.watcher !== undefined) this.#registerWatch(err);
     this.resolve(value);
   }
 
