@@ -42,6 +42,8 @@ export type {
   MultiOp,
   MultiResult,
 } from './zookeeper/client.js';
+export type { Connector } from './zookeeper/client.js';
+export type { ServerAddress } from './zookeeper/paths.js';
 export type { Stat, ACL, Id, CreateMode } from './zookeeper/protocol.js';
 export { Perms, OPEN_ACL_UNSAFE, CREATOR_ALL_ACL, READ_ACL_UNSAFE } from './zookeeper/protocol.js';
 export type { WatchEvent, WatchEventType, Watcher } from './zookeeper/watches.js';

@@ -11,10 +11,8 @@ export function validatePath(path: string, sequential = false): void {
   if (typeof path !== 'string') throw new InvalidArgumentError(`path must be a string, got ${typeof path}`);
   if (path.length === 0) throw new InvalidArgumentError('path must not be empty');
   if (path[0] !== '/') throw new InvalidArgumentError(`path must start with '/': ${JSON.stringify(path)}`);
-  if (path.length === 1) {
-    if (sequential) return; // '/' + sequence suffix is a legal sequential create
-    return;
-  }
+  // The root is valid, and so is a sequential create of '/' (the server appends the counter).
+  if (path.length === 1) return;
   // A sequential create may end with '/': the server appends the counter.
   const checked = sequential && path.endsWith('/') ? path.slice(0, -1) : path;
   if (checked.endsWith('/')) throw new InvalidArgumentError(`path must not end with '/': ${JSON.stringify(path)}`);
@@ -82,4 +80,29 @@ export function parseConnectString(text: string): ConnectString {
 
 export function joinPath(parent: string, child: string): string {
   return parent === '/' ? `/${child}` : `${parent}/${child}`;
+}
+
+/**
+ * A chroot ('/app' in 'h:2181/app'): the client's paths are relative to it.
+ * Requests carry server paths and replies are mapped back, so a caller never
+ * sees the prefix.
+ */
+export class Chroot {
+  /** Without a trailing slash; '' for none. */
+  readonly prefix: string;
+
+  constructor(prefix: string) {
+    this.prefix = prefix;
+  }
+
+  toServer(path: string): string {
+    if (this.prefix === '') return path;
+    return path === '/' ? this.prefix : this.prefix + path;
+  }
+
+  fromServer(path: string): string {
+    if (this.prefix === '') return path;
+    if (path === this.prefix) return '/';
+    return path.startsWith(`${this.prefix}/`) ? path.slice(this.prefix.length) : path;
+  }
 }

@@ -102,14 +102,6 @@ export const EventType = {
   nodeChildrenChanged: 4,
 } as const;
 
-/** Watcher.Event.KeeperState values a server may put in a notification. */
-export const KeeperState = {
-  disconnected: 0,
-  syncConnected: 3,
-  authFailed: 4,
-  expired: -112,
-} as const;
-
 /** ZooDefs.Perms */
 export const Perms = {
   READ: 1,

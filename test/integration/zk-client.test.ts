@@ -1,12 +1,12 @@
 // Every operation of the wire client against a real standalone ZooKeeper.
-import net from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ClientClosedError, InvalidArgumentError, ZooKeeperError } from '../../src/errors.js';
 import { ZooKeeperClient, digestAclId } from '../../src/zookeeper/client.js';
 import { CREATOR_ALL_ACL, MAX_PACKET_BYTES, OPEN_ACL_UNSAFE, Perms, READ_ACL_UNSAFE } from '../../src/zookeeper/protocol.js';
 import type { WatchEvent } from '../../src/zookeeper/watches.js';
 import { testServers } from '../helpers/servers.js';
-import { ClientPool, mkdirp, namespace, rmrf, until, watcherSpy } from './zk-helpers.js';
+import { fourLetterWord } from './lock-helpers.js';
+import { ClientPool, RequestCounter, mkdirp, namespace, rmrf, until, watcherSpy } from './zk-helpers.js';
 
 const servers = testServers();
 const pool = new ClientPool();
@@ -260,10 +260,28 @@ describe('children, multi, ephemerals, ACLs, sync', () => {
     expect(zkCode(await zk.setACL(`${base}/acl`, OPEN_ACL_UNSAFE, 0).catch((e: unknown) => e))).toBe('ZK_NOAUTH');
   });
 
-  it('sync', async () => {
+  it('sync reaches the server as a sync, and its reply is matched', async () => {
     const zk = await connect();
+    const states: string[] = [];
+    zk.on('state', (s) => states.push(s));
+    // The server's own record of this connection (cons): the last operation
+    // it processed for us and that request's xid. A sync that sends nothing,
+    // or sends something else, leaves a different record.
+    const lastOperation = async (): Promise<string | undefined> => {
+      const line = (await fourLetterWord(servers.zkStandalone, 'cons')).split('\n').find((l) => l.includes(`sid=0x${zk.sessionId.toString(16)},`));
+      const match = /lop=(\w+),.*lcxid=(0x[0-9a-f]+),/.exec(line ?? '');
+      return match ? `${match[1]} ${match[2]}` : line;
+    };
+    await zk.exists(base);
+    expect(await lastOperation()).toBe('EXIS 0x1');
     await expect(zk.sync(base)).resolves.toBeUndefined();
+    expect(await lastOperation()).toBe('SYNC 0x2');
     await expect(zk.sync()).resolves.toBeUndefined();
+    expect(await lastOperation()).toBe('SYNC 0x3');
+    // Replies after it still match their requests on the same connection.
+    expect((await zk.exists(base))?.czxid).toBe((await admin.exists(base))?.czxid);
+    expect(await lastOperation()).toBe('EXIS 0x4');
+    expect(states).toEqual([]);
   });
 });
 
@@ -318,11 +336,28 @@ describe('sessions and close', () => {
     await expect(zk.close()).resolves.toBeUndefined();
   });
 
-  it('the negotiated timeout is reported and bounded by the server', async () => {
-    const zk = await pool.connect({ connectString: servers.zkStandalone, sessionTimeoutMs: 1, connectTimeoutMs: 10_000 });
-    expect(zk.sessionTimeoutMs).toBeGreaterThan(1);
-    expect(zk.sessionId).not.toBe(0n);
-    expect(zk.state).toBe('connected');
+  it("the negotiated timeout is reported: the server's minimum for a tiny request, its maximum for a huge one", async () => {
+    // The server's bounds as it applies them (conf): minSessionTimeout and
+    // maxSessionTimeout, 2 and 20 x tickTime unless configured.
+    const conf = await fourLetterWord(servers.zkStandalone, 'conf');
+    const setting = (name: string): number => Number(new RegExp(`^${name}=(\\d+)$`, 'm').exec(conf)?.[1]);
+    const [tickTime, min, max] = [setting('tickTime'), setting('minSessionTimeout'), setting('maxSessionTimeout')];
+    expect(tickTime).toBeGreaterThan(0);
+    expect(min).toBeGreaterThanOrEqual(2 * tickTime);
+    expect(max).toBeGreaterThan(min);
+
+    const tiny = await pool.connect({ connectString: servers.zkStandalone, sessionTimeoutMs: 1, connectTimeoutMs: 10_000 });
+    expect(tiny.sessionTimeoutMs).toBe(min);
+    expect(tiny.sessionDeadline).toBe(tiny.lastAckedSendTime + min);
+    expect(tiny.sessionId).not.toBe(0n);
+    expect(tiny.state).toBe('connected');
+    const huge = await pool.connect({ connectString: servers.zkStandalone, sessionTimeoutMs: 0x7fffffff, connectTimeoutMs: 10_000 });
+    expect(huge.sessionTimeoutMs).toBe(max);
+    // The server holds the same figure for each session (cons: to=).
+    const cons = await fourLetterWord(servers.zkStandalone, 'cons');
+    for (const zk of [tiny, huge]) {
+      expect(cons).toMatch(new RegExp(`sid=0x${zk.sessionId.toString(16)},.*,to=${zk.sessionTimeoutMs},`));
+    }
   });
 
   it('lastAckedSendTime and sessionDeadline advance with replies, pings included', async () => {
@@ -434,28 +469,17 @@ describe('watches', () => {
 
 describe('pipelining', () => {
   it('requests issued in one tick leave in one socket write', async () => {
-    const zk = await connect({ sessionTimeoutMs: 30_000 });
+    // Count what this client's own socket writes (its connector wraps it; no timing involved).
+    const wire = new RequestCounter();
+    const zk = await pool.connect({ connectString: servers.zkStandalone, sessionTimeoutMs: 30_000, connector: wire.connector });
     await zk.create(`${base}/p`);
-    // Count the writes the client's socket makes: wrap Socket.prototype.write
-    // for the duration of the burst (no timing involved).
-    const writes: number[] = [];
-    const original = net.Socket.prototype.write;
-    net.Socket.prototype.write = function (this: net.Socket, ...args: unknown[]) {
-      const chunk = args[0];
-      if (this.remotePort === Number(servers.zkStandalone.split(':').pop()) && Buffer.isBuffer(chunk)) writes.push(chunk.length);
-      return (original as (...a: unknown[]) => boolean).apply(this, args);
-    } as typeof original;
-    let results: unknown[];
-    try {
-      const burst: Promise<unknown>[] = [zk.create(`${base}/p/a`), zk.getChildren(`${base}/p`)];
-      for (let i = 0; i < 100; i++) burst.push(zk.exists(`${base}/p`));
-      results = await Promise.all(burst);
-    } finally {
-      net.Socket.prototype.write = original;
-    }
-    expect(writes).toHaveLength(1);
-    // 102 frames in that one write, and the getChildren sent after the create saw it (in-order processing).
-    expect(writes[0]).toBeGreaterThan(102 * 12);
+    const [writesBefore, sentBefore] = [wire.writes, wire.sent];
+    const burst: Promise<unknown>[] = [zk.create(`${base}/p/a`), zk.getChildren(`${base}/p`)];
+    for (let i = 0; i < 100; i++) burst.push(zk.exists(`${base}/p`));
+    const results = await Promise.all(burst);
+    // 102 request frames in one write, and the getChildren sent after the create saw it (in-order processing).
+    expect(wire.writes - writesBefore).toBe(1);
+    expect(wire.sent - sentBefore).toBe(102);
     expect(results[1]).toEqual(['a']);
   });
 

@@ -1,7 +1,10 @@
 // Shared by the ZooKeeper integration tests: clients that are closed after
-// each test, a per-file namespace, and a wait that polls without timing.
+// each test, a per-file namespace, a wait that polls without timing, and a
+// count of the requests on a client's socket.
 import { ZooKeeperError } from '../../src/errors.js';
-import { ZooKeeperClient, type ConnectOptions } from '../../src/zookeeper/client.js';
+import { ZooKeeperClient, type ConnectOptions, type Connector } from '../../src/zookeeper/client.js';
+import { connectTcp } from '../../src/zookeeper/connection.js';
+import { FrameParser } from '../../src/zookeeper/frame-parser.js';
 import { uniqueZnodePath } from '../helpers/unique.js';
 
 export class ClientPool {
@@ -76,5 +79,45 @@ export function watcherSpy<T>(): { fn: (event: T) => void; events: T[]; next: Pr
     },
     events,
     next,
+  };
+}
+
+/**
+ * A connector (plain TCP) that watches the bytes on the client's socket,
+ * per connection: `writes` counts socket writes, `sent` the request frames
+ * written, `answered` the replies read to them (the handshake, pings, auth,
+ * setWatches and notifications use reserved xids and are not counted).
+ * sent - answered is what the client has in flight, as the wire sees it.
+ */
+export class RequestCounter {
+  writes = 0;
+  sent = 0;
+  answered = 0;
+
+  get inFlight(): number {
+    return this.sent - this.answered;
+  }
+
+  readonly connector: Connector = async (address, options) => {
+    const socket = await connectTcp(address, options);
+    this.writes = this.sent = this.answered = 0;
+    const count = (field: 'sent' | 'answered'): ((chunk: Buffer) => void) => {
+      const parser = new FrameParser(16 * 1024 * 1024);
+      let first = true; // ConnectRequest / ConnectResponse: no xid
+      return (chunk) =>
+        parser.parse(chunk, (frame) => {
+          if (first) first = false;
+          else if (frame.readInt32BE(0) > 0) this[field]++;
+        });
+    };
+    const countSent = count('sent');
+    const write = socket.write.bind(socket) as (...args: unknown[]) => boolean;
+    socket.write = ((chunk: unknown, ...rest: unknown[]) => {
+      this.writes++;
+      if (Buffer.isBuffer(chunk)) countSent(chunk);
+      return write(chunk, ...rest);
+    }) as typeof socket.write;
+    socket.on('data', count('answered'));
+    return socket;
   };
 }

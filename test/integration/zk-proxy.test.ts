@@ -6,7 +6,7 @@ import { ZooKeeperClient, type ClientState } from '../../src/zookeeper/client.js
 import type { WatchEvent } from '../../src/zookeeper/watches.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
-import { ClientPool, mkdirp, namespace, rmrf, until, watcherSpy } from './zk-helpers.js';
+import { ClientPool, RequestCounter, mkdirp, namespace, rmrf, until, watcherSpy } from './zk-helpers.js';
 
 const servers = testServers();
 const pool = new ClientPool();
@@ -32,9 +32,9 @@ afterEach(async () => {
   await pool.closeAll();
 });
 
-async function throughProxy(sessionTimeoutMs: number): Promise<{ zk: ZooKeeperClient; states: ClientState[] }> {
+async function throughProxy(sessionTimeoutMs: number, connector?: RequestCounter['connector']): Promise<{ zk: ZooKeeperClient; states: ClientState[] }> {
   proxy = await TcpProxy.to(servers.zkStandalone);
-  const zk = await pool.connect({ connectString: proxy.address, sessionTimeoutMs });
+  const zk = await pool.connect({ connectString: proxy.address, sessionTimeoutMs, ...(connector && { connector }) });
   const states: ClientState[] = [];
   zk.on('state', (s) => states.push(s));
   return { zk, states };
@@ -67,17 +67,38 @@ describe('connection reset (RST) through the proxy', () => {
   });
 
   it('survives repeated cuts, with requests in flight each time', async () => {
-    const { zk, states } = await throughProxy(10_000);
+    const wire = new RequestCounter();
+    const { zk, states } = await throughProxy(10_000, wire.connector);
     const session = zk.sessionId;
     const node = `${root}/many-${session.toString(16)}`;
-    await zk.create(node, null, { mode: 'ephemeral' });
+    const { stat: created } = await zk.create(node, null, { mode: 'ephemeral' });
+    const isOurNode = (stat: unknown): boolean =>
+      typeof stat === 'object' && stat !== null && (stat as { czxid?: unknown }).czxid === created.czxid && (stat as { ephemeralOwner?: unknown }).ephemeralOwner === session;
     for (let i = 0; i < 5; i++) {
+      // Answered before the cut ...
+      const before = Array.from({ length: 25 }, () => zk.exists(node));
+      await before[before.length - 1]; // replies come in order: all 25 are in
+      // ... and written but certainly unanswered at it: the proxy runs in
+      // this process, so it cannot forward a reply before cut() returns.
       const burst = Array.from({ length: 50 }, () => zk.exists(node));
+      await null; // the client writes what was issued this tick (a microtask queued before this one)
+      const inFlight = wire.inFlight;
       proxy!.cut();
-      const settled = await Promise.allSettled(burst);
-      for (const r of settled) if (r.status === 'rejected') expect(r.reason).toBeInstanceOf(ConnectionLossError);
+      expect(inFlight, `cut ${i}: requests written and unanswered at the cut`).toBeGreaterThanOrEqual(1);
+
+      const settled = await Promise.allSettled([...before, ...burst]);
+      const lost = settled.filter((r) => r.status === 'rejected');
+      for (const r of settled) {
+        // A success is the real Stat of our node, never a stand-in (null) for an answer that never came.
+        if (r.status === 'fulfilled') expect(isOurNode(r.value), `cut ${i}: ${String(r.value)}`).toBe(true);
+        else expect(r.reason).toBeInstanceOf(ConnectionLossError);
+      }
+      // Only requests in flight at the cut may fail, and the ones in flight did not come back.
+      expect(settled.slice(0, before.length).every((r) => r.status === 'fulfilled')).toBe(true);
+      expect(lost.length).toBeGreaterThanOrEqual(1);
+      expect(lost.length).toBeLessThanOrEqual(inFlight);
       await until(() => zk.state === 'connected', 'reconnect');
-      expect(await zk.exists(node)).not.toBeNull();
+      expect(isOurNode(await zk.exists(node))).toBe(true);
     }
     expect(zk.sessionId).toBe(session);
     expect(states).toEqual(Array.from({ length: 5 }, () => ['suspended', 'connected']).flat());
