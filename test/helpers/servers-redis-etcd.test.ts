@@ -23,9 +23,24 @@ interface Run {
   readonly stderr: string;
 }
 
+/**
+ * This file kills, wipes and pauses nodes: it does so on a server set of its
+ * own (its own state directory and ports), never on the set the rest of the
+ * suite is using at the same time. Two runs of this file (two checkouts)
+ * share this private set and take turns through its fault turn.
+ */
+const PRIVATE_SET: Readonly<Record<string, string>> = {
+  FK_STATE_DIR: '/tmp/fencekeeper-test-server-scripts',
+  FK_REDIS_BASE: '6490',
+  FK_ETCD_PORT: '2589',
+  FK_ETCD_PEER_PORT: '2689',
+  FK_ETCD_CLUSTER_BASE: '2590',
+  FK_ETCD_CLUSTER_PEER_BASE: '2690',
+};
+
 function run(file: string, args: readonly string[], env: Record<string, string> = {}, timeoutMs = 120_000): Promise<Run> {
   return new Promise((resolve) => {
-    execFile(file, args, { env: { ...process.env, FK_USER_PID: String(process.pid), ...env }, timeout: timeoutMs }, (error, stdout, stderr) => {
+    execFile(file, args, { env: { ...process.env, ...PRIVATE_SET, FK_USER_PID: String(process.pid), ...env }, timeout: timeoutMs }, (error, stdout, stderr) => {
       const code = error === null ? 0 : typeof error.code === 'number' ? error.code : 1;
       resolve({ code, stdout: stdout.trim(), stderr: stderr.trim() });
     });
