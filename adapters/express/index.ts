@@ -10,3 +10,5 @@ export type { ZooKeeperVerifier } from './verify-zookeeper.js';
 export type { FencingProblem, ProblemCode } from './problem.js';
 export { fencingHeaders, fencedFetch } from './client.js';
 export type { FencedFetch, TokenHolder } from './client.js';
+export { fencedHandler, hasFencing } from './fenced.js';
+export type { FencedHandler, FencedRequest } from './fenced.js';

@@ -66,6 +66,15 @@
 // the connection closes first, the queued responses never go out and their
 // admissions are aborted.
 //
+// Express 4 and 5. fencing() uses only what both give (Node's request and
+// response, rawHeaders, next()), and the suites run on both majors. One
+// difference is the handler's: Express 5 passes an async handler's rejection
+// to the error handlers; Express 4 ignores the promise, so the rejection is
+// unhandled and the request gets no answer but the 503 FENCE_HOLD_EXPIRED of
+// maxHoldMs, holding the fence until then. On Express 4, catch in the handler
+// and call next(error), or wrap it in fencedHandler() (./fenced.ts), which
+// does that on both.
+//
 // Answers (application/problem+json, type about:blank, with a `code`):
 // 428 MISSING_TOKEN · 400 INVALID_TOKEN (also an empty value) · 400
 // REPEATED_TOKEN (the header sent more than once, detected on rawHeaders) ·

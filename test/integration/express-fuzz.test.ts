@@ -3,7 +3,7 @@
 // back, never a 500, and a refused request never moves the fence. Run with
 // MemoryFenceStore and with PostgresFenceStore (fewer runs: each admission is
 // a database transaction, and the whole suite shares two cores).
-import express from 'express';
+import { express } from './express-variants.js';
 import fc from 'fast-check';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -6,7 +6,7 @@
 // the next request for the resource is admitted while the stuck handler is
 // still running. Real Express apps on real HTTP servers; the last block holds
 // a PostgreSQL statement in flight on req.fencing.transaction.
-import express from 'express';
+import { express, forwardRejections } from './express-variants.js';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { fencing, MemoryFenceStore } from '../../adapters/express/index.js';
@@ -70,10 +70,10 @@ function holdApp(store: FenceStore<unknown>, maxHoldMs: number) {
     await hang(req.get('x-key') ?? '', req.fencing!.signal);
   });
   // Ignores its signal and answers once released, whatever happened meanwhile.
-  app.post('/careless/:id', fence, async (req, res) => {
+  app.post('/careless/:id', fence, forwardRejections(async (req, res) => {
     await hang(req.get('x-key') ?? '', req.fencing!.signal);
     res.json({ late: true });
-  });
+  }));
   const errors: unknown[] = [];
   app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
     errors.push(error);

@@ -4,7 +4,8 @@
 // orders by two requests must be refused (503 FENCE_DEADLOCK) instead of
 // waiting for each other. Each hang this guards against is detected, not
 // waited out: the tests race the answer against the store seeing the wait.
-import express, { type RequestHandler } from 'express';
+import type { RequestHandler } from 'express';
+import { express } from './express-variants.js';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fencing, MemoryFenceStore } from '../../adapters/express/index.js';

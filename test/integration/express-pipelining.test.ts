@@ -6,7 +6,7 @@
 // Node without a 'close' event, and its admission must still be settled; and
 // past maxHoldMs a queued response the handler has ended is settled by its
 // status, freeing the fence while the earlier response still holds the line.
-import express from 'express';
+import { express } from './express-variants.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fencing, MemoryFenceStore } from '../../adapters/express/index.js';
 import { deferred, pipeline, post, send, serve, settledYet, SpyStore, within, type Deferred, type Served } from './express-helpers.js';

@@ -4,7 +4,7 @@
 // MemoryFenceStore cannot. Run once with a pg.Pool and once with a Kysely
 // instance as the store's db. Every check on what committed is made from a
 // third connection (`admin`), never through a replica.
-import express from 'express';
+import { express, forwardRejections } from './express-variants.js';
 import { Kysely, PostgresDialect, type Generated, type Transaction } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -70,7 +70,7 @@ class Replica {
       });
       next();
     });
-    app.post('/docs/:id', fencing({ store, resource: (req) => String(req.params['id']) }), async (req, res) => {
+    app.post('/docs/:id', fencing({ store, resource: (req) => String(req.params['id']) }), forwardRejections(async (req, res) => {
       const f = req.fencing!;
       const note = req.get('x-note') ?? `${this.name}:${f.token}`;
       this.enteredFor(f.resource, note).resolve();
@@ -83,7 +83,7 @@ class Replica {
         return;
       }
       res.json({ replica: this.name, note, token: f.token.toString(), previous: f.previous === null ? null : f.previous.toString() });
-    });
+    }));
     // Keep Express's default error page off the test output.
     app.use((_error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
       res.status(500).json({ thrown: true });

@@ -8,7 +8,7 @@
 // proxy that counts the requests it sends (pings aside).
 import diagnostics from 'node:diagnostics_channel';
 import net from 'node:net';
-import express from 'express';
+import { express } from './express-variants.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { fencing, MemoryFenceStore, verifyWithZooKeeper, type ZooKeeperVerifier } from '../../adapters/express/index.js';
 import { acquireLock, lockStatus, MAX_TOKEN, ZooKeeperClient, type FencingToken, type Lock } from '../../src/index.js';

@@ -1,6 +1,8 @@
-// fencing() behind a real Express 5 app on a real HTTP server (port 0).
+// fencing() behind a real Express app (each supported major: see
+// express-variants.ts) on a real HTTP server (port 0).
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import express, { type NextFunction, type Request, type Response } from 'express';
+import type { NextFunction, Request, Response } from 'express';
+import { express } from './express-variants.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fencing, MemoryFenceStore, type FencingOptions } from '../../adapters/express/index.js';
 import { deferred, post, send, serve, SpyStore, type Deferred, type Served } from './express-helpers.js';
