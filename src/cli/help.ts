@@ -28,7 +28,7 @@ export const HELP = {
 commands:
   run <lock> -- cmd [args...]      hold <lock> while cmd runs (FENCING_TOKEN in its environment)
   elect <name> -- cmd [args...]    campaign for <name>; run cmd while leader (FENCING_TOKEN = epoch)
-  status <lock>                    the holder and the waiters of <lock>, in order, with their tokens
+  status <lock> [--watch]          the holder and the waiters of <lock>, in order, with their tokens
   migrate                          create the fence table in DATABASE_URL's database (idempotent)
   demo                             play the paused-holder story against real servers
 
@@ -89,8 +89,14 @@ options:
   --zookeeper <hosts>        connect string (default: $ZOOKEEPER)
   --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
   --json                     one JSON object: { lock, queue: [{ role, token, owner, session, node }] }
+  --watch                    print the listing again each time the queue changes (the lock
+                             service's watch, no polling), until SIGINT or SIGTERM (exit 0);
+                             a lost connection is reported on stderr and retried. With --json,
+                             one object per line: { event: 'queue', lock, at, queue } and
+                             { event: 'disconnected' | 'reconnected' | 'lost' | 'connected', lock, at, detail }
 
-exit codes: 0 printed; 64 usage; 69 ZooKeeper could not be reached; 70 internal error`,
+exit codes: 0 printed (--watch: stopped by SIGINT or SIGTERM); 64 usage; 69 ZooKeeper
+could not be reached; 70 internal error`,
   migrate: `usage: fencekeeper migrate [--database-url <url>]
 
 Apply fencekeeper's SQL migrations (the fencekeeper_fences table) to the

@@ -60,6 +60,17 @@ export interface QueueEntry {
   readonly node: string;
 }
 
+/**
+ * What LockService.watchQueue reports, in order. 'queue' comes first with the
+ * queue as it is, then after every change the source was told about; the
+ * connection events tell an operator why nothing is shown for a while.
+ */
+export type QueueEvent =
+  | { readonly type: 'queue'; readonly entries: readonly QueueEntry[] }
+  /** The connection dropped; the source is trying to get it back (changes made meanwhile are reported after). */
+  | { readonly type: 'disconnected'; readonly detail: string }
+  | { readonly type: 'reconnected'; readonly detail: string };
+
 export interface LockService {
   /** The negotiated session timeout, for messages. */
   readonly sessionTimeoutMs: number;
@@ -72,6 +83,26 @@ export interface LockService {
   hold(kind: Kind, name: string, options: HoldOptions): Promise<Holding>;
   /** A lock's queue in grant order: the holder first, then the waiters. */
   queue(name: string): Promise<QueueEntry[]>;
+  /**
+   * Follow a lock's queue (`status --watch`): onChange gets the queue now,
+   * then again each time the source says it changed, until `signal` aborts
+   * (the promise then resolves). Never by polling: the source must push
+   * changes. Rejects with UnreachableError once this connection can no
+   * longer watch (a session that expired): the caller connects again.
+   *
+   * Absent where the source cannot push changes. What a source needs to
+   * offer it: ZooKeeper arms a children watch on the lock's parent with each
+   * listing (an exists watch while the parent is missing), and setWatches
+   * re-arms it after a reconnect. Redis would need a change feed: keyspace
+   * notifications on the lock's keys (off by default; `expired` events are
+   * the only sign of a TTL running out) or a channel its lock script
+   * publishes to, subscribed before the first read, read again on every
+   * message and after the subscriber reconnects. etcd: a Watch on the lock's
+   * key prefix from the revision of the read that listed it (+1), so no
+   * change between the read and the watch is missed; a compacted revision
+   * means reading again.
+   */
+  watchQueue?(name: string, onChange: (event: QueueEvent) => void, signal: AbortSignal): Promise<void>;
   close(): Promise<void>;
 }
 
