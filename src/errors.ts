@@ -20,6 +20,8 @@ export type ErrorCode =
   | 'WORK_NOT_COMMITTED'
   | 'COMMIT_FAILED'
   | 'FENCE_RELEASED'
+  | 'SERVER_NOT_INSTALLED'
+  | 'SERVER_START_FAILED'
   | ZooKeeperErrorCode;
 
 export type ZooKeeperErrorCode =
@@ -328,5 +330,34 @@ export class FenceReleasedError extends FencekeeperError {
     this.resource = resource;
     this.token = token;
     this.reason = reason;
+  }
+}
+
+/**
+ * fencekeeper/testing: a throwaway server cannot start because its program
+ * is not on this machine. `missing` names what was looked for (a path, a
+ * command), `install` what provides it.
+ */
+export class ServerNotInstalledError extends FencekeeperError {
+  static override readonly kind: string = 'ServerNotInstalledError';
+  readonly missing: string;
+  readonly install: string;
+  constructor(missing: string, install: string, message: string, options?: FencekeeperErrorOptions) {
+    super('SERVER_NOT_INSTALLED', message, options);
+    this.missing = missing;
+    this.install = install;
+  }
+}
+
+/**
+ * fencekeeper/testing: a throwaway server exited or did not become ready in
+ * time. `log` holds the last lines it wrote.
+ */
+export class ServerStartError extends FencekeeperError {
+  static override readonly kind: string = 'ServerStartError';
+  readonly log: string;
+  constructor(message: string, log: string, options?: FencekeeperErrorOptions) {
+    super('SERVER_START_FAILED', message, options);
+    this.log = log;
   }
 }

@@ -23,7 +23,8 @@
 //             not on the chain from the final object was lost (overwritten by
 //             a write that never saw it): that is a violation.
 //
-// Properties, per resource:
+// Properties, per resource (checked by fencekeeper/testing's checkHistory,
+// src/testing/history.ts, the same check users run on their own resources):
 //   1. order      tokens never decrease along the apply order
 //   2. real time  a write acknowledged with token n was not invoked after a
 //                 write with a larger token had been acknowledged
@@ -35,6 +36,8 @@
 // recorded must show that it took effect (a cut names the connections it
 // reset, its victim noticed it), and every fault the run promised must be
 // there.
+
+import { checkHistory as checkResourceHistory } from '../../src/testing/history.js';
 
 export const RESOURCES = ['postgres', 's3', 'http'] as const;
 export type Resource = (typeof RESOURCES)[number];
@@ -270,8 +273,6 @@ export function checkHistory(history: History): CheckResult {
     const add = (kind: ViolationKind, message: string): void => {
       violations.push({ resource, kind, message });
     };
-    const byId = new Map(writes.map((w) => [w.id, w]));
-
     let applied: readonly AppliedWrite[];
     let final: AppliedWrite | null;
     if (resource === 's3') {
@@ -287,62 +288,18 @@ export function checkHistory(history: History): CheckResult {
       final = evidence.final;
     }
 
-    // Phantoms and token mismatches: the resource holds what was sent.
-    for (const entry of applied) {
-      const write = byId.get(entry.id);
-      if (write === undefined) add('phantom', `${entry.id} (token ${entry.token}) was applied but no worker invoked it`);
-      else if (write.token !== entry.token) add('token-mismatch', `${entry.id} was sent with token ${write.token} but applied with ${entry.token}`);
-    }
-
-    // 1. Tokens never decrease in apply order.
-    for (let i = 1; i < applied.length; i++) {
-      const before = applied[i - 1] as AppliedWrite;
-      const after = applied[i] as AppliedWrite;
-      if (after.token < before.token) {
-        add('order', `${after.id} (token ${after.token}) was applied after ${before.id} (token ${before.token}), at position ${i} of ${applied.length}`);
-      }
-    }
-
-    // 2. Real time: once a larger token has been acknowledged, a write invoked
-    //    afterwards with a smaller token must not be acknowledged.
+    // Properties 1-4 per resource: the same check users get from fencekeeper/testing.
+    const check = checkResourceHistory({
+      writes,
+      applied,
+      final,
+      ...(evidence.fence !== undefined && { fence: evidence.fence }),
+      // A conditional PUT retried after a lost reply may land twice; one call is one transaction/request elsewhere.
+      allowRepeats: resource === 's3',
+      resource,
+    });
+    for (const v of check.violations) add(v.kind, v.message);
     const okWrites = writes.filter((w) => w.outcome === 'ok');
-    const acknowledged = okWrites.filter((w) => w.completedAt !== null).sort((a, b) => (a.completedAt as number) - (b.completedAt as number));
-    for (const x of okWrites) {
-      const newer = acknowledged.find((y) => (y.completedAt as number) < x.invokedAt && y.token > x.token);
-      if (newer !== undefined) {
-        add('real-time', `${x.id} (token ${x.token}) was invoked at ${x.invokedAt} after ${newer.id} (token ${newer.token}) had been acknowledged at ${String(newer.completedAt)}, and was acknowledged too`);
-      }
-    }
-
-    // 3. Every acknowledged write is there; the final state is the last one applied.
-    const appliedCount = new Map<string, number>();
-    for (const entry of applied) appliedCount.set(entry.id, (appliedCount.get(entry.id) ?? 0) + 1);
-    for (const w of okWrites) {
-      if (!appliedCount.has(w.id)) add('lost-ack', `${w.id} (token ${w.token}) was acknowledged but is missing from the ${resource} apply order`);
-    }
-    if (resource !== 's3') {
-      // One call, one transaction/request: applied twice means a write was replayed.
-      for (const [id, count] of appliedCount) if (count > 1) add('duplicate', `${id} was applied ${count} times`);
-    }
-    const last = applied[applied.length - 1] ?? null;
-    if ((last === null) !== (final === null) || (last !== null && final !== null && (last.id !== final.id || last.token !== final.token))) {
-      add('final-state', `the final state is ${describe(final)} but the last applied write is ${describe(last)}`);
-    }
-    const maxApplied = applied.reduce<bigint | null>((m, e) => (m === null || e.token > m ? e.token : m), null);
-    if (final !== null && maxApplied !== null && final.token < maxApplied) {
-      add('final-state', `the final state carries token ${final.token}, below the largest applied token ${maxApplied}`);
-    }
-    // The mark must cover every applied token, or a smaller token could still get in.
-    if (evidence.fence !== undefined && maxApplied !== null && (evidence.fence === null || evidence.fence < maxApplied)) {
-      add('fence', `the high-water mark is ${evidence.fence ?? 'unset'}, below the largest applied token ${maxApplied}`);
-    }
-
-    // 4. A refused or failed write changed nothing.
-    for (const w of writes) {
-      if (w.outcome !== 'refused' && w.outcome !== 'failed') continue;
-      if (appliedCount.has(w.id)) add('refused-applied', `${w.id} (token ${w.token}) was ${w.outcome} but is in the ${resource} apply order`);
-      if (final !== null && final.id === w.id) add('refused-applied', `${w.id} (token ${w.token}) was ${w.outcome} but is the final state`);
-    }
 
     figures[resource] = {
       invoked: writes.length,
@@ -414,10 +371,6 @@ function checkFaults(history: History): string[] {
   }
   for (const m of history.missed ?? []) problems.push(`the nemesis could not inject ${m}`);
   return problems;
-}
-
-function describe(entry: AppliedWrite | null): string {
-  return entry === null ? 'nothing' : `${entry.id} (token ${entry.token})`;
 }
 
 /** The report printed by the test and the script. */

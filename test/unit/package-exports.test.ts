@@ -53,13 +53,17 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
   },
   'fencekeeper/postgres': { functions: ['migrate', 'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert'], classes: ['PostgresFenceStore'] },
   'fencekeeper/s3': { functions: ['fencedPutObject', 'readFence'], classes: [] },
-  'fencekeeper/express': { functions: ['fencing', 'verifyWithZooKeeper'], classes: ['MemoryFenceStore'] },
+  'fencekeeper/express': { functions: ['fencing', 'verifyWithZooKeeper', 'fencedHandler', 'hasFencing'], classes: ['MemoryFenceStore'] },
+  'fencekeeper/testing': {
+    functions: ['startZooKeeper', 'startRedis', 'expireSession', 'sessionRecorder', 'spawnHolder', 'reportHolding', 'reportToTest', 'checkHistory'],
+    classes: ['TcpProxy', 'WriteHistory', 'ServerNotInstalledError', 'ServerStartError'],
+  },
 };
 
 describe('the package by name', () => {
-  it('package.json names the package and exports exactly the four entry points', () => {
+  it('package.json names the package and exports exactly its entry points', () => {
     expect(pkg.name).toBe('fencekeeper');
-    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './express', './package.json', './postgres', './s3']);
+    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './express', './package.json', './postgres', './s3', './testing']);
     for (const [subpath, target] of Object.entries(pkg.exports)) {
       if (typeof target === 'string') continue;
       expect(existsSync(join(root, target.default)), `${subpath} -> ${target.default}`).toBe(true);
@@ -131,5 +135,7 @@ describe('the package by name', () => {
     visit(join(dist, 'src', 'index.js'));
     expect(seen.size).toBeGreaterThan(3);
     expect([...bare]).toEqual([]);
+    // Nor the test kit: fencekeeper/testing is an entry of its own.
+    expect([...seen].filter((file) => file.includes('/testing/'))).toEqual([]);
   });
 });
