@@ -1,7 +1,9 @@
 // Every code example in README.md runs here, as a user would run it: the
 // TypeScript blocks (```ts) are transpiled and executed by Node as modules
 // inside this package, so `import ... from 'fencekeeper'` resolves through
-// the package's exports map to the build; the shell blocks (```sh) run with a
+// the package's exports map to the build, and a block that imports from
+// 'vitest' (a user's own test) runs as a test file under a vitest of its own
+// (not this suite's config, servers or setup); the shell blocks (```sh) run with a
 // `fencekeeper` bin on PATH. ```console blocks (the quick start and
 // development commands) are what CI and a developer run themselves.
 import { spawn } from 'node:child_process';
@@ -61,7 +63,11 @@ const EXPECTED: Record<string, RegExp> = {
   'An HTTP service that refuses stale tokens': /^200 403$/m,
   'Leader election': /^leader worker-1 with epoch \d+ true$/m,
   'The CLI': /^token \d+ for readme\/nightly\nleader with epoch \d+\nreadme\/nightly: free/m,
+  'Testing your code against lock loss: fencekeeper/testing': /^\s*Tests\s+1 passed \(1\)$/m,
 };
+
+/** A user's own test file: it imports from vitest. */
+const isTestFile = (block: Block): boolean => /from 'vitest'/.test(block.code);
 
 describe('README examples', () => {
   let env: NodeJS.ProcessEnv;
@@ -110,6 +116,7 @@ describe('README examples', () => {
       'A lock and an S3 object',
       'An HTTP service that refuses stale tokens',
       'Leader election',
+      'Testing your code against lock loss: fencekeeper/testing',
     ]);
     expect(shell.map((b) => b.heading)).toEqual(['The CLI']);
     expect(readme).toContain('npm ci && npm test');
@@ -143,7 +150,18 @@ describe('README examples', () => {
     for (const [, run, test] of commands) expect(scripts, `npm ${run ?? test}`).toHaveProperty(run ?? (test as string));
   });
 
-  it.each(typescript.map((b, i) => [b.heading, i, b] as const))('%s', { timeout: 60_000 }, async (heading, i, block) => {
+  it.each(typescript.filter(isTestFile).map((b, i) => [b.heading, i, b] as const))('%s (a vitest file)', { timeout: 120_000 }, async (heading, i, block) => {
+    const dir = `${WORK}vitest-${i}/`;
+    await mkdir(dir, { recursive: true });
+    await writeFile(`${dir}example.test.ts`, block.code);
+    // Its own config: this suite's projects, global setup and servers are not the user's.
+    await writeFile(`${dir}vitest.config.mjs`, "export default { test: { include: ['example.test.ts'] } };\n");
+    const result = await run(process.execPath, [`${ROOT}node_modules/vitest/vitest.mjs`, 'run', '--root', dir, '--config', 'vitest.config.mjs'], { ...env, NO_COLOR: '1' });
+    expect(result.code, result.stdout + result.stderr).toBe(0);
+    expect(result.stdout).toMatch(EXPECTED[heading] as RegExp);
+  });
+
+  it.each(typescript.filter((b) => !isTestFile(b)).map((b, i) => [b.heading, i, b] as const))('%s', { timeout: 60_000 }, async (heading, i, block) => {
     const js = ts.transpileModule(block.code, {
       compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022, verbatimModuleSyntax: false },
       reportDiagnostics: false,
