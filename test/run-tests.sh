@@ -12,8 +12,10 @@
 #      start it); their addresses are exported, so the vitest global setup
 #      finds them set and starts nothing itself
 #   4. vitest run, type tests included (test/**/*.test-d.ts, checked by tsc
-#      through vitest's typecheck); on exit, release the servers (stopping
-#      what was started)
+#      through vitest's typecheck), the Express middleware's suites once per
+#      supported Express major (vitest projects express5 and express4, see
+#      vitest.config.ts); on exit, release the servers (stopping what was
+#      started)
 # Extra arguments go to vitest: `npm test -- test/unit`, `npm test -- -t proxy`.
 # FK_NO_SERVERS=1 starts no server (unit tests only); FK_ZK_STANDALONE,
 # FK_ZK_ENSEMBLE, DATABASE_URL, S3_ENDPOINT point at servers of your own.
@@ -90,5 +92,5 @@ else
   cat "$work/typecheck.log" >&2
   fk_die "type check (tsc --noEmit -p .: src, adapters, test) FAILED in ${typecheck_s}s: errors above"
 fi
-fk_log "ready to test after $(fk_elapsed "$t0")s (vitest run, with the type tests of test/**/*.test-d.ts)"
+fk_log "ready to test after $(fk_elapsed "$t0")s (vitest run, with the type tests of test/**/*.test-d.ts; the Express suites run on Express 5 and 4: projects |express5| and |express4|)"
 npx vitest run "$@"
