@@ -11,6 +11,7 @@ export { startZooKeeper } from './zookeeper-server.js';
 export type { ZooKeeperServer, ZooKeeperServerOptions } from './zookeeper-server.js';
 export { startRedis } from './redis-server.js';
 export type { RedisServer, RedisServerOptions } from './redis-server.js';
+export type { ThrowawayServer } from './server-process.js';
 export { TcpProxy } from './tcp-proxy.js';
 export type { ProxyOptions, ProxyTarget } from './tcp-proxy.js';
 export { expireSession, sessionRecorder } from './expire-session.js';

@@ -16,7 +16,7 @@
  */
 import { join } from 'node:path';
 import { InvalidArgumentError } from '../errors.js';
-import { ask, launch, requireExecutable, temporaryDirectory } from './server-process.js';
+import { ask, launch, requireExecutable, temporaryDirectory, type ThrowawayServer } from './server-process.js';
 
 export interface RedisServerOptions {
   /** The port on 127.0.0.1. Default: a free one. */
@@ -31,17 +31,10 @@ export interface RedisServerOptions {
   readonly startTimeoutMs?: number;
 }
 
-export interface RedisServer {
+/** Its directory is its working directory (the append-only file) and holds redis.log. */
+export interface RedisServer extends ThrowawayServer {
   /** 'redis://127.0.0.1:port' */
   readonly url: string;
-  readonly host: '127.0.0.1';
-  readonly port: number;
-  readonly pid: number;
-  /** Its working directory (the append-only file) and log (redis.log): removed by stop(). */
-  readonly directory: string;
-  readonly logFile: string;
-  /** Stop the server (SIGTERM; SIGKILL after 10 s) and remove its directory. Idempotent. */
-  stop(): Promise<void>;
 }
 
 export async function startRedis(options: RedisServerOptions = {}): Promise<RedisServer> {
@@ -62,7 +55,7 @@ export async function startRedis(options: RedisServerOptions = {}): Promise<Redi
     port,
     logFile,
     startTimeoutMs,
-    removeOnStop: [directory],
+    directory,
     args: (p) => [
       '--port', String(p),
       '--bind', '127.0.0.1',
@@ -76,13 +69,5 @@ export async function startRedis(options: RedisServerOptions = {}): Promise<Redi
     // A server still loading its data answers -LOADING: not ready.
     ready: async (p) => (await ask(p, 'PING\r\n', 1000)).startsWith('+PONG'),
   });
-  return Object.freeze({
-    url: `redis://127.0.0.1:${launched.port}`,
-    host: '127.0.0.1' as const,
-    port: launched.port,
-    pid: launched.pid,
-    directory,
-    logFile,
-    stop: launched.stop,
-  });
+  return Object.freeze({ ...launched, url: `redis://127.0.0.1:${launched.port}` });
 }

@@ -96,6 +96,20 @@ export function killOnExit(child: ChildProcess): void {
   });
 }
 
+/** What every throwaway server of the kit offers. */
+export interface ThrowawayServer {
+  readonly host: '127.0.0.1';
+  readonly port: number;
+  /** The server's process id. */
+  readonly pid: number;
+  /** Its temporary directory (configuration, data, log): removed by stop(). */
+  readonly directory: string;
+  /** Where its stdout and stderr go, inside `directory`. */
+  readonly logFile: string;
+  /** Stop the server (SIGTERM; SIGKILL after 10 s) and remove its directory. Idempotent. */
+  stop(): Promise<void>;
+}
+
 export interface LaunchOptions {
   /** For messages: 'ZooKeeper', 'Redis'. */
   readonly what: string;
@@ -112,23 +126,14 @@ export interface LaunchOptions {
   readonly ready: (port: number) => Promise<boolean>;
   readonly startTimeoutMs: number;
   readonly env?: NodeJS.ProcessEnv;
-  /** Removed once the server has stopped (its temporary data). */
-  readonly removeOnStop: readonly string[];
-}
-
-export interface Launched {
-  readonly port: number;
-  readonly pid: number;
-  /** Stop the server (SIGTERM, SIGKILL after 10 s) and remove its temporary files. Idempotent. */
-  stop(): Promise<void>;
-  /** Resolves when the process has exited, however. */
-  readonly exited: Promise<void>;
+  /** The server's temporary directory (logFile inside it): removed once it has stopped, or failed to start. */
+  readonly directory: string;
 }
 
 /** How many times a chosen port may be lost to another process before start() gives up. */
 const PORT_ATTEMPTS = 3;
 
-export async function launch(options: LaunchOptions): Promise<Launched> {
+export async function launch(options: LaunchOptions): Promise<ThrowawayServer> {
   for (let attempt = 1; ; attempt++) {
     const port = options.port ?? (await freePort());
     try {
@@ -136,14 +141,14 @@ export async function launch(options: LaunchOptions): Promise<Launched> {
     } catch (error) {
       const lostPort = error instanceof ServerStartError && /address already in use/i.test(error.log);
       if (!lostPort || options.port !== undefined || attempt >= PORT_ATTEMPTS) {
-        await removeAll(options.removeOnStop);
+        await rm(options.directory, { recursive: true, force: true });
         throw error;
       }
     }
   }
 }
 
-async function launchOn(port: number, options: LaunchOptions): Promise<Launched> {
+async function launchOn(port: number, options: LaunchOptions): Promise<ThrowawayServer> {
   await options.prepare?.(port);
   const log = openSync(options.logFile, 'a');
   let child: ChildProcess;
@@ -185,13 +190,9 @@ async function launchOn(port: number, options: LaunchOptions): Promise<Launched>
         await exited;
         clearTimeout(grace);
       }
-      await removeAll(options.removeOnStop);
+      await rm(options.directory, { recursive: true, force: true });
     })());
-  return { port, pid: child.pid as number, stop, exited };
-}
-
-function removeAll(paths: readonly string[]): Promise<unknown> {
-  return Promise.all(paths.map((p) => rm(p, { recursive: true, force: true })));
+  return { host: '127.0.0.1', port, pid: child.pid as number, directory: options.directory, logFile: options.logFile, stop };
 }
 
 /** The last lines of a log file, for an error message. */

@@ -27,7 +27,7 @@ import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { InvalidArgumentError, ServerNotInstalledError } from '../errors.js';
-import { ask, findExecutable, launch, requireExecutable, temporaryDirectory } from './server-process.js';
+import { ask, findExecutable, launch, requireExecutable, temporaryDirectory, type ThrowawayServer } from './server-process.js';
 
 /** Where Debian's and Ubuntu's `zookeeper` package installs the server. */
 const DEBIAN_JAR = '/usr/share/java/zookeeper.jar';
@@ -54,18 +54,10 @@ export interface ZooKeeperServerOptions {
   readonly startTimeoutMs?: number;
 }
 
-export interface ZooKeeperServer {
+/** The JVM; its directory holds zoo.cfg, the data and zookeeper.log. */
+export interface ZooKeeperServer extends ThrowawayServer {
   /** '127.0.0.1:port', for ZooKeeperClient.connect({ connectString }). */
   readonly connectString: string;
-  readonly host: '127.0.0.1';
-  readonly port: number;
-  /** The JVM's process id. */
-  readonly pid: number;
-  /** The server's zoo.cfg, data and log (zookeeper.log): removed by stop(). */
-  readonly directory: string;
-  readonly logFile: string;
-  /** Stop the server (SIGTERM; SIGKILL after 10 s) and remove its directory. Idempotent. */
-  stop(): Promise<void>;
 }
 
 export async function startZooKeeper(options: ZooKeeperServerOptions = {}): Promise<ZooKeeperServer> {
@@ -90,7 +82,7 @@ export async function startZooKeeper(options: ZooKeeperServerOptions = {}): Prom
     port: options.port,
     logFile,
     startTimeoutMs,
-    removeOnStop: [directory],
+    directory,
     args: () => [
       `-Xms${heapMb}m`,
       `-Xmx${heapMb}m`,
@@ -107,15 +99,7 @@ export async function startZooKeeper(options: ZooKeeperServerOptions = {}): Prom
     // `ruok` answers before the server can serve; only srvr's Mode line means ready.
     ready: async (clientPort) => /^Mode: /m.test(await ask(clientPort, 'srvr', 1000)),
   });
-  return Object.freeze({
-    connectString: `127.0.0.1:${launched.port}`,
-    host: '127.0.0.1' as const,
-    port: launched.port,
-    pid: launched.pid,
-    directory,
-    logFile,
-    stop: launched.stop,
-  });
+  return Object.freeze({ ...launched, connectString: `127.0.0.1:${launched.port}` });
 }
 
 function zooCfg(o: { dataDir: string; clientPort: number; tickTimeMs: number; minSession: number; maxSession: number }): string {

@@ -37,7 +37,7 @@
 // reset, its victim noticed it), and every fault the run promised must be
 // there.
 
-import { checkHistory as checkResourceHistory } from '../../src/testing/history.js';
+import { checkHistory as checkResourceHistory, type HistoryViolationKind } from '../../src/testing/history.js';
 
 export const RESOURCES = ['postgres', 's3', 'http'] as const;
 export type Resource = (typeof RESOURCES)[number];
@@ -147,17 +147,8 @@ export interface History {
   readonly missed?: readonly string[];
 }
 
-export type ViolationKind =
-  | 'order'
-  | 'real-time'
-  | 'lost-ack'
-  | 'duplicate'
-  | 'final-state'
-  | 'refused-applied'
-  | 'phantom'
-  | 'token-mismatch'
-  | 's3-chain'
-  | 'fence';
+/** The per-resource checks' kinds, and the S3 chain's own. */
+export type ViolationKind = HistoryViolationKind | 's3-chain';
 
 export interface Violation {
   readonly resource: Resource;
