@@ -10,3 +10,7 @@ export type { ZooKeeperVerifier } from './verify-zookeeper.js';
 export type { FencingProblem, ProblemCode } from './problem.js';
 export { fencingHeaders, fencedFetch } from './client.js';
 export type { FencedFetch, TokenHolder } from './client.js';
+export { idempotency, REPLAYED_HEADERS } from './idempotency.js';
+export type { IdempotencyOptions, IdempotencyProblemCode } from './idempotency.js';
+export { MemoryIdempotencyStore } from './memory-idempotency-store.js';
+export type { MemoryIdempotencyStoreOptions } from './memory-idempotency-store.js';
