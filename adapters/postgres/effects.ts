@@ -301,9 +301,11 @@ type Ran<R> = { readonly ok: true; readonly value: R } | { readonly ok: false; r
 
 async function runEffect<R>(input: Input<R>, ref: EffectRef, signal: AbortSignal): Promise<Ran<R>> {
   // Paused between the claim and here past the deadline (or told to stop):
-  // the call was never started. The record stays pending; a reconcile finds
+  // the call is not started. The record stays pending; a reconcile finds
   // that it did not happen once the deadline has passed.
-  signal.throwIfAborted();
+  if (signal.aborted) {
+    throw pendingError(ref, `was not sent: ${describeError(signal.reason)}; the ledger keeps it pending until a reconcile finds it did not happen`, input.reconcile !== undefined, signal.reason);
+  }
   try {
     return { ok: true, value: await input.effect(Object.freeze({ idempotencyKey: ref.idempotencyKey, attempt: ref.attempt, deadline: ref.deadline, signal })) };
   } catch (error) {
