@@ -23,7 +23,7 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const WORKER = `${ROOT}test/fixtures/effect-worker.mjs`;
 const WORKERS = 8;
 const EFFECTS = 50;
-const KEYS = 15; // per resource: 30 effects for 400 calls
+const KEYS = 20; // per resource: 40 effects for 400 calls
 
 interface Call {
   t: 'call';
