@@ -188,8 +188,10 @@ type Step<R> =
  * Rejects with StaleTokenError when a newer holder has the resource (nothing
  * recorded at the claim; the effect's outcome not recorded after it ran),
  * EffectFailedError for a recorded definite failure, EffectPendingError
- * (UNKNOWN_OUTCOME) when the outcome is not known, LockLostError when the
- * deadline passed before the effect could be sent.
+ * (UNKNOWN_OUTCOME) when the outcome is not known (also when the deadline
+ * passed between the claim and the call: nothing was sent, and the ledger
+ * keeps it pending until a reconcile finds so), LockLostError when the
+ * deadline had passed before anything was recorded.
  */
 export async function withEffect<R>(db: Database, target: EffectTarget, effect: Effect<R>, options?: EffectOptions<R>): Promise<EffectResult<R>> {
   const input = checkInput<R>(db, target, effect, options);
@@ -246,7 +248,9 @@ function claim<R>(db: Database, input: Input<R>): Promise<Step<R>> {
     }
     const recorded = await readEffect(trx, input.resource, input.key);
     // Only a hand-made DELETE between the two statements gets here (every writer holds the fence).
-    if (recorded === null) throw pendingError({ ...input, idempotencyKey, attempt: 1, token: input.token, deadline: null }, 'was deleted from the ledger while being claimed; try again', true);
+    if (recorded === null) {
+      throw pendingError({ resource: input.resource, key: input.key, idempotencyKey, attempt: 1, token: input.token, deadline: null }, 'was deleted from the ledger while being claimed; try again', true);
+    }
     switch (recorded.state) {
       case 'succeeded':
         return { kind: 'done', result: fromRecord<R>(recorded, 'recorded') };
