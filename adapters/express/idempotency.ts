@@ -149,7 +149,11 @@ export function idempotency(options: IdempotencyOptions): RequestHandler {
       }
       scope = named;
     }
-    void handle(settings, req, res, next, scope, parsed.key);
+    handle(settings, req, res, next, scope, parsed.key).catch((error: unknown) => {
+      // Every store call is guarded; this is a bug of ours, still not a crash.
+      debug('idempotency(): %o', error);
+      answer(res, 503, 'IDEMPOTENCY_UNAVAILABLE', 'the server could not check the Idempotency-Key; try again');
+    });
   };
 }
 

@@ -84,7 +84,7 @@ beforeAll(async () => {
   await createSchema(admin, schema);
   pool = newPool(schema, uniqueName('fk_fxpause'), 6);
   await migrate(pool);
-  zk = await ZooKeeperClient.connect({ connectString: testServers().zkStandalone, sessionTimeoutMs: 4000 });
+  zk = await ZooKeeperClient.connect({ connectString: testServers().zkStandalone, sessionTimeoutMs: 10_000 });
   const url = new URL(DATABASE_URL);
   url.searchParams.set('options', `-c search_path=${schema}`);
   childUrl = url.href;
@@ -111,7 +111,9 @@ function holderA(env: { lock: string; resource: string; key: string; service: st
       ...process.env,
       FK_CONNECT: testServers().zkStandalone,
       FK_LOCK: env.lock,
-      FK_SESSION_MS: '2000',
+      // Long enough that A's call lands before its deadline on a loaded machine;
+      // its expiry (while A is frozen) is what lets B take the lock.
+      FK_SESSION_MS: '5000',
       DATABASE_URL: childUrl,
       FK_RESOURCE: env.resource,
       FK_KEY: env.key,
