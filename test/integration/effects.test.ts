@@ -18,6 +18,7 @@ import {
   type ReconcileContext,
 } from '../../adapters/postgres/index.js';
 import { EffectFailedError, EffectPendingError, InvalidArgumentError, InvalidTokenError, LockLostError, StaleTokenError } from '../../src/index.js';
+import { assertBuilt, cli } from './cli-helpers.js';
 import { DATABASE_URL, FLAVORS, createSchema, dropSchema, newKysely, newPool, uniqueName, type TestDatabase } from './postgres-helpers.js';
 
 const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
@@ -366,5 +367,56 @@ describe('withEffect refuses bad input before any SQL', () => {
     statements = 0;
     await withEffect(counting, { resource: uniqueName('res'), token: 1n, key: 'k' }, effect);
     expect(statements).toBeGreaterThan(0);
+  });
+});
+
+describe('fencekeeper effects', () => {
+  const schema = uniqueName('fk_fx_cli');
+  let pool: pg.Pool;
+  let url: string;
+
+  beforeAll(async () => {
+    assertBuilt();
+    await createSchema(admin, schema);
+    pool = newPool(schema, uniqueName('fk_fx'), 2);
+    const u = new URL(DATABASE_URL);
+    u.searchParams.set('options', `-c search_path=${schema}`);
+    url = u.href;
+  });
+  afterAll(async () => {
+    await pool.end();
+    await dropSchema(admin, schema);
+  });
+
+  it('without a ledger exits 69 and says to migrate; with one, lists effects as a table, --pending only the pending ones', async () => {
+    const missing = await cli(['effects'], { DATABASE_URL: url }).done;
+    expect(missing.code).toBe(69);
+    expect(missing.stderr).toContain("run 'fencekeeper migrate' first");
+
+    await migrate(pool);
+    expect((await cli(['effects', '--pending', '--database-url', url], { DATABASE_URL: '' }).done).stdout.trim()).toBe('no pending effects');
+    const resource = uniqueName('res');
+    await withEffect(pool, { resource, token: 4n, key: 'sent' }, async () => 'ok');
+    await rejection(withEffect(pool, { resource, token: 4n, key: 'lost' }, async () => { throw new Error('reset'); }));
+    const all = await cli(['effects', '--resource', resource], { DATABASE_URL: url }).done;
+    expect(all.code).toBe(0);
+    const rows = all.stdout.trim().split('\n');
+    expect(rows[0]).toMatch(/^state\s+resource\s+key\s+attempt\s+token\s+idempotency key\s+deadline\s+since$/);
+    expect(rows.slice(1).map((r) => r.split(/\s+/).slice(0, 5))).toEqual([
+      ['succeeded', resource, 'sent', '1', '4'],
+      ['pending', resource, 'lost', '1', '4'],
+    ]);
+    const pending = await cli(['effects', '--pending', '--resource', resource], { DATABASE_URL: url }).done;
+    expect(pending.stdout).toContain(effectIdempotencyKey(resource, 'lost'));
+    expect(pending.stdout).not.toContain(effectIdempotencyKey(resource, 'sent'));
+    expect(pending.stdout).toContain('1 pending');
+  });
+
+  it('usage errors exit 64 before connecting', async () => {
+    for (const args of [['effects', 'extra'], ['effects', '--resource', ''], ['effects', '--older-than', 'soon'], ['effects', '--limit', '0'], ['effects', '--nope']]) {
+      const run = await cli(args, { DATABASE_URL: 'postgres://root@127.0.0.1:1/none' }).done;
+      expect({ args, code: run.code }).toEqual({ args, code: 64 });
+    }
+    expect((await cli(['effects'], { DATABASE_URL: '' }).done).code).toBe(64);
   });
 });
