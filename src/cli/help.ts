@@ -94,9 +94,10 @@ options:
 exit codes: 0 printed; 64 usage; 69 ZooKeeper could not be reached; 70 internal error`,
   migrate: `usage: fencekeeper migrate [--database-url <url>]
 
-Apply fencekeeper's SQL migrations (the fencekeeper_fences table) to the
-database at --database-url or $DATABASE_URL, in the first schema of the
-connection's search_path. Idempotent; safe to run from several processes at
+Apply fencekeeper's SQL migrations (the fence table, its tombstones, the
+effect ledger and the Idempotency-Key responses) to the database at
+--database-url or $DATABASE_URL, in the first schema of the connection's
+search_path. Idempotent; safe to run from several processes at
 once. Prints the migrations it applied, or that the table was up to date.
 
 exit codes: 0 applied or up to date; 64 usage; 69 the database could not be
