@@ -22,6 +22,7 @@ export type ErrorCode =
   | 'FENCE_RELEASED'
   | 'SERVER_NOT_INSTALLED'
   | 'SERVER_START_FAILED'
+  | 'EFFECT_FAILED'
   | ZooKeeperErrorCode;
 
 export type ZooKeeperErrorCode =
@@ -350,6 +351,40 @@ export class ServerNotInstalledError extends FencekeeperError {
 }
 
 /**
+ * An outside effect (withEffect) whose outcome is not known: its intent was
+ * recorded as pending, and nothing recorded since says whether it happened.
+ * An earlier holder may have paused or died between recording the intent and
+ * recording the outcome, and its call may even still be on its way. Retrying
+ * the call cannot settle it; reconciling with the outside system can
+ * (`retryable` is true only when the call that failed had a reconcile to run
+ * on the next attempt). `token` is the one that recorded the pending intent;
+ * `deadline` the wall-clock instant after which that call can no longer land
+ * (null: none was given, so a "did not happen" can never be trusted).
+ */
+export class EffectPendingError extends UnknownOutcomeError {
+  static override readonly kind: string = 'EffectPendingError';
+  readonly resource: string;
+  readonly key: string;
+  readonly idempotencyKey: string;
+  readonly attempt: number;
+  readonly token: bigint;
+  readonly deadline: Date | null;
+  constructor(
+    effect: { readonly resource: string; readonly key: string; readonly idempotencyKey: string; readonly attempt: number; readonly token: bigint; readonly deadline: Date | null },
+    message: string,
+    options?: FencekeeperErrorOptions,
+  ) {
+    super(message, { retryable: false, ...options });
+    this.resource = effect.resource;
+    this.key = effect.key;
+    this.idempotencyKey = effect.idempotencyKey;
+    this.attempt = effect.attempt;
+    this.token = effect.token;
+    this.deadline = effect.deadline;
+  }
+}
+
+/**
  * fencekeeper/testing: a throwaway server exited or did not become ready in
  * time. `log` holds the last lines it wrote.
  */
@@ -359,5 +394,33 @@ export class ServerStartError extends FencekeeperError {
   constructor(message: string, log: string, options?: FencekeeperErrorOptions) {
     super('SERVER_START_FAILED', message, options);
     this.log = log;
+  }
+}
+
+/**
+ * An outside effect (withEffect) that definitely failed, as recorded: the
+ * effect (or its reconcile) said the outside system refused it and did
+ * nothing. Recorded failures are not run again unless the caller asks
+ * (`retryFailed`), and then under a fresh idempotency key. `details` is the
+ * JSON value recorded with the failure, if any.
+ */
+export class EffectFailedError extends FencekeeperError {
+  static override readonly kind: string = 'EffectFailedError';
+  readonly resource: string;
+  readonly key: string;
+  readonly idempotencyKey: string;
+  readonly attempt: number;
+  readonly details: unknown;
+  constructor(
+    effect: { readonly resource: string; readonly key: string; readonly idempotencyKey: string; readonly attempt: number },
+    failure: { readonly message: string; readonly details?: unknown },
+    options?: FencekeeperErrorOptions,
+  ) {
+    super('EFFECT_FAILED', `the effect ${effect.key} on ${effect.resource} (attempt ${effect.attempt}) failed: ${failure.message}`, options);
+    this.resource = effect.resource;
+    this.key = effect.key;
+    this.idempotencyKey = effect.idempotencyKey;
+    this.attempt = effect.attempt;
+    this.details = failure.details;
   }
 }

@@ -23,7 +23,9 @@ export {
   CommitFailedError,
 } from './errors.js';
 export { FenceReleasedError } from './errors.js';
+export { EffectPendingError, EffectFailedError } from './errors.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
+export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, IdempotencyLookup, StoredResponse } from './idempotency-store.js';
 
 // The lock contract every token source implements
 export type { Lock, Leadership, AcquireOptions, TryAcquireOptions, CampaignOptions } from './lock.js';

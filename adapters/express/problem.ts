@@ -21,7 +21,21 @@ export type ProblemCode =
   | 'RESOURCE_UNRESOLVED'
   | 'CONFLICTING_TOKEN'
   | 'FENCE_DEADLOCK'
-  | 'FENCE_HOLD_EXPIRED';
+  | 'FENCE_HOLD_EXPIRED'
+  | IdempotencyProblemCode;
+
+/** The answers idempotency() gives in place of the handler's (application/problem+json with a `code`). */
+export type IdempotencyProblemCode =
+  | 'IDEMPOTENCY_KEY_MISSING'
+  | 'IDEMPOTENCY_KEY_INVALID'
+  | 'IDEMPOTENCY_KEY_REPEATED'
+  | 'IDEMPOTENCY_KEY_IN_USE'
+  | 'IDEMPOTENCY_KEY_REUSED'
+  | 'IDEMPOTENT_RESPONSE_NOT_KEPT'
+  | 'IDEMPOTENCY_BODY_TOO_LARGE'
+  | 'IDEMPOTENCY_BODY_UNREADABLE'
+  | 'IDEMPOTENCY_UNAVAILABLE'
+  | 'IDEMPOTENCY_SCOPE_UNRESOLVED';
 
 /** The body of an answer the middleware gives in place of the handler's. */
 export interface FencingProblem {

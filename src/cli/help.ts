@@ -30,6 +30,7 @@ commands:
   elect <name> -- cmd [args...]    campaign for <name>; run cmd while leader (FENCING_TOKEN = epoch)
   status <lock> [--watch]          the holder and the waiters of <lock>, in order, with their tokens
   migrate                          create the fence table in DATABASE_URL's database (idempotent)
+  effects [--pending]              the effect ledger (withEffect); --pending: what awaits reconciling
   demo                             play the paused-holder story against real servers
 
 Run 'fencekeeper <command> --help' for a command's options.
@@ -99,13 +100,36 @@ exit codes: 0 printed (--watch: stopped by SIGINT or SIGTERM); 64 usage; 69 ZooK
 could not be reached; 70 internal error`,
   migrate: `usage: fencekeeper migrate [--database-url <url>]
 
-Apply fencekeeper's SQL migrations (the fencekeeper_fences table) to the
-database at --database-url or $DATABASE_URL, in the first schema of the
-connection's search_path. Idempotent; safe to run from several processes at
+Apply fencekeeper's SQL migrations (the fence table, its tombstones, the
+effect ledger and the Idempotency-Key responses) to the database at
+--database-url or $DATABASE_URL, in the first schema of the connection's
+search_path. Idempotent; safe to run from several processes at
 once. Prints the migrations it applied, or that the table was up to date.
 
 exit codes: 0 applied or up to date; 64 usage; 69 the database could not be
 reached or refused the migration; 70 internal error`,
+  effects: `usage: fencekeeper effects [--pending] [--json] [--resource <name>] [--older-than <ms>]
+                         [--limit <n>] [--database-url <url>]
+
+Print the effect ledger that withEffect() keeps in the database at
+--database-url or $DATABASE_URL: each outside effect (a payment, an email)
+with its state (pending, succeeded, failed), the token that recorded it and
+the idempotency key the outside system saw. An effect stays pending when its
+holder paused, died or lost its lock between recording the intent and
+recording the outcome: ask the outside system whether that key happened,
+then settle it (a withEffect call with a reconcile).
+
+options:
+  --pending                  only the effects whose outcome is not recorded, longest pending first
+  --json                     one JSON array of { resource, key, state, attempt, token,
+                             idempotencyKey, deadline, graceMs, failure, createdAt, updatedAt }
+  --resource <name>          only this resource's effects
+  --older-than <ms>          only effects unchanged for at least this long
+  --limit <n>                at most n (default 1000 without --pending; all pending with it)
+  --database-url <url>       the database (default: $DATABASE_URL)
+
+exit codes: 0 printed; 64 usage; 69 the database could not be reached or has no
+ledger (run 'fencekeeper migrate'); 70 internal error`,
   demo: `usage: fencekeeper demo [--unfenced]
 
 Play the paused-holder story with real processes and real servers: holder A

@@ -17,6 +17,7 @@ import { pathToFileURL } from 'node:url';
 import { FencekeeperError } from '../index.js';
 import { UsageError } from './args.js';
 import { demo } from './commands/demo.js';
+import { effectsCommand } from './commands/effects.js';
 import { migrateCommand } from './commands/migrate.js';
 import { runOrElect } from './commands/run.js';
 import { status } from './commands/status.js';
@@ -39,6 +40,8 @@ export async function main(argv: readonly string[]): Promise<number> {
         return await status(rest);
       case 'migrate':
         return await migrateCommand(rest);
+      case 'effects':
+        return await effectsCommand(rest);
       case 'demo':
         return await demo(rest);
       case undefined:

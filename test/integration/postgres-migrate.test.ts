@@ -35,8 +35,11 @@ async function describeSchema(schema: string) {
   return { tables: tables.rows.map((r) => r.table_name), ledger: ledger.rows.map((r) => r.name) };
 }
 
-const ALL = ['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql'];
-const SCHEMA = { tables: ['fencekeeper_fences', 'fencekeeper_migrations', 'fencekeeper_tombstones'], ledger: ALL };
+const ALL = ['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql', '004_effects.sql', '005_idempotency_keys.sql'];
+const SCHEMA = {
+  tables: ['fencekeeper_effects', 'fencekeeper_fences', 'fencekeeper_idempotency_keys', 'fencekeeper_migrations', 'fencekeeper_tombstones'],
+  ledger: ALL,
+};
 
 describe('migrate', () => {
   it('finds migrations/ next to the sources', async () => {
