@@ -240,6 +240,13 @@ describe('fencing() with verifyWithZooKeeper (real ZooKeeper)', () => {
     const w = await world();
     expect((await w.send(w.holder.token)).status).toBe(200);
     const waiter = await queueBehind(w);
+    // The waiter's join fired the children watch the first request set, and
+    // that notification may not have reached the verifier yet. A sync on the
+    // verifier's session is answered after it; the request then reloads the
+    // cache and sets the watch the release must fire (else the release could
+    // find no watch set, and no event would ever come).
+    await w.verifierZk.sync(`/fencekeeper/locks/${w.lockName}`);
+    expect((await w.send(w.holder.token)).status).toBe(200);
     const invalidated = nextWatchEvent(w.verifierZk);
     await w.holder.release();
     const next = await waiter.waiting;
