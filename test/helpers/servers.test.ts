@@ -4,21 +4,7 @@ import net from 'node:net';
 import { describe, expect, inject, it } from 'vitest';
 import { hasServer, SERVER_ENV, testServers } from './servers.js';
 import { uniqueBucket, uniqueId, uniqueTable, uniqueZnodePath } from './unique.js';
-
-/** Send a ZooKeeper four-letter word and collect the reply. */
-function fourLetterWord(hostPort: string, word: string): Promise<string> {
-  const at = hostPort.lastIndexOf(':');
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(Number(hostPort.slice(at + 1)), hostPort.slice(0, at));
-    let reply = '';
-    socket.setEncoding('utf8');
-    socket.on('connect', () => socket.write(word));
-    socket.on('data', (chunk: string) => { reply += chunk; });
-    socket.on('end', () => resolve(reply));
-    socket.on('error', reject);
-    socket.setTimeout(5000, () => socket.destroy(new Error(`${word} to ${hostPort} timed out`)));
-  });
-}
+import { fourLetterWord } from './zookeeper.js';
 
 describe('test servers', () => {
   it('reach the worker through process.env and through inject()', () => {

@@ -39,14 +39,6 @@ export function cli(args: readonly string[], env: NodeJS.ProcessEnv = {}): Runni
   return { child, done, exited, stdout: () => stdout, stderr: () => stderr };
 }
 
-export async function until(check: () => boolean | Promise<boolean>, what: string, limitMs = 20_000): Promise<void> {
-  const end = Date.now() + limitMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 /**
  * A process as the test first saw it: its pid and its start time (field 22
  * of /proc/<pid>/stat), so a recycled pid is not mistaken for it.

@@ -9,7 +9,8 @@ import { ZooKeeperClient, acquireLock, type Lock } from '../../src/index.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import { assertBuilt, cli, until, type Running } from './cli-helpers.js';
+import { assertBuilt, cli, type Running } from './cli-helpers.js';
+import { until } from '../helpers/wait.js';
 
 /** ZooDefs.OpCode values this test tells apart. */
 const OP = { exists: 3, getData: 4, ping: 11, getChildren2: 12, closeSession: -11 } as const;

@@ -9,7 +9,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ZooKeeperClient, acquireLock, lockStatus, parseToken, type Lock } from '../../src/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import { assertBuilt, cli, killSurvivors, running, until, witness, type Running, type Witness } from './cli-helpers.js';
+import { assertBuilt, cli, killSurvivors, running, witness, type Running, type Witness } from './cli-helpers.js';
+import { until } from '../helpers/wait.js';
 
 const SESSION_MS = 4000;
 const MARGIN_MS = 1000;

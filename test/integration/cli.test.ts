@@ -8,7 +8,8 @@ import { ExitCode } from '../../src/cli/exit-codes.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueId, uniqueLockName } from '../helpers/unique.js';
-import { assertBuilt, cli, until } from './cli-helpers.js';
+import { assertBuilt, cli } from './cli-helpers.js';
+import { until } from '../helpers/wait.js';
 
 describe('fencekeeper CLI', () => {
   let zk: ZooKeeperClient;

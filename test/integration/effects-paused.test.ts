@@ -17,9 +17,10 @@ import { DefiniteFailure, migrate, pendingEffects, withEffect, type EffectContex
 import { EffectPendingError, ZooKeeperClient, acquireLock, type Lock } from '../../src/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import { cli, until } from './cli-helpers.js';
+import { cli } from './cli-helpers.js';
 import { serve, type Served } from './express-helpers.js';
 import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
+import { until } from '../helpers/wait.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const FIXTURE = `${ROOT}test/fixtures/effect-holder.mjs`;

@@ -11,9 +11,11 @@ import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import { Clients, ELECTIONS, lastReplyHeldBack, queueChildren, until } from './lock-helpers.js';
+import { ELECTIONS, lastReplyHeldBack, queueChildren } from './lock-helpers.js';
+import { until } from '../helpers/wait.js';
+import { ClientPool } from '../helpers/zookeeper.js';
 
-const clients = new Clients();
+const clients = new ClientPool();
 let server: string;
 let admin: ZooKeeperClient;
 

@@ -6,8 +6,9 @@
 import type { NextFunction, Request, Response } from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fencedHandler, fencing, hasFencing, MemoryFenceStore } from '../../adapters/express/index.js';
-import { post, serve, SpyStore, within, type Served } from './express-helpers.js';
+import { post, serve, SpyStore, type Served } from './express-helpers.js';
 import { EXPRESS_MAJOR, express } from './express-variants.js';
+import { within } from '../helpers/wait.js';
 
 const H = 'fencing-token';
 

@@ -5,22 +5,7 @@ import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import type { Express } from 'express';
 import type { FenceAdmission, FenceStore, FencingToken } from '../../src/index.js';
-
-export interface Deferred<T = void> {
-  promise: Promise<T>;
-  resolve: (value: T) => void;
-  reject: (reason: unknown) => void;
-}
-
-export function deferred<T = void>(): Deferred<T> {
-  let resolve!: (value: T) => void;
-  let reject!: (reason: unknown) => void;
-  const promise = new Promise<T>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  return { promise, resolve, reject };
-}
+import { deferred, type Deferred } from '../helpers/wait.js';
 
 export interface Served {
   server: http.Server;
@@ -155,20 +140,6 @@ export function pipeline(port: number, requests: [string, Record<string, string>
     received: (n) => (parsed.length >= n ? Promise.resolve() : new Promise((resolve) => waiters.push({ n, resolve }))),
     destroy: () => socket.destroy(),
   };
-}
-
-/**
- * `promise`, or a rejection naming `what` if it has not settled within `ms`:
- * turns a hang (the bug a test guards against) into a failure with a message.
- * Not a timing assertion: give it slack far beyond the expected time.
- */
-export function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_resolve, reject) => {
-    timer = setTimeout(() => reject(new Error(`still waiting after ${ms} ms: ${what}`)), ms);
-    timer.unref();
-  });
-  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
 
 export function post(port: number, path: string, headers: Record<string, string | string[]> = {}): Promise<Answer> {

@@ -14,7 +14,8 @@ import { migrate, PostgresFenceStore } from '../../adapters/postgres/index.js';
 import { FenceReleasedError, InvalidArgumentError, type FenceStore } from '../../src/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueId } from '../helpers/unique.js';
-import { deferred, post, send, serve, SpyStore, within, type Deferred, type Served } from './express-helpers.js';
+import { post, send, serve, SpyStore, type Served } from './express-helpers.js';
+import { deferred, type Deferred, within } from '../helpers/wait.js';
 
 const H = 'fencing-token';
 /** maxHoldMs of the apps below: short, so that the tests reach it. */

@@ -13,7 +13,8 @@ import { migrate, PostgresFenceStore } from '../../adapters/postgres/index.js';
 import { FenceReleasedError, type FenceStore } from '../../src/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueId } from '../helpers/unique.js';
-import { deferred, post, send, serve, SpyStore, within, type Answer, type Deferred, type Served } from './express-helpers.js';
+import { post, send, serve, SpyStore, type Answer, type Served } from './express-helpers.js';
+import { deferred, type Deferred, within } from '../helpers/wait.js';
 
 const H = 'fencing-token';
 const SLACK_MS = 15_000;

@@ -9,7 +9,8 @@
 import { express } from './express-variants.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fencing, MemoryFenceStore } from '../../adapters/express/index.js';
-import { deferred, pipeline, post, send, serve, settledYet, SpyStore, within, type Deferred, type Served } from './express-helpers.js';
+import { pipeline, post, send, serve, settledYet, SpyStore, type Served } from './express-helpers.js';
+import { deferred, type Deferred, within } from '../helpers/wait.js';
 
 const H = 'fencing-token';
 const HOLD_MS = 300;

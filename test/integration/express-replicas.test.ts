@@ -13,7 +13,8 @@ import { migrate, PostgresFenceStore } from '../../adapters/postgres/index.js';
 import type { FenceStore } from '../../src/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueId } from '../helpers/unique.js';
-import { deferred, post, send, serve, settledYet, type Answer, type Deferred, type Served } from './express-helpers.js';
+import { post, send, serve, settledYet, type Answer, type Served } from './express-helpers.js';
+import { deferred, until, type Deferred } from '../helpers/wait.js';
 
 const H = 'fencing-token';
 type Flavor = 'pg' | 'kysely';
@@ -206,29 +207,40 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
 
   /** Resolves once `n` backends of `replica` wait on a lock. */
   async function lockWaiters(replica: Replica, n: number): Promise<void> {
-    for (;;) {
-      const { rows } = await admin.query<{ n: number }>(
-        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-        [replica.applicationName],
-      );
-      if (rows[0]?.n === n) return;
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
+    let seen: number | undefined;
+    await until(
+      async () => {
+        const { rows } = await admin.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+          [replica.applicationName],
+        );
+        seen = rows[0]?.n;
+        return seen === n;
+      },
+      () => `${n} backends of ${replica.applicationName} waiting on a lock (last seen: ${seen})`,
+      20_000,
+    );
   }
 
   /** Resolves once a backend of `replica` is waiting on a lock; answers its pid and the pids blocking it. */
   async function lockWaiterOf(replica: Replica): Promise<{ pid: number; blockedBy: string[] }> {
-    for (;;) {
-      const { rows } = await admin.query<{ pid: number; blocked_by: string[] }>(
-        `SELECT w.pid, array(SELECT b.application_name FROM pg_stat_activity b WHERE b.pid = ANY (pg_blocking_pids(w.pid))) AS blocked_by
-           FROM pg_stat_activity w
-          WHERE w.application_name = $1 AND w.wait_event_type = 'Lock'`,
-        [replica.applicationName],
-      );
-      const row = rows[0];
-      if (row !== undefined) return { pid: row.pid, blockedBy: row.blocked_by };
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
+    let found: { pid: number; blockedBy: string[] } | undefined;
+    await until(
+      async () => {
+        const { rows } = await admin.query<{ pid: number; blocked_by: string[] }>(
+          `SELECT w.pid, array(SELECT b.application_name FROM pg_stat_activity b WHERE b.pid = ANY (pg_blocking_pids(w.pid))) AS blocked_by
+             FROM pg_stat_activity w
+            WHERE w.application_name = $1 AND w.wait_event_type = 'Lock'`,
+          [replica.applicationName],
+        );
+        const row = rows[0];
+        if (row !== undefined) found = { pid: row.pid, blockedBy: row.blocked_by };
+        return found !== undefined;
+      },
+      `a backend of ${replica.applicationName} waiting on a lock`,
+      20_000,
+    );
+    return found!;
   }
 
   it('the race across replicas: 35 on replica two waits on the row lock while 34 is in flight on replica one, then runs; 34 afterwards gets 409 current=35 at either replica', async () => {

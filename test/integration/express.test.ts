@@ -5,7 +5,8 @@ import type { NextFunction, Request, Response } from 'express';
 import { express } from './express-variants.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fencing, MemoryFenceStore, type FencingOptions } from '../../adapters/express/index.js';
-import { deferred, post, send, serve, SpyStore, type Deferred, type Served } from './express-helpers.js';
+import { post, send, serve, SpyStore, type Served } from './express-helpers.js';
+import { deferred, type Deferred } from '../helpers/wait.js';
 
 const H = 'fencing-token';
 

@@ -11,8 +11,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryIdempotencyStore, idempotency, type IdempotencyOptions } from '../../adapters/express/index.js';
 import { PostgresIdempotencyStore, migrate } from '../../adapters/postgres/index.js';
 import type { IdempotencyStore } from '../../src/index.js';
-import { deferred, rawStatus, serve, within, type Served } from './express-helpers.js';
+import { rawStatus, serve, type Served } from './express-helpers.js';
 import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
+import { deferred, within } from '../helpers/wait.js';
 
 const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
 const schema = uniqueName('fk_idem');

@@ -7,9 +7,9 @@ import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
 import type { FencingToken } from '../../src/token.js';
 import { killEnsembleLeader, testServers, useEnsembleForFaults, waitEnsembleHealthy } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import { Clients } from './lock-helpers.js';
+import { ClientPool } from '../helpers/zookeeper.js';
 
-const clients = new Clients();
+const clients = new ClientPool();
 // Other files kill leaders too: one file at a time.
 useEnsembleForFaults(() => clients.closeAll());
 

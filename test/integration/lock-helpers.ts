@@ -6,27 +6,10 @@ import { performance } from 'node:perf_hooks';
 import { isCode } from '../../src/errors.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import type { TcpProxy } from '../helpers/tcp-proxy.js';
+import { fourLetterWord } from '../helpers/zookeeper.js';
 
 export const LOCKS = '/fencekeeper/locks';
 export const ELECTIONS = '/fencekeeper/elections';
-
-export class Clients {
-  readonly #clients: ZooKeeperClient[] = [];
-
-  async connect(connectString: string, sessionTimeoutMs = 4000): Promise<ZooKeeperClient> {
-    const zk = await ZooKeeperClient.connect({ connectString, sessionTimeoutMs });
-    this.#clients.push(zk);
-    return zk;
-  }
-
-  async many(n: number, connectString: string, sessionTimeoutMs = 4000): Promise<ZooKeeperClient[]> {
-    return Promise.all(Array.from({ length: n }, () => this.connect(connectString, sessionTimeoutMs)));
-  }
-
-  async closeAll(): Promise<void> {
-    await Promise.allSettled(this.#clients.splice(0).map((zk) => zk.close()));
-  }
-}
 
 /** The children of a queue's parent ([] when the parent does not exist). */
 export async function queueChildren(zk: ZooKeeperClient, parent: string): Promise<string[]> {
@@ -36,53 +19,6 @@ export async function queueChildren(zk: ZooKeeperClient, parent: string): Promis
     if (isCode(error, 'ZK_NONODE')) return [];
     throw error;
   }
-}
-
-/** Resolve when `predicate` holds; reject with `what` after `limitMs` (a hang guard, not a timing assertion). */
-export async function until(predicate: () => boolean | Promise<boolean>, what: string, limitMs = 30_000): Promise<void> {
-  const start = Date.now();
-  for (;;) {
-    if (await predicate()) return;
-    if (Date.now() - start > limitMs) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
-/** `promise`, or a rejection naming `what` after `limitMs` (a hang guard with a clear message, not a timing assertion). */
-export async function within<T>(promise: Promise<T>, limitMs: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const limit = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${limitMs} ms waiting for ${what}`)), limitMs);
-  });
-  try {
-    return await Promise.race([promise, limit]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-export function deferred<T = void>(): { promise: Promise<T>; resolve: (v: T) => void; reject: (e: unknown) => void } {
-  let resolve!: (v: T) => void;
-  let reject!: (e: unknown) => void;
-  const promise = new Promise<T>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  return { promise, resolve, reject };
-}
-
-/** Send a four-letter word to 'host:port' and return the server's answer. */
-export function fourLetterWord(hostPort: string, word: string): Promise<string> {
-  const at = hostPort.lastIndexOf(':');
-  return new Promise((resolve, reject) => {
-    const socket = net.connect({ host: hostPort.slice(0, at), port: Number(hostPort.slice(at + 1)) });
-    let text = '';
-    socket.setEncoding('utf8');
-    socket.on('connect', () => socket.write(word));
-    socket.on('data', (chunk: string) => (text += chunk));
-    socket.on('error', reject);
-    socket.on('close', () => resolve(text));
-  });
 }
 
 /** How many watches the server holds on paths under `prefix` (wchc: per session, the watched paths). */

@@ -11,9 +11,11 @@ import type { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import { Clients, LOCKS, queueChildren, until } from './lock-helpers.js';
+import { LOCKS, queueChildren } from './lock-helpers.js';
+import { until } from '../helpers/wait.js';
+import { ClientPool } from '../helpers/zookeeper.js';
 
-const clients = new Clients();
+const clients = new ClientPool();
 const server = (): string => testServers().zkStandalone;
 afterEach(() => clients.closeAll());
 

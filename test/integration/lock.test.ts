@@ -12,20 +12,11 @@ import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import {
-  Clients,
-  LOCKS,
-  deferred,
-  fourLetterWord,
-  lastReplyHeldBack,
-  queueChildren,
-  serverWatchCount,
-  serverWatches,
-  until,
-  within,
-} from './lock-helpers.js';
+import { LOCKS, lastReplyHeldBack, queueChildren, serverWatchCount, serverWatches } from './lock-helpers.js';
+import { deferred, until, within } from '../helpers/wait.js';
+import { ClientPool, fourLetterWord } from '../helpers/zookeeper.js';
 
-const clients = new Clients();
+const clients = new ClientPool();
 let server: string;
 let admin: ZooKeeperClient;
 

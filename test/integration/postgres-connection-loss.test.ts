@@ -13,7 +13,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CommitFailedError, StaleTokenError } from '../../src/index.js';
 import { PostgresFenceStore, migrate, withFence } from '../../adapters/postgres/index.js';
-import { DATABASE_URL, backendPidOf, createSchema, dropSchema, newPool, uniqueName, within } from './postgres-helpers.js';
+import { DATABASE_URL, backendPidOf, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
+import { within } from '../helpers/wait.js';
 
 describe('a PostgreSQL connection lost mid-transaction', () => {
   const schema = uniqueName('fk_pg_loss');
@@ -44,7 +45,7 @@ describe('a PostgreSQL connection lost mid-transaction', () => {
     // With a timeout, pg_terminate_backend returns once the backend has exited.
     const { rows } = await admin.query<{ done: boolean }>('SELECT pg_terminate_backend($1, 10000) AS done', [pid]);
     expect(rows[0]?.done).toBe(true);
-    return within(seen, `the client of backend ${pid} to see its connection end`);
+    return within(seen, 20_000, `the client of backend ${pid} to see its connection end`);
   };
 
   it('withFence rejects with the termination error, commits none of the work, keeps the advance, and does not reuse the client', async () => {

@@ -5,8 +5,11 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { Kysely, PostgresDialect } from 'kysely';
 import type { Queryable } from '../../adapters/postgres/index.js';
+import { testServers } from '../helpers/servers.js';
+import { until } from '../helpers/wait.js';
 
-export const DATABASE_URL = process.env['DATABASE_URL'] ?? 'postgres://root@127.0.0.1:5432/test';
+/** The run's PostgreSQL (the global setup's, or DATABASE_URL): never a guessed address. */
+export const DATABASE_URL = testServers().databaseUrl;
 
 export interface DocsTable {
   id: number;
@@ -55,7 +58,7 @@ export function newKysely(pool: pg.Pool): Kysely<TestDatabase> {
  */
 export async function waitForLockWaiters(admin: pg.Pool, applicationName: string, n: number, limitMs = 20_000): Promise<void> {
   let seen = 0;
-  await poll(async () => {
+  await until(async () => {
     const { rows } = await admin.query<{ waiting: string }>(
       `SELECT count(*)::text AS waiting FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
       [applicationName],
@@ -72,7 +75,7 @@ export async function waitForLockWaiters(admin: pg.Pool, applicationName: string
  */
 export async function waitForFenceWaiter(admin: pg.Pool, holderPid: number, limitMs = 20_000): Promise<number> {
   let waiter: number | undefined;
-  await poll(async () => {
+  await until(async () => {
     const { rows } = await admin.query<{ pid: number }>(
       `SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%fencekeeper_fences%'`,
       [holderPid],
@@ -81,28 +84,6 @@ export async function waitForFenceWaiter(admin: pg.Pool, holderPid: number, limi
     return waiter !== undefined;
   }, () => `a fence advance blocked by backend ${holderPid}`, limitMs);
   return waiter!;
-}
-
-/** `promise`, or a failure naming `what` after `limitMs`. */
-export async function within<T>(promise: Promise<T>, what: string, limitMs = 20_000): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${limitMs} ms waiting for ${what}`)), limitMs);
-  });
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** Poll `check` every 10 ms until it holds; fails after `limitMs`, naming what it waited for. */
-export async function poll(check: () => Promise<boolean>, what: () => string, limitMs = 20_000): Promise<void> {
-  const deadline = performance.now() + limitMs;
-  while (!(await check())) {
-    if (performance.now() > deadline) throw new Error(`timed out after ${limitMs} ms waiting for ${what()}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
 }
 
 /** The backend pid of a transaction handed to work() or an admission, whatever the flavor. */

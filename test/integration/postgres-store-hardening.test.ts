@@ -17,21 +17,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WorkNotCommittedError, type FencingToken } from '../../src/index.js';
 import { fencing } from '../../adapters/express/index.js';
 import { PostgresFenceStore, migrate, type Database, type Queryable } from '../../adapters/postgres/index.js';
-import {
-  DATABASE_URL,
-  FLAVORS,
-  backendPidOf,
-  createSchema,
-  dropSchema,
-  exec,
-  newKysely,
-  newPool,
-  poll,
-  uniqueName,
-  within,
-  type Flavor,
-  type TestDatabase,
-} from './postgres-helpers.js';
+import { DATABASE_URL, FLAVORS, backendPidOf, createSchema, dropSchema, exec, newKysely, newPool, uniqueName, type Flavor, type TestDatabase } from './postgres-helpers.js';
+import { until, within } from '../helpers/wait.js';
 
 const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
 afterAll(async () => {
@@ -132,7 +119,7 @@ describe.each(FLAVORS)('PostgresFenceStore hardening with %s', (flavor: Flavor) 
         const stale = await put(resource, 150n, 200);
         expect(stale.status).toBe(409);
         expect(await stale.json()).toMatchObject({ code: 'STALE_TOKEN', presented: '150', current: '200' });
-        await within(seen, `a message on ${COMMIT_FAILED}`);
+        await within(seen, 20_000, `a message on ${COMMIT_FAILED}`);
       } finally {
         unsubscribe(COMMIT_FAILED, listener);
       }
@@ -161,7 +148,7 @@ describe.each(FLAVORS)('PostgresFenceStore hardening with %s', (flavor: Flavor) 
     );
     await waitUntilRunning(pid, 'pg_sleep');
 
-    await within(admission.abort(), 'abort() of the admission whose handler hangs');
+    await within(admission.abort(), 20_000, 'abort() of the admission whose handler hangs');
     expect(await hung).toMatchObject({ code: '57014' }); // query_canceled: the hung statement was cancelled
     expect(await late).toBeInstanceOf(Error); // the handler's next statement did not run
     expect(await store.current(resource)).toBe(30n);
@@ -195,11 +182,11 @@ describe.each(FLAVORS)('PostgresFenceStore hardening with %s', (flavor: Flavor) 
   });
 
   const waitUntilRunning = (pid: number, fragment: string): Promise<void> =>
-    poll(async () => {
+    until(async () => {
       const rows = await sql<{ query: string }>(`SELECT query FROM pg_stat_activity WHERE pid = $1 AND state = 'active'`, [pid]);
       return rows[0]?.query.includes(fragment) === true;
     }, () => `backend ${pid} running ${fragment}`);
 
   const waitUntilGone = (pid: number): Promise<void> =>
-    poll(async () => (await sql('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).length === 0, () => `backend ${pid} to exit`);
+    until(async () => (await sql('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).length === 0, () => `backend ${pid} to exit`);
 });

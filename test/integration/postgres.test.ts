@@ -16,20 +16,8 @@ import {
   type Database,
   type Queryable,
 } from '../../adapters/postgres/index.js';
-import {
-  DATABASE_URL,
-  FLAVORS,
-  createSchema,
-  dropSchema,
-  newKysely,
-  newPool,
-  backendPidOf,
-  exec,
-  uniqueName,
-  waitForFenceWaiter,
-  waitForLockWaiters,
-  type TestDatabase,
-} from './postgres-helpers.js';
+import { DATABASE_URL, FLAVORS, createSchema, dropSchema, newKysely, newPool, backendPidOf, exec, uniqueName, waitForFenceWaiter, waitForLockWaiters, type TestDatabase } from './postgres-helpers.js';
+
 
 const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
 afterAll(async () => {

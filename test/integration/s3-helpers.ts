@@ -13,16 +13,10 @@ import {
   S3Client,
 } from '@aws-sdk/client-s3';
 import type { S3ClientConfig } from '@aws-sdk/client-s3';
+import { testServers } from '../helpers/servers.js';
 
-export const s3Config: S3ClientConfig = {
-  endpoint: process.env['S3_ENDPOINT'] ?? 'http://127.0.0.1:7480',
-  region: process.env['S3_REGION'] ?? 'us-east-1',
-  forcePathStyle: true,
-  credentials: {
-    accessKeyId: process.env['S3_ACCESS_KEY'] ?? 'test',
-    secretAccessKey: process.env['S3_SECRET_KEY'] ?? 'testsecret',
-  },
-};
+/** The run's S3 server (the global setup's, or S3_*): never a guessed address. */
+export const s3Config: S3ClientConfig = { ...testServers().s3, forcePathStyle: true };
 
 /** One request as the client's own middleware saw it: proof the user's stack still runs around ours. */
 export interface SeenRequest {

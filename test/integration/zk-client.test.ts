@@ -5,8 +5,7 @@ import { ZooKeeperClient, digestAclId } from '../../src/zookeeper/client.js';
 import { CREATOR_ALL_ACL, MAX_PACKET_BYTES, OPEN_ACL_UNSAFE, Perms, READ_ACL_UNSAFE } from '../../src/zookeeper/protocol.js';
 import type { WatchEvent } from '../../src/zookeeper/watches.js';
 import { testServers } from '../helpers/servers.js';
-import { fourLetterWord } from './lock-helpers.js';
-import { ClientPool, RequestCounter, mkdirp, namespace, rmrf, until, watcherSpy } from './zk-helpers.js';
+import { RequestCounter, mkdirp, namespace, rmrf, watcherSpy } from './zk-helpers.js';
 
 const servers = testServers();
 const pool = new ClientPool();
@@ -47,6 +46,8 @@ afterEach(async () => {
 });
 
 import { beforeEach } from 'vitest';
+import { until } from '../helpers/wait.js';
+import { ClientPool, fourLetterWord } from '../helpers/zookeeper.js';
 
 describe('create', () => {
   it('persistent: returns the path and a Stat whose czxid is a bigint', async () => {

@@ -7,20 +7,6 @@ import { connectTcp } from '../../src/zookeeper/connection.js';
 import { FrameParser } from '../../src/zookeeper/frame-parser.js';
 import { uniqueZnodePath } from '../helpers/unique.js';
 
-export class ClientPool {
-  readonly #clients: ZooKeeperClient[] = [];
-
-  async connect(options: ConnectOptions): Promise<ZooKeeperClient> {
-    const zk = await ZooKeeperClient.connect(options);
-    this.#clients.push(zk);
-    return zk;
-  }
-
-  async closeAll(): Promise<void> {
-    await Promise.allSettled(this.#clients.splice(0).map((zk) => zk.close()));
-  }
-}
-
 /** Create `path` and its missing ancestors (persistent), tolerating NODEEXISTS. */
 export async function mkdirp(zk: ZooKeeperClient, path: string): Promise<void> {
   const parts = path.split('/').filter(Boolean);
@@ -55,16 +41,6 @@ export async function rmrf(zk: ZooKeeperClient, path: string): Promise<void> {
 /** A fresh namespace for one test file, e.g. /fencekeeper-test/zkclient_3fa9... */
 export function namespace(prefix: string): string {
   return uniqueZnodePath(prefix);
-}
-
-/** Resolve when `predicate` holds; reject with `what` after `limitMs` (a hang guard, not a timing assertion). */
-export async function until(predicate: () => boolean | Promise<boolean>, what: string, limitMs = 30_000): Promise<void> {
-  const start = Date.now();
-  for (;;) {
-    if (await predicate()) return;
-    if (Date.now() - start > limitMs) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 /** A promise for the next call of a watcher, and the count of its calls. */

@@ -6,7 +6,9 @@ import { ZooKeeperClient, type ClientState } from '../../src/zookeeper/client.js
 import type { WatchEvent } from '../../src/zookeeper/watches.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
-import { ClientPool, RequestCounter, mkdirp, namespace, rmrf, until, watcherSpy } from './zk-helpers.js';
+import { RequestCounter, mkdirp, namespace, rmrf, watcherSpy } from './zk-helpers.js';
+import { until } from '../helpers/wait.js';
+import { ClientPool } from '../helpers/zookeeper.js';
 
 const servers = testServers();
 const pool = new ClientPool();
