@@ -23,6 +23,7 @@ export type ErrorCode =
   | 'SERVER_NOT_INSTALLED'
   | 'SERVER_START_FAILED'
   | 'EFFECT_FAILED'
+  | 'TLS_FAILED'
   | ZooKeeperErrorCode;
 
 export type ZooKeeperErrorCode =
@@ -166,6 +167,16 @@ export class ConnectionLossError extends FencekeeperError {
   constructor(message = 'connection to ZooKeeper lost', options?: FencekeeperErrorOptions) {
     super('CONNECTION_LOSS', message, { retryable: true, ...options });
   }
+}
+
+/**
+ * TLS to the server failed in a way no retry can change: its certificate does
+ * not verify (wrong CA, wrong host name, expired), or it does not speak TLS.
+ * The client stops at once instead of trying until its connect timeout.
+ */
+export class TlsError extends FencekeeperError {
+  static override readonly kind: string = 'TlsError';
+  constructor(message: string, options?: FencekeeperErrorOptions) { super('TLS_FAILED', message, { ...options, retryable: false }); }
 }
 
 /** The client was closed by its owner; nothing more will be sent. */

@@ -24,6 +24,7 @@ export {
 } from './errors.js';
 export { FenceReleasedError } from './errors.js';
 export { EffectPendingError, EffectFailedError } from './errors.js';
+export { TlsError } from './errors.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
 export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, IdempotencyLookup, StoredResponse } from './idempotency-store.js';
 
@@ -45,6 +46,8 @@ export type {
   MultiResult,
 } from './zookeeper/client.js';
 export type { Connector } from './zookeeper/client.js';
+export { tlsConnector } from './zookeeper/tls.js';
+export type { TlsOptions } from './zookeeper/tls.js';
 export type { ServerAddress } from './zookeeper/paths.js';
 export type { Stat, ACL, Id, CreateMode } from './zookeeper/protocol.js';
 export { Perms, OPEN_ACL_UNSAFE, CREATOR_ALL_ACL, READ_ACL_UNSAFE } from './zookeeper/protocol.js';

@@ -26,6 +26,7 @@ import { performance } from 'node:perf_hooks';
 import { debuglog } from 'node:util';
 import { ClientClosedError, ConnectionLossError, InvalidArgumentError, ProtocolError, SessionExpiredError, ZooKeeperError } from '../errors.js';
 import { Connection, connectTcp, type Connector, type PendingRequest, type SessionProgress } from './connection.js';
+import { tlsConnector, type TlsOptions } from './tls.js';
 import type { JuteReader } from './jute-reader.js';
 import type { JuteWriter } from './jute-writer.js';
 import { Chroot, parseConnectString, type ServerAddress } from './paths.js';
@@ -74,6 +75,8 @@ export interface ConnectOptions {
   readonly connectTimeoutMs?: number;
   /** Opens the byte stream to a server (default: plain TCP). See Connector for how its errors count. */
   readonly connector?: Connector;
+  /** Speak TLS to the servers' secure client port (see ./tls.ts). Not together with `connector`. */
+  readonly tls?: TlsOptions;
 }
 
 export interface WatchOptions {
@@ -173,7 +176,7 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     this.#requestedTimeoutMs = options.sessionTimeoutMs ?? 10_000;
     this.#timeoutMs = this.#requestedTimeoutMs;
     this.#auth = Object.freeze([...(options.auth ?? [])]);
-    this.#connector = options.connector ?? connectTcp;
+    this.#connector = options.connector ?? (options.tls !== undefined ? tlsConnector(options.tls) : connectTcp);
   }
 
   /**
@@ -195,6 +198,12 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     }
     if (options.connector !== undefined && typeof options.connector !== 'function') {
       throw new InvalidArgumentError('connector must be a function (address, { signal }) => stream');
+    }
+    if (options.tls !== undefined && (options.tls === null || typeof options.tls !== 'object')) {
+      throw new InvalidArgumentError('tls must be an object ({ ca, cert, key, servername })');
+    }
+    if (options.tls !== undefined && options.connector !== undefined) {
+      throw new InvalidArgumentError('give tls or connector, not both (a connector opens the stream itself)');
     }
     const connectTimeout = options.connectTimeoutMs ?? timeout;
     const client = new ZooKeeperClient(options, target.servers, target.chroot);
