@@ -40,6 +40,15 @@ const ERROR_CLASSES = [
   'ProtocolError',
   'UnknownOutcomeError',
   'ZooKeeperError',
+  'LayoutMismatchError',
+  'RepeatedBodyError',
+  'CorruptFenceError',
+  'WorkNotCommittedError',
+  'CommitFailedError',
+  'FenceReleasedError',
+  'EffectPendingError',
+  'EffectFailedError',
+  'TlsError',
 ];
 
 // The public contract, entry point by entry point.
@@ -47,13 +56,22 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
   fencekeeper: {
     functions: [
       'parseToken', 'formatToken', 'assertToken', 'acquireLock', 'tryAcquireLock', 'campaign',
-      'lockStatus', 'observeLock', 'observeLeader', 'zookeeperSource', 'safetyMargin',
+      'lockStatus', 'observeLock', 'observeLeader', 'zookeeperSource', 'safetyMargin', 'tlsConnector',
     ],
     classes: [...ERROR_CLASSES, 'ZooKeeperClient', 'StepDownClock'],
   },
-  'fencekeeper/postgres': { functions: ['migrate', 'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert'], classes: ['PostgresFenceStore'] },
-  'fencekeeper/s3': { functions: ['fencedPutObject', 'readFence'], classes: [] },
-  'fencekeeper/express': { functions: ['fencing', 'verifyWithZooKeeper', 'fencedHandler', 'hasFencing'], classes: ['MemoryFenceStore'] },
+  'fencekeeper/postgres': {
+    functions: [
+      'migrate', 'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete', 'fenced',
+      'withEffect', 'pendingEffects', 'listEffects', 'effectIdempotencyKey',
+    ],
+    classes: ['PostgresFenceStore', 'PostgresIdempotencyStore', 'DefiniteFailure'],
+  },
+  'fencekeeper/s3': { functions: ['fencedPutObject', 'fencedDeleteObject', 'fencedGetObject', 'readFence', 'collectGarbage', 'isTombstone'], classes: [] },
+  'fencekeeper/express': {
+    functions: ['fencing', 'verifyWithZooKeeper', 'fencedHandler', 'hasFencing', 'idempotency', 'fencingHeaders', 'fencedFetch'],
+    classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
+  },
   'fencekeeper/testing': {
     functions: ['startZooKeeper', 'startRedis', 'expireSession', 'sessionRecorder', 'spawnHolder', 'reportHolding', 'reportToTest', 'checkHistory'],
     classes: ['TcpProxy', 'WriteHistory', 'ServerNotInstalledError', 'ServerStartError'],
