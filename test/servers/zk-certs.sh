@@ -2,7 +2,8 @@
 # A throwaway CA and a server certificate for the test ZooKeepers' secure
 # client ports, generated into the state dir on first use (never committed).
 #
-# usage: zk-certs.sh ensure     create them unless present and valid for another day;
+# usage: zk-certs.sh ensure     create them unless present and valid for another day
+#                               (they last a year: a server running on them outlives no run);
 #                               print FK_ZK_TLS_CA=<ca.pem> on stdout
 #
 # Files in $FK_STATE_DIR/zk-tls (FK_STATE_DIR default /tmp/fencekeeper-test):
@@ -29,7 +30,7 @@ valid() {
 }
 
 generate() {
-  command -v openssl >/dev/null || fk_die "openssl not found"
+  command -v openssl >/dev/null || fk_ensure_packages openssl
   command -v keytool >/dev/null || fk_die "keytool not found (it comes with the JRE the zookeeper package pulls in)"
   local t0 tmp pass; t0=$(fk_now_ms)
   mkdir -p "$FK_STATE_DIR"
@@ -40,14 +41,14 @@ generate() {
     umask 077
     echo "$pass" >password
     # ECDSA P-256: fast to make, and Java 17 and OpenSSL 3 both take it.
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 365 \
       -subj "/CN=fencekeeper test CA" -keyout ca.key -out ca.pem \
       -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
     openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
       -keyout server.key -out server.csr
     printf '%s\n' 'subjectAltName=DNS:localhost,IP:127.0.0.1' 'basicConstraints=CA:FALSE' \
       'keyUsage=critical,digitalSignature,keyEncipherment' 'extendedKeyUsage=serverAuth,clientAuth' >server.ext
-    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 \
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 365 \
       -extfile server.ext -out server.pem
     openssl pkcs12 -export -in server.pem -inkey server.key -certfile ca.pem -name server \
       -passout "pass:$pass" -out keystore.p12
