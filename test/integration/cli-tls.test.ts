@@ -5,7 +5,7 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ZooKeeperClient, digestAclId } from '../../src/zookeeper/client.js';
 import { Perms } from '../../src/zookeeper/protocol.js';
@@ -22,7 +22,7 @@ const USER = 'cli-tls-user';
 const PASSWORD = `pw-${uniqueId('secret')}`;
 const CREDENTIALS = `${USER}:${PASSWORD}`;
 /** No ZooKeeper settings from the test's own environment leak into a run. */
-const CLEAN = { ZOOKEEPER: '', FENCEKEEPER_LOCK_SERVICE: '', ZOOKEEPER_AUTH: '', ZOOKEEPER_AUTH_FILE: '', ZOOKEEPER_TLS: '', ZOOKEEPER_TLS_CA: '' };
+const CLEAN = { ZOOKEEPER: '', FENCEKEEPER_LOCK_SERVICE: '', ZOOKEEPER_AUTH: '', ZOOKEEPER_AUTH_FILE: '', ZOOKEEPER_TLS: '', ZOOKEEPER_TLS_CA: '', ZOOKEEPER_TLS_CERT: '', ZOOKEEPER_TLS_KEY: '', ZOOKEEPER_TLS_SERVERNAME: '' };
 let scratch: string;
 let authFile: string;
 /** A lock whose queue parent only USER may read: `status` of it needs the credentials. */
@@ -92,6 +92,23 @@ describe('TLS', () => {
     const result = await within(started.done, 20_000, 'fencekeeper to give up on the host name');
     expect(result.code).toBe(69);
     expect(result.stderr).toContain('ERR_TLS_CERT_ALTNAME_INVALID');
+  });
+
+  it('a client certificate by flag or environment: the session is its x509 identity', async () => {
+    const dir = dirname(servers.zkTlsCa);
+    const name = uniqueLockName('cli_tls_x509');
+    await admin.create(`${LOCKS_ROOT}/${name}`, null, { acl: [{ perms: Perms.ALL, id: { scheme: 'x509', id: 'CN=fencekeeper-test-client' } }] });
+    try {
+      const without = await done(['status', name, ...tlsArgs()]);
+      expect(without.stderr).toContain('NOAUTH');
+      const byFlag = await done(['status', name, ...tlsArgs(), '--zookeeper-tls-cert', join(dir, 'client.pem'), '--zookeeper-tls-key', join(dir, 'client.key')]);
+      expect(byFlag.stderr).toBe('');
+      expect(byFlag.code).toBe(0);
+      const byEnv = await done(['status', name, ...tlsArgs()], { ZOOKEEPER_TLS_CERT: join(dir, 'client.pem'), ZOOKEEPER_TLS_KEY: join(dir, 'client.key') });
+      expect(byEnv.code).toBe(0);
+    } finally {
+      await admin.delete(`${LOCKS_ROOT}/${name}`);
+    }
   });
 
   it('bad TLS settings are usage errors (64), found before connecting', async () => {

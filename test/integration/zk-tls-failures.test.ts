@@ -10,7 +10,7 @@
 import { execFile } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { TlsError } from '../../src/errors.js';
@@ -139,6 +139,23 @@ describe('a plain-text client against the secure port', () => {
     expect(error).toMatchObject({ code: 'CONNECTION_LOSS' });
     expect(error.message).toContain(`no ZooKeeper server at ${servers.zkStandaloneTls} accepted a session within 2000 ms`);
     expect(error.message).toContain('closed');
+  });
+});
+
+describe('a client certificate', () => {
+  it('authenticates the session as its subject (x509): a node ACL\'d to it is readable with the certificate, not without', async () => {
+    // zk-certs.sh puts the client certificate beside the CA.
+    const dir = dirname(servers.zkTlsCa);
+    const cert = await readFile(join(dir, 'client.pem'));
+    const key = await readFile(join(dir, 'client.key'));
+    const path = `${root}/${uniqueId('x509')}`;
+    const owner = await pool.connect({ connectString: servers.zkStandaloneTls, tls: { ca, cert, key } });
+    await owner.create(path, 'by certificate', { acl: [{ perms: Perms.ALL, id: { scheme: 'x509', id: 'CN=fencekeeper-test-client' } }] });
+    const stranger = await pool.connect({ connectString: servers.zkStandaloneTls, tls: { ca } });
+    await expect(stranger.getData(path)).rejects.toMatchObject({ code: 'ZK_NOAUTH' });
+    const again = await pool.connect({ connectString: servers.zkStandaloneTls, tls: { ca, cert, key } });
+    expect(Buffer.from((await again.getData(path)).data).toString()).toBe('by certificate');
+    await again.delete(path);
   });
 });
 

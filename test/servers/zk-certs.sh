@@ -9,6 +9,8 @@
 # Files in $FK_STATE_DIR/zk-tls (FK_STATE_DIR default /tmp/fencekeeper-test):
 #   ca.pem ca.key               the CA clients verify against
 #   server.pem server.key       CN=localhost, subjectAltName DNS:localhost, IP:127.0.0.1
+#   client.pem client.key       CN=fencekeeper-test-client: a client certificate, which the
+#                               servers authenticate as the x509 id 'CN=fencekeeper-test-client'
 #   keystore.p12 truststore.p12 what the servers' zoo.cfg points at (PKCS12)
 #   password                    the stores' password (a throwaway: tests only)
 #
@@ -24,7 +26,7 @@ fk_safe_dir "$T"
 
 valid() {
   local f
-  for f in ca.pem ca.key server.pem server.key keystore.p12 truststore.p12 password; do [ -s "$T/$f" ] || return 1; done
+  for f in ca.pem ca.key server.pem server.key client.pem client.key keystore.p12 truststore.p12 password; do [ -s "$T/$f" ] || return 1; done
   openssl x509 -in "$T/server.pem" -noout -checkend 86400 >/dev/null 2>&1 &&
     openssl x509 -in "$T/ca.pem" -noout -checkend 86400 >/dev/null 2>&1
 }
@@ -50,16 +52,21 @@ generate() {
       'keyUsage=critical,digitalSignature,keyEncipherment' 'extendedKeyUsage=serverAuth,clientAuth' >server.ext
     openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 365 \
       -extfile server.ext -out server.pem
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=fencekeeper-test-client" \
+      -keyout client.key -out client.csr
+    printf '%s\n' 'basicConstraints=CA:FALSE' 'keyUsage=critical,digitalSignature' 'extendedKeyUsage=clientAuth' >client.ext
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 365 \
+      -extfile client.ext -out client.pem
     openssl pkcs12 -export -in server.pem -inkey server.key -certfile ca.pem -name server \
       -passout "pass:$pass" -out keystore.p12
     keytool -importcert -noprompt -alias ca -file ca.pem -keystore truststore.p12 \
       -storetype PKCS12 -storepass "$pass"
-    rm -f server.csr server.ext ca.srl
+    rm -f server.csr server.ext client.csr client.ext ca.srl
   ) >"$tmp/gen.log" 2>&1 || { cat "$tmp/gen.log" >&2; rm -rf "$tmp"; fk_die "generating the certificates failed"; }
   rm -f "$tmp/gen.log"
   chmod 755 "$tmp"
   # the CA and the server certificate are public; the keys stay private
-  chmod 644 "$tmp/ca.pem" "$tmp/server.pem"
+  chmod 644 "$tmp/ca.pem" "$tmp/server.pem" "$tmp/client.pem"
   rm -rf "$T"
   mv "$tmp" "$T"
   fk_log "generated a throwaway CA and server certificate in $T in $(fk_elapsed "$t0")s"

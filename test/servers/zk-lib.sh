@@ -52,8 +52,10 @@ fk_zk_certs() {
 }
 
 # The secure client port (TLS, served by Netty, as is the plain port then):
-# the server certificate of fk_zk_certs, no client certificate required
-# (clients authenticate with digest on top, or not at all).
+# the server certificate of fk_zk_certs. A client certificate is optional
+# (clientAuth=want): one that chains to the CA authenticates its session as
+# the x509 id of its subject ('CN=...'); without one, clients authenticate
+# with digest on top, or not at all.
 #   $1 = secure port
 fk_zk_tls_cfg() {
   local pass; pass=$(cat "$FK_ZK_TLS_DIR/password")
@@ -67,7 +69,8 @@ ssl.keyStore.type=PKCS12
 ssl.trustStore.location=$FK_ZK_TLS_DIR/truststore.p12
 ssl.trustStore.password=$pass
 ssl.trustStore.type=PKCS12
-ssl.clientAuth=none
+ssl.clientAuth=want
+authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider
 CFG
 }
 
