@@ -10,6 +10,7 @@ const EXIT_CODES = `exit codes:
   70           internal error (a bug: please report it)
   75           run: the lock was not acquired within --timeout
   76           the lock was lost: cmd was stopped and exited 0, or never started
+  77           the lock service refused our credentials (ZK_AUTHFAILED, ZK_NOAUTH)
   127          cmd could not be started
   128 + n      interrupted by signal n while waiting for the lock`;
 

@@ -101,6 +101,7 @@ describe('TLS', () => {
     try {
       const without = await done(['status', name, ...tlsArgs()]);
       expect(without.stderr).toContain('NOAUTH');
+      expect(without.code).toBe(77);
       const byFlag = await done(['status', name, ...tlsArgs(), '--zookeeper-tls-cert', join(dir, 'client.pem'), '--zookeeper-tls-key', join(dir, 'client.key')]);
       expect(byFlag.stderr).toBe('');
       expect(byFlag.code).toBe(0);
@@ -127,7 +128,7 @@ describe('TLS', () => {
 describe('digest credentials', () => {
   it('without them, the protected lock cannot be read; from ZOOKEEPER_AUTH it can (over TLS)', async () => {
     const refused = await done(['status', protectedLock, ...tlsArgs()]);
-    expect(refused.code).not.toBe(0);
+    expect(refused.code).toBe(77);
     expect(refused.stderr).toContain('NOAUTH');
     const allowed = await done(['status', protectedLock, ...tlsArgs()], { ZOOKEEPER_AUTH: CREDENTIALS });
     expect(allowed.stderr).toBe('');
@@ -201,10 +202,10 @@ describe('the credentials in the process table', () => {
   it.each([
     ['ZOOKEEPER_AUTH', (): NodeJS.ProcessEnv => ({ ZOOKEEPER_AUTH: CREDENTIALS }), (): string[] => []],
     ['--zookeeper-auth-file', (): NodeJS.ProcessEnv => ({}), (): string[] => ['--zookeeper-auth-file', authFile]],
-  ])('with %s: no process of a run (fencekeeper, its supervisor, the command) has them in its arguments', async (_how, env, args) => {
+  ])('with %s: no process of a run (fencekeeper, its supervisor, the command) has them in its arguments, nor the command in its environment', async (_how, env, args) => {
     const name = uniqueLockName('cli_tls_argv');
     // The command says when it runs, then waits for its stdin... which is closed: it sleeps instead, and is stopped below.
-    const running = cli(['run', name, ...tlsArgs(), ...args(), '--', 'sh', '-c', 'echo started; exec sleep 30'], { ...CLEAN, ...env() });
+    const running = cli(['run', name, ...tlsArgs(), ...args(), '--', 'sh', '-c', 'echo "started auth=[${ZOOKEEPER_AUTH:-}] file=[${ZOOKEEPER_AUTH_FILE:-}]"; exec sleep 30'], { ...CLEAN, ...env() });
     try {
       await within(
         new Promise<void>((resolve) => {
@@ -223,6 +224,8 @@ describe('the credentials in the process table', () => {
       const lines = pids.map(commandLine);
       expect(lines.some((l) => l.includes('sleep 30'))).toBe(true);
       for (const line of lines) expect(line).not.toContain(PASSWORD);
+      // The credentials are fencekeeper's, not the command's: it sees neither variable.
+      expect(running.stdout()).toContain('started auth=[] file=[]');
       // The run holds the lock with an authenticated session (the holder's entry is there).
       const status = await done(['status', name, ...tlsArgs(), '--json']);
       expect(JSON.parse(status.stdout).queue).toHaveLength(1);
