@@ -61,3 +61,21 @@ export type { ZooKeeperLeadership, LeaderObserver, LeaderInfo } from './zookeepe
 export type { QueueEntry } from './zookeeper/recipes/queue.js';
 export { zookeeperSource } from './zookeeper/recipes/source.js';
 export type { ZooKeeperSource } from './zookeeper/recipes/source.js';
+
+// Diagnostics: the channel names operators and instrumentations subscribe to, and their messages
+export { CHANNELS, TRACING_CHANNELS, RUN_WITHIN } from './diagnostics.js';
+export type {
+  TraceContext,
+  AcquireContext,
+  ReleaseContext,
+  CampaignContext,
+  FenceContext,
+  FenceWriteContext,
+  S3WriteContext,
+  EffectContext,
+  LockHeldMessage,
+  LockEndedMessage,
+  SessionStateMessage,
+  FenceRefusedMessage,
+  UnknownOutcomeMessage,
+} from './diagnostics.js';
