@@ -89,32 +89,32 @@ export interface TraceContext {
   error?: unknown;
 }
 
-export interface AcquireContext extends TraceContext {
+export interface AcquireTraceContext extends TraceContext {
   readonly source: string;
   readonly lock: string;
   readonly mode: 'wait' | 'try';
 }
-export interface ReleaseContext extends TraceContext {
+export interface ReleaseTraceContext extends TraceContext {
   readonly source: string;
   readonly lock: string;
   readonly token: FencingToken;
 }
-export interface CampaignContext extends TraceContext {
+export interface CampaignTraceContext extends TraceContext {
   readonly source: string;
   readonly election: string;
 }
-export interface FenceContext extends TraceContext {
+export interface FenceTraceContext extends TraceContext {
   readonly adapter: string;
   readonly resource: string;
   readonly token: FencingToken;
 }
-export interface FenceWriteContext extends FenceContext {
+export interface FenceWriteTraceContext extends FenceTraceContext {
   readonly operation: 'update' | 'insert' | 'upsert' | 'delete';
 }
-export interface S3WriteContext extends FenceContext {
+export interface S3WriteTraceContext extends FenceTraceContext {
   readonly layout: 'in-place' | 'pointer';
 }
-export interface EffectContext extends TraceContext {
+export interface EffectTraceContext extends TraceContext {
   readonly resource: string;
   readonly key: string;
   readonly token: FencingToken;
@@ -159,15 +159,15 @@ export interface UnknownOutcomeMessage {
 
 type Traced<C extends object> = TracingChannel<unknown, C>;
 
-const acquire = diagnostics.tracingChannel<unknown, AcquireContext>(CHANNELS.lockAcquire);
-const release = diagnostics.tracingChannel<unknown, ReleaseContext>(CHANNELS.lockRelease);
-const campaign = diagnostics.tracingChannel<unknown, CampaignContext>(CHANNELS.electionCampaign);
-const admit = diagnostics.tracingChannel<unknown, FenceContext>(CHANNELS.fenceAdmit);
-const withFenceChannel = diagnostics.tracingChannel<unknown, FenceContext>(CHANNELS.fenceWithFence);
-const fenceWrite = diagnostics.tracingChannel<unknown, FenceWriteContext>(CHANNELS.fenceWrite);
-const s3Put = diagnostics.tracingChannel<unknown, S3WriteContext>(CHANNELS.s3Put);
-const s3Delete = diagnostics.tracingChannel<unknown, S3WriteContext>(CHANNELS.s3Delete);
-const effect = diagnostics.tracingChannel<unknown, EffectContext>(CHANNELS.effectRun);
+const acquire = diagnostics.tracingChannel<unknown, AcquireTraceContext>(CHANNELS.lockAcquire);
+const release = diagnostics.tracingChannel<unknown, ReleaseTraceContext>(CHANNELS.lockRelease);
+const campaign = diagnostics.tracingChannel<unknown, CampaignTraceContext>(CHANNELS.electionCampaign);
+const admit = diagnostics.tracingChannel<unknown, FenceTraceContext>(CHANNELS.fenceAdmit);
+const withFenceChannel = diagnostics.tracingChannel<unknown, FenceTraceContext>(CHANNELS.fenceWithFence);
+const fenceWrite = diagnostics.tracingChannel<unknown, FenceWriteTraceContext>(CHANNELS.fenceWrite);
+const s3Put = diagnostics.tracingChannel<unknown, S3WriteTraceContext>(CHANNELS.s3Put);
+const s3Delete = diagnostics.tracingChannel<unknown, S3WriteTraceContext>(CHANNELS.s3Delete);
+const effect = diagnostics.tracingChannel<unknown, EffectTraceContext>(CHANNELS.effectRun);
 
 const lockHeld = diagnostics.channel(CHANNELS.lockHeld);
 const lockLost = diagnostics.channel(CHANNELS.lockLost);
@@ -222,17 +222,17 @@ export function traceWithFence<T>(adapter: string, resource: string, token: Fenc
   return trace(withFenceChannel, { adapter, resource, token }, fn);
 }
 
-export function traceFencedWrite<T>(adapter: string, operation: FenceWriteContext['operation'], resource: string, token: FencingToken, fn: () => Promise<T>): Promise<T> {
+export function traceFencedWrite<T>(adapter: string, operation: FenceWriteTraceContext['operation'], resource: string, token: FencingToken, fn: () => Promise<T>): Promise<T> {
   if (!subscribed(fenceWrite)) return fn();
   return trace(fenceWrite, { adapter, operation, resource, token }, fn);
 }
 
-export function traceS3Put<T>(resource: string, token: FencingToken, layout: S3WriteContext['layout'], fn: () => Promise<T>): Promise<T> {
+export function traceS3Put<T>(resource: string, token: FencingToken, layout: S3WriteTraceContext['layout'], fn: () => Promise<T>): Promise<T> {
   if (!subscribed(s3Put)) return fn();
   return trace(s3Put, { adapter: 's3', resource, token, layout }, fn);
 }
 
-export function traceS3Delete<T>(resource: string, token: FencingToken, layout: S3WriteContext['layout'], fn: () => Promise<T>): Promise<T> {
+export function traceS3Delete<T>(resource: string, token: FencingToken, layout: S3WriteTraceContext['layout'], fn: () => Promise<T>): Promise<T> {
   if (!subscribed(s3Delete)) return fn();
   return trace(s3Delete, { adapter: 's3', resource, token, layout }, fn);
 }

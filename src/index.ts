@@ -64,15 +64,30 @@ export type { ZooKeeperSource } from './zookeeper/recipes/source.js';
 
 // Diagnostics: the channel names operators and instrumentations subscribe to, and their messages
 export { CHANNELS, TRACING_CHANNELS, RUN_WITHIN } from './diagnostics.js';
+// ... and the publishers, for the adapters and for a LockSource or FenceStore of your own
+export {
+  traceAcquire,
+  traceRelease,
+  traceCampaign,
+  traceAdmit,
+  traceWithFence,
+  traceFencedWrite,
+  traceS3Put,
+  traceS3Delete,
+  traceEffect,
+  publishSessionState,
+  publishRefused,
+  publishUnknownOutcome,
+} from './diagnostics.js';
 export type {
   TraceContext,
-  AcquireContext,
-  ReleaseContext,
-  CampaignContext,
-  FenceContext,
-  FenceWriteContext,
-  S3WriteContext,
-  EffectContext,
+  AcquireTraceContext,
+  ReleaseTraceContext,
+  CampaignTraceContext,
+  FenceTraceContext,
+  FenceWriteTraceContext,
+  S3WriteTraceContext,
+  EffectTraceContext,
   LockHeldMessage,
   LockEndedMessage,
   SessionStateMessage,
