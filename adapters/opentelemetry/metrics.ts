@@ -34,6 +34,7 @@ export class Metrics {
   readonly #holding = new Map<string, number>();
   /** The last state of every session not yet closed. */
   readonly #sessions = new Map<string, { source: string; state: string }>();
+  readonly #sessionCounts = new Map<string, { source: string; state: string; count: number }>();
 
   constructor(meter: Meter, map: MapName) {
     this.#map = map;
@@ -115,13 +116,15 @@ export class Metrics {
   };
 
   readonly #observeSessions = (result: ObservableResult): void => {
-    const counts = new Map<string, { source: string; state: string; count: number }>();
+    // A state once reported stays in the series at 0 when no session is in
+    // it (an exporter would otherwise repeat its last count).
+    for (const entry of this.#sessionCounts.values()) entry.count = 0;
     for (const { source, state } of this.#sessions.values()) {
       const key = `${source}\u0000${state}`;
-      const entry = counts.get(key);
-      if (entry === undefined) counts.set(key, { source, state, count: 1 });
+      const entry = this.#sessionCounts.get(key);
+      if (entry === undefined) this.#sessionCounts.set(key, { source, state, count: 1 });
       else entry.count += 1;
     }
-    for (const { source, state, count } of counts.values()) result.observe(count, { [ATTR.source]: source, [ATTR.sessionState]: state });
+    for (const { source, state, count } of this.#sessionCounts.values()) result.observe(count, { [ATTR.source]: source, [ATTR.sessionState]: state });
   };
 }
