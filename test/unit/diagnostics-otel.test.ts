@@ -138,7 +138,7 @@ describe('fencekeeper/opentelemetry', () => {
 
   it('a withEffect left pending is counted; an unknown S3 outcome by its resolution', async () => {
     instrumentHere();
-    const pending = new EffectPendingError({ resource: 'payments', key: 'k', idempotencyKey: 'i', attempt: 1, token: 3n, deadline: null }, 'has an unknown outcome', true);
+    const pending = new EffectPendingError({ resource: 'payments', key: 'k', idempotencyKey: 'i', attempt: 1, token: 3n, deadline: null }, 'has an unknown outcome');
     await expect(traceEffect('payments', 'k', 3n, () => Promise.reject(pending))).rejects.toBe(pending);
     publishUnknownOutcome('bucket/key', 3n, 'superseded', 2);
     const collected = await sdk.collect();
