@@ -183,9 +183,20 @@ export class Holding {
     return true;
   }
 
-  /** End the holding (idempotent: the first reason wins). `detail` replaces the default explanation. */
+  /**
+   * End the holding (idempotent: the first reason wins). `detail` replaces
+   * the default explanation. A loss reported after the step-down deadline
+   * has passed is a loss at the deadline: a process resuming from a long
+   * pause may hear of the expiry (its client's own verdict, the server's
+   * answer) before its step-down timer has had a turn, but the deadline came
+   * first and is what ended the holding.
+   */
   lose(reason: LossReason, detail?: string): void {
     if (this.#controller.signal.aborted) return;
+    if (reason !== 'released' && reason !== 'deadline' && performance.now() >= this.deadline) {
+      reason = 'deadline';
+      detail = undefined;
+    }
     this.#onEnd();
     const lock = this.#lock;
     const error = new LockLostError(lock, reason, `lock ${lock} lost: ${detail ?? this.#explain(reason)}`);

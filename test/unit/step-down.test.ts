@@ -138,6 +138,35 @@ describe('StepDownClock', () => {
   });
 });
 
+describe('StepDownClock: losses after the deadline', () => {
+  it('an end the source reports after the deadline passed (a paused process hears of the expiry before its timer runs) is a loss at the deadline', () => {
+    let ended: LossReason | null = null;
+    const clock = new StepDownClock({ ...source, ended: () => ended });
+    const acked = performance.now();
+    const a = clock.hold({ lock: 'jobs/late', marginMs: 10, deadline: () => acked + 40 });
+    const b = clock.hold({ lock: 'jobs/late2', marginMs: 10, deadline: () => acked + 40 });
+    const c = clock.hold({ lock: 'jobs/early', marginMs: 0, deadline: () => performance.now() + 60_000 });
+    spin(40);
+    clock.end('session_expired');
+    expect((a.signal.reason as LockLostError).reason).toBe('deadline');
+    expect((b.signal.reason as LockLostError).message).toContain('no reply from TestSource in time');
+    // Before its deadline the source's reason stands.
+    expect((c.signal.reason as LockLostError).reason).toBe('session_expired');
+    // A holding read through a source that already reports itself ended, past its deadline, too.
+    const d = new StepDownClock({ ...source, ended: () => ended }).hold({ lock: 'jobs/d', marginMs: 0, deadline: () => acked });
+    ended = 'session_expired';
+    expect(d.held).toBe(false);
+    expect((d.signal.reason as LockLostError).reason).toBe('deadline');
+  });
+
+  it('a release after the deadline is still a release', () => {
+    const acked = performance.now();
+    const holding = new StepDownClock(source).hold({ lock: 'jobs/rel', marginMs: 0, deadline: () => acked });
+    holding.lose('released');
+    expect((holding.signal.reason as LockLostError).reason).toBe('released');
+  });
+});
+
 describe('StepDownClock diagnostics', () => {
   function listen(name: string): { messages: unknown[]; stop: () => void } {
     const messages: unknown[] = [];
