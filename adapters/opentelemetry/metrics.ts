@@ -1,7 +1,8 @@
 // The metrics, made on the user's meter and fed from the plain channels (and
 // from the acquire and withEffect spans' ends, through spans.ts). Durations
-// are in seconds, as OpenTelemetry's conventions ask; Prometheus shows them
-// as *_seconds and the counters as *_total.
+// are in seconds (unit 's'), as OpenTelemetry's conventions ask; through
+// the Prometheus exporter the names read fencekeeper_lock_wait_duration
+// (a histogram: _bucket, _sum, _count) and the counters end in _total.
 import type { Attributes, Counter, Histogram, Meter, ObservableResult, ObservableUpDownCounter, UpDownCounter } from '@opentelemetry/api';
 import type { FenceRefusedMessage, LockEndedMessage, LockHeldMessage, SessionStateMessage, UnknownOutcomeMessage } from '../../src/index.js';
 import { ATTR, type MapName } from './attributes.js';
