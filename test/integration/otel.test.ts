@@ -3,21 +3,27 @@
 // counted by adapter and resource, their spans nest under the user's active
 // span; a ZooKeeper session expired from the server's side is one lost lock
 // with the reason the holder saw, and the held gauge goes back to 0; a PUT
-// whose reply is lost is counted by how its read-back settled it.
+// whose reply is lost is counted by how its read-back settled it; a
+// withEffect on PostgreSQL is a span under the user's, active for the
+// effect's own code, and an effect left pending is counted.
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
+import { trace } from '@opentelemetry/api';
 import express from 'express';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ATTR, METRICS, instrument, uninstrument } from '../../adapters/opentelemetry/index.js';
 import { MemoryFenceStore, fencing } from '../../adapters/express/index.js';
+import { migrate, withEffect } from '../../adapters/postgres/index.js';
 import { fencedPutObject } from '../../adapters/s3/index.js';
-import { StaleTokenError } from '../../src/errors.js';
+import { EffectPendingError, StaleTokenError } from '../../src/errors.js';
 import { expireSession, sessionRecorder } from '../../src/testing/expire-session.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
 import { otelSdk, sum, type OtelSdk } from '../helpers/otel.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
+import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
 import { TestBucket, loseReplies, newClient, randomPrefix } from './s3-helpers.js';
 
 const testBucket = new TestBucket('otel');
@@ -79,6 +85,42 @@ describe('fencekeeper/opentelemetry with real servers', () => {
     client.destroy();
     const collected = await sdk.collect();
     expect(sum(collected, METRICS.unknownOutcome, { [ATTR.resource]: `s3://${testBucket.name}/${Key}`, [ATTR.resolution]: 'landed' })).toBe(1);
+  });
+
+  it('withEffect on PostgreSQL: its span nests under the user\'s and is the active span inside the effect; an effect left pending is counted', async () => {
+    const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
+    const schema = uniqueName('fk_otel');
+    await createSchema(admin, schema);
+    const pool = newPool(schema, uniqueName('fk_otel'), 4);
+    try {
+      await migrate(pool);
+      const resource = uniqueName('payments');
+      const user = sdk.tracerProvider.getTracer('app');
+      let activeInside: string | undefined;
+      await user.startActiveSpan('checkout', async (parent) => {
+        await withEffect(pool, { resource, token: 5n, key: 'charge-1' }, async () => {
+          activeInside = trace.getActiveSpan()?.spanContext().spanId;
+          return 'ch_1';
+        });
+        // A reset on the way to the outside system: the outcome is unknown, the effect stays pending.
+        await expect(withEffect(pool, { resource, token: 5n, key: 'charge-2' }, async () => {
+          throw new Error('socket hang up');
+        })).rejects.toBeInstanceOf(EffectPendingError);
+        parent.end();
+      });
+      const spans = sdk.spans();
+      const parent = spans.find((s) => s.name === 'checkout')!;
+      const effects = spans.filter((s) => s.name === 'fencekeeper.effect' && s.attributes[ATTR.resource] === resource);
+      expect(effects.map((s) => s.attributes[ATTR.outcome])).toEqual(['done', 'pending']);
+      for (const span of effects) expect(span.parentSpanContext?.spanId).toBe(parent.spanContext().spanId);
+      expect(activeInside, 'the effect ran with its span active').toBe(effects[0]!.spanContext().spanId);
+      const collected = await sdk.collect();
+      expect(sum(collected, METRICS.effectPending, { [ATTR.resource]: resource })).toBe(1);
+    } finally {
+      await pool.end();
+      await dropSchema(admin, schema);
+      await admin.end();
+    }
   });
 
   it('ZooKeeper: a session expired by the server is one lost lock with reason session_expired; held goes back to 0; a release is a hold, not a loss', async () => {
