@@ -150,14 +150,17 @@ options:
 
 exit codes: 0 printed; 64 usage; 69 the database could not be reached or has no
 ledger (run 'fencekeeper migrate'); 70 internal error`,
-  demo: `usage: fencekeeper demo [--unfenced]
+  demo: `usage: fencekeeper demo [--unfenced] [--metrics]
 
 Play the paused-holder story with real processes and real servers: holder A
 acquires jobs/reindex and writes to a PostgreSQL row, an S3 object and an
 HTTP service; A is frozen (SIGSTOP, as a long garbage-collection pause would
 freeze it) past its session timeout; B acquires with a larger token and
 writes; A resumes and writes with its old token. Every resource refuses A.
---unfenced makes the same writes without fencing.
+--unfenced makes the same writes without fencing. --metrics records
+fencekeeper's OpenTelemetry metrics in every process (holders and the HTTP
+service) and prints them at the end (needs @opentelemetry/api and
+@opentelemetry/sdk-metrics installed).
 
 Servers from ZOOKEEPER (127.0.0.1:2181), DATABASE_URL, S3_ENDPOINT
 (http://127.0.0.1:7480), S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION.

@@ -57,6 +57,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
     functions: [
       'parseToken', 'formatToken', 'assertToken', 'acquireLock', 'tryAcquireLock', 'campaign',
       'lockStatus', 'observeLock', 'observeLeader', 'zookeeperSource', 'safetyMargin', 'tlsConnector',
+      'traceAcquire', 'traceRelease', 'traceCampaign', 'publishSessionState', 'publishRefused',
     ],
     classes: [...ERROR_CLASSES, 'ZooKeeperClient', 'StepDownClock'],
   },
@@ -72,6 +73,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
     functions: ['fencing', 'verifyWithZooKeeper', 'fencedHandler', 'hasFencing', 'idempotency', 'fencingHeaders', 'fencedFetch'],
     classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
   },
+  'fencekeeper/opentelemetry': { functions: ['instrument', 'uninstrument'], classes: [] },
   'fencekeeper/testing': {
     functions: ['startZooKeeper', 'startRedis', 'expireSession', 'sessionRecorder', 'spawnHolder', 'reportHolding', 'reportToTest', 'checkHistory'],
     classes: ['TcpProxy', 'WriteHistory', 'ServerNotInstalledError', 'ServerStartError'],
@@ -81,7 +83,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
 describe('the package by name', () => {
   it('package.json names the package and exports exactly its entry points', () => {
     expect(pkg.name).toBe('fencekeeper');
-    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './express', './package.json', './postgres', './s3', './testing']);
+    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './express', './opentelemetry', './package.json', './postgres', './s3', './testing']);
     for (const [subpath, target] of Object.entries(pkg.exports)) {
       if (typeof target === 'string') continue;
       expect(existsSync(join(root, target.default)), `${subpath} -> ${target.default}`).toBe(true);
