@@ -1,6 +1,7 @@
 import { InvalidArgumentError, type FencingToken } from '../../src/index.js';
-import { asError, guardClient, isKysely, run, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from './database.js';
+import { guardClient, isKysely, run, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from './database.js';
 import { advanceFence } from './fence-row.js';
+import { openFenced } from './fence-open.js';
 import { OPEN_SAVEPOINT, ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './fenced-transaction.js';
 import { checkResource, checkToken } from './identifiers.js';
 
@@ -76,18 +77,11 @@ async function fencePg<T>(pool: PgPool, resource: string, token: FencingToken, w
   const release = guardClient(client);
   let broken: Error | undefined;
   try {
-    try {
-      await client.query({ text: 'BEGIN' });
-    } catch (error) {
-      broken = asError(error);
-      throw error;
-    }
-    try {
-      await advanceFence(client, resource, token);
-      await client.query({ text: OPEN_SAVEPOINT });
-    } catch (error) {
-      broken = await rollback(client);
-      throw error;
+    // BEGIN, the advance and the savepoint in one message (a stale token: rolled back already).
+    const opened = await openFenced(client, resource, token);
+    if (!opened.ok) {
+      broken = opened.broken;
+      throw opened.error;
     }
     const ended = await runWork(sender(client), client, work);
     if (!transactionEnded(ended)) broken = await rollback(client);
