@@ -12,7 +12,8 @@ import { checkResource, checkToken } from './identifiers.js';
  * A FenceStore whose admissions are PostgreSQL transactions.
  *
  * `admit()` takes a dedicated connection (a pooled client, or a Kysely
- * transaction), BEGINs, and advances the resource's fence row. The row lock is
+ * transaction), BEGINs, and advances the resource's fence row (on a pg.Pool,
+ * BEGIN, the advance and the savepoint travel as one message). The row lock is
  * held until the admission is settled, so admissions for one resource
  * serialize across every process sharing the database. Right after the
  * advance the store sets a savepoint. The advance is never undone:

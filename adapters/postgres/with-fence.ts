@@ -25,6 +25,9 @@ import { checkResource, checkToken } from './identifiers.js';
  *   the connection lost), the advance is applied again on its own and
  *   withFence rejects with CommitFailedError.
  *
+ * On a pg.Pool this costs the round trips of a plain transaction: BEGIN, the
+ * advance and a savepoint go as one message, and one message closes it.
+ *
  * `work` receives the transaction: a pg client inside BEGIN for a pg.Pool, or
  * the Kysely Transaction for a Kysely instance. Write through it, not through
  * the pool: a write on another connection is outside the fence. Do not end

@@ -51,14 +51,14 @@ const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
 const schema = uniqueName('fk_pgtrip');
 let pool: pg.Pool;
 let recording: ReturnType<typeof recordingPool>;
-let db: Database;
+let db: pg.Pool;
 
 beforeAll(async () => {
   await createSchema(admin, schema);
   // One connection: every call below reuses it, so what it sends is all there is.
   pool = newPool(schema, uniqueName('fk_pgtrip'), 1);
   recording = recordingPool(pool);
-  db = recording as unknown as Database;
+  db = recording as unknown as pg.Pool;
   await migrate(pool);
   await pool.query('CREATE TABLE docs (id int PRIMARY KEY, body text)');
   await pool.query(`CREATE TABLE canary (id int PRIMARY KEY, body text); INSERT INTO canary VALUES (1, 'untouched')`);
@@ -123,7 +123,7 @@ describe('round trips on the pg.Pool path', () => {
   });
 
   it('PostgresFenceStore: an admission is the open, the handler\'s statements, the close', async () => {
-    const store = new PostgresFenceStore(db as pg.Pool);
+    const store = new PostgresFenceStore(db);
     const { sent, error } = await messagesOf(async () => {
       const admission = await store.admit('trip:store', 30n);
       await (admission.transaction as unknown as pg.PoolClient).query(WORK);
