@@ -24,7 +24,9 @@
 // DATABASE_URL (default postgres://root@127.0.0.1:5432/test): a schema of its
 // own is made there and dropped after. BENCH_CONNECTIONS (default 32): HTTP
 // connections, the store's pool size and pgbench's clients alike.
-// BENCH_SECONDS (per block, default 3), BENCH_ROUNDS (default 3).
+// BENCH_SECONDS (per block, default 3), BENCH_ROUNDS (default 3). FK_DIST: the
+// built package the server runs (default ../../dist), e.g. another checkout's
+// dist/ to compare before and after a change.
 // A script that prints figures: nothing asserts on time.
 import { execFile, fork } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -39,14 +41,15 @@ const seconds = Number(process.env.BENCH_SECONDS ?? 3);
 const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
 const RESOURCES = 64;
 const TOKEN = '34';
+const dist = process.env.FK_DIST ?? new URL('../../dist', import.meta.url).pathname;
 
 if (process.argv[2] === '--serve') await serve(process.argv[3]);
 else await measure();
 
 async function serve(schema) {
   const { default: express } = await import('express');
-  const { fencing } = await import('../../dist/adapters/express/index.js');
-  const { PostgresFenceStore } = await import('../../dist/adapters/postgres/index.js');
+  const { fencing } = await import(`${dist}/adapters/express/index.js`);
+  const { PostgresFenceStore } = await import(`${dist}/adapters/postgres/index.js`);
   const { default: pg } = await import('pg');
   const pool = new pg.Pool({ connectionString: url, max: connections, options: `-c search_path=${schema}` });
   const store = new PostgresFenceStore(pool);
