@@ -21,9 +21,9 @@
 // beyond the message that replaced BEGIN.
 import { createHash } from 'node:crypto';
 import { StaleTokenError, type FencingToken } from '../../src/index.js';
-import { readBigint, sqlState, type PgPoolClient, type PgQueryResult } from './database.js';
+import { rawQuery, readBigint, sqlState, type KyselyExecutor, type PgPoolClient, type PgQueryResult } from './database.js';
 import { CancelledWait } from './cancel.js';
-import { ADVANCE, type Advanced } from './fence-row.js';
+import { ADVANCE, currentFence, type Advanced } from './fence-row.js';
 import { OPEN_SAVEPOINT, rollback } from './fenced-transaction.js';
 import { quoteLiteral, tokenLiteral } from './identifiers.js';
 
@@ -105,4 +105,46 @@ export function sendOn(client: PgPoolClient): SendMessage {
     const answer: PgQueryResult | PgQueryResult[] = await client.query({ text });
     return Array.isArray(answer) ? answer : [answer];
   };
+}
+
+// Kysely sends BEGIN itself, and hands back no rows for a message of several
+// statements, so the fence statement's answer cannot be read when it travels
+// with the savepoint. withFence needs no row from it, only "refused or not",
+// and an error does come back: this variant of the upsert always updates on
+// conflict, and on a stale token sets the mark to NULL, which the NOT NULL
+// column refuses (SQLSTATE 23502 on fencekeeper_fences.token; a valid token
+// is never NULL, so nothing else raises it there). The error aborts the
+// transaction, which is rolled back; then the mark is read.
+const ADVANCE_OR_FAIL = (resource: string, token: string): string => `INSERT INTO fencekeeper_fences AS f (resource, token, previous_token, updated_at)
+VALUES (${resource}, ${token}, NULL, now())
+ON CONFLICT (resource) DO UPDATE
+  SET token = CASE WHEN f.token <= EXCLUDED.token THEN EXCLUDED.token END, previous_token = f.token, updated_at = now()`;
+
+/**
+ * The advance and the savepoint in one message, inside a Kysely transaction
+ * (after Kysely's own BEGIN). A stale token rejects with StaleRefusal; the
+ * caller lets Kysely roll back, then calls `refusal.error(db)`.
+ */
+export async function openFencedKysely(trx: KyselyExecutor, resource: string, token: FencingToken): Promise<void> {
+  try {
+    await trx.executeQuery(rawQuery(`${ADVANCE_OR_FAIL(quoteLiteral(resource), tokenLiteral(token))}; ${OPEN_SAVEPOINT}`, []));
+  } catch (error) {
+    if (isStaleRefusal(error)) throw new StaleRefusal(resource, token);
+    throw error;
+  }
+}
+
+function isStaleRefusal(error: unknown): boolean {
+  const fields = error as { table?: unknown; column?: unknown } | null;
+  return sqlState(error) === '23502' && fields?.table === 'fencekeeper_fences' && fields.column === 'token';
+}
+
+/** A stale token refused by openFencedKysely; the mark is read once the transaction is gone. */
+export class StaleRefusal {
+  constructor(readonly resource: string, readonly token: FencingToken) {}
+
+  /** The mark now (at least the one that refused us: a mark never goes back). */
+  async error(db: KyselyExecutor): Promise<StaleTokenError> {
+    return new StaleTokenError(this.resource, this.token, await currentFence(db, this.resource));
+  }
 }

@@ -1,8 +1,7 @@
 import { InvalidArgumentError, type FencingToken } from '../../src/index.js';
-import { guardClient, isKysely, run, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from './database.js';
-import { advanceFence } from './fence-row.js';
-import { openFenced } from './fence-open.js';
-import { OPEN_SAVEPOINT, ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './fenced-transaction.js';
+import { guardClient, isKysely, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from './database.js';
+import { StaleRefusal, openFenced, openFencedKysely } from './fence-open.js';
+import { ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './fenced-transaction.js';
 import { checkResource, checkToken } from './identifiers.js';
 
 /**
@@ -98,14 +97,15 @@ async function fenceKysely<T>(db: KyselyDatabase, resource: string, token: Fenci
   let ended = undefined as WorkEnded<T> | undefined;
   try {
     await db.transaction().execute(async (trx) => {
-      await advanceFence(trx, resource, token);
-      await run(trx, { text: OPEN_SAVEPOINT, values: [], prepared: false });
+      // The advance and the savepoint in one message (Kysely sent BEGIN on its own).
+      await openFencedKysely(trx, resource, token);
       ended = await runWork(sender(trx), trx, work);
       // Left open: have Kysely roll it back. Ended: Kysely's COMMIT finds no transaction and does nothing.
       if (!transactionEnded(ended)) throw ROLL_BACK;
     });
   } catch (error) {
     // Before the work ran (a stale token, a lost connection): nothing to keep.
+    if (error instanceof StaleRefusal) throw await error.error(db);
     if (ended === undefined) throw error;
     // Otherwise this is Kysely's own COMMIT or ROLLBACK after our message: the outcome stands.
   }

@@ -7,9 +7,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import pg from 'pg';
+import { Kysely, PostgresDialect } from 'kysely';
 import { InvalidArgumentError, StaleTokenError, type FencingToken } from '../../src/index.js';
 import { PostgresFenceStore, migrate, withFence, type Database } from '../../adapters/postgres/index.js';
-import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
+import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName, type TestDatabase } from './postgres-helpers.js';
 
 /**
  * A pg.Pool look-alike that records the text of every message sent on its
@@ -30,9 +31,9 @@ function recordingPool(pool: pg.Pool) {
       let wrapped = wrappers.get(client);
       if (wrapped === undefined) {
         wrapped = {
-          query: (config: pg.QueryConfig | string) => {
+          query: (config: pg.QueryConfig | string, values?: unknown[]) => {
             sent.push(typeof config === 'string' ? config : config.text);
-            return client.query(config as pg.QueryConfig);
+            return values === undefined ? client.query(config as pg.QueryConfig) : client.query(config as string, values);
           },
           release: (error?: Error | boolean) => client.release(error),
           processID: (client as unknown as { processID?: number }).processID,
@@ -43,6 +44,7 @@ function recordingPool(pool: pg.Pool) {
       }
       return wrapped;
     },
+    end: () => pool.end(),
   };
   return wrapper;
 }
@@ -52,6 +54,8 @@ const schema = uniqueName('fk_pgtrip');
 let pool: pg.Pool;
 let recording: ReturnType<typeof recordingPool>;
 let db: pg.Pool;
+/** Kysely over the same recording pool. */
+let kysely: Kysely<TestDatabase>;
 
 beforeAll(async () => {
   await createSchema(admin, schema);
@@ -59,13 +63,14 @@ beforeAll(async () => {
   pool = newPool(schema, uniqueName('fk_pgtrip'), 1);
   recording = recordingPool(pool);
   db = recording as unknown as pg.Pool;
+  kysely = new Kysely<TestDatabase>({ dialect: new PostgresDialect({ pool: recording as unknown as pg.Pool }) });
   await migrate(pool);
   await pool.query('CREATE TABLE docs (id int PRIMARY KEY, body text)');
   await pool.query(`CREATE TABLE canary (id int PRIMARY KEY, body text); INSERT INTO canary VALUES (1, 'untouched')`);
 });
 
 afterAll(async () => {
-  await pool.end();
+  await kysely.destroy(); // ends the pool, through the wrapper
   await dropSchema(admin, schema);
   await admin.end();
 });
@@ -84,11 +89,12 @@ async function messagesOf(body: () => Promise<unknown>): Promise<{ sent: string[
 
 const OPEN = /^BEGIN; EXECUTE fencekeeper_fences_advance_[0-9a-f]+\(E'.*', \d+::int8\); SAVEPOINT fencekeeper_fenced$/s;
 const CLOSE = 'SET CONSTRAINTS ALL IMMEDIATE; RELEASE SAVEPOINT fencekeeper_fenced; COMMIT';
+const KYSELY_OPEN = /^INSERT INTO fencekeeper_fences AS f .*VALUES \(E'.*', \d+::int8, NULL, now\(\)\).*; SAVEPOINT fencekeeper_fenced$/s;
 const REFUSE = /^SELECT token::text AS token FROM fencekeeper_fences WHERE resource = E'.*'; ROLLBACK$/s;
 const WORK = 'UPDATE docs SET body = body WHERE id = 1';
 const work = (client: pg.PoolClient) => client.query(WORK);
 
-describe('round trips on the pg.Pool path', () => {
+describe('round trips (pg.Pool; Kysely as far as its API allows)', () => {
   it('a connection prepares the fence statement once, on its first fenced transaction', async () => {
     const first = await messagesOf(() => withFence(db, 'trip:first', 10n, work));
     expect(first.error).toBeUndefined();
@@ -136,6 +142,21 @@ describe('round trips on the pg.Pool path', () => {
     expect(stale.error).toBeInstanceOf(StaleTokenError);
     expect((stale.error as StaleTokenError).current).toBe(30n);
     expect(stale.sent).toEqual([expect.stringMatching(OPEN), expect.stringMatching(REFUSE)]);
+  });
+
+  it('withFence on Kysely: its own BEGIN, the advance with the savepoint, the work, the close, its own COMMIT', async () => {
+    const { sent, error } = await messagesOf(() => withFence(kysely, 'trip:kysely', 50n, (trx) => trx.updateTable('docs').set({ body: 'x' }).where('id', '=', 1).execute()));
+    expect(error).toBeUndefined();
+    expect(sent).toEqual(['begin', expect.stringMatching(KYSELY_OPEN), expect.stringMatching(/^update "docs"/), CLOSE, 'commit']);
+    expect(await mark('trip:kysely')).toBe(50n);
+    // Stale: refused by the open (the work never runs), rolled back by Kysely, then the mark is read.
+    let ran = false;
+    const stale = await messagesOf(() => withFence(kysely, 'trip:kysely', 49n, async () => { ran = true; }));
+    expect(stale.error).toBeInstanceOf(StaleTokenError);
+    expect((stale.error as StaleTokenError).current).toBe(50n);
+    expect(ran).toBe(false);
+    expect(stale.sent).toEqual(['begin', expect.stringMatching(KYSELY_OPEN), 'rollback', expect.stringMatching(/^SELECT token::text AS token FROM fencekeeper_fences WHERE resource = \$1$/)]);
+    expect(await mark('trip:kysely')).toBe(50n);
   });
 
   it('the prepared statement dropped under it (DEALLOCATE ALL on the connection): prepared again, the transaction goes through', async () => {
@@ -199,6 +220,13 @@ describe('resource names through the one-message open (fast-check, real server)'
     stored.clear();
     await pool.query(`DELETE FROM fencekeeper_fences`);
     await fc.assert(fc.asyncProperty(resourceName, (name) => check(db, pool, name, 'withFence')), { numRuns: 300 });
+    await nothingElseChanged(pool);
+  });
+
+  it('withFence on Kysely: the same', async () => {
+    stored.clear();
+    await pool.query(`DELETE FROM fencekeeper_fences`);
+    await fc.assert(fc.asyncProperty(resourceName, (name) => check(kysely, pool, name, 'withFence')), { numRuns: 200 });
     await nothingElseChanged(pool);
   });
 
