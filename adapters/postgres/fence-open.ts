@@ -1,4 +1,5 @@
-// Opening a fenced transaction on a pg client in one round trip:
+// Opening a fenced transaction with as few round trips as the driver allows.
+// On a pg client, one:
 //
 //   BEGIN; EXECUTE fencekeeper_fences_advance_<hash>(E'<resource>', <token>::int8); SAVEPOINT fencekeeper_fenced
 //
@@ -19,6 +20,9 @@
 // lock) costs one more message, which reads the mark that refused us under
 // that lock and rolls back: `SELECT ...; ROLLBACK`. Success costs nothing
 // beyond the message that replaced BEGIN.
+//
+// On a Kysely transaction (BEGIN already sent by Kysely): the advance and the
+// savepoint in one message, for withFence (see openFencedKysely).
 import { createHash } from 'node:crypto';
 import { StaleTokenError, type FencingToken } from '../../src/index.js';
 import { rawQuery, readBigint, sqlState, type KyselyExecutor, type PgPoolClient, type PgQueryResult } from './database.js';
