@@ -58,20 +58,36 @@ export function checkResource(resource: unknown): string {
   return resource;
 }
 
+// Bytes outside ASCII: what a literal must not contain for its meaning to be
+// the same under every client_encoding.
+const NON_ASCII = /[^\x00-\x7f]/;
+
 /**
  * A string as an escape-string literal, E'...', for a statement that travels
  * in a simple-query message with others (such a message carries no
  * parameters). Inside E'' a backslash starts an escape and a quote ends the
- * literal, so both are doubled; nothing else is special, whatever
- * standard_conforming_strings says (E'' does not depend on it). The driver
- * sends UTF-8 (node-postgres sets client_encoding to UTF8 at connect), where
- * no byte of a multi-byte character is a quote or a backslash. NUL is refused:
- * PostgreSQL would end the message there.
+ * literal, so both are doubled; E'' does not depend on
+ * standard_conforming_strings. Every character outside ASCII is written as a
+ * Unicode escape (\uXXXX, \UXXXXXXXX), so the literal is ASCII only: node-postgres
+ * sends UTF-8 whatever the session's client_encoding says, and under a
+ * multi-byte client encoding such as GBK, BIG5 or SJIS the server would read
+ * a UTF-8 byte followed by a backslash as one character, and a doubled
+ * backslash would no longer escape the quote after it. NUL is refused
+ * (PostgreSQL text cannot hold it), and so is a lone surrogate (no code point).
  */
 export function quoteLiteral(text: string): string {
   if (text.includes('\0')) throw new InvalidArgumentError('a SQL literal must not contain NUL');
   if (LONE_SURROGATE.test(text)) throw new InvalidArgumentError('a SQL literal must be well-formed Unicode');
-  return `E'${text.replaceAll('\\', '\\\\').replaceAll("'", "''")}'`;
+  const escaped = text.replaceAll('\\', '\\\\').replaceAll("'", "''");
+  if (!NON_ASCII.test(escaped)) return `E'${escaped}'`;
+  let ascii = '';
+  for (const character of escaped) {
+    const point = character.codePointAt(0) as number;
+    if (point < 0x80) ascii += character;
+    else if (point <= 0xffff) ascii += `\\u${point.toString(16).padStart(4, '0')}`;
+    else ascii += `\\U${point.toString(16).padStart(8, '0')}`;
+  }
+  return `E'${ascii}'`;
 }
 
 /** A validated token as an int8 literal (decimal digits only: nothing to escape). */

@@ -173,10 +173,12 @@ describe('round trips (pg.Pool; Kysely as far as its API allows)', () => {
 // and String.replace's `$&` / `$'` patterns, NUL, lone surrogates, and
 // characters outside the BMP.
 const piece = fc.oneof(
-  fc.constantFrom("'", '\\', "\\'", "''", "'\\", '\\\\', "E'", '"', ';', '--', '/*', '*/', '$$', '$x$', "$'", '$&', '$`', '$1', '\0', '\uD800', '\uDFFF', '\uDBFF\uDFFF', '😀', 'é', 'ß', '\n', '\t', ' ', "'); DROP TABLE canary; --"),
+  fc.constantFrom("'", '\\', "\\'", "''", "'\\", '\\\\', "E'", '"', ';', '--', '/*', '*/', '$$', '$x$', "$'", '$&', '$`', '$1', '\0', '\uD800', '\uDFFF', '\uDBFF\uDFFF', '😀', 'é', 'ß', '€', '中', 'ソ', '\n', '\t', ' ', "'); DROP TABLE canary; --"),
   fc.string({ unit: 'binary', maxLength: 4 }),
 );
 const resourceName = fc.array(piece, { minLength: 1, maxLength: 8 }).map((parts) => parts.join(''));
+
+const hex = (text: string): string => Buffer.from(text, 'utf8').toString('hex');
 
 /** What checkResource must refuse: the empty name, NUL, or a UTF-16 unit with no UTF-8 form. */
 const unstorable = (name: string): boolean => name === '' || name.includes('\0') || /\p{Cs}/u.test(name);
@@ -201,7 +203,8 @@ describe('resource names through the one-message open (fast-check, real server)'
     expect(error, `stored: ${JSON.stringify(name)}`).toBeUndefined();
     stored.add(name);
     // Stored exactly: found by the very string, through a parameter.
-    const { rows } = await raw.query<{ token: string }>('SELECT token::text AS token FROM fencekeeper_fences WHERE resource = $1', [name]);
+    // Compared as UTF-8 bytes in hex, so that the check itself means the same under any client_encoding.
+    const { rows } = await raw.query<{ token: string }>(`SELECT token::text AS token FROM fencekeeper_fences WHERE convert_to(resource, 'UTF8') = decode($1, 'hex')`, [hex(name)]);
     expect(rows, JSON.stringify(name)).toEqual([{ token: '7' }]);
     // The stale path sends the name in its own literal: it must find the same row.
     const stale = await fence(6n).then(() => undefined, (e: unknown) => e);
@@ -212,8 +215,8 @@ describe('resource names through the one-message open (fast-check, real server)'
   /** The canary is intact and the fence table holds exactly the names stored, nothing else. */
   async function nothingElseChanged(raw: pg.Pool): Promise<void> {
     await canaryIntact(raw);
-    const { rows } = await raw.query<{ resource: string }>('SELECT resource FROM fencekeeper_fences');
-    expect(new Set(rows.map((r) => r.resource))).toEqual(stored);
+    const { rows } = await raw.query<{ resource: string }>(`SELECT encode(convert_to(resource, 'UTF8'), 'hex') AS resource FROM fencekeeper_fences`);
+    expect(new Set(rows.map((r) => r.resource))).toEqual(new Set([...stored].map(hex)));
   }
 
   it('withFence: refused or stored exactly, never injected', async () => {
@@ -237,23 +240,34 @@ describe('resource names through the one-message open (fast-check, real server)'
     await nothingElseChanged(pool);
   });
 
-  it('with standard_conforming_strings off (backslashes are escapes in plain literals): the same', async () => {
-    const old = newPool(schema, uniqueName('fk_pgtrip_scs'), 1, { standard_conforming_strings: 'off' });
+  // standard_conforming_strings off: backslashes are escapes in plain literals.
+  // A multi-byte client_encoding (GBK, SJIS): node-postgres still sends UTF-8,
+  // and the server would read a UTF-8 byte and a backslash after it as one
+  // character (why the literal is ASCII only).
+  it.each([
+    { standard_conforming_strings: 'off' },
+    { client_encoding: 'GBK' },
+    { client_encoding: 'SJIS' },
+  ])('with %o: the same', async (settings) => {
+    const [name, value] = Object.entries(settings)[0]!;
+    const other = newPool(schema, uniqueName('fk_pgtrip_settings'), 1);
+    // SET on every new connection (queued by pg before any other query on it).
+    other.on('connect', (client) => { client.query(`SET ${name} = ${value}`).catch(() => undefined); });
     try {
-      expect((await old.query<{ standard_conforming_strings: string }>('SHOW standard_conforming_strings')).rows[0]?.standard_conforming_strings).toBe('off');
-      const oldRecording = recordingPool(old);
+      expect(Object.values((await other.query(`SHOW ${name}`)).rows[0] as object)[0]).toBe(value);
+      const otherRecording = recordingPool(other);
       const saved = recording;
-      recording = oldRecording;
+      recording = otherRecording;
       try {
         stored.clear();
-        await old.query(`DELETE FROM fencekeeper_fences`);
-        await fc.assert(fc.asyncProperty(resourceName, (name) => check(oldRecording as unknown as Database, old, name, 'withFence')), { numRuns: 200 });
-        await nothingElseChanged(old);
+        await other.query(`DELETE FROM fencekeeper_fences`);
+        await fc.assert(fc.asyncProperty(resourceName, (name) => check(otherRecording as unknown as Database, other, name, 'withFence')), { numRuns: 200 });
+        await nothingElseChanged(other);
       } finally {
         recording = saved;
       }
     } finally {
-      await old.end();
+      await other.end();
     }
   });
 });

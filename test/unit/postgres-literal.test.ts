@@ -9,7 +9,7 @@ import fc from 'fast-check';
 import { InvalidArgumentError, InvalidTokenError } from '../../src/index.js';
 import { checkResource, quoteLiteral, tokenLiteral } from '../../adapters/postgres/identifiers.js';
 
-/** Parse an E'' literal at the start of `sql` as PostgreSQL's lexer would (escapes limited to \\ and \'); answers the value and where it ended. */
+/** Parse an E'' literal at the start of `sql` as PostgreSQL's lexer would (the escapes quoteLiteral writes: \\, \uXXXX, \UXXXXXXXX); answers the value and where it ended. */
 function readEscapeString(sql: string): { value: string; end: number } {
   if (!sql.startsWith("E'")) throw new Error('not an escape string');
   let value = '';
@@ -18,6 +18,14 @@ function readEscapeString(sql: string): { value: string; end: number } {
     if (c === '\\') {
       const next = sql[i + 1];
       if (next === undefined) throw new Error('dangling backslash');
+      if (next === 'u' || next === 'U') {
+        const digits = next === 'u' ? 4 : 8;
+        const hex = sql.slice(i + 2, i + 2 + digits);
+        if (!/^[0-9a-f]+$/i.test(hex) || hex.length !== digits) throw new Error(`bad unicode escape at ${i}`);
+        value += String.fromCodePoint(parseInt(hex, 16));
+        i += 1 + digits;
+        continue;
+      }
       value += next;
       i += 1;
     } else if (c === "'") {
@@ -43,12 +51,15 @@ describe('quoteLiteral', () => {
       const { value, end } = readEscapeString(`${literal}; DROP TABLE x`);
       expect(value).toBe(text);
       expect(end).toBe(literal.length);
+      // ASCII only: the same bytes under every client_encoding.
+      expect(literal).toMatch(/^[\x00-\x7f]*$/);
     }), { numRuns: 2000 });
   });
 
   it('refuses NUL and lone surrogates', () => {
     for (const text of ['\0', 'a\0', '\uD800', 'a\uDFFFb']) expect(() => quoteLiteral(text)).toThrow(InvalidArgumentError);
-    expect(quoteLiteral('\uD83D\uDE00')).toBe("E'😀'");
+    expect(quoteLiteral('\uD83D\uDE00')).toBe("E'\\U0001f600'");
+    expect(quoteLiteral("é'\\")).toBe("E'\\u00e9''\\\\'");
   });
 });
 
