@@ -1,4 +1,4 @@
-import { InvalidArgumentError, type FencingToken } from '../../src/index.js';
+import { InvalidArgumentError, StaleTokenError, publishRefused, traceWithFence, type FencingToken } from '../../src/index.js';
 import { guardClient, isKysely, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from './database.js';
 import { StaleRefusal, openFenced, openFencedKysely } from './fence-open.js';
 import { ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './fenced-transaction.js';
@@ -41,6 +41,10 @@ export async function withFence<T>(db: Database, resource: string, token: Fencin
   checkToken(token);
   if (typeof work !== 'function') throw new InvalidArgumentError('work must be a function');
   const run = work as (trx: unknown) => Promise<T>;
+  return traceWithFence('postgres', resource, token, () => fenced(db, resource, token, run));
+}
+
+async function fenced<T>(db: Database, resource: string, token: FencingToken, run: (trx: unknown) => Promise<T>): Promise<T> {
   const ended = isKysely(db)
     ? await fenceKysely(db as KyselyDatabase, resource, token, run)
     : await fencePg(db as PgPool, resource, token, run);
@@ -83,6 +87,8 @@ async function fencePg<T>(pool: PgPool, resource: string, token: FencingToken, w
     const opened = await openFenced(client, resource, token);
     if (!opened.ok) {
       broken = opened.broken;
+      // Counted here, not in openFenced: PostgresFenceStore opens the same way, and fencing() counts its refusals.
+      if (opened.error instanceof StaleTokenError) publishRefused('postgres', opened.error);
       throw opened.error;
     }
     const ended = await runWork(sender(client), client, work);
@@ -105,7 +111,11 @@ async function fenceKysely<T>(db: KyselyDatabase, resource: string, token: Fenci
     });
   } catch (error) {
     // Before the work ran (a stale token, a lost connection): nothing to keep.
-    if (error instanceof StaleRefusal) throw await error.error(db);
+    if (error instanceof StaleRefusal) {
+      const stale = await error.error(db);
+      publishRefused('postgres', stale);
+      throw stale;
+    }
     if (ended === undefined) throw error;
     // Otherwise this is Kysely's own COMMIT or ROLLBACK after our message: the outcome stands.
   }

@@ -5,8 +5,8 @@
 // and writes, A resumes and writes with its old token. Then:
 //   - A's process counts one fencekeeper.lock.lost, with the reason A saw:
 //     the step-down deadline (its own clock, before any word from the
-//     server), and the refusals decided in A's process (S3's; PostgreSQL's
-//     once the row writes publish theirs, see REFUSED_IN_HOLDER);
+//     server), and the two refusals decided in A's process: PostgreSQL's
+//     (its fencedUpsert) and S3's (its fencedPutObject);
 //   - the HTTP service's process (the demo itself) counts the one request it
 //     refused, 409;
 //   - B lost nothing and refused nothing.
@@ -19,12 +19,8 @@ import { uniqueLockName } from '../helpers/unique.js';
 
 const BIN = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
 
-/**
- * The adapters whose refusal of A's stale write is published in A's own
- * process. PostgreSQL's joins when fencedUpsert (the demo's row write)
- * publishes on fencekeeper:fence:refused: then ['postgres', 's3'].
- */
-const REFUSED_IN_HOLDER = ['s3'];
+/** The adapters whose refusal of A's stale write is published in A's own process. */
+const REFUSED_IN_HOLDER = ['postgres', 's3'];
 
 interface Series {
   readonly name: string;
