@@ -19,12 +19,9 @@ import {
 } from '../../adapters/postgres/index.js';
 import { EffectFailedError, EffectPendingError, InvalidArgumentError, InvalidTokenError, LockLostError, StaleTokenError } from '../../src/index.js';
 import { assertBuilt, cli } from './cli-helpers.js';
-import { DATABASE_URL, FLAVORS, createSchema, dropSchema, newKysely, newPool, uniqueName, type TestDatabase } from './postgres-helpers.js';
+import { adminPool, DATABASE_URL, FLAVORS, createSchema, dropSchema, newKysely, newPool, uniqueName, type TestDatabase } from './postgres-helpers.js';
 
-const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
-afterAll(async () => {
-  await admin.end();
-});
+const admin = adminPool();
 
 /** An effect that counts its runs and answers `answer(run)`. */
 function counted<R>(answer: (run: number, context: EffectContext) => R | Promise<R>): ((context: EffectContext) => Promise<R>) & { runs: EffectContext[] } {

@@ -24,13 +24,10 @@ import {
   type Database,
   type Queryable,
 } from '../../adapters/postgres/index.js';
-import { DATABASE_URL, FLAVORS, backendPidOf, createSchema, dropSchema, exec, newKysely, newPool, uniqueName, waitForFenceWaiter, type Flavor, type TestDatabase } from './postgres-helpers.js';
+import { adminPool, DATABASE_URL, FLAVORS, backendPidOf, createSchema, dropSchema, exec, newKysely, newPool, uniqueName, waitForFenceWaiter, type Flavor, type TestDatabase } from './postgres-helpers.js';
 
 
-const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
-afterAll(async () => {
-  await admin.end();
-});
+const admin = adminPool();
 
 type Isolation = 'read committed' | 'repeatable read' | 'serializable';
 

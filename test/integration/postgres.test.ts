@@ -16,13 +16,10 @@ import {
   type Database,
   type Queryable,
 } from '../../adapters/postgres/index.js';
-import { DATABASE_URL, FLAVORS, createSchema, dropSchema, newKysely, newPool, backendPidOf, exec, uniqueName, waitForFenceWaiter, waitForLockWaiters, type TestDatabase } from './postgres-helpers.js';
+import { adminPool, DATABASE_URL, FLAVORS, createSchema, dropSchema, newKysely, newPool, backendPidOf, exec, uniqueName, waitForFenceWaiter, waitForLockWaiters, type TestDatabase } from './postgres-helpers.js';
 
 
-const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
-afterAll(async () => {
-  await admin.end();
-});
+const admin = adminPool();
 
 describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
   const schema = uniqueName(`fk_pg_${flavor}`);
