@@ -5,18 +5,7 @@
 import type { Kysely } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  DefiniteFailure,
-  effectIdempotencyKey,
-  listEffects,
-  migrate,
-  pendingEffects,
-  withEffect,
-  withFence,
-  type Database,
-  type EffectContext,
-  type ReconcileContext,
-} from '../../adapters/postgres/index.js';
+import { DefiniteFailure, effectIdempotencyKey, listEffects, migrate, pendingEffects, withEffect, withFence, type Database, type EffectContext, type ReconcileContext } from '../../adapters/postgres/index.js';
 import { EffectFailedError, EffectPendingError, InvalidArgumentError, InvalidTokenError, LockLostError, StaleTokenError } from '../../src/index.js';
 import { assertBuilt, cli } from './cli-helpers.js';
 import { adminPool, DATABASE_URL, FLAVORS, createSchema, dropSchema, newKysely, newPool, uniqueName, type TestDatabase } from './postgres-helpers.js';

@@ -5,17 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { Kysely, PostgresDialect } from 'kysely';
 import { InvalidArgumentError, InvalidTokenError, MAX_TOKEN } from '../../src/index.js';
-import {
-  PostgresFenceStore,
-  fenced,
-  fencedDelete,
-  fencedInsert,
-  fencedUpdate,
-  fencedUpsert,
-  migrate,
-  withFence,
-  type Database,
-} from '../../adapters/postgres/index.js';
+import { PostgresFenceStore, fenced, fencedDelete, fencedInsert, fencedUpdate, fencedUpsert, migrate, withFence, type Database } from '../../adapters/postgres/index.js';
 import { DATABASE_URL, FLAVORS, createSchema, dropSchema, newPool, uniqueName, type TestDatabase } from './postgres-helpers.js';
 
 /** A pg.Pool look-alike that counts every query sent through it or its clients. */
