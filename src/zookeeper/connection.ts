@@ -367,7 +367,7 @@ export class Connection extends EventEmitter<{ handshake: [ConnectResponse]; not
   #scheduleFlush(): void {
     if (this.#flushScheduled) return;
     this.#flushScheduled = true;
-    queueMicrotask(this.#flush);
+    process.nextTick(this.#flush);
   }
 
   readonly #flush = (): void => {

@@ -1,6 +1,7 @@
 // Profile one lock implementation's uncontended cycle alone: K loops on one session, each on its own lock.
 //   FK_ZK_STANDALONE=127.0.0.1:2181 node --cpu-prof --cpu-prof-dir=/tmp/fk-prof node_modules/vite-node/vite-node.mjs test/bench/lock-profile.ts
-// Env: BENCH_K (default 1), BENCH_MS (default 5000), BENCH_IMPL (fencekeeper | floor, default fencekeeper).
+// Env: BENCH_K (default 1), BENCH_MS (default 5000), BENCH_IMPL (fencekeeper | client: the same requests on our client without the recipe | floor;
+// default fencekeeper).
 // Prints cycles/s and CPU per cycle (user and system).
 import { performance } from 'node:perf_hooks';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
@@ -14,7 +15,7 @@ const SERVER = process.env.FK_ZK_STANDALONE ?? '127.0.0.1:2181';
 const zk = await ZooKeeperClient.connect({ connectString: SERVER, sessionTimeoutMs: 10_000 });
 const raw = await RawSession.connect(SERVER);
 const tag = `prof_${process.pid}`;
-if (IMPL === 'floor') {
+if (IMPL === 'floor' || IMPL === 'client') {
   for (const path of ['/' + tag, ...Array.from({ length: K }, (_, i) => `/${tag}/${i}`)]) await zk.create(path);
 }
 let cycles = 0;
@@ -25,6 +26,13 @@ await Promise.all(
     while (performance.now() - start < MS) {
       if (IMPL === 'floor') {
         await rawCycle(raw, `/${tag}/${i}`);
+      } else if (IMPL === 'client') {
+        const parent = `/${tag}/${i}`;
+        const created = zk.create(`${parent}/x-lock-`, null, { mode: 'ephemeral_sequential' });
+        const listed = zk.getChildren(parent);
+        const { path } = await created;
+        await listed;
+        await zk.delete(path);
       } else {
         const lock = await acquireLock(zk, `${tag}/${i}`);
         await lock.release();
@@ -38,7 +46,7 @@ console.log(
   `${IMPL} K=${K}: ${((cycles * 1000) / (performance.now() - start)).toFixed(0)} cycles/s, ${((used.user + used.system) / cycles).toFixed(1)} us CPU/cycle ` +
     `(user ${(used.user / cycles).toFixed(1)}, system ${(used.system / cycles).toFixed(1)})`,
 );
-if (IMPL === 'floor') {
+if (IMPL === 'floor' || IMPL === 'client') {
   for (let i = 0; i < K; i++) await zk.delete(`/${tag}/${i}`);
   await zk.delete(`/${tag}`);
 }

@@ -210,26 +210,24 @@ export async function leave(zk: ZooKeeperClient, path: string): Promise<void> {
 }
 
 /**
- * Wait until our node is the lowest. Each round watches only the
- * predecessor (exists with a watch; if it is already gone, list again at
- * once). `stop` is a promise that rejects when the caller gives up (abort,
- * timeout, session loss); the caller then removes our node.
+ * Wait until our node is the lowest, starting behind `predecessor` (from
+ * the listing the join made). Each round watches only the predecessor
+ * (exists with a watch; if it is already gone, list again at once). `stop`
+ * is a promise that rejects when the caller gives up (abort, timeout,
+ * session loss); the caller then removes our node.
  */
 export async function waitForTurn(
   zk: ZooKeeperClient,
   parent: string,
   node: QueueNode,
-  children: string[],
+  predecessor: string,
   stop: Promise<never>,
 ): Promise<'turn' | 'gone'> {
-  let listing = children;
+  let ahead = predecessor;
   for (;;) {
-    const where = position(withoutStrays(zk, node, listing), node.child);
-    if (where === null) return 'gone';
-    if (where.turn) return 'turn';
     const predecessorGone = new Promise<void>((resolve) => {
       const watch = (): void => resolve();
-      retryOnLoss(() => zk.exists(joinPath(parent, where.predecessor), { watch })).then(
+      retryOnLoss(() => zk.exists(joinPath(parent, ahead), { watch })).then(
         (stat) => {
           if (stat === null) resolve();
         },
@@ -237,7 +235,11 @@ export async function waitForTurn(
       );
     });
     await Promise.race([predecessorGone, stop]);
-    listing = await Promise.race([listChildren(zk, parent), stop]);
+    const listing = await Promise.race([listChildren(zk, parent), stop]);
+    const where = position(withoutStrays(zk, node, listing), node.child);
+    if (where === null) return 'gone';
+    if (where.turn) return 'turn';
+    ahead = where.predecessor;
   }
 }
 
