@@ -1,7 +1,7 @@
 // Benchmark: lock throughput on one session, against the protocol floor and the peer.
 //   FK_ZK_STANDALONE=127.0.0.1:2181 npx vite-node test/bench/lock-throughput.ts
-// Env: FK_ZK_STANDALONE (default 127.0.0.1:2181), BENCH_ROUNDS (default 5), BENCH_BLOCK_MS
-// (time per implementation per round and K, default 400), BENCH_HELD (locks held for the
+// Env: FK_ZK_STANDALONE (default 127.0.0.1:2181), BENCH_ROUNDS (default 7), BENCH_BLOCK_MS
+// (time per implementation per round and K, default 300), BENCH_HELD (locks held for the
 // memory figures, default 10000), BENCH_HANDOFFS (contended grants per implementation and
 // round, default 400), BENCH_ONLY (comma list of sections: cycles,memory,handoff).
 //
@@ -34,8 +34,8 @@ import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { RawSession, rawCycle } from './raw-zk.js';
 
 const SERVER = process.env.FK_ZK_STANDALONE ?? '127.0.0.1:2181';
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
-const BLOCK_MS = Number(process.env.BENCH_BLOCK_MS ?? 400);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
+const BLOCK_MS = Number(process.env.BENCH_BLOCK_MS ?? 300);
 const HELD = Number(process.env.BENCH_HELD ?? 10_000);
 const HANDOFFS = Number(process.env.BENCH_HANDOFFS ?? 400);
 const ONLY = new Set((process.env.BENCH_ONLY ?? 'cycles,memory,handoff').split(','));
@@ -205,15 +205,18 @@ async function cyclesSection(setup: ZooKeeperClient): Promise<void> {
     s.theirs.close();
     s.raw.close();
   }
-  console.log(`\nK loops on one session, each acquiring + releasing its own lock (median of ${ROUNDS} rounds of ${BLOCK_MS} ms per implementation)`);
-  console.log(`${'K'.padEnd(4)}${'fencekeeper/s'.padEnd(15)}${'nzc/s'.padEnd(10)}${'floor/s'.padEnd(10)}${'ours/floor'.padEnd(12)}${'ours/nzc'.padEnd(10)}${'CPU us/cycle: ours'.padEnd(20)}${'nzc'.padEnd(8)}${'floor'.padEnd(8)}ours/floor`);
+  console.log(`\nK loops on one session, each acquiring + releasing its own lock (${ROUNDS} rounds of ${BLOCK_MS} ms per implementation)`);
+  console.log('cycles/s: median over rounds; ratios: median of the per-round ratios (same round, same load); CPU: median us per cycle');
+  console.log(`${'K'.padEnd(4)}${'ours/s'.padEnd(9)}${'nzc/s'.padEnd(9)}${'floor/s'.padEnd(9)}${'ours/floor'.padEnd(12)}${'ours/nzc'.padEnd(10)}${'CPU ours'.padEnd(10)}${'nzc'.padEnd(8)}${'floor'.padEnd(8)}ours/floor`);
   for (const k of KS) {
-    const r = (impl: Impl): number => median(rates.get(key(impl, k))!);
+    const rs = (impl: Impl): number[] => rates.get(key(impl, k))!;
+    const r = (impl: Impl): number => median(rs(impl));
     const c = (impl: Impl): number => median(cpu.get(key(impl, k))!);
+    const ratio = (a: Impl, b: Impl): number => median(rs(a).map((x, i) => x / rs(b)[i]!));
     console.log(
-      `${String(k).padEnd(4)}${r('fencekeeper').toFixed(0).padEnd(15)}${r('nzc').toFixed(0).padEnd(10)}${r('floor').toFixed(0).padEnd(10)}` +
-        `${(r('fencekeeper') / r('floor')).toFixed(2).padEnd(12)}${(r('fencekeeper') / r('nzc')).toFixed(2).padEnd(10)}` +
-        `${c('fencekeeper').toFixed(1).padEnd(20)}${c('nzc').toFixed(1).padEnd(8)}${c('floor').toFixed(1).padEnd(8)}${(c('fencekeeper') / c('floor')).toFixed(2)}`,
+      `${String(k).padEnd(4)}${r('fencekeeper').toFixed(0).padEnd(9)}${r('nzc').toFixed(0).padEnd(9)}${r('floor').toFixed(0).padEnd(9)}` +
+        `${ratio('fencekeeper', 'floor').toFixed(2).padEnd(12)}${ratio('fencekeeper', 'nzc').toFixed(2).padEnd(10)}` +
+        `${c('fencekeeper').toFixed(1).padEnd(10)}${c('nzc').toFixed(1).padEnd(8)}${c('floor').toFixed(1).padEnd(8)}${(c('fencekeeper') / c('floor')).toFixed(2)}`,
     );
   }
   console.log('per round (cycles/s):');

@@ -89,20 +89,21 @@ export interface OwnNode {
 
 /**
  * Our own node vanishing (an operator's delete, a session expiry seen first
- * by the server) ends the holding. One watcher function per client serves
- * every held node (looked up by path), and the watches of one turn go out
- * together.
+ * by the server) ends the holding, or the wait for it. One watcher function
+ * per client serves every node (looked up by path), and the watches a turn
+ * asks for go out together.
  *
- * The own-node watch is a request of its own: sent eagerly, it leaves in a
- * socket write of its own (create2 + getChildren have gone, release's delete
- * comes later) and costs a reply and a notification on top. A holder that
- * releases within this turn of the event loop never needs it, so it goes
- * out on the next one. Nothing is missed meanwhile: if the node is deleted
- * first, exists() answers null and the holding ends.
+ * A waiter watches its node from the start (it learns of a deletion while
+ * it waits, and the watch serves the holding that follows: the holder takes
+ * the entry over, no request of its own). A holder granted at once asks for
+ * the watch on the next turn of the event loop: sent eagerly, it would leave
+ * in a socket write of its own and cost a reply and a notification, and a
+ * holder that releases within this turn never needs it. Nothing is missed
+ * meanwhile: if the node is deleted first, exists() answers null.
  */
 class OwnNodeWatches {
   readonly #zk: ZooKeeperClient;
-  /** Nodes whose exists watch is set or being set. */
+  /** Nodes whose exists watch is set or being set, by path: the entry may change hands (waiter -> holder). */
   readonly #watched = new Map<string, OwnNode>();
   #pending: OwnNode[] = [];
   #scheduled = false;
@@ -111,7 +112,12 @@ class OwnNodeWatches {
     this.#zk = zk;
   }
 
-  add(node: OwnNode): void {
+  /** Watch from the next turn on, or at once if the node is watched already (taking its entry over). */
+  soon(node: OwnNode): void {
+    if (this.#watched.has(node.path)) {
+      this.#watched.set(node.path, node);
+      return;
+    }
     this.#pending.push(node);
     if (!this.#scheduled) {
       this.#scheduled = true;
@@ -119,32 +125,45 @@ class OwnNodeWatches {
     }
   }
 
+  now(node: OwnNode): void {
+    this.#watched.set(node.path, node);
+    this.#check(node.path);
+  }
+
   readonly #flush = (): void => {
     this.#scheduled = false;
     const pending = this.#pending;
     this.#pending = [];
-    for (const node of pending) if (!node[NODE_DONE]) this.#check(node);
+    for (const node of pending) {
+      if (node[NODE_DONE] || this.#watched.has(node.path)) continue;
+      this.#watched.set(node.path, node);
+      this.#check(node.path);
+    }
   };
 
   readonly #onEvent = (event: WatchEvent): void => {
     const node = this.#watched.get(event.path);
     if (node === undefined) return;
-    this.#watched.delete(event.path);
-    if (event.type === 'deleted') node[NODE_DELETED]();
-    else if (!node[NODE_DONE]) this.#check(node); // its data changed: watch again
+    if (event.type === 'deleted') this.#gone(event.path);
+    else if (!node[NODE_DONE]) this.#check(event.path); // its data changed: watch again
+    else this.#watched.delete(event.path);
   };
 
-  #check(node: OwnNode): void {
-    this.#watched.set(node.path, node);
-    this.#zk.exists(node.path, { watch: this.#onEvent }).then(
+  #gone(path: string): void {
+    const node = this.#watched.get(path);
+    this.#watched.delete(path);
+    node?.[NODE_DELETED]();
+  }
+
+  #check(path: string): void {
+    this.#zk.exists(path, { watch: this.#onEvent }).then(
       (stat) => {
-        if (stat !== null) return;
-        this.#watched.delete(node.path);
-        node[NODE_DELETED]();
+        if (stat === null) this.#gone(path);
       },
       (error: unknown) => {
-        if (error instanceof ConnectionLossError && !node[NODE_DONE]) this.#check(node);
-        else this.#watched.delete(node.path); // session expiry and close reach the holding through the clock
+        const node = this.#watched.get(path);
+        if (error instanceof ConnectionLossError && node !== undefined && !node[NODE_DONE]) this.#check(path);
+        else this.#watched.delete(path); // session expiry and close reach the holding through the clock
       },
     );
   }
@@ -152,14 +171,23 @@ class OwnNodeWatches {
 
 const ownNodeWatches = new WeakMap<ZooKeeperClient, OwnNodeWatches>();
 
-/** Watch our own node from the next turn of the event loop on (unless it is done by then). */
-export function watchOwnNode(zk: ZooKeeperClient, node: OwnNode): void {
+function ownNodeWatchesOf(zk: ZooKeeperClient): OwnNodeWatches {
   let watches = ownNodeWatches.get(zk);
   if (watches === undefined) {
     watches = new OwnNodeWatches(zk);
     ownNodeWatches.set(zk, watches);
   }
-  watches.add(node);
+  return watches;
+}
+
+/** A holder's watch on its node: from the next turn on, or the waiter's watch taken over. */
+export function watchOwnNode(zk: ZooKeeperClient, node: OwnNode): void {
+  ownNodeWatchesOf(zk).soon(node);
+}
+
+/** A waiter's watch on its node, sent at once (with the predecessor's, in one write). */
+export function watchOwnNodeNow(zk: ZooKeeperClient, node: OwnNode): void {
+  ownNodeWatchesOf(zk).now(node);
 }
 
 /** The safety margin for this client's negotiated session timeout (default a quarter of it). */

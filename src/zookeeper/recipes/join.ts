@@ -56,7 +56,7 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
     else if (mode === 'try') outcome = 'busy';
     else {
       stopper ??= new Stopper(zk, name, undefined, undefined);
-      outcome = await waitForTurn(zk, parent, node, where.predecessor, stopper.stopped);
+      outcome = await waitForTurn(zk, parent, node, where, stopper.stopped);
     }
     if (outcome === 'busy') return null;
     if (stopper !== null) stopper.check();

@@ -56,7 +56,10 @@ export function guidOf(child: string): string {
   return at === -1 ? '' : child.slice(0, at);
 }
 
-export type TurnOutcome = { readonly turn: true } | { readonly turn: false; readonly predecessor: string };
+export type TurnOutcome =
+  | { readonly turn: true }
+  /** ahead: how many nodes precede ours (1: the predecessor is the head). */
+  | { readonly turn: false; readonly predecessor: string; readonly ahead: number };
 
 /** Where we stand in a listing: holding, or behind `predecessor`. Null: our node is gone. */
 export function position(children: readonly string[], child: string): TurnOutcome | null {
@@ -64,5 +67,5 @@ export function position(children: readonly string[], child: string): TurnOutcom
   const index = sorted.indexOf(child);
   if (index === -1) return null;
   if (index === 0) return { turn: true };
-  return { turn: false, predecessor: sorted[index - 1] as string };
+  return { turn: false, predecessor: sorted[index - 1] as string, ahead: index };
 }

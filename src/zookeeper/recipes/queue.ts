@@ -21,7 +21,9 @@ import type { LockStatusEntry } from '../../lock-source.js';
 import type { ZooKeeperClient } from '../client.js';
 import { joinPath } from '../paths.js';
 import { listChildren, retryOnLoss, whileConnected } from './connection-loss.js';
+import { NODE_DELETED, NODE_DONE, watchOwnNodeNow, type OwnNode } from './holding.js';
 import { MARKER, guidOf, position, sortQueue } from './queue-order.js';
+import type { WatchEvent } from '../watches.js';
 
 /**
  * Each join gets its own guid, so a lost create2 reply can be matched to its
@@ -210,36 +212,88 @@ export async function leave(zk: ZooKeeperClient, path: string): Promise<void> {
 }
 
 /**
- * Wait until our node is the lowest, starting behind `predecessor` (from
- * the listing the join made). Each round watches only the predecessor
- * (exists with a watch; if it is already gone, list again at once). `stop`
- * is a promise that rejects when the caller gives up (abort, timeout,
- * session loss); the caller then removes our node.
+ * Wait until our node is the lowest, starting behind `predecessor`, with
+ * `ahead` nodes before ours (from the listing the join made). Each round
+ * watches only the predecessor (exists with a watch; if it is already gone,
+ * look again at once), so a release wakes one waiter, not the queue.
+ *
+ * When the predecessor goes, the waiter lists again rather than assuming it
+ * is next (the predecessor may have been a waiter that gave up), except
+ * when the predecessor was the head: nodes only ever join behind ours
+ * (sequence order), so with the head gone nothing is ahead of us, and the
+ * grant needs no listing (a release hands over in one notification, not a
+ * notification and a round trip). That is sound only if our own node still
+ * exists: so the waiter watches its own node too, from the start (in the
+ * write that carries the predecessor's watch), and that watch then serves
+ * the holding as well.
+ *
+ * `stop` is a promise that rejects when the caller gives up (abort,
+ * timeout, session loss); the caller then removes our node.
  */
 export async function waitForTurn(
   zk: ZooKeeperClient,
   parent: string,
   node: QueueNode,
-  predecessor: string,
+  start: { readonly predecessor: string; readonly ahead: number },
   stop: Promise<never>,
 ): Promise<'turn' | 'gone'> {
-  let ahead = predecessor;
-  for (;;) {
-    const predecessorGone = new Promise<void>((resolve) => {
-      const watch = (): void => resolve();
-      retryOnLoss(() => zk.exists(joinPath(parent, ahead), { watch })).then(
-        (stat) => {
-          if (stat === null) resolve();
-        },
-        () => resolve(), // session trouble: the listing below reports it
-      );
+  const self = new WaitingNode(node.path);
+  watchOwnNodeNow(zk, self);
+  try {
+    let { predecessor, ahead } = start;
+    for (;;) {
+      const gone = await Promise.race([predecessorGone(zk, joinPath(parent, predecessor)), self.deleted, stop]);
+      if (self.isDeleted) return 'gone';
+      if (gone && ahead === 1) return 'turn';
+      const listing = await Promise.race([listChildren(zk, parent), stop]);
+      const where = position(withoutStrays(zk, node, listing), node.child);
+      if (where === null) return 'gone';
+      if (where.turn) return 'turn';
+      ({ predecessor, ahead } = where);
+    }
+  } finally {
+    self.done = true;
+  }
+}
+
+/**
+ * Resolves when the predecessor is gone (true: its exists answered null, or
+ * its watch fired for a deletion) or something else happened to it (false:
+ * its data changed, the session is in trouble): then look again.
+ */
+function predecessorGone(zk: ZooKeeperClient, path: string): Promise<boolean> {
+  return new Promise<boolean>((resolve) => {
+    const watch = (event: WatchEvent): void => resolve(event.type === 'deleted');
+    retryOnLoss(() => zk.exists(path, { watch })).then(
+      (stat) => {
+        if (stat === null) resolve(true);
+      },
+      () => resolve(false), // session trouble: the listing reports it
+    );
+  });
+}
+
+/** A waiter's own node, for its watch (./holding.ts): its deletion ends the wait. */
+class WaitingNode implements OwnNode {
+  done = false;
+  isDeleted = false;
+  readonly deleted: Promise<false>;
+  #wake!: (value: false) => void;
+
+  constructor(readonly path: string) {
+    this.deleted = new Promise<false>((resolve) => {
+      this.#wake = resolve;
     });
-    await Promise.race([predecessorGone, stop]);
-    const listing = await Promise.race([listChildren(zk, parent), stop]);
-    const where = position(withoutStrays(zk, node, listing), node.child);
-    if (where === null) return 'gone';
-    if (where.turn) return 'turn';
-    ahead = where.predecessor;
+  }
+
+  get [NODE_DONE](): boolean {
+    return this.done;
+  }
+
+  [NODE_DELETED](): void {
+    if (this.done) return;
+    this.isDeleted = true;
+    this.#wake(false);
   }
 }
 
