@@ -62,10 +62,14 @@ export type TurnOutcome =
   | { readonly turn: false; readonly predecessor: string; readonly ahead: number };
 
 /** Where we stand in a listing: holding, or behind `predecessor`. Null: our node is gone. */
+const TURN: TurnOutcome = Object.freeze({ turn: true });
+
 export function position(children: readonly string[], child: string): TurnOutcome | null {
+  // Alone in the queue (an uncontended acquire): nothing to sort.
+  if (children.length === 1) return children[0] === child ? TURN : null;
   const sorted = sortQueue(children);
   const index = sorted.indexOf(child);
   if (index === -1) return null;
-  if (index === 0) return { turn: true };
+  if (index === 0) return TURN;
   return { turn: false, predecessor: sorted[index - 1] as string, ahead: index };
 }

@@ -76,16 +76,17 @@ export interface QueueEntry extends LockStatusEntry {
  * created on demand every time a create finds it missing.
  */
 async function ensureParents(zk: ZooKeeperClient, parent: string, root: string): Promise<void> {
-  const segments = parent.split('/').slice(1);
-  let path = '';
-  for (const segment of segments) {
-    path += `/${segment}`;
-    const persistent = root === path || root.startsWith(`${path}/`);
-    try {
-      await zk.create(path, null, { mode: persistent ? 'persistent' : 'container' });
-    } catch (error) {
-      if (!isCode(error, 'ZK_NODEEXISTS')) throw error;
-    }
+  // Usually only the lock's own container is missing (reaped while the lock
+  // was idle): try it first, and walk up only when its parent is missing too.
+  const persistent = root === parent || root.startsWith(`${parent}/`);
+  try {
+    await zk.create(parent, null, { mode: persistent ? 'persistent' : 'container' });
+  } catch (error) {
+    if (isCode(error, 'ZK_NODEEXISTS')) return;
+    const up = parent.lastIndexOf('/');
+    if (!isCode(error, 'ZK_NONODE') || up <= 0) throw error;
+    await ensureParents(zk, parent.slice(0, up), root);
+    await ensureParents(zk, parent, root);
   }
 }
 
@@ -181,9 +182,13 @@ export async function abandon(zk: ZooKeeperClient, joining: Promise<Enqueued>): 
 }
 
 /** Leave the queue for good: our node, and for an uncertain join any other node carrying its guid. */
-export async function leaveQueue(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
+export function leaveQueue(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
+  return node.uncertain ? leaveUncertain(zk, node) : leave(zk, node.path);
+}
+
+async function leaveUncertain(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
   await leave(zk, node.path);
-  if (!node.uncertain || zk.state === 'expired' || zk.state === 'closed') return;
+  if (zk.state === 'expired' || zk.state === 'closed') return;
   try {
     const children = await listChildren(zk, node.parent);
     await Promise.all(children.filter((c) => guidOf(c) === node.guid).map((c) => leave(zk, joinPath(node.parent, c))));
@@ -195,20 +200,16 @@ export async function leaveQueue(zk: ZooKeeperClient, node: QueueNode): Promise<
 /**
  * Leave the queue: delete our node, repeating the delete across connection
  * losses (a lost delete reply is answered NONODE the second time). Ends when
- * the node is gone or the session is (which deletes it too).
+ * the node is gone or the session is (which deletes it too). Every release
+ * takes this path: one promise on the delete's, no async frames around it.
  */
-export async function leave(zk: ZooKeeperClient, path: string): Promise<void> {
-  for (;;) {
-    try {
-      await zk.delete(path);
-      return;
-    } catch (error) {
-      if (isCode(error, 'ZK_NONODE')) return;
-      if (error instanceof ConnectionLossError) continue;
-      if (zk.state === 'expired' || zk.state === 'closed') return;
-      throw error;
-    }
-  }
+export function leave(zk: ZooKeeperClient, path: string): Promise<void> {
+  return zk.delete(path).then(undefined, (error: unknown) => {
+    if (isCode(error, 'ZK_NONODE')) return;
+    if (error instanceof ConnectionLossError) return leave(zk, path);
+    if (zk.state === 'expired' || zk.state === 'closed') return;
+    throw error;
+  });
 }
 
 /**
