@@ -2,6 +2,7 @@
 //   FK_ZK_STANDALONE=127.0.0.1:2181 node --cpu-prof --cpu-prof-dir=/tmp/fk-prof node_modules/vite-node/vite-node.mjs test/bench/lock-profile.ts
 // Env: BENCH_K (default 1), BENCH_MS (default 5000), BENCH_IMPL (fencekeeper | client: the same requests on our client without the recipe | floor;
 // default fencekeeper).
+// BENCH_SIGNAL=1: every holder reads lock.signal (the step-down holding is made).
 // Prints cycles/s and CPU per cycle (user and system).
 import { performance } from 'node:perf_hooks';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
@@ -11,6 +12,7 @@ import { RawSession, rawCycle } from './raw-zk.js';
 const K = Number(process.env.BENCH_K ?? 1);
 const MS = Number(process.env.BENCH_MS ?? 5000);
 const IMPL = process.env.BENCH_IMPL ?? 'fencekeeper';
+const SIGNAL = process.env.BENCH_SIGNAL === '1';
 const SERVER = process.env.FK_ZK_STANDALONE ?? '127.0.0.1:2181';
 const zk = await ZooKeeperClient.connect({ connectString: SERVER, sessionTimeoutMs: 10_000 });
 const raw = await RawSession.connect(SERVER);
@@ -35,6 +37,7 @@ await Promise.all(
         await zk.delete(path);
       } else {
         const lock = await acquireLock(zk, `${tag}/${i}`);
+        if (SIGNAL) void lock.signal; // a holder that hands its signal to its work
         await lock.release();
       }
       cycles++;
