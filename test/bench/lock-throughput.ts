@@ -24,16 +24,17 @@
 //             next holder's grant, p50/p99, fencekeeper against nzc.
 // A process-wide 'warning' listener counts warnings (MaxListenersExceededWarning): printed.
 // Prints figures; asserts nothing.
-import { createRequire } from 'node:module';
 import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { acquireLock, type ZooKeeperLock } from '../../src/zookeeper/recipes/lock.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { nzcAcquire, nzcConnect as nzcConnectTo, type NzcClient } from './nzc-lock.js';
 import { RawSession, rawCycle } from './raw-zk.js';
 
 const SERVER = process.env.FK_ZK_STANDALONE ?? '127.0.0.1:2181';
+const nzcConnect = (): Promise<NzcClient> => nzcConnectTo(SERVER);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
 const BLOCK_MS = Number(process.env.BENCH_BLOCK_MS ?? 300);
 const HELD = Number(process.env.BENCH_HELD ?? 10_000);
@@ -47,56 +48,6 @@ process.on('warning', (w) => warnings.push(`${w.name}: ${w.message}`));
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
-
-// ---------------------------------------------------------------- node-zookeeper-client
-
-interface NzcClient {
-  connect(): void;
-  close(): void;
-  once(event: 'connected', listener: () => void): void;
-  create(path: string, data: Buffer | null, mode: number, cb: (err: Error | null, path: string) => void): void;
-  create(path: string, cb: (err: (Error & { getCode?: () => number }) | null, path: string) => void): void;
-  getChildren(path: string, cb: (err: Error | null, children: string[]) => void): void;
-  exists(path: string, watcher: (event: unknown) => void, cb: (err: Error | null, stat: unknown) => void): void;
-  remove(path: string, version: number, cb: (err: Error | null) => void): void;
-}
-interface NzcModule {
-  createClient(connectString: string, options: { sessionTimeout: number }): NzcClient;
-  CreateMode: { EPHEMERAL_SEQUENTIAL: number };
-  Exception: { NODE_EXISTS: number };
-}
-const nzc = createRequire(import.meta.url)('node-zookeeper-client') as NzcModule;
-
-async function nzcConnect(): Promise<NzcClient> {
-  const client = nzc.createClient(SERVER, { sessionTimeout: 10_000 });
-  await new Promise<void>((resolve) => {
-    client.once('connected', resolve);
-    client.connect();
-  });
-  return client;
-}
-
-const call = <T>(fn: (cb: (err: Error | null, value: T) => void) => void): Promise<T> =>
-  new Promise((resolve, reject) => fn((err, value) => (err ? reject(err) : resolve(value))));
-
-const seqOf = (child: string): number => Number(child.slice(child.lastIndexOf('-') + 1));
-
-/** The textbook recipe: returns the release function. */
-async function nzcAcquire(client: NzcClient, parent: string): Promise<() => Promise<void>> {
-  const path = await call<string>((cb) => client.create(`${parent}/lock-`, null, nzc.CreateMode.EPHEMERAL_SEQUENTIAL, cb));
-  const mine = path.slice(parent.length + 1);
-  for (;;) {
-    const children = (await call<string[]>((cb) => client.getChildren(parent, cb))).sort((a, b) => seqOf(a) - seqOf(b));
-    const index = children.indexOf(mine);
-    if (index === 0) break;
-    const predecessor = children[index - 1] as string;
-    let fired!: () => void;
-    const gone = new Promise<void>((r) => (fired = r));
-    const stat = await call<unknown>((cb) => client.exists(`${parent}/${predecessor}`, () => fired(), cb));
-    if (stat) await gone;
-  }
-  return () => call<undefined>((cb) => client.remove(path, -1, (err) => cb(err, undefined)));
-}
 
 // ---------------------------------------------------------------- setup
 
