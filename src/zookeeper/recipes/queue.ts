@@ -107,37 +107,73 @@ export interface Enqueued {
  * carries this attempt's guid and is owned by our session, and only create
  * again if there is none. One acquire never leaves two nodes.
  */
-export async function enqueue(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null): Promise<Enqueued> {
+export function enqueue(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null): Promise<Enqueued> {
   const guid = nextGuid();
   const prefix = joinPath(parent, `${guid}${MARKER}`);
+  // The common case without async frames: every acquire takes it.
+  const created = zk.create(prefix, data, SEQUENTIAL);
+  const listed = zk.getChildren(parent);
+  return created.then(
+    ({ path, stat }) => {
+      const node: QueueNode = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain: false };
+      return listed.then(
+        (children) => ({ node, children }),
+        (error: unknown) => listAfterLoss(zk, node, error),
+      );
+    },
+    (error: unknown) => {
+      listed.catch(ignore);
+      return enqueueAfter(zk, root, parent, data, guid, prefix, error);
+    },
+  );
+}
+
+const SEQUENTIAL = Object.freeze({ mode: 'ephemeral_sequential' } as const);
+const ignore = (): void => undefined;
+
+/** Our create landed but the listing was lost with the connection: list again (a read). */
+async function listAfterLoss(zk: ZooKeeperClient, node: QueueNode, error: unknown): Promise<Enqueued> {
+  if (!(error instanceof ConnectionLossError)) throw error;
+  return { node, children: await listChildren(zk, node.parent) };
+}
+
+/** The join after its first create failed with `firstError`: make the parents, or adopt a lost create, and try again. */
+async function enqueueAfter(
+  zk: ZooKeeperClient,
+  root: string,
+  parent: string,
+  data: Uint8Array | null,
+  guid: string,
+  prefix: string,
+  firstError: unknown,
+): Promise<Enqueued> {
   let uncertain = false;
+  let error = firstError;
   for (let attempt = 0; ; attempt++) {
-    const created = zk.create(prefix, data, { mode: 'ephemeral_sequential' });
+    if (isCode(error, 'ZK_NONODE') && attempt < 10) {
+      await ensureParents(zk, parent, root);
+    } else {
+      if (!(error instanceof ConnectionLossError)) throw error;
+      uncertain = true;
+      const adopted = await adopt(zk, parent, guid);
+      if (adopted !== null) return { node: adopted, children: await listChildren(zk, parent) };
+    }
+    const created = zk.create(prefix, data, SEQUENTIAL);
     const listed = zk.getChildren(parent);
-    let node: QueueNode | null;
+    let node: QueueNode;
     try {
       const { path, stat } = await created;
       node = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain };
-    } catch (error) {
-      listed.catch(() => undefined);
-      if (isCode(error, 'ZK_NONODE') && attempt < 10) {
-        await ensureParents(zk, parent, root);
-        continue;
-      }
-      if (!(error instanceof ConnectionLossError)) throw error;
-      uncertain = true;
-      node = await adopt(zk, parent, guid);
-      if (node === null) continue;
-      return { node, children: await listChildren(zk, parent) };
+    } catch (failed) {
+      listed.catch(ignore);
+      error = failed;
+      continue;
     }
-    let children: string[];
     try {
-      children = await listed;
-    } catch (error) {
-      if (!(error instanceof ConnectionLossError)) throw error;
-      children = await listChildren(zk, parent);
+      return { node, children: await listed };
+    } catch (failed) {
+      return listAfterLoss(zk, node, failed);
     }
-    return { node, children };
   }
 }
 
