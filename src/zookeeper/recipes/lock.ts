@@ -48,9 +48,10 @@ class HeldLock extends HeldNode implements ZooKeeperLock {
 }
 
 /** Wait for the lock (fair: in the order of arrival) and return it. */
-export async function acquireLock(zk: ZooKeeperClient, name: string, options: AcquireOptions = {}): Promise<ZooKeeperLock> {
+export function acquireLock(zk: ZooKeeperClient, name: string, options: AcquireOptions = {}): Promise<ZooKeeperLock> {
   const build = (node: QueueNode, marginMs: number): HeldLock => new HeldLock(zk, name, node, marginMs);
-  return (await joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'wait', options, build })) as HeldLock;
+  // In 'wait' mode the join never answers null.
+  return joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'wait', options, build }) as Promise<HeldLock>;
 }
 
 /** Take the lock if nobody holds it or waits for it; null otherwise (leaving nothing behind). */
