@@ -242,6 +242,16 @@ export function traceEffect<T>(resource: string, key: string, token: FencingToke
   return trace(effect, { resource, key, token }, fn);
 }
 
+/**
+ * Whether anyone listens to the holdings' channels (held, lost, released). A
+ * source that makes its holdings lazily (when the holder first reads `held`
+ * or `signal`) makes them at the grant instead while this is true, so that
+ * every grant is seen, not only those whose holder looked.
+ */
+export function holdingsObserved(): boolean {
+  return lockHeld.hasSubscribers || lockLost.hasSubscribers || lockReleased.hasSubscribers;
+}
+
 export function publishLockHeld(source: string, lock: string, token: FencingToken | undefined): void {
   if (lockHeld.hasSubscribers) lockHeld.publish(token === undefined ? { source, lock } : ({ source, lock, token } satisfies LockHeldMessage));
 }

@@ -91,6 +91,8 @@ export class StepDownClock {
   readonly #source: StepDownSource;
   readonly #holdings = new Set<Holding>();
   #timer: NodeJS.Timeout | null = null;
+  /** The instant the timer is armed for (Infinity: not armed). */
+  #armedFor = Infinity;
 
   constructor(source: StepDownSource) {
     this.#source = source;
@@ -100,7 +102,9 @@ export class StepDownClock {
   hold(options: HoldingOptions): Holding {
     const holding = new Holding(this.#source, options, () => this.#forget(holding));
     this.#holdings.add(holding);
-    this.#arm();
+    // Deadlines only move later: a timer already armed at or before this
+    // holding's deadline wakes in time for it (and re-reads every deadline then).
+    if (holding.deadline < this.#armedFor) this.#arm();
     return holding;
   }
 
@@ -114,6 +118,7 @@ export class StepDownClock {
     if (this.#holdings.size === 0 && this.#timer !== null) {
       clearTimeout(this.#timer);
       this.#timer = null;
+      this.#armedFor = Infinity;
     }
   }
 
@@ -121,9 +126,11 @@ export class StepDownClock {
   #arm(): void {
     if (this.#timer !== null) clearTimeout(this.#timer);
     this.#timer = null;
+    this.#armedFor = Infinity;
     if (this.#holdings.size === 0) return;
     let earliest = Infinity;
     for (const h of this.#holdings) earliest = Math.min(earliest, h.deadline);
+    this.#armedFor = earliest;
     // (setTimeout fires at once for anything past 2^31 - 1 ms)
     this.#timer = setTimeout(this.#check, Math.min(Math.max(0, earliest - performance.now()) + 1, 0x7fffffff));
     this.#timer.unref();
@@ -131,6 +138,7 @@ export class StepDownClock {
 
   readonly #check = (): void => {
     this.#timer = null;
+    this.#armedFor = Infinity;
     // `held` performs the comparison and aborts the ones past their deadline.
     for (const h of [...this.#holdings]) void h.held;
     this.#arm();
@@ -189,17 +197,27 @@ export class Holding {
    * has passed is a loss at the deadline: a process resuming from a long
    * pause may hear of the expiry (its client's own verdict, the server's
    * answer) before its step-down timer has had a turn, but the deadline came
-   * first and is what ended the holding.
+   * first and is what ended the holding. `at`: when the loss happened on
+   * the performance.now() clock, for a source that applies a loss it
+   * recorded earlier (default: now).
    */
-  lose(reason: LossReason, detail?: string): void {
+  lose(reason: LossReason, detail?: string, at: number = performance.now()): void {
     if (this.#controller.signal.aborted) return;
-    if (reason !== 'released' && reason !== 'deadline' && performance.now() >= this.deadline) {
+    if (reason !== 'released' && reason !== 'deadline' && at >= this.deadline) {
       reason = 'deadline';
       detail = undefined;
     }
     this.#onEnd();
     const lock = this.#lock;
-    const error = new LockLostError(lock, reason, `lock ${lock} lost: ${detail ?? this.#explain(reason)}`);
+    // A release is the normal end of a holding, not a fault: its reason carries no stack (capturing one costs more than the release).
+    const stackLimit = Error.stackTraceLimit;
+    if (reason === 'released') Error.stackTraceLimit = 0;
+    let error: LockLostError;
+    try {
+      error = new LockLostError(lock, reason, `lock ${lock} lost: ${detail ?? this.#explain(reason)}`);
+    } finally {
+      Error.stackTraceLimit = stackLimit;
+    }
     // Published before the abort: a subscriber counts the loss before any
     // abort listener (which may release, exit, or start again) has run.
     publishLockEnded(this.#kind(), lock, this.#token, reason, performance.now() - this.#since, error);

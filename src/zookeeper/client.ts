@@ -24,6 +24,7 @@ import diagnostics from 'node:diagnostics_channel';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { debuglog } from 'node:util';
+import { publishSessionState } from '../diagnostics.js';
 import { ClientClosedError, ConnectionLossError, InvalidArgumentError, ProtocolError, SessionExpiredError, ZooKeeperError } from '../errors.js';
 import { Connection, connectTcp, type Connector, type PendingRequest, type SessionProgress } from './connection.js';
 import { tlsConnector, type TlsOptions } from './tls.js';
@@ -589,6 +590,9 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     const previous = this.#state;
     this.#state = state;
     if (stateChannel.hasSubscribers) stateChannel.publish({ sessionId: this.#sessionId, previous, state });
-    if (previous !== state) this.emit('state', state);
+    if (previous !== state) {
+      publishSessionState('zookeeper', `0x${this.#sessionId.toString(16)}`, previous, state);
+      this.emit('state', state);
+    }
   }
 }

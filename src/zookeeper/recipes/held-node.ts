@@ -9,9 +9,11 @@
  * and loses nothing: `held` compares with the session's deadline when it is
  * read, the session's end is read from the client, and a deletion of our
  * node seen before is applied when the holding is made. From then on the
- * holding follows the session as every other one does.
+ * holding follows the session as every other one does. While anyone
+ * subscribes to the holdings' diagnostics channels, it is made at the grant.
  */
 import { performance } from 'node:perf_hooks';
+import { holdingsObserved } from '../../diagnostics.js';
 import type { Holding } from '../../step-down.js';
 import type { ZooKeeperClient } from '../client.js';
 import { NODE_DELETED, NODE_DONE, holdSession, nextEvent, sessionHoldings, watchOwnNode, type OwnNode, type SessionHoldings } from './holding.js';
@@ -33,6 +35,8 @@ export abstract class HeldNode implements OwnNode {
   /** When our node was found deleted / we left, as event numbers (./holding.ts nextEvent). */
   #deletedAt = Infinity;
   #leftAt = Infinity;
+  /** When our node was found deleted, on the performance.now() clock. */
+  #deletedTime = Infinity;
   #leaving: Promise<void> | null = null;
 
   /** `lock`: the name LockLostError carries ('jobs/reindex', 'election primary'). */
@@ -46,6 +50,8 @@ export abstract class HeldNode implements OwnNode {
     this.#session = sessionHoldings(zk);
     this.#grantedAfterEnd = this.#session.endedBy !== null;
     watchOwnNode(zk, this);
+    // Observed (fencekeeper/opentelemetry, a diagnostics subscriber): every grant is a holding from the start.
+    if (holdingsObserved()) this.#holdingNow();
   }
 
   get signal(): AbortSignal {
@@ -80,22 +86,26 @@ export abstract class HeldNode implements OwnNode {
   }
 
   [NODE_DELETED](): void {
-    if (this.#holding === null) this.#deletedAt = nextEvent();
+    if (this.#holding === null) {
+      this.#deletedAt = nextEvent();
+      this.#deletedTime = performance.now();
+    }
     else this.#holding.lose('node_deleted', 'its node was deleted');
   }
 
   #holdingNow(): Holding {
     let holding = this.#holding;
     if (holding === null) {
-      holding = holdSession(this.#zk, this.#session, this.#lock, this.#marginMs);
+      holding = holdSession(this.#zk, this.#session, this.#lock, this.#marginMs, this.#node.token);
       this.#holding = holding;
       // What would have ended it, had it existed from the grant on, in the order it happened.
       const endedAt = this.#grantedAfterEnd ? Infinity : this.#session.endedAt;
       const first = Math.min(this.#leftAt, this.#deletedAt, endedAt);
       if (first === Infinity) void holding.held; // a deadline already passed, or a session that just ended, ends it here
       else if (first === this.#leftAt) holding.lose('released');
-      else if (first === this.#deletedAt) holding.lose('node_deleted', 'its node was deleted');
-      else holding.lose(this.#session.endedBy ?? 'closed');
+      // Applied now, as of when it happened (a loss that came before the deadline is not a deadline).
+      else if (first === this.#deletedAt) holding.lose('node_deleted', 'its node was deleted', this.#deletedTime);
+      else holding.lose(this.#session.endedBy ?? 'closed', undefined, this.#session.endedTime);
     }
     return holding;
   }

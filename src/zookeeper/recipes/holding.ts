@@ -10,11 +10,13 @@
  * holding also ends at once when the session expires or the client closes
  * (or starts closing), and when our own node is deleted by anyone.
  */
+import { performance } from 'node:perf_hooks';
 import { ConnectionLossError } from '../../errors.js';
 import type { LossReason } from '../../errors.js';
 import { StepDownClock, safetyMargin, type Holding } from '../../step-down.js';
 import type { ZooKeeperClient } from '../client.js';
 import type { WatchEvent } from '../watches.js';
+import type { FencingToken } from '../../token.js';
 
 /**
  * One client's session as its holdings see it: the step-down clock, and how
@@ -29,10 +31,13 @@ export class SessionHoldings {
   endedBy: LossReason | null = null;
   /** When, as an event number (see nextEvent). */
   endedAt = Infinity;
+  /** When, on the performance.now() clock. */
+  endedTime = Infinity;
 
   constructor(zk: ZooKeeperClient) {
     this.clock = new StepDownClock({
       name: 'ZooKeeper',
+      kind: 'zookeeper',
       grant: 'session',
       ended: () => (zk.state === 'expired' ? 'session_expired' : zk.state === 'closed' ? 'closed' : null),
     });
@@ -40,6 +45,7 @@ export class SessionHoldings {
       if (this.endedBy === null) {
         this.endedBy = reason;
         this.endedAt = nextEvent();
+        this.endedTime = performance.now();
       }
       this.clock.end(reason);
     };
@@ -71,8 +77,8 @@ export function sessionHoldings(zk: ZooKeeperClient): SessionHoldings {
 }
 
 /** A holding on the session's clock, until the deadline, a loss, or release (`lose('released')`). */
-export function holdSession(zk: ZooKeeperClient, session: SessionHoldings, lock: string, marginMs: number): Holding {
-  return session.clock.hold({ lock, marginMs, deadline: () => zk.sessionDeadline });
+export function holdSession(zk: ZooKeeperClient, session: SessionHoldings, lock: string, marginMs: number, token: FencingToken): Holding {
+  return session.clock.hold({ lock, marginMs, deadline: () => zk.sessionDeadline, token });
 }
 
 /** Whether the holder of a node no longer needs its watch (released or lost). */
