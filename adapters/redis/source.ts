@@ -11,7 +11,7 @@ import { acquireSingle, toToken } from './single.js';
 /** A single client or an array of at least three independent ones (Redlock). */
 export type RedisTarget = RedisClient | readonly RedisClient[];
 
-function acquire(target: RedisTarget, name: string, options: RedisAcquireOptions | undefined, mode: 'wait' | 'try', defaults?: RedisLockSettings): Promise<RedisLock | null> {
+async function acquire(target: RedisTarget, name: string, options: RedisAcquireOptions | undefined, mode: 'wait' | 'try', defaults?: RedisLockSettings): Promise<RedisLock | null> {
   // Every check before the first command: a bad call sends nothing.
   const checked = checkTarget(target);
   checkName(name);
