@@ -49,7 +49,8 @@ export async function acquireLoop<T>(
   signal?.addEventListener('abort', poke);
   const tickets: WakeTicket[] = [];
   try {
-    for (const client of clients) tickets.push(await wakeChannel(client).join(name, poke));
+    // Joined in turn: a ticket taken is left again in `finally`, whatever fails after it.
+    for (const client of clients) tickets.push(await wakeChannel(client).join(name, poke, options.nodeTimeoutMs));
     const entries = tickets.map((t) => t.entry);
     for (;;) {
       woken = false;

@@ -27,8 +27,14 @@ class WakeChannel {
     this.#client = client;
   }
 
-  /** Subscribed before it resolves: no release after this can be missed. */
-  async join(name: string, onWake: () => void): Promise<WakeTicket> {
+  /**
+   * Subscribed before it resolves, so no release after it can be missed;
+   * unless the server does not confirm within `limitMs` (a node down or
+   * paused): the waiter then goes on without its wakes from that node and
+   * relies on its re-checks (the subscriber keeps trying, and resubscribes
+   * when the node is back).
+   */
+  async join(name: string, onWake: () => void, limitMs: number): Promise<WakeTicket> {
     const waiter = `${++this.#seq}`;
     // name last: it has no spaces, so the three fields split cleanly
     const entry = `${this.#id} ${waiter} ${name}`;
@@ -40,13 +46,17 @@ class WakeChannel {
       subscriber.on('error', () => {});
       subscriber.on('message', (_channel, message) => this.#deliver(subscriber, message));
       this.#ready = subscriber.subscribe(WAKE_CHANNEL + this.#id);
+      this.#ready.catch(() => {});
     }
-    try {
-      await this.#ready;
-    } catch (error) {
-      this.#leave(waiter, entry, name);
-      throw error;
-    }
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.#ready?.catch(() => {}),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, limitMs);
+        timer.unref();
+      }),
+    ]);
+    clearTimeout(timer);
     return { entry, leave: () => this.#leave(waiter, entry, name) };
   }
 
