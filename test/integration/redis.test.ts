@@ -1,7 +1,8 @@
 // fencekeeper/redis against the real servers: the single-instance lock on
 // FK_REDIS and Redlock on the five nodes of FK_REDLOCK, none of them faulted
-// here (test/integration/redis-faults.test.ts breaks nodes).
-import { afterEach, describe, expect, it } from 'vitest';
+// here (test/integration/redis-faults.test.ts breaks nodes; this file holds
+// the set's fault turn so that no other file does meanwhile).
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, LockLostError, LockTimeoutError } from '../../src/errors.js';
 import type { FencingToken } from '../../src/token.js';
 import { acquireLock, lockStatus, redisSource, tryAcquireLock, type RedisClient, type RedisTarget } from '../../adapters/redis/index.js';
@@ -9,10 +10,16 @@ import { ACQUIRE, CLAIM, lockKeys } from '../../adapters/redis/scripts.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
-import { RedisPool, counting, hostPort, onPort, redlockPorts, singleUrl } from './redis-helpers.js';
+import { RedisPool, counting, holdRedisFaults, hostPort, onPort, redlockPorts, singleUrl } from './redis-helpers.js';
 
 const pool = new RedisPool();
 afterEach(() => pool.closeAll());
+// These tests count on all five Redlock nodes answering: no other file's node faults meanwhile.
+let giveBack: (() => Promise<void>) | undefined;
+beforeAll(async () => {
+  giveBack = await holdRedisFaults();
+}, 11 * 60_000);
+afterAll(async () => giveBack?.(), 120_000);
 const singlePort = (): number => hostPort(singleUrl()).port;
 
 /** Each contender takes the lock `turns` times; at most one holds it at any moment. The tokens in grant order. */
