@@ -25,18 +25,22 @@ export async function acquireLoop<T>(
 ): Promise<T | null> {
   const { signal, timeoutMs } = options;
   signal?.throwIfAborted();
+  // A grant that arrives after the caller gave up is given back at once.
+  const keep = async (granted: T): Promise<T> => {
+    if (signal?.aborted) {
+      await giveBack(granted);
+      signal.throwIfAborted();
+    }
+    return granted;
+  };
   if (mode === 'try') {
     const result = await attempt(clients.map(() => ''));
-    if ('granted' in result) {
-      if (signal?.aborted) {
-        await giveBack(result.granted);
-        signal.throwIfAborted();
-      }
-      return result.granted;
-    }
-    return null;
+    return 'granted' in result ? keep(result.granted) : null;
   }
 
+  // First without a place in the queue: an uncontended acquire costs no subscriber.
+  const first = await attempt(clients.map(() => ''));
+  if ('granted' in first) return keep(first.granted);
   const deadline = timeoutMs === undefined ? Infinity : now() + timeoutMs;
   let woken = false;
   let wake: (() => void) | null = null;
@@ -52,16 +56,12 @@ export async function acquireLoop<T>(
     // Joined in turn: a ticket taken is left again in `finally`, whatever fails after it.
     for (const client of clients) tickets.push(await wakeChannel(client).join(name, poke, options.nodeTimeoutMs));
     const entries = tickets.map((t) => t.entry);
+    // Subscribed now: the next attempt puts us in the waiter list, so a release after it wakes us.
     for (;;) {
+      signal?.throwIfAborted();
       woken = false;
       const result = await attempt(entries);
-      if ('granted' in result) {
-        if (signal?.aborted) {
-          await giveBack(result.granted);
-          signal.throwIfAborted();
-        }
-        return result.granted;
-      }
+      if ('granted' in result) return keep(result.granted);
       signal?.throwIfAborted();
       const left = deadline - now();
       if (left <= 0) throw new LockTimeoutError(name, timeoutMs ?? 0);
@@ -76,7 +76,6 @@ export async function acquireLoop<T>(
         };
       });
       wake = null;
-      signal?.throwIfAborted();
     }
   } finally {
     signal?.removeEventListener('abort', poke);
