@@ -99,6 +99,11 @@ describe.each([
     setTimeout(() => stop.abort(new Error('stop waiting')), 100);
     const aborted = await acquireLock(target(), name, { signal: stop.signal }).catch((e: unknown) => e);
     expect((aborted as Error).message).toBe('stop waiting');
+    // The two that gave up have left every node's waiter list; the one still waiting is there.
+    await until(async () => {
+      for (const port of ports()) if ((await onPort(port, 'LLEN', lockKeys(name)[2])) !== 1) return false;
+      return true;
+    }, 'only the remaining waiter in the waiter lists', 10_000);
     await holder.release();
     const third = await waiting; // the one still waiting gets it
     await third.release();
