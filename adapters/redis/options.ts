@@ -29,6 +29,10 @@ export interface CheckedOptions {
 }
 
 export const DEFAULT_TTL_MS = 10_000;
+
+let owner: string | undefined;
+/** hostname:pid, asked of the system once. */
+const defaultOwner = (): string => (owner ??= `${hostname()}:${process.pid}`);
 const MAX_NAME_BYTES = 512;
 
 /**
@@ -65,7 +69,7 @@ export function checkOptions(options: RedisAcquireOptions | undefined, defaults:
   const timeoutMs = options?.timeoutMs === undefined ? undefined : checkTimeout(options.timeoutMs);
   const signal = options?.signal;
   if (signal !== undefined && !(signal instanceof AbortSignal)) throw new InvalidArgumentError('signal must be an AbortSignal');
-  const owner = options?.owner ?? `${hostname()}:${process.pid}`;
+  const owner = options?.owner ?? defaultOwner();
   if (typeof owner !== 'string' || owner === '' || /\p{Cc}/u.test(owner)) throw new InvalidArgumentError('owner must be a non-empty string without control characters');
   return { ttlMs, marginMs, nodeTimeoutMs, timeoutMs, signal, owner };
 }

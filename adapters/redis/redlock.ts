@@ -66,6 +66,36 @@ function settle<T>(promise: Promise<T>): Promise<NodeReply<T>> {
   );
 }
 
+/**
+ * The replies so far, as soon as `enough` says they decide the round (or
+ * every node has answered or timed out): a round waits for the majority it
+ * needs, not for its slowest node. A copy: replies that arrive later change
+ * nothing the caller has decided on.
+ */
+function gather<T>(pending: readonly Promise<NodeReply<T>>[], enough: (replies: readonly (NodeReply<T> | undefined)[]) => boolean): Promise<Array<NodeReply<T> | undefined>> {
+  return new Promise((resolve) => {
+    const replies: Array<NodeReply<T> | undefined> = pending.map(() => undefined);
+    let settled = 0;
+    let done = false;
+    pending.forEach((p, i) =>
+      void p.then((reply) => {
+        if (done) return;
+        replies[i] = reply;
+        settled++;
+        if (settled === pending.length || enough(replies)) {
+          done = true;
+          resolve([...replies]);
+        }
+      }),
+    );
+  });
+}
+
+const isOne = <T>(r: NodeReply<T> | undefined): boolean => r !== undefined && r.ok && r.value === 1;
+const count = <T>(replies: readonly (NodeReply<T> | undefined)[], test: (r: NodeReply<T> | undefined) => boolean): number => replies.filter(test).length;
+const granted = (r: NodeReply<unknown> | undefined): boolean => r !== undefined && r.ok && Array.isArray(r.value) && r.value[0] === 1;
+const refusedClaim = (r: NodeReply<unknown> | undefined): boolean => r !== undefined && r.ok && !(Array.isArray(r.value) && r.value[0] === 1);
+
 // Two client objects may still point at one server, which would then count
 // twice toward every majority. Asked once per set, at its first acquire.
 const distinct = new WeakMap<readonly RedisClient[], Promise<void>>();
@@ -120,41 +150,50 @@ export async function acquireRedlock(target: readonly RedisClient[], name: strin
   const [lockKey, counterKey, waitersKey] = lockKeys(name);
   await checkDistinctServers(clients, nodeTimeoutMs);
 
+  const releaseEach = (value: string): Array<Promise<NodeReply<unknown>>> =>
+    clients.map((c) => settle(run(c, where(c), RELEASE, [lockKey, waitersKey], [value, WAKE_CHANNEL], nodeTimeoutMs)));
+  // After a failed round: every node answered or timed out, so no key of ours is left where a node answers.
   const releaseAll = async (value: string): Promise<void> => {
-    await Promise.all(clients.map((c) => settle(run(c, where(c), RELEASE, [lockKey, waitersKey], [value, WAKE_CHANNEL], nodeTimeoutMs))));
+    await Promise.all(releaseEach(value));
   };
 
   const attempt = async (entries: readonly string[]): Promise<Attempt<RedisLock>> => {
     const value = grantValue(options.owner);
     const start = now();
-    const claims = await Promise.all(
+    // Step 1: until a majority took the SET, or a majority refused it (the lock is held), or every node answered.
+    const claims = await gather(
       clients.map((c, i) => settle(run(c, where(c), CLAIM, [lockKey, counterKey, waitersKey], [value, ttlMs, entries[i] ?? ''], nodeTimeoutMs))),
+      (replies) => count(replies, granted) >= quorum || count(replies, refusedClaim) > n - quorum,
     );
     const taken: Array<{ index: number; counter: bigint }> = [];
     let refused = 0;
     let retryInMs = ttlMs;
     const failures: string[] = [];
     claims.forEach((reply, index) => {
+      if (reply === undefined) return;
       if (!reply.ok) {
         failures.push(`${where(clients[index] as RedisClient)}: ${reply.error.message}`);
         return;
       }
-      const [granted, x] = Array.isArray(reply.value) ? (reply.value as unknown[]) : [];
-      if (granted === 1) taken.push({ index, counter: x === '0' ? 0n : toToken(x) });
+      const [ok, x] = Array.isArray(reply.value) ? (reply.value as unknown[]) : [];
+      if (ok === 1) taken.push({ index, counter: x === '0' ? 0n : toToken(x) });
       else {
         refused++;
         if (typeof x === 'number') retryInMs = Math.min(retryInMs, x === -2 ? 0 : x === -1 ? ttlMs : x + 1);
       }
     });
     if (taken.length >= quorum) {
+      // Steps 2 and 3: S = the nodes whose SET we know took; t = their largest counter + 1, written back to S only.
       const t = taken.reduce((max, c) => (c.counter > max ? c.counter : max), 0n) + 1n;
-      const raised = await Promise.all(
+      const raised = await gather(
         taken.map(({ index }) => {
           const c = clients[index] as RedisClient;
           return settle(run(c, where(c), RAISE, [lockKey, counterKey], [value, t.toString()], nodeTimeoutMs));
         }),
+        (replies) => count(replies, isOne) >= quorum || count(replies, (r) => r !== undefined && !isOne(r)) > taken.length - quorum,
       );
-      const accepted = raised.filter((r) => r.ok && r.value === 1).length;
+      // Step 4.
+      const accepted = count(raised, isOne);
       const validUntil = start + ttlMs - drift;
       if (accepted >= quorum && validUntil - now() > marginMs) return { granted: grant(value, t, validUntil) };
     }
@@ -181,15 +220,23 @@ export async function acquireRedlock(target: readonly RedisClient[], name: strin
       validUntil,
       async renew() {
         const sentAt = now();
-        const replies = await Promise.all(clients.map((c) => settle(run(c, where(c), RENEW, [lockKey], [value, ttlMs], nodeTimeoutMs))));
-        const extended = replies.filter((r) => r.ok && r.value === 1).length;
-        const notOurs = replies.filter((r) => r.ok && r.value !== 1).length;
+        const notOursReply = (r: NodeReply<unknown> | undefined): boolean => r !== undefined && r.ok && r.value !== 1;
+        const replies = await gather(
+          clients.map((c) => settle(run(c, where(c), RENEW, [lockKey], [value, ttlMs], nodeTimeoutMs))),
+          (rs) => count(rs, isOne) >= quorum || count(rs, notOursReply) > n - quorum,
+        );
+        const extended = count(replies, isOne);
+        const notOurs = count(replies, notOursReply);
         if (extended >= quorum) return { validUntil: sentAt + ttlMs - drift };
         // A majority can no longer be ours: some other grant may have one.
         if (notOurs > n - quorum) return 'refused';
         return 'unknown';
       },
-      release: () => releaseAll(value),
+      // Done once a majority answered: the lock can no longer be granted to us, and the
+      // remaining deletes go on (each after our earlier commands on its connection).
+      release: async () => {
+        await gather(releaseEach(value), (rs) => count(rs, (r) => r !== undefined && r.ok) >= quorum);
+      },
     });
 
   return acquireLoop(clients, name, options, mode, attempt, (lock) => lock.release());

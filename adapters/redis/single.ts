@@ -15,9 +15,14 @@ import type { CheckedOptions } from './options.js';
 import { ACQUIRE, RELEASE, RENEW, WAKE_CHANNEL, lockKeys, run } from './scripts.js';
 import { acquireLoop, type Attempt } from './waiting.js';
 
-/** A value no other grant of any lock ever carries: the compare-and-* scripts tell our key from a successor's by it. */
+// A value no other grant of any lock ever carries, so the compare-and-*
+// scripts tell our key from a successor's: 120 random bits per process, and a
+// counter within it.
+const PROCESS_ID = randomBytes(15).toString('base64url');
+let grants = 0;
+
 export function grantValue(owner: string): string {
-  return `${randomBytes(15).toString('base64url')} ${owner}`;
+  return `${PROCESS_ID}.${(++grants).toString(36)} ${owner}`;
 }
 
 export function toToken(reply: unknown): FencingToken {

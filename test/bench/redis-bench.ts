@@ -9,7 +9,8 @@
 //               single-instance lock (token by INCR in the same script), redlock, sesame
 //   five nodes  raw floor (the same on all five in parallel), fencekeeper's Redlock (with
 //               its quorum-counter token: one more round trip), redlock, sesame
-// Cases take turns within each run, so a loaded machine loads all alike. Printed per case:
+// Cases take turns in blocks of 50 cycles within each run, so a loaded machine (and a disk
+// busy with other work: every node fsyncs each write) loads all alike. Printed per case:
 // the median over runs of cycles/s, acquire p50/p99 (ms), CPU time per cycle (µs, this
 // process: user + system), and ratios against the raw floor and redlock of the same run.
 // Asserts nothing.
@@ -108,25 +109,44 @@ interface Figures {
 const quantile = (sorted: readonly number[], q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] as number;
 const median = (xs: readonly number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
 
-async function measure(c: Case, key: string): Promise<Figures> {
-  for (let i = 0; i < 100; i++) await c.cycle(key); // warm-up: scripts loaded, connections up, JIT
-  const latencies: number[] = [];
-  const cpu0 = process.cpuUsage();
-  const t0 = performance.now();
-  for (let i = 0; i < CYCLES; i++) latencies.push(await c.cycle(key));
-  const seconds = (performance.now() - t0) / 1000;
-  const cpu = process.cpuUsage(cpu0);
-  latencies.sort((a, b) => a - b);
-  return { cyclesPerSecond: CYCLES / seconds, p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99), cpuMicros: (cpu.user + cpu.system) / CYCLES };
+const BLOCK = 50;
+
+/**
+ * One run: every case takes turns in blocks of BLOCK cycles until each has
+ * done CYCLES, so that a disk or CPU busy with other work for a while (the
+ * nodes fsync every write) slows all cases alike.
+ */
+async function runOnce(run: number): Promise<Map<Case, Figures>> {
+  const keyOf = (c: Case): string => `${tag}_${c.group === 'one node' ? 1 : 5}_${c.name.replace(/\W+/g, '_')}`;
+  for (const c of cases) for (let i = 0; i < 50; i++) await c.cycle(keyOf(c)); // warm-up: scripts loaded, connections up, JIT
+  const state = new Map(cases.map((c) => [c, { latencies: [] as number[], ms: 0, cpu: 0 }]));
+  for (let done = 0; done < CYCLES; done += BLOCK) {
+    // A different order each block: no case always goes first.
+    const order = cases.map((_, i) => cases[(i + run + done / BLOCK) % cases.length] as Case);
+    for (const c of order) {
+      const s = state.get(c)!;
+      const cpu0 = process.cpuUsage();
+      const t0 = performance.now();
+      for (let i = 0; i < BLOCK; i++) s.latencies.push(await c.cycle(keyOf(c)));
+      s.ms += performance.now() - t0;
+      const cpu = process.cpuUsage(cpu0);
+      s.cpu += cpu.user + cpu.system;
+    }
+  }
+  const figures = new Map<Case, Figures>();
+  for (const [c, s] of state) {
+    s.latencies.sort((a, b) => a - b);
+    const n = s.latencies.length;
+    figures.set(c, { cyclesPerSecond: n / (s.ms / 1000), p50: quantile(s.latencies, 0.5), p99: quantile(s.latencies, 0.99), cpuMicros: s.cpu / n });
+  }
+  return figures;
 }
 
 const results = new Map<Case, Figures[]>(cases.map((c) => [c, []]));
 const tag = `bench_${process.pid}_${Date.now().toString(36)}`;
 console.log(`redis-bench: ${CYCLES} cycles per case per run, ${RUNS} runs; load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 for (let run = 0; run < RUNS; run++) {
-  // A different order each run: no case always goes first.
-  const order = cases.map((_, i) => cases[(i + run * 3) % cases.length] as Case);
-  for (const c of order) results.get(c)!.push(await measure(c, `${tag}_${c.group === 'one node' ? 1 : 5}_${c.name.replace(/\W+/g, '_')}`));
+  for (const [c, f] of await runOnce(run)) results.get(c)!.push(f);
 }
 
 const summary = new Map<Case, Figures>();
