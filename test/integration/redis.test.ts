@@ -6,7 +6,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, LockLostError, LockTimeoutError } from '../../src/errors.js';
 import type { FencingToken } from '../../src/token.js';
 import { acquireLock, lockStatus, redisSource, tryAcquireLock, type RedisClient, type RedisTarget } from '../../adapters/redis/index.js';
-import { ACQUIRE, CLAIM, lockKeys } from '../../adapters/redis/scripts.js';
+import { ACQUIRE, CLAIM, RAISE, lockKeys } from '../../adapters/redis/scripts.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
@@ -210,6 +210,26 @@ describe('the holder that lost its key', () => {
     } finally {
       await proxy.close();
     }
+  });
+});
+
+describe('the quorum counter\'s write-back (step 3) on one node', () => {
+  it('raises the counter only where the key is ours, and never lowers it', async () => {
+    const name = uniqueLockName('raise');
+    const [lockKey, counterKey] = lockKeys(name);
+    const port = redlockPorts()[0]!;
+    const raise = (value: string, t: number): Promise<unknown> => onPort(port, 'EVAL', RAISE.text, 2, lockKey, counterKey, value, String(t));
+    await onPort(port, 'SET', lockKey, 'ours owner', 'PX', 10_000);
+    expect(await raise('ours owner', 7)).toBe(1);
+    expect(await onPort(port, 'GET', counterKey)).toBe('7');
+    // A late write-back of an older grant's t (a node that answered after a later grant raised it): refused.
+    expect(await raise('ours owner', 5)).toBe(0);
+    expect(await raise('ours owner', 7)).toBe(0);
+    expect(await onPort(port, 'GET', counterKey)).toBe('7');
+    // Another holder's key: refused, whatever t.
+    expect(await raise('theirs owner', 100)).toBe(0);
+    expect(await onPort(port, 'GET', counterKey)).toBe('7');
+    await onPort(port, 'DEL', lockKey, counterKey);
   });
 });
 
