@@ -5,7 +5,9 @@
 // A new source (etcd) plugs in by adding its entry to SOURCES.
 import { Redis } from 'ioredis';
 import { redisSource } from '../../adapters/redis/index.js';
+import type { AcquireOptions } from '../../src/lock.js';
 import type { LockSource } from '../../src/lock-source.js';
+import type { FencingToken } from '../../src/token.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
 import { testServers } from './servers.js';
@@ -85,3 +87,27 @@ export const REDLOCK: SourceUnderTest = {
 };
 
 export const SOURCES: readonly SourceUnderTest[] = [ZOOKEEPER, REDIS, REDLOCK];
+
+/**
+ * Code that takes any source: each source takes the lock `turns` times, and
+ * throws at once if two ever hold it together (or a fresh grant is not
+ * held). The tokens, in grant order.
+ */
+export async function takeTurns(sources: readonly LockSource[], name: string, turns: number, options: AcquireOptions = {}): Promise<FencingToken[]> {
+  const tokens: FencingToken[] = [];
+  let holders = 0;
+  await Promise.all(
+    sources.map(async (source) => {
+      for (let i = 0; i < turns; i++) {
+        const lock = await source.acquireLock(name, { owner: source.description, ...options });
+        holders++;
+        if (holders !== 1 || !lock.held) throw new Error(`${holders} holders at token ${lock.token}`);
+        tokens.push(lock.token);
+        await new Promise((r) => setImmediate(r));
+        holders--;
+        await lock.release();
+      }
+    }),
+  );
+  return tokens;
+}

@@ -8,6 +8,7 @@ import type { FencingToken } from '../../src/token.js';
 import { acquireLock, lockStatus, redisSource, tryAcquireLock, type RedisClient, type RedisTarget } from '../../adapters/redis/index.js';
 import { ACQUIRE, CLAIM, RAISE, lockKeys } from '../../adapters/redis/scripts.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
+import { takeTurns } from '../helpers/sources.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
 import { RedisPool, counting, holdRedisFaults, hostPort, onPort, redlockPorts, singleUrl } from './redis-helpers.js';
@@ -21,26 +22,6 @@ beforeAll(async () => {
 }, 11 * 60_000);
 afterAll(async () => giveBack?.(), 120_000);
 const singlePort = (): number => hostPort(singleUrl()).port;
-
-/** Each contender takes the lock `turns` times; at most one holds it at any moment. The tokens in grant order. */
-async function contend(targets: readonly RedisTarget[], name: string, turns: number): Promise<FencingToken[]> {
-  const tokens: FencingToken[] = [];
-  let holders = 0;
-  await Promise.all(
-    targets.map(async (target) => {
-      for (let i = 0; i < turns; i++) {
-        const lock = await acquireLock(target, name, { ttlMs: 5000, timeoutMs: 60_000 });
-        holders++;
-        if (holders !== 1 || !lock.held) throw new Error(`${holders} holders at token ${lock.token}`);
-        tokens.push(lock.token);
-        await new Promise((r) => setImmediate(r));
-        holders--;
-        await lock.release();
-      }
-    }),
-  );
-  return tokens;
-}
 
 function strictlyIncreasing(tokens: readonly FencingToken[]): void {
   for (let i = 1; i < tokens.length; i++) expect(tokens[i]! > tokens[i - 1]!, `token ${i}: ${tokens[i]} after ${tokens[i - 1]}`).toBe(true);
@@ -76,8 +57,8 @@ describe.each([
 
   it('mutual exclusion under contention: 8 clients x 25 grants, no overlap, tokens strictly increasing', async () => {
     const name = uniqueLockName('contend');
-    const targets = Array.from({ length: 8 }, () => target());
-    const tokens = await contend(targets, name, 25);
+    const sources = Array.from({ length: 8 }, () => redisSource(target(), { ttlMs: 5000 }));
+    const tokens = await takeTurns(sources, name, 25, { timeoutMs: 60_000 });
     expect(tokens).toHaveLength(200);
     strictlyIncreasing(tokens);
   });
