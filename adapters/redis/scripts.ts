@@ -17,26 +17,24 @@ export function lockKeys(name: string): [lock: string, counter: string, waiters:
   return [`fencekeeper:lock:{${name}}`, `fencekeeper:token:{${name}}`, `fencekeeper:waiters:{${name}}`];
 }
 
-// Shared tail: wake the oldest waiter still subscribed (PUBLISH counts the
-// receivers; an entry whose process is gone reaches nobody and is skipped).
-const WAKE_ONE = `
-local function wake_one(waiters, prefix)
-  while true do
-    local w = redis.call('LPOP', waiters)
-    if not w then return 0 end
-    local sep = string.find(w, ' ', 1, true)
-    if sep and redis.call('PUBLISH', prefix .. string.sub(w, 1, sep - 1), w) > 0 then return 1 end
-  end
-end
--- A waiter that failed to get the lock queues up once (re-checks keep its place);
--- the list lives a while past its last waiter's last check.
-local function enlist(waiters, entry, ttl)
-  if entry ~= '' then
-    if not redis.call('LPOS', waiters, entry) then redis.call('RPUSH', waiters, entry) end
-    redis.call('PEXPIRE', waiters, ttl * 3)
-  end
-end
-`;
+// Wake the oldest waiter still subscribed (PUBLISH counts the receivers; an
+// entry whose process is gone reaches nobody and is skipped). Inline, not a
+// Lua function: a script's functions are made again on every call.
+const wakeOne = (waiters: string, prefix: string): string => `
+while true do
+  local w = redis.call('LPOP', ${waiters})
+  if not w then break end
+  local sep = string.find(w, ' ', 1, true)
+  if sep and redis.call('PUBLISH', ${prefix} .. string.sub(w, 1, sep - 1), w) > 0 then break end
+end`;
+
+// A waiter that failed to get the lock queues up once (re-checks keep its
+// place); the list lives a while past its last waiter's last check.
+const ENLIST = `
+if ARGV[3] ~= '' then
+  if not redis.call('LPOS', KEYS[3], ARGV[3]) then redis.call('RPUSH', KEYS[3], ARGV[3]) end
+  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[2]) * 3)
+end`;
 
 export interface Script {
   readonly text: string;
@@ -52,12 +50,12 @@ function script(text: string): Script {
  * (INCR of the counter). Refused: {0, remaining TTL of the holder's key}.
  * KEYS lock, counter, waiters; ARGV value, ttl, waiter entry ('' for none).
  */
-export const ACQUIRE = script(`${WAKE_ONE}
+export const ACQUIRE = script(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[3] ~= '' then redis.call('LREM', KEYS[3], 0, ARGV[3]) end
   return {1, redis.call('INCR', KEYS[2])}
 end
-enlist(KEYS[3], ARGV[3], tonumber(ARGV[2]))
+${ENLIST}
 return {0, redis.call('PTTL', KEYS[1])}
 `);
 
@@ -66,12 +64,12 @@ return {0, redis.call('PTTL', KEYS[1])}
  * counter (a string, '0' when absent). {1, counter} or {0, remaining TTL}.
  * KEYS lock, counter, waiters; ARGV value, ttl, waiter entry.
  */
-export const CLAIM = script(`${WAKE_ONE}
+export const CLAIM = script(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[3] ~= '' then redis.call('LREM', KEYS[3], 0, ARGV[3]) end
   return {1, redis.call('GET', KEYS[2]) or '0'}
 end
-enlist(KEYS[3], ARGV[3], tonumber(ARGV[2]))
+${ENLIST}
 return {0, redis.call('PTTL', KEYS[1])}
 `);
 
@@ -95,16 +93,17 @@ return 0
 `);
 
 /** Compare-and-delete, then wake one waiter. 1 if it was ours, 0 if not. KEYS lock, waiters; ARGV value, channel prefix. */
-export const RELEASE = script(`${WAKE_ONE}
+export const RELEASE = script(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-wake_one(KEYS[2], ARGV[2])
+${wakeOne('KEYS[2]', 'ARGV[2]')}
 return 1
 `);
 
 /** Pass a wake on: a woken waiter that had already left hands it to the next. KEYS waiters; ARGV channel prefix. */
-export const WAKE_NEXT = script(`${WAKE_ONE}
-return wake_one(KEYS[1], ARGV[1])
+export const WAKE_NEXT = script(`
+${wakeOne('KEYS[1]', 'ARGV[1]')}
+return 1
 `);
 
 /** Run `s` by its SHA1, loading it (EVAL) the first time a server does not know it. */
