@@ -64,6 +64,16 @@ describe('redis:// URLs', () => {
     expect(fromEnv.stdout + fromEnv.stderr).not.toContain('secret');
   });
 
+  it('a server that does not answer is exit 69', async () => {
+    const lock = uniqueLockName('cli');
+    // Port 1 on loopback: nothing listens there.
+    const single = await cli(['status', lock, '--lock-service', 'redis://127.0.0.1:1']).done;
+    expect(single.code, single.stderr).toBe(ExitCode.unavailable);
+    expect(single.stderr).toContain('cannot reach Redis at 127.0.0.1:1');
+    const quorum = await cli(['status', lock, '--lock-service', 'redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3']).done;
+    expect(quorum.code, quorum.stderr).toBe(ExitCode.unavailable);
+  });
+
   it('elect is refused: Redis has no elections', async () => {
     const result = await cli(['elect', 'leader', '--lock-service', REDIS.lockService, '--', 'true']).done;
     expect(result.code).toBe(ExitCode.usage);
