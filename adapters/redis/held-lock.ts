@@ -1,7 +1,6 @@
 // A granted Redis or Redlock lock: its step-down holding, the watchdog that
 // renews it at a third of the TTL, and its release.
 import { StepDownClock, type FencingToken, type Holding, type Lock } from '../../src/index.js';
-import { now } from './client.js';
 
 /** What one renewal found: extended (the new earliest expiry), refused (the key is not ours), or no answer. */
 export type Renewal = { readonly validUntil: number } | 'refused' | 'unknown';
@@ -85,9 +84,4 @@ export function holdGrant(parts: GrantParts): RedisLock {
       return released;
     },
   });
-}
-
-/** Time left before a deadline on the monotonic clock (0 when past). */
-export function remaining(deadline: number): number {
-  return Math.max(0, deadline - now());
 }

@@ -33,8 +33,8 @@ export function toToken(reply: unknown): FencingToken {
 
 export async function acquireSingle(client: RedisClient, name: string, options: CheckedOptions, mode: 'wait' | 'try'): Promise<RedisLock | null> {
   const at = where(client);
-  const [lockKey, , waitersKey] = lockKeys(name);
   const keys = lockKeys(name);
+  const [lockKey, , waitersKey] = keys;
   const { ttlMs, nodeTimeoutMs } = options;
 
   const release = async (value: string): Promise<void> => {

@@ -53,8 +53,11 @@ export async function acquireLoop<T>(
   signal?.addEventListener('abort', poke);
   const tickets: WakeTicket[] = [];
   try {
-    // Joined in turn: a ticket taken is left again in `finally`, whatever fails after it.
-    for (const client of clients) tickets.push(await wakeChannel(client).join(name, poke, options.nodeTimeoutMs));
+    // All at once (a paused node costs its timeout once, not once per node after it);
+    // every ticket taken is left again in `finally`, whatever failed beside it.
+    const joined = await Promise.allSettled(clients.map((client) => wakeChannel(client).join(name, poke, options.nodeTimeoutMs)));
+    for (const j of joined) if (j.status === 'fulfilled') tickets.push(j.value);
+    for (const j of joined) if (j.status === 'rejected') throw j.reason;
     const entries = tickets.map((t) => t.entry);
     // Subscribed now: the next attempt puts us in the waiter list, so a release after it wakes us.
     for (;;) {
