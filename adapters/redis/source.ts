@@ -23,8 +23,10 @@ async function acquire(target: RedisTarget, name: string, options: RedisAcquireO
  * Wait for the lock and return it, with a fencing token larger than any
  * earlier grant's of this lock on this server (or this Redlock set).
  * Rejects with LockTimeoutError after `timeoutMs`, with the signal's reason
- * when it aborts (nothing left behind either way); Redlock: QuorumError when
- * fewer than a majority of its nodes answer.
+ * when it aborts (nothing left behind either way). A single server that does
+ * not answer within the node timeout: ConnectionLossError; Redlock:
+ * QuorumError when fewer than a majority of its nodes answer. Both are
+ * retryable, and neither leaves a key behind where a server answers.
  */
 export async function acquireLock(target: RedisTarget, name: string, options?: RedisAcquireOptions): Promise<RedisLock> {
   return (await acquire(target, name, options, 'wait')) as RedisLock;
