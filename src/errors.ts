@@ -24,6 +24,7 @@ export type ErrorCode =
   | 'SERVER_START_FAILED'
   | 'EFFECT_FAILED'
   | 'TLS_FAILED'
+  | 'NO_QUORUM'
   | ZooKeeperErrorCode;
 
 export type ZooKeeperErrorCode =
@@ -177,6 +178,16 @@ export class ConnectionLossError extends FencekeeperError {
 export class TlsError extends FencekeeperError {
   static override readonly kind: string = 'TlsError';
   constructor(message: string, options?: FencekeeperErrorOptions) { super('TLS_FAILED', message, { ...options, retryable: false }); }
+}
+
+/**
+ * Fewer than a majority of a Redlock set's nodes answered: the set can
+ * neither grant nor refuse the lock. Nothing is left behind on the nodes
+ * that did answer. Retryable: the nodes may come back.
+ */
+export class QuorumError extends FencekeeperError {
+  static override readonly kind: string = 'QuorumError';
+  constructor(message: string, options?: FencekeeperErrorOptions) { super('NO_QUORUM', message, { retryable: true, ...options }); }
 }
 
 /** The client was closed by its owner; nothing more will be sent. */

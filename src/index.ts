@@ -25,6 +25,7 @@ export {
 export { FenceReleasedError } from './errors.js';
 export { EffectPendingError, EffectFailedError } from './errors.js';
 export { TlsError } from './errors.js';
+export { QuorumError } from './errors.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
 export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, IdempotencyLookup, StoredResponse } from './idempotency-store.js';
 

@@ -14,6 +14,12 @@ const EXIT_CODES = `exit codes:
   127          cmd could not be started
   128 + n      interrupted by signal n while waiting for the lock`;
 
+const LOCK_SERVICE = `  --lock-service <url>       the lock service (default: $FENCEKEEPER_LOCK_SERVICE, else the
+                             ZooKeeper of --zookeeper): zookeeper://h:2181[,h:2182][/chroot],
+                             redis://[user@]h:6379[/db] (one Redis: the key's TTL is
+                             --session-timeout), redlock://h1:6379,h2:6380,h3:6381 (Redlock);
+                             a URL with a password only from $FENCEKEEPER_LOCK_SERVICE`;
+
 const STOPPING = `When the lock is lost while cmd runs, cmd's process group gets SIGTERM,
 then SIGKILL --grace later. cmd runs under a small supervisor process that
 holds a lease renewed by fencekeeper, so this happens however fencekeeper
@@ -64,8 +70,7 @@ exit with cmd's code.
 ${STOPPING}
 
 options:
-  --lock-service <url>       the lock service (default: $FENCEKEEPER_LOCK_SERVICE, else the
-                             ZooKeeper of --zookeeper); zookeeper://h:2181[,h:2182][/chroot]
+${LOCK_SERVICE}
   --zookeeper <hosts>        connect string host:port[,host:port][/chroot] (default: $ZOOKEEPER)
   --timeout <ms>             give up waiting for the lock after ms (exit 75)
   --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
@@ -86,8 +91,7 @@ environment; resign when cmd exits, and exit with cmd's code.
 ${STOPPING.replace('the lock is lost', 'leadership is lost').replace('the lock is released', 'leadership is resigned')}
 
 options:
-  --lock-service <url>       the lock service (default: $FENCEKEEPER_LOCK_SERVICE, else the
-                             ZooKeeper of --zookeeper); zookeeper://h:2181[,h:2182][/chroot]
+${LOCK_SERVICE}
   --zookeeper <hosts>        connect string (default: $ZOOKEEPER)
   --id <id>                  this candidate's id (default hostname:pid)
   --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
@@ -104,8 +108,7 @@ Print the holder of <lock> and its waiters in grant order, with their tokens
 (the czxid of each queue node), owners and session ids.
 
 options:
-  --lock-service <url>       the lock service (default: $FENCEKEEPER_LOCK_SERVICE, else the
-                             ZooKeeper of --zookeeper); zookeeper://h:2181[,h:2182][/chroot]
+${LOCK_SERVICE}
   --zookeeper <hosts>        connect string (default: $ZOOKEEPER)
   --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
 ${ZOOKEEPER_SECURITY}
@@ -150,7 +153,7 @@ options:
 
 exit codes: 0 printed; 64 usage; 69 the database could not be reached or has no
 ledger (run 'fencekeeper migrate'); 70 internal error`,
-  demo: `usage: fencekeeper demo [--unfenced] [--metrics]
+  demo: `usage: fencekeeper demo [--unfenced] [--metrics] [--lock-service <url>]
 
 Play the paused-holder story with real processes and real servers: holder A
 acquires jobs/reindex and writes to a PostgreSQL row, an S3 object and an
@@ -162,6 +165,8 @@ fencekeeper's OpenTelemetry metrics in every process (holders and the HTTP
 service) and prints them at the end (needs @opentelemetry/api and
 @opentelemetry/sdk-metrics installed).
 
+The lock comes from --lock-service (or $FENCEKEEPER_LOCK_SERVICE): any URL
+'fencekeeper run --help' lists; by default the ZooKeeper of $ZOOKEEPER.
 Servers from ZOOKEEPER (127.0.0.1:2181), DATABASE_URL, S3_ENDPOINT
 (http://127.0.0.1:7480), S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION.
 'npm run demo' starts them first.

@@ -6,8 +6,9 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
-import { serverEnvironment } from '../helpers/servers.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { serverEnvironment, testServers } from '../helpers/servers.js';
+import { holdRedisFaults } from './redis-helpers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 
 const BIN = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
@@ -48,5 +49,29 @@ describe('fencekeeper demo', () => {
     expect(run.stdout.match(/with its old token\s+\| accepted/g)).toHaveLength(3);
     expect(run.stdout).toContain('ACCEPTED');
     expect(run.stdout).toContain('FAIL');
+  });
+});
+
+describe('fencekeeper demo over the other lock services', () => {
+  // The Redis set's turn: no other file pauses or kills its nodes meanwhile.
+  let giveBack: (() => Promise<void>) | undefined;
+  beforeAll(async () => {
+    giveBack = await holdRedisFaults();
+  }, 660_000);
+  afterAll(async () => {
+    await giveBack?.();
+  });
+
+  it.each([
+    ['redis', () => testServers().redis, /\| redis\s+\| \d+\s+\| A's lock key expires/],
+    ['redlock', () => `redlock://${testServers().redlock.map((u) => u.replace(/^redis:\/\//, '')).join(',')}`, /\| redlock\s+\| \d+\s+\| A's lock key expires/],
+  ])('--lock-service %s: the same timeline, every stale write refused', { timeout: 120_000 }, async (_kind, url, expiry) => {
+    const run = await demo(['--lock-service', url()]);
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(expiry);
+    expect(run.stdout).toMatch(/reads lock\.held .*\| false/);
+    expect(run.stdout.match(/with its old token\s+\| refused/g)).toHaveLength(3);
+    expect(run.stdout).toContain('PASS');
   });
 });

@@ -4,7 +4,6 @@
 // grants are the recipes' own.
 import { afterEach, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, LockLostError } from '../../src/errors.js';
-import type { Lock } from '../../src/lock.js';
 import type { LockSource } from '../../src/lock-source.js';
 import type { FencingToken } from '../../src/token.js';
 import type { ZooKeeperClient } from '../../src/zookeeper/client.js';
@@ -14,31 +13,13 @@ import { uniqueLockName } from '../helpers/unique.js';
 import { LOCKS, queueChildren } from './lock-helpers.js';
 import { until } from '../helpers/wait.js';
 import { ClientPool } from '../helpers/zookeeper.js';
+import { takeTurns } from '../helpers/sources.js';
 
 const clients = new ClientPool();
 const server = (): string => testServers().zkStandalone;
 afterEach(() => clients.closeAll());
 
 /** Source-generic code: n turns each for every source, strictly one holder at a time; the tokens in grant order. */
-async function takeTurns(sources: readonly LockSource[], name: string, turns: number): Promise<FencingToken[]> {
-  const tokens: FencingToken[] = [];
-  let holders = 0;
-  await Promise.all(
-    sources.map(async (source) => {
-      for (let i = 0; i < turns; i++) {
-        const lock: Lock = await source.acquireLock(name, { owner: source.description });
-        holders++;
-        if (holders !== 1 || !lock.held) throw new Error(`${holders} holders at token ${lock.token}`);
-        tokens.push(lock.token);
-        await new Promise((r) => setImmediate(r));
-        holders--;
-        await lock.release();
-      }
-    }),
-  );
-  return tokens;
-}
-
 describe('zookeeperSource', () => {
   it('names its kind and its session, and refuses anything but a client', async () => {
     const zk = await clients.connect(server());

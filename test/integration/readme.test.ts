@@ -65,6 +65,7 @@ const EXPECTED: Record<string, RegExp> = {
   // and nothing of it is left pending (sh).
   'Resources that cannot check a token: withEffect and idempotency()': /^(ran recorded ch_1 1|no pending effects)$/m,
   'Leader election': /^leader worker-1 with epoch \d+ true$/m,
+  'Locks over Redis: fencekeeper/redis': /^(redis token \d+ held true\nredlock token \d+ held true|redis run with token \d+\nredlock run with token \d+)$/m,
   'The CLI': /^token \d+ for readme\/nightly\nleader with epoch \d+\nreadme\/nightly: free/m,
   'Testing your code against lock loss: fencekeeper/testing': /^\s*Tests\s+1 passed \(1\)$/m,
   'Observability: diagnostics channels and OpenTelemetry': /^fencekeeper_fence_refused_total\{fencekeeper_adapter="s3",fencekeeper_resource="s3:\/\/readme-reports\/observed\.txt",otel_scope_name="fencekeeper"\} 1$/m,
@@ -111,6 +112,10 @@ describe('README examples', () => {
     await chmod(`${WORK}bin/fencekeeper`, 0o755);
     env = {
       ...serverEnvironment(servers),
+      // The Redis examples' servers, as a user would name them.
+      REDIS_URL: servers.redis,
+      REDLOCK_NODES: servers.redlock.join(','),
+      REDLOCK_URL: `redlock://${servers.redlock.map((u) => u.replace(/^redis:\/\//, '')).join(',')}`,
       PATH: `${WORK}bin:${process.env.PATH ?? ''}`,
     };
   });
@@ -125,10 +130,11 @@ describe('README examples', () => {
       'An HTTP service that refuses stale tokens',
       'Resources that cannot check a token: withEffect and idempotency()',
       'Leader election',
+      'Locks over Redis: fencekeeper/redis',
       'Testing your code against lock loss: fencekeeper/testing',
       'Observability: diagnostics channels and OpenTelemetry',
     ]);
-    expect(shell.map((b) => b.heading)).toEqual(['Resources that cannot check a token: withEffect and idempotency()', 'The CLI']);
+    expect(shell.map((b) => b.heading)).toEqual(['Resources that cannot check a token: withEffect and idempotency()', 'Locks over Redis: fencekeeper/redis', 'The CLI']);
     expect(readme).toContain('npm ci && npm test');
     expect(readme).toContain('npm ci && npm run demo');
   });

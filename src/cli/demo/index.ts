@@ -35,6 +35,23 @@ export interface DemoOptions {
   /** Record fencekeeper's metrics in every process of the demo and print them at the end (--metrics). */
   readonly metrics?: boolean;
   readonly print?: (line: string) => void;
+  /** The lock service URL (--lock-service); default $FENCEKEEPER_LOCK_SERVICE, else the ZooKeeper of $ZOOKEEPER. */
+  readonly lockService?: string;
+}
+
+/** Who ends A's grant while it is frozen, and how, by the lock service's URL scheme. */
+function expiryOf(url: string | undefined): { readonly actor: string; readonly what: string } {
+  const scheme = url === undefined || url === '' ? 'zookeeper' : url.slice(0, url.indexOf(':')).toLowerCase();
+  switch (scheme) {
+    case 'redis':
+      return { actor: 'redis', what: "A's lock key expires: no renewal came within its TTL" };
+    case 'redlock':
+      return { actor: 'redlock', what: "A's lock key expires on the nodes: no renewal came within its TTL" };
+    case 'etcd':
+      return { actor: 'etcd', what: "A's lease expires: its lock key is deleted" };
+    default:
+      return { actor: 'zookeeper', what: "A's session times out: its lock node is deleted" };
+  }
 }
 
 function formatTable(rows: readonly Row[], start: number): string[] {
@@ -54,6 +71,9 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
   const databaseUrl = process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test';
   const lockName = process.env.DEMO_LOCK ?? 'jobs/reindex';
   const sessionTimeoutMs = 4000;
+  const lockServiceUrl = options.lockService ?? process.env.FENCEKEEPER_LOCK_SERVICE;
+  const address = lockServiceFrom({ zookeeper, 'session-timeout': String(sessionTimeoutMs), ...(options.lockService !== undefined ? { 'lock-service': options.lockService } : {}) });
+  const expiry = expiryOf(lockServiceUrl);
   const table = `fencekeeper_demo_${run}`;
   const start = Date.now();
   const rows: Row[] = [];
@@ -62,12 +82,12 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
   };
 
   print(`fencekeeper demo: a paused lock holder, against real servers${unfenced ? ' (UNFENCED: writes skip the token check)' : ''}`);
-  print(`  ZooKeeper ${zookeeper}, PostgreSQL ${databaseUrl.replace(/\/\/[^@]*@/, '//')}, S3 ${process.env.S3_ENDPOINT ?? 'http://127.0.0.1:7480'}`);
+  print(`  ${address.description}, PostgreSQL ${databaseUrl.replace(/\/\/[^@]*@/, '//')}, S3 ${process.env.S3_ENDPOINT ?? 'http://127.0.0.1:7480'}`);
 
   const { default: pg } = await import('pg');
   const { migrate } = await import('../../../adapters/postgres/index.js');
   const admin = new pg.Pool({ connectionString: databaseUrl, max: 1 });
-  const locks = await lockServiceFrom({ zookeeper }).connect();
+  const locks = await address.connect();
   let service: DemoService | null = null;
   const holders: HolderProcess[] = [];
   let metrics: DemoMetrics | null = null;
@@ -97,6 +117,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     const env: NodeJS.ProcessEnv = {
       ...process.env,
       ZOOKEEPER: zookeeper,
+      ...(lockServiceUrl !== undefined ? { FENCEKEEPER_LOCK_SERVICE: lockServiceUrl } : {}),
       DATABASE_URL: databaseUrl,
       DEMO_TABLE: table,
       DEMO_BUCKET: bucket,
@@ -122,15 +143,15 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     a.child.kill('SIGSTOP');
     note('A', tokenA, 'SIGSTOP: frozen like a long GC pause', 'paused');
 
-    // t2: ZooKeeper expires A's session and deletes its node.
+    // t2: the lock service ends A's grant (a session expired, a key's TTL run out, a lease expired).
     const expiredBy = Date.now() + 30_000;
     for (;;) {
       const [holder] = await locks.queue(lockName);
       if (holder === undefined || holder.token !== parseToken(tokenA)) break;
-      if (Date.now() > expiredBy) throw new Error("A's session did not expire within 30 s");
+      if (Date.now() > expiredBy) throw new Error("A's grant did not end within 30 s");
       await new Promise((r) => setTimeout(r, 50));
     }
-    note('zookeeper', tokenA, "A's session times out: its lock node is deleted", 'lock free');
+    note(expiry.actor, tokenA, expiry.what, 'lock free');
 
     // t3: B acquires with a larger token and writes.
     const b = new HolderProcess('B', { ...env, DEMO_PAUSE: '0' });

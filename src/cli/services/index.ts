@@ -6,6 +6,7 @@
 import { UsageError, type ParsedArgs } from '../args.js';
 import type { LockServiceAddress, LockServiceKind } from '../lock-service.js';
 import { ZOOKEEPER_OPTIONS, ZOOKEEPER_SERVICE, zookeeperAddress } from './zookeeper.js';
+import { REDIS_SERVICE, REDLOCK_SERVICE } from './redis.js';
 
 /** The flags every command that talks to the lock service accepts (node:util parseArgs form). */
 export const LOCK_SERVICE_OPTIONS = {
@@ -18,6 +19,8 @@ export const LOCK_SERVICE_OPTIONS = {
 /** By URL scheme. */
 export const LOCK_SERVICES: Readonly<Record<string, LockServiceKind>> = Object.freeze({
   zookeeper: ZOOKEEPER_SERVICE,
+  redis: REDIS_SERVICE,
+  redlock: REDLOCK_SERVICE,
 });
 
 /**

@@ -1,0 +1,66 @@
+// The part of ioredis this entry calls, as structural interfaces: a user's
+// `new Redis(...)` fits without this package importing ioredis (an optional
+// peer dependency of fencekeeper/redis only).
+import { performance } from 'node:perf_hooks';
+import { ConnectionLossError } from '../../src/index.js';
+
+/** A Redis connection: an ioredis `Redis` instance. */
+export interface RedisClient {
+  /** ioredis: `call(command, args)`, a raw command and its raw reply. */
+  call(command: string, args: (string | number)[]): Promise<unknown>;
+  /**
+   * A second connection to the same server with the same options: a waiter
+   * subscribes on it to hear of a release (a connection in subscriber mode
+   * can send nothing else). Closed again when the client has no waiter left.
+   */
+  duplicate(): RedisSubscriber;
+  /** ioredis keeps its connection options here; read for messages only. */
+  readonly options?: { readonly host?: string | undefined; readonly port?: number | undefined };
+}
+
+/** host:port of a client, for messages. */
+export function where(client: RedisClient): string {
+  const o = client.options;
+  return `${o?.host ?? 'localhost'}:${o?.port ?? 6379}`;
+}
+
+/** A connection used for SUBSCRIBE only. */
+export interface RedisSubscriber {
+  subscribe(channel: string): Promise<unknown>;
+  on(event: 'message', listener: (channel: string, message: string) => void): unknown;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  disconnect(): void;
+}
+
+/** The server answered with an error, or did not answer in time. */
+export class NodeTimeoutError extends ConnectionLossError {}
+
+/**
+ * `command` on `client`, or a ConnectionLossError after `timeoutMs`. The
+ * command is not withdrawn: it may still run on the server later (a node
+ * paused by SIGSTOP answers when it resumes), which every caller allows for:
+ * a late SET NX leaves a key with a value nobody will use, removed by its TTL
+ * or by the compare-and-delete queued behind it on the same connection.
+ */
+export function send(client: RedisClient, where: string, command: string, args: (string | number)[], timeoutMs: number): Promise<unknown> {
+  let timer: NodeJS.Timeout | undefined;
+  const reply = client.call(command, args);
+  const limit = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new NodeTimeoutError(`Redis at ${where} did not answer ${command} within ${timeoutMs} ms`)), timeoutMs);
+    timer.unref();
+  });
+  return Promise.race([reply, limit]).then(
+    (value) => {
+      clearTimeout(timer);
+      return value;
+    },
+    (error: unknown) => {
+      clearTimeout(timer);
+      if (error instanceof ConnectionLossError) throw error;
+      throw new ConnectionLossError(`Redis at ${where}: ${(error as Error).message}`, { cause: error });
+    },
+  );
+}
+
+/** The monotonic clock every deadline of this entry is measured on. */
+export const now = (): number => performance.now();

@@ -1,0 +1,105 @@
+// Every argument checked before the first command: a bad call changes nothing.
+import { hostname } from 'node:os';
+import { InvalidArgumentError, safetyMargin, type AcquireOptions } from '../../src/index.js';
+import type { RedisClient } from './client.js';
+
+/** The settings of a Redis or Redlock source, fixed when it is made. */
+export interface RedisLockSettings {
+  /** How long a grant lives on the server without a renewal (the key's TTL). Default 10000. */
+  readonly ttlMs?: number;
+  /**
+   * Redlock: how long one node may take to answer before it counts as down
+   * for this round. Default a twentieth of the TTL, within [50, 500] ms.
+   * Single instance: the limit on every command (default: the same).
+   */
+  readonly nodeTimeoutMs?: number;
+}
+
+/** acquireLock's options: every source's, and the settings above. */
+export interface RedisAcquireOptions extends AcquireOptions, RedisLockSettings {}
+export type RedisTryAcquireOptions = Omit<RedisAcquireOptions, 'timeoutMs'>;
+
+export interface CheckedOptions {
+  readonly ttlMs: number;
+  readonly marginMs: number;
+  readonly nodeTimeoutMs: number;
+  readonly timeoutMs: number | undefined;
+  readonly signal: AbortSignal | undefined;
+  readonly owner: string;
+}
+
+export const DEFAULT_TTL_MS = 10_000;
+
+let owner: string | undefined;
+/** hostname:pid, asked of the system once. */
+const defaultOwner = (): string => (owner ??= `${hostname()}:${process.pid}`);
+const MAX_NAME_BYTES = 512;
+
+/**
+ * A lock name becomes part of three keys and of a hash tag: printable, no
+ * spaces (they separate the fields of a key's value), no braces (they would
+ * end the hash tag early and scatter the keys of one lock).
+ */
+export function checkName(name: unknown): string {
+  if (typeof name !== 'string' || name === '') throw new InvalidArgumentError('a Redis lock name must be a non-empty string');
+  if (Buffer.byteLength(name) > MAX_NAME_BYTES) throw new InvalidArgumentError(`a Redis lock name has at most ${MAX_NAME_BYTES} bytes, got ${Buffer.byteLength(name)}`);
+  if (/[\s{}\p{Cc}]/u.test(name)) throw new InvalidArgumentError(`bad Redis lock name ${JSON.stringify(name)}: no spaces, braces or control characters`);
+  return name;
+}
+
+function positive(value: unknown, what: string): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
+    throw new InvalidArgumentError(`${what} must be a positive integer of milliseconds, got ${String(value)}`);
+  }
+  return value;
+}
+
+export function checkSettings(settings: RedisLockSettings | undefined): { ttlMs: number; nodeTimeoutMs: number } {
+  const ttlMs = settings?.ttlMs === undefined ? DEFAULT_TTL_MS : positive(settings.ttlMs, 'ttlMs');
+  const nodeTimeoutMs =
+    settings?.nodeTimeoutMs === undefined ? Math.max(50, Math.min(500, Math.round(ttlMs / 20))) : positive(settings.nodeTimeoutMs, 'nodeTimeoutMs');
+  if (nodeTimeoutMs >= ttlMs) throw new InvalidArgumentError(`nodeTimeoutMs (${nodeTimeoutMs}) must be below ttlMs (${ttlMs})`);
+  return { ttlMs, nodeTimeoutMs };
+}
+
+export function checkOptions(options: RedisAcquireOptions | undefined, defaults: RedisLockSettings | undefined): CheckedOptions {
+  if (options !== undefined && (typeof options !== 'object' || options === null)) throw new InvalidArgumentError('options must be an object');
+  const { ttlMs, nodeTimeoutMs } = checkSettings({ ...defaults, ...pick(options) });
+  const marginMs = safetyMargin(ttlMs, options?.safetyMarginMs);
+  const timeoutMs = options?.timeoutMs === undefined ? undefined : checkTimeout(options.timeoutMs);
+  const signal = options?.signal;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) throw new InvalidArgumentError('signal must be an AbortSignal');
+  const owner = options?.owner ?? defaultOwner();
+  if (typeof owner !== 'string' || owner === '' || /\p{Cc}/u.test(owner)) throw new InvalidArgumentError('owner must be a non-empty string without control characters');
+  return { ttlMs, marginMs, nodeTimeoutMs, timeoutMs, signal, owner };
+}
+
+function pick(options: RedisAcquireOptions | undefined): RedisLockSettings {
+  return {
+    ...(options?.ttlMs !== undefined && { ttlMs: options.ttlMs }),
+    ...(options?.nodeTimeoutMs !== undefined && { nodeTimeoutMs: options.nodeTimeoutMs }),
+  };
+}
+
+function checkTimeout(value: unknown): number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) throw new InvalidArgumentError(`timeoutMs must be a non-negative number, got ${String(value)}`);
+  return value;
+}
+
+function isClient(value: unknown): value is RedisClient {
+  return typeof value === 'object' && value !== null && typeof (value as RedisClient).call === 'function' && typeof (value as RedisClient).duplicate === 'function';
+}
+
+/** One client (the single-instance lock) or at least three distinct ones (Redlock). */
+export function checkTarget(target: unknown): RedisClient | readonly RedisClient[] {
+  if (Array.isArray(target)) {
+    if (target.length < 3) throw new InvalidArgumentError(`Redlock needs at least 3 independent Redis clients, got ${target.length}`);
+    target.forEach((c, i) => {
+      if (!isClient(c)) throw new InvalidArgumentError(`Redlock client ${i} is not a Redis client (an ioredis instance)`);
+    });
+    if (new Set(target).size !== target.length) throw new InvalidArgumentError('Redlock was given the same client object twice: each node must be an independent Redis server');
+    return Object.freeze([...target]) as readonly RedisClient[];
+  }
+  if (!isClient(target)) throw new InvalidArgumentError('expected a Redis client (an ioredis instance) or an array of at least 3 for Redlock');
+  return target;
+}

@@ -1,0 +1,117 @@
+// The Lua scripts: every check-and-change on a lock key is one script, run
+// atomically by the server (never a GET then a DEL from the client, where
+// another holder's grant could fall between the two).
+//
+// Keys of lock NAME (the hash tag {NAME} keeps them in one slot of a cluster):
+//   fencekeeper:lock:{NAME}     the grant: "<unique grant id> <owner>", with the TTL
+//   fencekeeper:token:{NAME}    the fencing counter, never expires
+//   fencekeeper:waiters:{NAME}  waiters to wake, "<channel id> <waiter id>", oldest first
+// A release wakes the oldest waiter that still listens, by a PUBLISH on the
+// channel of its process (WAKE_CHANNEL + channel id): one waiter, not all.
+import { createHash } from 'node:crypto';
+import { NodeTimeoutError, send, type RedisClient } from './client.js';
+
+export const WAKE_CHANNEL = 'fencekeeper:wake:';
+
+export function lockKeys(name: string): [lock: string, counter: string, waiters: string] {
+  return [`fencekeeper:lock:{${name}}`, `fencekeeper:token:{${name}}`, `fencekeeper:waiters:{${name}}`];
+}
+
+// Wake the oldest waiter still subscribed (PUBLISH counts the receivers; an
+// entry whose process is gone reaches nobody and is skipped). Inline, not a
+// Lua function: a script's functions are made again on every call.
+const wakeOne = (waiters: string, prefix: string): string => `
+while true do
+  local w = redis.call('LPOP', ${waiters})
+  if not w then break end
+  local sep = string.find(w, ' ', 1, true)
+  if sep and redis.call('PUBLISH', ${prefix} .. string.sub(w, 1, sep - 1), w) > 0 then break end
+end`;
+
+// A waiter that failed to get the lock queues up once (re-checks keep its
+// place); the list lives a while past its last waiter's last check.
+const ENLIST = `
+if ARGV[3] ~= '' then
+  if not redis.call('LPOS', KEYS[3], ARGV[3]) then redis.call('RPUSH', KEYS[3], ARGV[3]) end
+  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[2]) * 3)
+end`;
+
+export interface Script {
+  readonly text: string;
+  readonly sha: string;
+}
+
+function script(text: string): Script {
+  return { text, sha: createHash('sha1').update(text).digest('hex') };
+}
+
+/**
+ * Single instance: the grant and its token in one step. Granted: {1, token}
+ * (INCR of the counter). Refused: {0, remaining TTL of the holder's key}.
+ * KEYS lock, counter, waiters; ARGV value, ttl, waiter entry ('' for none).
+ */
+export const ACQUIRE = script(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[3] ~= '' then redis.call('LREM', KEYS[3], 0, ARGV[3]) end
+  return {1, redis.call('INCR', KEYS[2])}
+end
+${ENLIST}
+return {0, redis.call('PTTL', KEYS[1])}
+`);
+
+/**
+ * Redlock step 1 on one node: the SET NX and, only if it took, the node's
+ * counter (a string, '0' when absent). {1, counter} or {0, remaining TTL}.
+ * KEYS lock, counter, waiters; ARGV value, ttl, waiter entry.
+ */
+export const CLAIM = script(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[3] ~= '' then redis.call('LREM', KEYS[3], 0, ARGV[3]) end
+  return {1, redis.call('GET', KEYS[2]) or '0'}
+end
+${ENLIST}
+return {0, redis.call('PTTL', KEYS[1])}
+`);
+
+/**
+ * Redlock step 3 on one node: the counter becomes t only if the lock there
+ * still carries our value and the counter is below t. 1 accepted, 0 not.
+ * KEYS lock, counter; ARGV value, t (decimal).
+ */
+export const RAISE = script(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local current = redis.call('GET', KEYS[2])
+if current and tonumber(current) >= tonumber(ARGV[2]) then return 0 end
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+`);
+
+/** Compare-and-pexpire: 1 if the key still carries our value (its TTL reset), 0 if not. KEYS lock; ARGV value, ttl. */
+export const RENEW = script(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+`);
+
+/** Compare-and-delete, then wake one waiter. 1 if it was ours, 0 if not. KEYS lock, waiters; ARGV value, channel prefix. */
+export const RELEASE = script(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+${wakeOne('KEYS[2]', 'ARGV[2]')}
+return 1
+`);
+
+/** Pass a wake on: a woken waiter that had already left hands it to the next. KEYS waiters; ARGV channel prefix. */
+export const WAKE_NEXT = script(`
+${wakeOne('KEYS[1]', 'ARGV[1]')}
+return 1
+`);
+
+/** Run `s` by its SHA1, loading it (EVAL) the first time a server does not know it. */
+export async function run(client: RedisClient, where: string, s: Script, keys: readonly string[], args: readonly (string | number)[], timeoutMs: number): Promise<unknown> {
+  try {
+    return await send(client, where, 'EVALSHA', [s.sha, keys.length, ...keys, ...args], timeoutMs);
+  } catch (error) {
+    if (error instanceof NodeTimeoutError || !/NOSCRIPT/.test(String((error as Error).message))) throw error;
+    return send(client, where, 'EVAL', [s.text, keys.length, ...keys, ...args], timeoutMs);
+  }
+}

@@ -1,0 +1,176 @@
+/**
+ * Redis and Redlock as the CLI's lock service:
+ *   redis://[user[:password]@]host:port[/db]            the single-instance lock
+ *   redlock://[user[:password]@]h1:p1,h2:p2,h3:p3[,...]  Redlock over independent nodes
+ * --session-timeout is the lock key's TTL (default 10000 ms). A password is
+ * accepted from $FENCEKEEPER_LOCK_SERVICE only, never from the command line
+ * (where `ps` shows it to every user of the machine).
+ */
+import { ConnectionLossError, InvalidArgumentError, QuorumError, safetyMargin } from '../../index.js';
+import { UsageError, positiveInt } from '../args.js';
+import { UnreachableError, type Holding, type LockService, type LockServiceContext, type LockServiceKind } from '../lock-service.js';
+
+interface Endpoint {
+  readonly host: string;
+  readonly port: number;
+}
+
+interface RedisUrl {
+  readonly endpoints: readonly Endpoint[];
+  readonly username: string | undefined;
+  readonly password: string | undefined;
+  readonly db: number;
+}
+
+const DEFAULT_TTL_MS = 10_000;
+
+function parseUrl(scheme: 'redis' | 'redlock', rest: string, context: LockServiceContext): RedisUrl {
+  const { origin } = context;
+  if (/[?#]/.test(rest)) throw new UsageError(`${origin}: a ${scheme}:// URL takes no query or fragment`);
+  let hosts = rest;
+  let username: string | undefined;
+  let password: string | undefined;
+  const at = rest.lastIndexOf('@');
+  if (at >= 0) {
+    const credentials = rest.slice(0, at);
+    hosts = rest.slice(at + 1);
+    const colon = credentials.indexOf(':');
+    username = decodeURIComponent(colon < 0 ? credentials : credentials.slice(0, colon)) || undefined;
+    password = colon < 0 ? undefined : decodeURIComponent(credentials.slice(colon + 1));
+    if (password !== undefined && context.fromCommandLine) {
+      throw new UsageError(`${origin}: a URL with a password is accepted from FENCEKEEPER_LOCK_SERVICE only (on the command line, ps shows it to every user)`);
+    }
+  }
+  let db = 0;
+  const slash = hosts.indexOf('/');
+  if (slash >= 0) {
+    const path = hosts.slice(slash + 1);
+    hosts = hosts.slice(0, slash);
+    if (path !== '') {
+      if (scheme === 'redlock') throw new UsageError(`${origin}: a redlock:// URL takes no database number (each node uses its database 0)`);
+      if (!/^(?:0|[1-9][0-9]?)$/.test(path)) throw new UsageError(`${origin}: the database of a redis:// URL is a number 0..99, got ${JSON.stringify(path)}`);
+      db = Number(path);
+    }
+  }
+  const endpoints = hosts.split(',').map((hp) => {
+    const m = /^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})$/.exec(hp);
+    const port = m === null ? NaN : Number(m[2]);
+    if (m === null || port < 1 || port > 65535) throw new UsageError(`${origin}: expected host:port in a ${scheme}:// URL, got ${JSON.stringify(hp)}`);
+    return { host: (m[1] as string).replace(/^\[|\]$/g, ''), port };
+  });
+  if (scheme === 'redis' && endpoints.length !== 1) throw new UsageError(`${origin}: redis:// names one server; for several independent ones use redlock://`);
+  if (scheme === 'redlock') {
+    if (endpoints.length < 3) throw new UsageError(`${origin}: redlock:// needs at least 3 independent nodes, got ${endpoints.length}`);
+    const seen = new Set(endpoints.map((e) => `${e.host}:${e.port}`));
+    if (seen.size !== endpoints.length) throw new UsageError(`${origin}: redlock:// names the same node twice`);
+  }
+  return { endpoints, username, password, db };
+}
+
+function checkName(kind: 'lock' | 'election', name: string, description: string): void {
+  if (kind === 'election') throw new UsageError(`${description} has no elections: elect needs zookeeper:// (or etcd)`);
+  if (name === '' || Buffer.byteLength(name) > 512 || /[\s{}\p{Cc}]/u.test(name)) {
+    throw new UsageError(`bad lock name ${JSON.stringify(name)} for Redis: 1..512 bytes, without spaces, braces or control characters, like "jobs/reindex"`);
+  }
+}
+
+function kind(scheme: 'redis' | 'redlock', example: string): LockServiceKind {
+  return {
+    example,
+    address(rest, context) {
+      const url = parseUrl(scheme, rest, context);
+      const ttlMs = positiveInt(context.values['session-timeout'] as string | undefined, '--session-timeout') ?? DEFAULT_TTL_MS;
+      const list = url.endpoints.map((e) => `${e.host}:${e.port}`).join(',');
+      const description = scheme === 'redis' ? `Redis at ${list}` : `Redlock over ${list}`;
+      return {
+        description,
+        checkName: (k, name) => checkName(k, name, description),
+        connect: () => connect(scheme, url, ttlMs, description),
+      };
+    },
+  };
+}
+
+export const REDIS_SERVICE = kind('redis', 'redis://127.0.0.1:6379');
+export const REDLOCK_SERVICE = kind('redlock', 'redlock://h1:6379,h2:6379,h3:6379');
+
+async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number, description: string): Promise<LockService> {
+  const [{ Redis }, { redisSource }] = await Promise.all([import('ioredis'), import('../../../adapters/redis/index.js')]);
+  const clients = url.endpoints.map(
+    (e) =>
+      new Redis({
+        host: e.host,
+        port: e.port,
+        db: url.db,
+        lazyConnect: true,
+        ...(url.username !== undefined && { username: url.username }),
+        ...(url.password !== undefined && { password: url.password }),
+      }),
+  );
+  // ioredis reports a broken connection as an event; the commands report it as a failed request.
+  for (const c of clients) c.on('error', () => {});
+  const close = async (): Promise<void> => {
+    for (const c of clients) c.disconnect();
+  };
+  const reached = await Promise.all(clients.map((c) => c.connect().then(() => null, (error: Error) => `${c.options.host}:${c.options.port}: ${error.message}`)));
+  const failed = reached.filter((r): r is string => r !== null);
+  if (failed.length > (scheme === 'redis' ? 0 : clients.length - (Math.floor(clients.length / 2) + 1))) {
+    await close();
+    throw new UnreachableError(`cannot reach ${description}: ${failed.join('; ')}`);
+  }
+  let source;
+  try {
+    source = redisSource(scheme === 'redis' ? (clients[0] as InstanceType<typeof Redis>) : clients, { ttlMs });
+  } catch (error) {
+    await close();
+    if (error instanceof InvalidArgumentError) throw new UsageError(`${description}: ${error.message}`);
+    throw error;
+  }
+  return {
+    sessionTimeoutMs: ttlMs,
+    safetyMargin(requested) {
+      try {
+        return safetyMargin(ttlMs, requested);
+      } catch (error) {
+        if (error instanceof InvalidArgumentError) throw new UsageError(`--safety-margin ${String(requested)}: ${error.message}`);
+        throw error;
+      }
+    },
+    async hold(k, name, options): Promise<Holding> {
+      if (k === 'election') throw new UsageError(`${description} has no elections`);
+      try {
+        const lock = await source.acquireLock(name, {
+          safetyMarginMs: options.safetyMarginMs,
+          ...(options.signal !== undefined && { signal: options.signal }),
+          ...(options.timeoutMs !== undefined && { timeoutMs: options.timeoutMs }),
+          ...(options.owner !== undefined && { owner: options.owner }),
+        });
+        return {
+          token: lock.token,
+          get held() {
+            return lock.held;
+          },
+          signal: lock.signal,
+          deadline: () => lock.deadline,
+          end: () => lock.release(),
+        };
+      } catch (error) {
+        throw unreachable(error, description);
+      }
+    },
+    async queue(name) {
+      try {
+        const { holder } = await source.lockStatus(name);
+        return holder === null ? [] : [{ role: 'holder', token: holder.token, owner: holder.owner, session: `key with a ${ttlMs} ms TTL`, node: holder.key }];
+      } catch (error) {
+        throw unreachable(error, description);
+      }
+    },
+    close,
+  };
+}
+
+function unreachable(error: unknown, description: string): unknown {
+  if (error instanceof ConnectionLossError || error instanceof QuorumError) return new UnreachableError(`${description}: ${error.message}`);
+  return error;
+}

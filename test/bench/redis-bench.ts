@@ -1,0 +1,176 @@
+// Benchmark: fencekeeper/redis against npm `redlock` 5.0.0-beta.2,
+// `@sesamecare-oss/redlock` 1.4 and the raw floor, on the same servers in one run.
+//   FK_REDIS=redis://127.0.0.1:6390 FK_REDLOCK=redis://127.0.0.1:6391,... npx vite-node test/bench/redis-bench.ts
+// Env: FK_REDIS, FK_REDLOCK (defaults: the test servers' ports), BENCH_CYCLES (cycles per
+// case per run, default 1500), BENCH_RUNS (default 3).
+//
+// One client (or one set of five), acquire + release, one cycle at a time, uncontended:
+//   one node    raw floor (SET NX PX, then a compare-and-delete script), fencekeeper's
+//               single-instance lock (token by INCR in the same script), redlock, sesame
+//   five nodes  raw floor (the same on all five in parallel), fencekeeper's Redlock (with
+//               its quorum-counter token: one more round trip), redlock, sesame
+// Cases take turns in blocks of 50 cycles within each run, so a loaded machine (and a disk
+// busy with other work: every node fsyncs each write) loads all alike. Printed per case:
+// the median over runs of cycles/s, acquire p50/p99 (ms), CPU time per cycle (µs, this
+// process: user + system), and ratios against the raw floor and redlock of the same run.
+// Asserts nothing.
+import { randomBytes } from 'node:crypto';
+import { loadavg } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import { Redis } from 'ioredis';
+import { Redlock as SesameRedlock } from '@sesamecare-oss/redlock';
+import { acquireLock } from '../../adapters/redis/index.js';
+
+const single = process.env.FK_REDIS ?? 'redis://127.0.0.1:6390';
+const nodes = (process.env.FK_REDLOCK ?? [6391, 6392, 6393, 6394, 6395].map((p) => `redis://127.0.0.1:${p}`).join(',')).split(',');
+const CYCLES = Number(process.env.BENCH_CYCLES ?? 1500);
+const RUNS = Number(process.env.BENCH_RUNS ?? 3);
+const TTL = 10_000;
+
+const RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+function client(url: string): Redis {
+  const m = /^redis:\/\/([^:/]+):(\d+)$/.exec(url);
+  if (m === null) throw new Error(`not a redis://host:port URL: ${url}`);
+  const c = new Redis({ host: m[1] as string, port: Number(m[2]) });
+  // By its SHA1 after the first call (EVALSHA), as every library here runs its scripts.
+  c.defineCommand('fkRelease', { numberOfKeys: 1, lua: RELEASE });
+  return c;
+}
+
+
+interface Case {
+  readonly name: string;
+  readonly group: 'one node' | 'five nodes';
+  /** One cycle: returns the acquire's latency in ms. */
+  cycle(key: string): Promise<number>;
+}
+
+function raw(clients: readonly Redis[]): Case['cycle'] {
+  return async (key) => {
+    const value = randomBytes(15).toString('base64url');
+    const t0 = performance.now();
+    const replies = await Promise.all(clients.map((c) => c.set(key, value, 'PX', TTL, 'NX')));
+    const acquired = performance.now() - t0;
+    if (replies.filter((r) => r === 'OK').length < Math.floor(clients.length / 2) + 1) throw new Error('raw: not acquired');
+    await Promise.all(clients.map((c) => (c as Redis & { fkRelease(key: string, value: string): Promise<unknown> }).fkRelease(key, value)));
+    return acquired;
+  };
+}
+
+function ours(target: Redis | Redis[]): Case['cycle'] {
+  return async (key) => {
+    const t0 = performance.now();
+    const lock = await acquireLock(target, key, { ttlMs: TTL });
+    const acquired = performance.now() - t0;
+    await lock.release();
+    return acquired;
+  };
+}
+
+function peer(lib: { acquire(resources: string[], duration: number): Promise<{ release(): Promise<unknown> }> }): Case['cycle'] {
+  return async (key) => {
+    const t0 = performance.now();
+    const lock = await lib.acquire([key], TTL);
+    const acquired = performance.now() - t0;
+    await lock.release();
+    return acquired;
+  };
+}
+
+// redlock 5's package.json `exports` carry no types: loaded by a specifier TypeScript does not resolve.
+interface PeerLock {
+  acquire(resources: string[], duration: number): Promise<{ release(): Promise<unknown> }>;
+}
+const redlockSpecifier = 'redlock';
+const Redlock = ((await import(redlockSpecifier)) as { default: new (clients: Redis[], settings: object) => PeerLock }).default;
+
+const one = client(single);
+const five = nodes.map(client);
+const settings = { retryCount: 0, automaticExtensionThreshold: 500 };
+const cases: Case[] = [
+  { name: 'raw floor', group: 'one node', cycle: raw([one]) },
+  { name: 'fencekeeper single', group: 'one node', cycle: ours(one) },
+  { name: 'redlock 5', group: 'one node', cycle: peer(new Redlock([one], settings)) },
+  { name: 'sesame', group: 'one node', cycle: peer(new SesameRedlock([one], settings)) },
+  { name: 'raw floor', group: 'five nodes', cycle: raw(five) },
+  { name: 'fencekeeper Redlock', group: 'five nodes', cycle: ours(five) },
+  { name: 'redlock 5', group: 'five nodes', cycle: peer(new Redlock(five, settings)) },
+  { name: 'sesame', group: 'five nodes', cycle: peer(new SesameRedlock(five, settings)) },
+];
+
+interface Figures {
+  cyclesPerSecond: number;
+  p50: number;
+  p99: number;
+  cpuMicros: number;
+}
+
+const quantile = (sorted: readonly number[], q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] as number;
+const median = (xs: readonly number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
+
+const BLOCK = 50;
+
+/**
+ * One run: every case takes turns in blocks of BLOCK cycles until each has
+ * done CYCLES, so that a disk or CPU busy with other work for a while (the
+ * nodes fsync every write) slows all cases alike.
+ */
+async function runOnce(run: number): Promise<Map<Case, Figures>> {
+  const keyOf = (c: Case): string => `${tag}_${c.group === 'one node' ? 1 : 5}_${c.name.replace(/\W+/g, '_')}`;
+  for (const c of cases) for (let i = 0; i < 50; i++) await c.cycle(keyOf(c)); // warm-up: scripts loaded, connections up, JIT
+  const state = new Map(cases.map((c) => [c, { latencies: [] as number[], ms: 0, cpu: 0 }]));
+  for (let done = 0; done < CYCLES; done += BLOCK) {
+    // A different order each block: no case always goes first.
+    const order = cases.map((_, i) => cases[(i + run + done / BLOCK) % cases.length] as Case);
+    for (const c of order) {
+      const s = state.get(c)!;
+      const cpu0 = process.cpuUsage();
+      const t0 = performance.now();
+      for (let i = 0; i < BLOCK; i++) s.latencies.push(await c.cycle(keyOf(c)));
+      s.ms += performance.now() - t0;
+      const cpu = process.cpuUsage(cpu0);
+      s.cpu += cpu.user + cpu.system;
+    }
+  }
+  const figures = new Map<Case, Figures>();
+  for (const [c, s] of state) {
+    s.latencies.sort((a, b) => a - b);
+    const n = s.latencies.length;
+    figures.set(c, { cyclesPerSecond: n / (s.ms / 1000), p50: quantile(s.latencies, 0.5), p99: quantile(s.latencies, 0.99), cpuMicros: s.cpu / n });
+  }
+  return figures;
+}
+
+const results = new Map<Case, Figures[]>(cases.map((c) => [c, []]));
+const tag = `bench_${process.pid}_${Date.now().toString(36)}`;
+console.log(`redis-bench: ${CYCLES} cycles per case per run, ${RUNS} runs; load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+for (let run = 0; run < RUNS; run++) {
+  for (const [c, f] of await runOnce(run)) results.get(c)!.push(f);
+}
+
+const summary = new Map<Case, Figures>();
+for (const [c, runs] of results) {
+  summary.set(c, {
+    cyclesPerSecond: median(runs.map((r) => r.cyclesPerSecond)),
+    p50: median(runs.map((r) => r.p50)),
+    p99: median(runs.map((r) => r.p99)),
+    cpuMicros: median(runs.map((r) => r.cpuMicros)),
+  });
+}
+for (const group of ['one node', 'five nodes'] as const) {
+  const inGroup = cases.filter((c) => c.group === group);
+  const floor = summary.get(inGroup.find((c) => c.name === 'raw floor')!)!;
+  const redlock = summary.get(inGroup.find((c) => c.name === 'redlock 5')!)!;
+  console.log(`\n${group}`);
+  console.log('  case                  cycles/s  acquire p50  p99 (ms)  CPU/cycle  vs raw  vs redlock');
+  for (const c of inGroup) {
+    const f = summary.get(c)!;
+    console.log(
+      `  ${c.name.padEnd(20)} ${f.cyclesPerSecond.toFixed(0).padStart(9)}  ${f.p50.toFixed(3).padStart(11)}  ${f.p99.toFixed(3).padStart(8)}  ${f.cpuMicros.toFixed(0).padStart(6)} µs  ${(f.cyclesPerSecond / floor.cyclesPerSecond).toFixed(2).padStart(6)}  ${(f.cyclesPerSecond / redlock.cyclesPerSecond).toFixed(2).padStart(9)}`,
+    );
+  }
+}
+console.log(`\nload average at the end ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+one.disconnect();
+for (const c of five) c.disconnect();
