@@ -5,7 +5,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, LockLostError } from '../../src/errors.js';
 import type { LockSource } from '../../src/lock-source.js';
-import type { FencingToken } from '../../src/token.js';
 import type { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
 import { testServers } from '../helpers/servers.js';
