@@ -7,7 +7,7 @@
  *
  *   const zk = await ZooKeeperClient.connect({ connectString });
  *   const lock = await acquireLock(zk, 'jobs/reindex');
- *   await expireSession(zk, { connectString });   // lock.signal aborts; zk.state is 'expired'
+ *   await expireSession(zk);   // lock.signal aborts; zk.state is 'expired'
  *
  * How (Curator's KillSession does the same): a second connection presents
  * the session's id and password, which makes the server move the session to
@@ -20,11 +20,14 @@
  * client shows, is enough, and any client's session can be ended, whatever
  * connected it. A client connected through sessionRecorder() has its
  * password read from the server's answer instead, with the server it was
- * last on and the way it dialled it, so expireSession(zk) needs no options.
+ * last on and the way it dialled it. Either way expireSession(zk) needs no
+ * options: it dials the client's own servers the client's own way (or the
+ * server sessionRecorder() saw it on).
  */
 import type { Duplex } from 'node:stream';
 import { ClientClosedError, ConnectionLossError, InvalidArgumentError } from '../errors.js';
 import type { Connector, ServerAddress, TlsOptions, ZooKeeperClient } from '../index.js';
+import { clientInternals } from '../zookeeper/client.js';
 import { connectTcp } from '../zookeeper/connection.js';
 import { FrameParser } from '../zookeeper/frame-parser.js';
 import { JuteReader } from '../zookeeper/jute-reader.js';
@@ -92,8 +95,8 @@ export interface ExpireSessionOptions {
   readonly timeoutMs?: number;
   /**
    * The servers to end the session through (the client's connect string, or
-   * any server of its ensemble; tried in order). Needed unless the client was
-   * connected through sessionRecorder(), which knows the server it is on.
+   * any server of its ensemble; tried in order). Default: the server
+   * sessionRecorder() saw it on, else the client's own servers.
    */
   readonly connectString?: string;
   /** Dial them over TLS (the client's `tls` option), as the client does. */
@@ -129,23 +132,26 @@ interface Target {
   readonly connector: Connector;
 }
 
-function target(sessionId: bigint, options: ExpireSessionOptions): Target {
+function target(client: ZooKeeperClient, sessionId: bigint, options: ExpireSessionOptions): Target {
   if (options.tls !== undefined && options.connector !== undefined) throw new InvalidArgumentError('expireSession(): give tls or connector, not both');
   if (options.connector !== undefined && typeof options.connector !== 'function') throw new InvalidArgumentError('expireSession(): connector must be a connector function');
   if (options.tls !== undefined && (options.tls === null || typeof options.tls !== 'object')) throw new InvalidArgumentError('expireSession(): tls must be an object ({ ca, cert, key, servername })');
   const recorded = sessions.get(sessionId);
+  const own = clientInternals.get(client);
   let addresses: readonly ServerAddress[];
   if (options.connectString !== undefined) {
     addresses = parseConnectString(options.connectString).servers;
   } else if (recorded !== undefined) {
     addresses = [recorded.address];
+  } else if (own !== undefined) {
+    addresses = own.servers;
   } else {
     throw new InvalidArgumentError(
       `expireSession(): which server is session 0x${sessionId.toString(16)} on? Pass { connectString } (the client's, or any server of its ensemble), ` +
         "or connect the client with ZooKeeperClient.connect({ ..., connector: sessionRecorder() }) from 'fencekeeper/testing'",
     );
   }
-  const connector = options.connector ?? (options.tls !== undefined ? tlsConnector(options.tls) : (recorded?.connector ?? connectTcp));
+  const connector = options.connector ?? (options.tls !== undefined ? tlsConnector(options.tls) : (recorded?.connector ?? own?.connector ?? connectTcp));
   return { password: recorded?.password ?? sessionPassword(sessionId), addresses, connector };
 }
 
@@ -158,7 +164,7 @@ export async function expireSession(client: ZooKeeperClient, options: ExpireSess
   if (client.state === 'expired') return;
   if (client.state === 'closed' || client.closing) throw new ClientClosedError('expireSession(): the client is closed: its session has already ended');
   const sessionId = client.sessionId;
-  const where = target(sessionId, options);
+  const where = target(client, sessionId, options);
   const timeoutMs = options.timeoutMs ?? client.sessionTimeoutMs + 10_000;
   if (!Number.isInteger(timeoutMs) || timeoutMs < 1) throw new InvalidArgumentError(`expireSession(): timeoutMs must be a positive integer, got ${String(timeoutMs)}`);
   const expired = clientExpired(client);

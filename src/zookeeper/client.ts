@@ -87,6 +87,13 @@ export interface WatchOptions {
 }
 
 const NO_PASSWORD = new Uint8Array(16);
+
+/**
+ * For fencekeeper/testing's expireSession (not exported from the package):
+ * the servers a client dials and how, so a test can end its session from
+ * the server's side without being told where the client is.
+ */
+export const clientInternals = new WeakMap<ZooKeeperClient, { readonly servers: readonly ServerAddress[]; readonly connector: Connector }>();
 const ignore = (): void => undefined;
 
 /**
@@ -179,6 +186,7 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     this.#timeoutMs = this.#requestedTimeoutMs;
     this.#auth = Object.freeze([...(options.auth ?? [])]);
     this.#connector = options.connector ?? (options.tls !== undefined ? tlsConnector(options.tls) : connectTcp);
+    clientInternals.set(this, { servers: this.#servers, connector: this.#connector });
   }
 
   /**

@@ -296,7 +296,10 @@ export class Connection extends EventEmitter<{ handshake: [ConnectResponse]; not
   };
 
   readonly #onEnd = (): void => {
-    this.drop(new ConnectionLossError(`connection to ${this.address.host}:${this.address.port} closed`));
+    // Closed before the ConnectResponse: a server not serving yet (no quorum) does that, and so
+    // does a TLS-only port given plain text (it waits for a ClientHello and drops anything else).
+    const hint = this.#state === 'handshaking' ? ' before answering the session request (a server not serving yet, or a secure client port: connect with the tls option)' : '';
+    this.drop(new ConnectionLossError(`connection to ${this.address.host}:${this.address.port} closed${hint}`));
   };
 
   readonly #onError = (error: Error): void => {

@@ -139,6 +139,7 @@ describe('a plain-text client against the secure port', () => {
     expect(error).toMatchObject({ code: 'CONNECTION_LOSS' });
     expect(error.message).toContain(`no ZooKeeper server at ${servers.zkStandaloneTls} accepted a session within 2000 ms`);
     expect(error.message).toContain('closed');
+    expect(error.message).toContain('tls option');
   });
 });
 
