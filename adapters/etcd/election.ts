@@ -1,0 +1,120 @@
+/**
+ * Leader election on the same queue as the lock: electing a leader is
+ * acquiring a lock that is held for longer. The leader's epoch is its key's
+ * create revision, so every later leader's epoch is larger, across etcd
+ * leader changes too; downstream systems fence on it as on a lock token.
+ */
+import type { CampaignOptions, FencingToken, Leadership } from '../../src/index.js';
+import { int64, type EtcdClient, type EtcdWatcher } from './client.js';
+import { HeldKey } from './held-key.js';
+import { checkClient, checkName } from './input.js';
+import { joinAndWait } from './join.js';
+import { ELECTIONS_ROOT, prefixEnd, queuePrefix, entryOf, type QueueKey } from './queue.js';
+import type { Lease } from './session.js';
+
+/** A leadership won in an etcd election: the core's Leadership, our id, and the key behind it. */
+export interface EtcdLeadership extends Leadership {
+  /** This candidate's id (CampaignOptions.id), as observers see it. */
+  readonly id: string;
+  /** Our key (its create revision is the epoch). */
+  readonly key: string;
+  readonly lease: bigint;
+}
+
+class HeldLeadership extends HeldKey implements EtcdLeadership {
+  readonly id: string;
+  readonly epoch: FencingToken;
+
+  constructor(etcd: EtcdClient, lease: Lease, name: string, id: string, node: QueueKey, revision: bigint, marginMs: number) {
+    super(etcd, lease, name, `election ${name}`, node, revision, marginMs);
+    this.id = id;
+    this.epoch = node.token;
+  }
+
+  resign(): Promise<void> {
+    return this.leave();
+  }
+}
+
+/** Stand for election; resolves when this candidate is the leader. */
+export async function campaign(etcd: EtcdClient, name: string, options: CampaignOptions = {}): Promise<EtcdLeadership> {
+  const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number, id: string): HeldLeadership =>
+    new HeldLeadership(etcd, lease, name, id, node, revision, marginMs);
+  return (await joinAndWait(etcd, { root: ELECTIONS_ROOT, name, mode: 'wait', options, ownerField: 'id', build })) as HeldLeadership;
+}
+
+export interface EtcdLeaderInfo {
+  readonly id: string;
+  readonly epoch: FencingToken;
+  readonly key: string;
+}
+
+/**
+ * Who leads an election, without campaigning. `current()` answers from a
+ * cache that a watch on the election's prefix invalidates, so repeated calls
+ * cost no request while nothing changes.
+ */
+export interface EtcdLeaderObserver {
+  current(): Promise<EtcdLeaderInfo | null>;
+  /** Called (with no arguments) whenever the leader may have changed. Returns an unsubscribe function. */
+  onChange(listener: () => void): () => void;
+  /** Stop caching and notifying; current() still answers, with a fresh read each time. */
+  close(): void;
+}
+
+export function observeLeader(etcd: EtcdClient, name: string): EtcdLeaderObserver {
+  checkClient(etcd);
+  checkName(name);
+  const prefix = queuePrefix(ELECTIONS_ROOT, name);
+  const listeners = new Set<() => void>();
+  let cached: Promise<EtcdLeaderInfo | null> | null = null;
+  let watcher: EtcdWatcher | null = null;
+  let closed = false;
+
+  const changed = (): void => {
+    cached = null;
+    for (const listener of [...listeners]) listener();
+  };
+  const read = async (): Promise<EtcdLeaderInfo | null> => {
+    const response = await etcd.kv.range({ key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Ascend', limit: 1 });
+    if (!closed && watcher === null) {
+      // From the revision just read: no change after the read is missed.
+      const from = (int64(response.header.revision, 'revision') + 1n).toString();
+      const w = etcd.watch().prefix(prefix).startRevision(from).watcher();
+      w.on('put', changed);
+      w.on('delete', changed);
+      w.on('error', changed);
+      // Events may have been missed while disconnected: etcd3 resumes from the last revision, but read again anyway.
+      w.on('connected', changed);
+      watcher = w;
+    }
+    const kv = response.kvs[0];
+    if (kv === undefined) return null;
+    const entry = entryOf(kv);
+    return { id: entry.owner, epoch: entry.token, key: entry.key };
+  };
+  return {
+    current() {
+      if (closed) return read();
+      if (cached === null) {
+        const reading = read();
+        cached = reading;
+        reading.catch(() => {
+          if (cached === reading) cached = null;
+        });
+      }
+      return cached;
+    },
+    onChange(listener) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+    close() {
+      closed = true;
+      cached = null;
+      listeners.clear();
+      void watcher?.cancel().catch(() => undefined);
+      watcher = null;
+    },
+  };
+}
