@@ -20,6 +20,7 @@ export abstract class HeldKey {
   readonly lease: bigint;
   readonly #etcd: EtcdClient;
   readonly #node: QueueKey;
+  readonly #lease: Lease;
   readonly #holding: Holding;
   #leaving: Promise<void> | null = null;
 
@@ -27,6 +28,7 @@ export abstract class HeldKey {
   constructor(etcd: EtcdClient, lease: Lease, name: string, lock: string, node: QueueKey, revision: bigint, marginMs: number) {
     this.#etcd = etcd;
     this.#node = node;
+    this.#lease = lease;
     this.name = name;
     this.key = node.key;
     this.lease = lease.id;
@@ -57,7 +59,7 @@ export abstract class HeldKey {
   protected leave(): Promise<void> {
     if (this.#leaving === null) {
       this.#holding.lose('released');
-      this.#leaving = leave(this.#etcd, this.#node);
+      this.#leaving = leave(this.#etcd, this.#lease, this.#node);
     }
     return this.#leaving;
   }

@@ -36,17 +36,20 @@ export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>):
   const owner = options.owner ?? DEFAULT_OWNER;
 
   const stopper = new Stopper(name, options.signal, options.timeoutMs);
+  let leaseOf: Lease | null = null;
   let plan: JoinPlan | null = null;
   let joining: Promise<Joined | null> | null = null;
   let handedOver = false;
   try {
     const lease = await Promise.race([session.lease(), stopper.stopped]);
+    leaseOf = lease;
     stopper.watch(lease);
     plan = planJoin(lease, root, name, owner);
-    joining = mode === 'try' ? joinIfEmpty(etcd, lease, plan) : join(etcd, lease, plan);
+    const givenUp = (): boolean => stopper.isStopped;
+    joining = mode === 'try' ? joinIfEmpty(etcd, lease, plan, givenUp) : join(etcd, lease, plan, givenUp);
     const joined = await Promise.race([joining, stopper.stopped]);
     if (joined === null) return null;
-    const { outcome, revision } = mode === 'try' ? { outcome: 'turn' as const, revision: joined.revision } : await waitForTurn(etcd, joined, stopper.stopped);
+    const { outcome, revision } = mode === 'try' ? { outcome: 'turn' as const, revision: joined.revision } : await waitForTurn(etcd, lease, joined, stopper.stopped, givenUp);
     stopper.check();
     if (outcome === 'gone') {
       throw new LockLostError(name, 'node_deleted', `lock ${name}: our queue key ${joined.node.key} was deleted while waiting`);
@@ -57,7 +60,7 @@ export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>):
     return holder;
   } finally {
     stopper.dispose();
-    if (!handedOver && joining !== null && plan !== null) await abandon(etcd, joining, plan);
+    if (!handedOver && joining !== null && plan !== null && leaseOf !== null) await abandon(etcd, leaseOf, joining, plan);
   }
 }
 
@@ -68,10 +71,10 @@ export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>):
  * delete goes out in every case but the busy one. A delete that cannot reach
  * etcd is left to the lease, which takes the key with it when it ends.
  */
-async function abandon(etcd: EtcdClient, joining: Promise<Joined | null>, plan: JoinPlan): Promise<void> {
+async function abandon(etcd: EtcdClient, lease: Lease, joining: Promise<Joined | null>, plan: JoinPlan): Promise<void> {
   const joined = await joining.catch(() => undefined);
   if (joined === null) return;
-  await leave(etcd, plan).catch(() => undefined);
+  await leave(etcd, lease, plan).catch(() => undefined);
 }
 
 /**
@@ -110,6 +113,10 @@ class Stopper {
     if (this.#reason !== null) return;
     this.#reason = reason ?? new Error('stopped');
     this.#reject(this.#reason);
+  }
+
+  get isStopped(): boolean {
+    return this.#reason !== null;
   }
 
   check(): void {

@@ -20,6 +20,7 @@
 import { randomBytes } from 'node:crypto';
 import { ProtocolError, type FencingToken, type LockStatusEntry } from '../../src/index.js';
 import { int64, type EtcdClient, type EtcdKeyValue, type EtcdRangeRequest, type EtcdTxnResponse } from './client.js';
+import { repeated } from './retry.js';
 import type { Lease } from './session.js';
 
 export const LOCKS_ROOT = 'fencekeeper/locks/';
@@ -125,14 +126,15 @@ export interface Joined {
  * lost (and which etcd3 or we send again) finds our key instead of adding a
  * second one, and adopts it when its value names our lease and this join.
  */
-export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan): Promise<Joined> {
+export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined> {
   const { prefix, key, joinId, keyBytes, value } = plan;
   const newest: EtcdRangeRequest = { key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Descend', limit: 2 };
-  const response = await etcd.kv.txn({
-    compare: [{ key: keyBytes, target: 'Create', result: 'Equal', create_revision: '0' }],
+  const txn = {
+    compare: [{ key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
     success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }, { request_range: newest }],
     failure: [{ request_range: { key: keyBytes } }],
-  });
+  };
+  const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
   if (response.succeeded) {
     const token = int64(response.header.revision, 'revision');
     const node = { key, prefix, join: joinId, token };
@@ -143,7 +145,7 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan): Prom
     throw new ProtocolError(`etcd refused to create ${key}, yet it holds no key of ours there`);
   }
   const node = { key, prefix, join: joinId, token: int64(found.create_revision, 'create revision') };
-  const { predecessor, revision } = await look(etcd, node);
+  const { predecessor, revision } = await look(etcd, lease, node, givenUp);
   if (predecessor === false) throw new ProtocolError(`our adopted key ${key} vanished`);
   return { node, predecessor, revision };
 }
@@ -154,14 +156,15 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan): Prom
  * finds our key and adopts it: it was put into an empty queue, so it holds.
  * Null: the queue was not empty, and nothing was written.
  */
-export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan): Promise<Joined | null> {
+export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined | null> {
   const { prefix, key, joinId, keyBytes, value } = plan;
-  const response = await etcd.kv.txn({
+  const txn = {
     // Over a range, the comparison holds for every key in it; an empty range compares as a missing key (revision 0).
-    compare: [{ key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), target: 'Create', result: 'Equal', create_revision: '0' }],
+    compare: [{ key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
     success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }],
     failure: [{ request_range: { key: keyBytes } }],
-  });
+  };
+  const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
   if (response.succeeded) {
     const token = int64(response.header.revision, 'revision');
     return { node: { key, prefix, join: joinId, token }, predecessor: null, revision: token };
@@ -177,15 +180,16 @@ export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan
  * oldest, we hold), or false when our own key is gone. One range request:
  * the two newest keys created no later than ours.
  */
-export async function look(etcd: EtcdClient, node: QueueKey): Promise<{ predecessor: string | null | false; revision: bigint }> {
-  const response = await etcd.kv.range({
+export async function look(etcd: EtcdClient, lease: Lease, node: QueueKey, givenUp: () => boolean): Promise<{ predecessor: string | null | false; revision: bigint }> {
+  const request: EtcdRangeRequest = {
     key: Buffer.from(node.prefix, 'utf8'),
     range_end: prefixEnd(node.prefix),
     sort_target: 'Create',
     sort_order: 'Descend',
     max_create_revision: node.token.toString(),
     limit: 2,
-  });
+  };
+  const response = await repeated(() => etcd.kv.range(request), lease, givenUp);
   const revision = int64(response.header.revision, 'revision');
   const first = response.kvs[0];
   if (first === undefined || first.key.toString('utf8') !== node.key) return { predecessor: false, revision };
@@ -211,7 +215,13 @@ function rangeAt(response: EtcdTxnResponse, index: number): { readonly kvs: read
  * look again when it goes. `stop` rejects when the caller gives up (abort,
  * timeout, lease loss); the caller then deletes our key.
  */
-export async function waitForTurn(etcd: EtcdClient, joined: Joined, stop: Promise<never>): Promise<{ outcome: 'turn' | 'gone'; revision: bigint }> {
+export async function waitForTurn(
+  etcd: EtcdClient,
+  lease: Lease,
+  joined: Joined,
+  stop: Promise<never>,
+  givenUp: () => boolean,
+): Promise<{ outcome: 'turn' | 'gone'; revision: bigint }> {
   let { predecessor, revision } = joined;
   for (;;) {
     if (predecessor === null) return { outcome: 'turn', revision };
@@ -229,16 +239,21 @@ export async function waitForTurn(etcd: EtcdClient, joined: Joined, stop: Promis
     } finally {
       cancel();
     }
-    const now = await Promise.race([look(etcd, joined.node), stop]);
+    const now = await Promise.race([look(etcd, lease, joined.node, givenUp), stop]);
     revision = now.revision;
     if (now.predecessor === false) return { outcome: 'gone', revision };
     predecessor = now.predecessor;
   }
 }
 
-/** Delete our key (idempotent: a repeat after a lost reply deletes nothing). */
-export async function leave(etcd: EtcdClient, node: { readonly key: string }): Promise<void> {
-  await etcd.kv.deleteRange({ key: Buffer.from(node.key, 'utf8') });
+/** Delete our key, repeated across lost replies while the lease lives (after it, etcd has deleted the key itself). */
+export async function leave(etcd: EtcdClient, lease: Lease, node: { readonly key: string }): Promise<void> {
+  const key = Buffer.from(node.key, 'utf8');
+  try {
+    await repeated(() => etcd.kv.deleteRange({ key }), lease);
+  } catch (error) {
+    if (lease.endedReason === null) throw error;
+  }
 }
 
 /** The queue in grant order: the first entry holds, the rest wait. One range request. */

@@ -54,6 +54,10 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
   'fencekeeper/postgres': { functions: ['migrate', 'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert'], classes: ['PostgresFenceStore'] },
   'fencekeeper/s3': { functions: ['fencedPutObject', 'readFence'], classes: [] },
   'fencekeeper/express': { functions: ['fencing', 'verifyWithZooKeeper', 'fencedHandler', 'hasFencing'], classes: ['MemoryFenceStore'] },
+  'fencekeeper/etcd': {
+    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession'],
+    classes: ['EtcdSession'],
+  },
   'fencekeeper/testing': {
     functions: ['startZooKeeper', 'startRedis', 'expireSession', 'sessionRecorder', 'spawnHolder', 'reportHolding', 'reportToTest', 'checkHistory'],
     classes: ['TcpProxy', 'WriteHistory', 'ServerNotInstalledError', 'ServerStartError'],
@@ -63,7 +67,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
 describe('the package by name', () => {
   it('package.json names the package and exports exactly its entry points', () => {
     expect(pkg.name).toBe('fencekeeper');
-    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './express', './package.json', './postgres', './s3', './testing']);
+    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './etcd', './express', './package.json', './postgres', './s3', './testing']);
     for (const [subpath, target] of Object.entries(pkg.exports)) {
       if (typeof target === 'string') continue;
       expect(existsSync(join(root, target.default)), `${subpath} -> ${target.default}`).toBe(true);
