@@ -84,8 +84,12 @@ export function observeLeader(etcd: EtcdClient, name: string): EtcdLeaderObserve
       w.on('put', changed);
       w.on('delete', changed);
       w.on('error', changed);
-      // Events may have been missed while disconnected: etcd3 resumes from the last revision, but read again anyway.
-      w.on('connected', changed);
+      // After a reconnect etcd3 resumes the watch from its last revision; read again anyway, once.
+      let connected = false;
+      w.on('connected', () => {
+        if (connected) changed();
+        connected = true;
+      });
       watcher = w;
     }
     const kv = response.kvs[0];
