@@ -5,11 +5,12 @@
  * leader changes too; downstream systems fence on it as on a lock token.
  */
 import type { CampaignOptions, FencingToken, Leadership } from '../../src/index.js';
-import { int64, type EtcdClient, type EtcdWatcher } from './client.js';
+import type { EtcdClient } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
 import { joinAndWait } from './join.js';
-import { ELECTIONS_ROOT, prefixEnd, queuePrefix, entryOf, type QueueKey } from './queue.js';
+import { QueueObserver } from './observer.js';
+import { ELECTIONS_ROOT, queuePrefix, type QueueKey } from './queue.js';
 import type { Lease } from './session.js';
 
 /** A leadership won in an etcd election: the core's Leadership, our id, and the key behind it. */
@@ -65,60 +66,13 @@ export interface EtcdLeaderObserver {
 export function observeLeader(etcd: EtcdClient, name: string): EtcdLeaderObserver {
   checkClient(etcd);
   checkName(name);
-  const prefix = queuePrefix(ELECTIONS_ROOT, name);
-  const listeners = new Set<() => void>();
-  let cached: Promise<EtcdLeaderInfo | null> | null = null;
-  let watcher: EtcdWatcher | null = null;
-  let closed = false;
-
-  const changed = (): void => {
-    cached = null;
-    for (const listener of [...listeners]) listener();
-  };
-  const read = async (): Promise<EtcdLeaderInfo | null> => {
-    const response = await etcd.kv.range({ key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Ascend', limit: 1 });
-    if (!closed && watcher === null) {
-      // From the revision just read: no change after the read is missed.
-      const from = (int64(response.header.revision, 'revision') + 1n).toString();
-      const w = etcd.watch().prefix(prefix).startRevision(from).watcher();
-      w.on('put', changed);
-      w.on('delete', changed);
-      w.on('error', changed);
-      // After a reconnect etcd3 resumes the watch from its last revision; read again anyway, once.
-      let connected = false;
-      w.on('connected', () => {
-        if (connected) changed();
-        connected = true;
-      });
-      watcher = w;
-    }
-    const kv = response.kvs[0];
-    if (kv === undefined) return null;
-    const entry = entryOf(kv);
-    return { id: entry.owner, epoch: entry.token, key: entry.key };
-  };
+  const queue = new QueueObserver(etcd, queuePrefix(ELECTIONS_ROOT, name), 1);
   return {
-    current() {
-      if (closed) return read();
-      if (cached === null) {
-        const reading = read();
-        cached = reading;
-        reading.catch(() => {
-          if (cached === reading) cached = null;
-        });
-      }
-      return cached;
+    async current() {
+      const head = (await queue.entries())[0];
+      return head === undefined ? null : { id: head.owner, epoch: head.token, key: head.key };
     },
-    onChange(listener) {
-      listeners.add(listener);
-      return () => listeners.delete(listener);
-    },
-    close() {
-      closed = true;
-      cached = null;
-      listeners.clear();
-      void watcher?.cancel().catch(() => undefined);
-      watcher = null;
-    },
+    onChange: (listener) => queue.onChange(listener),
+    close: () => queue.close(),
   };
 }

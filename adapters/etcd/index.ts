@@ -3,8 +3,8 @@
 // etcd3 client (a structural interface: etcd3 is an optional peer
 // dependency of this entry only, never imported here). One lease per
 // client carries every grant of the process (etcdSession).
-export { acquireLock, tryAcquireLock, lockStatus } from './lock.js';
-export type { EtcdLock } from './lock.js';
+export { acquireLock, tryAcquireLock, lockStatus, observeLock } from './lock.js';
+export type { EtcdLock, EtcdLockObserver } from './lock.js';
 export { campaign, observeLeader } from './election.js';
 export type { EtcdLeadership, EtcdLeaderObserver, EtcdLeaderInfo } from './election.js';
 export { etcdSource } from './source.js';

@@ -14,7 +14,8 @@ import type { EtcdClient } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
 import { joinAndWait } from './join.js';
-import { LOCKS_ROOT, readQueue, type EtcdQueueEntry, type QueueKey } from './queue.js';
+import { QueueObserver, type ConnectionListener } from './observer.js';
+import { LOCKS_ROOT, queuePrefix, readQueue, type EtcdQueueEntry, type QueueKey } from './queue.js';
 import type { Lease } from './session.js';
 
 /** A lock granted by etcd: the core's Lock, with our key and lease. */
@@ -60,4 +61,35 @@ export async function lockStatus(etcd: EtcdClient, name: string): Promise<LockSt
   checkName(name);
   const { entries } = await readQueue(etcd, LOCKS_ROOT, name);
   return { name, holder: entries[0] ?? null, waiters: entries.slice(1) };
+}
+
+/**
+ * A lock's queue from a cache kept fresh by a watch: who holds it, who
+ * waits, and a call whenever that may have changed (`fencekeeper status
+ * --watch`, a resource admitting only the current holder's token).
+ */
+export interface EtcdLockObserver {
+  /** The holder (null: free), from the cache while the queue has not changed. */
+  holder(): Promise<EtcdQueueEntry | null>;
+  /** The whole queue in grant order, from the cache while it has not changed. */
+  queue(): Promise<EtcdQueueEntry[]>;
+  /** Called (with no arguments) whenever the queue may have changed. Returns an unsubscribe function. */
+  onChange(listener: () => void): () => void;
+  /** Told when the watch loses its connection and when it is back (changes meanwhile are reported after). */
+  onConnection(listener: ConnectionListener): () => void;
+  /** Stop caching and notifying; holder() and queue() still answer, with a fresh read each time. */
+  close(): void;
+}
+
+export function observeLock(etcd: EtcdClient, name: string): EtcdLockObserver {
+  checkClient(etcd);
+  checkName(name);
+  const queue = new QueueObserver(etcd, queuePrefix(LOCKS_ROOT, name));
+  return {
+    holder: async () => (await queue.entries())[0] ?? null,
+    queue: () => queue.entries(),
+    onChange: (listener) => queue.onChange(listener),
+    onConnection: (listener) => queue.onConnection(listener),
+    close: () => queue.close(),
+  };
 }

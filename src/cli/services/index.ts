@@ -5,6 +5,7 @@
  */
 import { UsageError, type ParsedArgs } from '../args.js';
 import type { LockServiceAddress, LockServiceKind } from '../lock-service.js';
+import { ETCD_SERVICE } from './etcd.js';
 import { ZOOKEEPER_SERVICE, zookeeperAddress } from './zookeeper.js';
 
 /** The flags every command that talks to the lock service accepts (node:util parseArgs form). */
@@ -17,6 +18,7 @@ export const LOCK_SERVICE_OPTIONS = {
 /** By URL scheme. */
 export const LOCK_SERVICES: Readonly<Record<string, LockServiceKind>> = Object.freeze({
   zookeeper: ZOOKEEPER_SERVICE,
+  etcd: ETCD_SERVICE,
 });
 
 /**
