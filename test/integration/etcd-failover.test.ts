@@ -1,0 +1,89 @@
+// The etcd source across a leader failover on the 3-node cluster: the etcd
+// leader is SIGKILLed while a lock is held and three clients wait for it.
+// The lease survives (a keepalive sent after the kill is acknowledged, by
+// the new leader, before the lease could expire, and the holding never steps
+// down), the queue keeps its order, and tokens keep increasing across the
+// failover. The file takes the cluster's fault turn for its run and heals
+// the cluster after.
+import { execFile } from 'node:child_process';
+import { performance } from 'node:perf_hooks';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { acquireLock, etcdSession, lockStatus, type EtcdLock } from '../../adapters/etcd/index.js';
+import { SERVER_ENV } from '../helpers/servers.js';
+import { uniqueLockName } from '../helpers/unique.js';
+import { until, within } from '../helpers/wait.js';
+import { EtcdPool, clusterHosts } from './etcd-helpers.js';
+
+function ctl(...args: string[]): Promise<string> {
+  const script = process.env[SERVER_ENV.etcdCtl];
+  if (script === undefined || script === '') {
+    return Promise.reject(new Error(`${SERVER_ENV.etcdCtl} is not set: the etcd cluster was not started by this run, so it cannot be driven`));
+  }
+  return new Promise((resolve, reject) => {
+    execFile('bash', [script, ...args], { env: { ...process.env, FK_USER_PID: String(process.pid) }, timeout: 660_000 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`etcd.sh ${args.join(' ')} failed: ${error.message}\n${stderr}`));
+      else resolve(stdout.trim());
+    });
+  });
+}
+
+const pool = new EtcdPool();
+
+beforeAll(async () => {
+  await ctl('hold-faults', '600');
+  await ctl('wait-healthy', '60');
+}, 700_000);
+afterAll(async () => {
+  try {
+    await ctl('heal');
+    await ctl('wait-healthy', '60');
+  } finally {
+    await ctl('release-faults');
+  }
+}, 120_000);
+
+describe('etcd leader failover', () => {
+  it('SIGKILL of the etcd leader while a lock is held and waited for: the lease survives, the order is kept, tokens keep increasing', async () => {
+    const name = uniqueLockName('etcd_failover');
+    const [holderClient, ...waiterClients] = pool.many(4, clusterHosts());
+    for (const etcd of [holderClient!, ...waiterClients]) etcdSession(etcd, { ttlSeconds: 5 });
+    const holder = await acquireLock(holderClient!, name, { owner: 'holder' });
+    const order: number[] = [];
+    const tokens: bigint[] = [holder.token];
+    const waits: Promise<EtcdLock>[] = [];
+    for (const [i, etcd] of waiterClients.entries()) {
+      waits.push(
+        acquireLock(etcd, name, { owner: `waiter ${i}` }).then((lock) => {
+          order.push(i);
+          return lock;
+        }),
+      );
+      await until(async () => (await lockStatus(holderClient!, name)).waiters.length === i + 1, `waiter ${i} queued`);
+    }
+
+    const session = etcdSession(holderClient!);
+    const killedAt = performance.now();
+    const killed = await ctl('kill-leader');
+    expect(['1', '2', '3']).toContain(killed);
+    await ctl('wait-healthy', '60');
+    expect(await ctl('leader')).not.toBe(killed);
+    // A keepalive sent after the kill was acknowledged: the lease lives on with the new leader.
+    await until(() => session.deadline! - session.ttlMs! > killedAt, 'a keepalive sent after the kill to be acknowledged', 30_000);
+    expect(holder.held).toBe(true);
+    expect(holder.signal.aborted).toBe(false);
+
+    await holder.release();
+    for (const [i, wait] of waits.entries()) {
+      const lock = await within(wait, 30_000, `waiter ${i} to be granted`);
+      expect(lock.held).toBe(true);
+      tokens.push(lock.token);
+      await lock.release();
+    }
+    // Tokens granted after the failover are larger than those before it, in grant order.
+    const after = await acquireLock(holderClient!, name);
+    tokens.push(after.token);
+    await after.release();
+    for (let i = 1; i < tokens.length; i++) expect(tokens[i]! > tokens[i - 1]!, `grant ${i}`).toBe(true);
+    expect(order).toEqual([0, 1, 2]);
+  });
+});
