@@ -8,6 +8,8 @@
 import { execFile } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Etcd3 } from 'etcd3';
+import type { EtcdClient } from '../../adapters/etcd/client.js';
 import { acquireLock, etcdSession, lockStatus, type EtcdLock } from '../../adapters/etcd/index.js';
 import { SERVER_ENV } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
@@ -29,6 +31,63 @@ function ctl(...args: string[]): Promise<string> {
 
 const pool = new EtcdPool();
 
+/** `etcd` with its keepalive streams observed: how many were opened, and which member answered the last keepalive. */
+function observedKeepalives(etcd: Etcd3): { client: EtcdClient; streams: () => number; member: () => string | null } {
+  let streams = 0;
+  let member: string | null = null;
+  const client: EtcdClient = {
+    kv: etcd.kv,
+    watch: () => etcd.watch(),
+    leaseClient: {
+      leaseGrant: (r) => etcd.leaseClient.leaseGrant(r),
+      leaseRevoke: (r) => etcd.leaseClient.leaseRevoke(r),
+      leaseKeepAlive: async () => {
+        const stream = await etcd.leaseClient.leaseKeepAlive();
+        streams++;
+        stream.on('data', (response) => {
+          member = response.header.member_id;
+        });
+        return stream;
+      },
+    },
+  };
+  return { client, streams: () => streams, member: () => member };
+}
+
+interface Member {
+  readonly index: number;
+  readonly host: string;
+  readonly id: string;
+  readonly leader: string;
+}
+
+async function members(): Promise<Member[]> {
+  return Promise.all(
+    clusterHosts().map(async (host, i) => {
+      const etcd = new Etcd3({ hosts: [host] });
+      try {
+        const status = await etcd.maintenance.status();
+        return { index: i + 1, host, id: status.header.member_id, leader: status.leader };
+      } finally {
+        etcd.close();
+      }
+    }),
+  );
+}
+
+/** Make the member with `id` the leader (etcd's MoveLeader, sent to the current leader). */
+async function moveLeaderTo(target: Member): Promise<void> {
+  const all = await members();
+  const leader = all.find((m) => m.id === m.leader);
+  if (leader === undefined || leader.id === target.id) return;
+  const etcd = new Etcd3({ hosts: [leader.host] });
+  try {
+    await etcd.maintenance.moveLeader({ targetID: target.id });
+  } finally {
+    etcd.close();
+  }
+}
+
 beforeAll(async () => {
   await ctl('hold-faults', '600');
   await ctl('wait-healthy', '60');
@@ -45,9 +104,11 @@ afterAll(async () => {
 describe('etcd leader failover', () => {
   it('SIGKILL of the etcd leader while a lock is held and waited for: the lease survives, the order is kept, tokens keep increasing', async () => {
     const name = uniqueLockName('etcd_failover');
-    const [holderClient, ...waiterClients] = pool.many(4, clusterHosts());
-    for (const etcd of [holderClient!, ...waiterClients]) etcdSession(etcd, { ttlSeconds: 5 });
-    const holder = await acquireLock(holderClient!, name, { owner: 'holder' });
+    const [holderEtcd, ...waiterClients] = pool.many(4, clusterHosts());
+    const observed = observedKeepalives(holderEtcd!);
+    const holderClient = observed.client;
+    for (const etcd of [holderClient, ...waiterClients]) etcdSession(etcd, { ttlSeconds: 5 });
+    const holder = await acquireLock(holderClient, name, { owner: 'holder' });
     const order: number[] = [];
     const tokens: bigint[] = [holder.token];
     const waits: Promise<EtcdLock>[] = [];
@@ -58,19 +119,30 @@ describe('etcd leader failover', () => {
           return lock;
         }),
       );
-      await until(async () => (await lockStatus(holderClient!, name)).waiters.length === i + 1, `waiter ${i} queued`);
+      waits[i]!.catch(() => undefined); // awaited below; a failed wait must not go unhandled meanwhile
+      await until(async () => (await lockStatus(holderClient, name)).waiters.length === i + 1, `waiter ${i} queued`);
     }
 
-    const session = etcdSession(holderClient!);
+    // The leader to be killed is the member the holder's keepalives go to: its stream breaks with it.
+    const session = etcdSession(holderClient);
+    await until(() => observed.member() !== null, 'a keepalive answered', 30_000);
+    const serving = (await members()).find((m) => m.id === observed.member());
+    expect(serving, `the member ${observed.member()} that answers the holder's keepalives`).toBeDefined();
+    await moveLeaderTo(serving!);
+    await until(async () => (await ctl('leader')) === String(serving!.index), `member ${serving!.index} to lead`, 30_000);
+    const streamsBefore = observed.streams();
     const killedAt = performance.now();
     const killed = await ctl('kill-leader');
-    expect(['1', '2', '3']).toContain(killed);
+    expect(killed).toBe(String(serving!.index));
     await ctl('wait-healthy', '60');
     expect(await ctl('leader')).not.toBe(killed);
     // A keepalive sent after the kill was acknowledged: the lease lives on with the new leader.
     await until(() => session.deadline! - session.ttlMs! > killedAt, 'a keepalive sent after the kill to be acknowledged', 30_000);
     expect(holder.held).toBe(true);
     expect(holder.signal.aborted).toBe(false);
+    // ... over a keepalive stream opened after the kill, to a surviving member.
+    expect(observed.streams()).toBeGreaterThan(streamsBefore);
+    expect(observed.member()).not.toBe(serving!.id);
 
     await holder.release();
     for (const [i, wait] of waits.entries()) {
@@ -80,7 +152,7 @@ describe('etcd leader failover', () => {
       await lock.release();
     }
     // Tokens granted after the failover are larger than those before it, in grant order.
-    const after = await acquireLock(holderClient!, name);
+    const after = await acquireLock(holderClient, name);
     tokens.push(after.token);
     await after.release();
     for (let i = 1; i < tokens.length; i++) expect(tokens[i]! > tokens[i - 1]!, `grant ${i}`).toBe(true);

@@ -176,7 +176,8 @@ describe('etcd lock', () => {
         }
       },
     });
-    const lock = await acquireLock(client, name);
+    // A second key put by the repeat would stand before it in the queue, and block it for as long as the lease lives.
+    const lock = await within(acquireLock(client, name), 10_000, 'the acquire whose first reply was lost');
     expect(lost).toBe(1);
     expect(counts.txn).toBe(2);
     const keys = await queueKeys(etcd, name);
@@ -195,7 +196,7 @@ describe('etcd lock', () => {
         }
       },
     });
-    const tried = await tryAcquireLock(again.client, name);
+    const tried = await within(tryAcquireLock(again.client, name), 10_000, 'the try-acquire whose first reply was lost');
     expect(tryLost).toBe(1);
     expect(tried).not.toBeNull();
     expect(await queueKeys(etcd, name)).toEqual([{ key: tried!.key, createRevision: tried!.token, lease: tried!.lease }]);
