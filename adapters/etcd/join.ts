@@ -8,7 +8,7 @@ import { hostname } from 'node:os';
 import { LockLostError, LockTimeoutError, safetyMargin } from '../../src/index.js';
 import type { EtcdClient } from './client.js';
 import { checkName, checkWaitOptions } from './input.js';
-import { join, joinIfEmpty, leave, planJoin, waitForTurn, type JoinPlan, type Joined, type QueueKey } from './queue.js';
+import { join, joinIfEmpty, leave, planJoin, untilLeaseEnds, waitForTurn, type JoinPlan, type Joined, type QueueKey } from './queue.js';
 import { etcdSession, type Lease } from './session.js';
 
 /** Computed once: os.hostname() is a system call, and acquire is a hot path. */
@@ -69,10 +69,12 @@ export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>):
  * failed may still have been applied (its reply lost), and one that found
  * the queue busy put nothing; the key's name is this join's own, so the
  * delete goes out in every case but the busy one. A delete that cannot reach
- * etcd is left to the lease, which takes the key with it when it ends.
+ * etcd is left to the lease, which takes the key with it when it ends: a
+ * caller's timeout or abort returns at the latest then.
  */
 async function abandon(etcd: EtcdClient, lease: Lease, joining: Promise<Joined | null>, plan: JoinPlan): Promise<void> {
-  const joined = await joining.catch(() => undefined);
+  // A transaction a silent member holds settles at the latest when the lease ends (and its keys with it).
+  const joined = await untilLeaseEnds(joining, lease).catch(() => undefined);
   if (joined === null) return;
   await leave(etcd, lease, plan).catch(() => undefined);
 }

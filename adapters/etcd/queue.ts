@@ -246,14 +246,40 @@ export async function waitForTurn(
   }
 }
 
-/** Delete our key, repeated across lost replies while the lease lives (after it, etcd has deleted the key itself). */
+/**
+ * Delete our key, repeated across lost replies while the lease lives. Ends
+ * when the lease does, answered or not: etcd deletes a lease's keys with it
+ * (a member that stopped answering must not hold a release up forever).
+ */
 export async function leave(etcd: EtcdClient, lease: Lease, node: { readonly key: string }): Promise<void> {
   const key = Buffer.from(node.key, 'utf8');
   try {
-    await repeated(() => etcd.kv.deleteRange({ key }), lease);
+    await untilLeaseEnds(repeated(() => etcd.kv.deleteRange({ key }), lease), lease);
   } catch (error) {
     if (lease.endedReason === null) throw error;
   }
+}
+
+/** `work`, or nothing once the lease has ended (the work goes on in the background). */
+export function untilLeaseEnds<T>(work: Promise<T>, lease: Lease): Promise<T | undefined> {
+  if (lease.signal.aborted) {
+    work.catch(() => undefined);
+    return Promise.resolve(undefined);
+  }
+  return new Promise<T | undefined>((resolve, reject) => {
+    const ended = (): void => resolve(undefined);
+    lease.signal.addEventListener('abort', ended, { once: true });
+    work.then(
+      (value) => {
+        lease.signal.removeEventListener('abort', ended);
+        resolve(value);
+      },
+      (error: unknown) => {
+        lease.signal.removeEventListener('abort', ended);
+        reject(error);
+      },
+    );
+  });
 }
 
 /** The queue in grant order: the first entry holds, the rest wait. One range request. */

@@ -9,6 +9,7 @@
  * so they go on being repeated while the lease lives and the caller waits.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { FencekeeperError } from '../../src/index.js';
 import type { Lease } from './session.js';
 
 const PAUSE_MS = 100;
@@ -16,6 +17,11 @@ const PAUSE_MS = 100;
 export function isRecoverable(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false;
   return Object.getOwnPropertySymbols(error).some((s) => s.description === 'RecoverableError' && (error as Record<symbol, unknown>)[s] === true);
+}
+
+/** etcd3's own ClientClosedError: the client's owner closed it, and nothing will be sent again. */
+export function isClosedClient(error: unknown): boolean {
+  return (error as { constructor?: { name?: unknown } } | null)?.constructor?.name === 'ClientClosedError' && !(error instanceof FencekeeperError);
 }
 
 /** `request()`, repeated after a recoverable error until the lease ends or `given()` says the caller gave up. */

@@ -24,6 +24,7 @@ import { performance } from 'node:perf_hooks';
 import { ClientClosedError, InvalidArgumentError, SessionExpiredError, StepDownClock, type LossReason } from '../../src/index.js';
 import { int64, type EtcdClient, type EtcdDuplexStream, type EtcdKeepAliveResponse } from './client.js';
 import { checkClient } from './input.js';
+import { isClosedClient } from './retry.js';
 
 export interface EtcdSessionOptions {
   /** The lease's TTL to ask for, in whole seconds (etcd may grant more). Default 10. */
@@ -123,7 +124,7 @@ export class EtcdSession {
         },
         (error: unknown) => {
           this.#granting = null;
-          throw error;
+          throw isClosedClient(error) ? new ClientClosedError('the etcd3 client was closed', { cause: error }) : error;
         },
       );
       this.#granting = granting;
@@ -257,8 +258,12 @@ export class Lease {
         stream.on('end', broken);
         this.#keepAlive();
       },
-      () => {
+      (error: unknown) => {
         this.#opening = false;
+        if (isClosedClient(error)) {
+          this.#end('closed', new ClientClosedError('the etcd3 client was closed'));
+          return;
+        }
         this.#retrySoon();
       },
     );

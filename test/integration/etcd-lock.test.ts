@@ -5,13 +5,14 @@
 // the lease's and the key's loss ending the holding.
 import { describe, expect, it } from 'vitest';
 import { acquireLock, etcdSession, etcdSource, lockStatus, tryAcquireLock, type EtcdLock } from '../../adapters/etcd/index.js';
-import { LockLostError, LockTimeoutError, SessionExpiredError } from '../../src/errors.js';
+import { ClientClosedError, LockLostError, LockTimeoutError, SessionExpiredError } from '../../src/errors.js';
 import type { Lock } from '../../src/lock.js';
 import type { LockSource } from '../../src/lock-source.js';
 import type { FencingToken } from '../../src/token.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
-import { EtcdPool, counting, lostReply, queueKeys } from './etcd-helpers.js';
+import { TcpProxy } from '../helpers/tcp-proxy.js';
+import { EtcdPool, counting, lostReply, queueKeys, singleHosts } from './etcd-helpers.js';
 
 const pool = new EtcdPool();
 
@@ -291,5 +292,46 @@ describe('etcd lock', () => {
     await etcdSession(etcd).close();
     expect((lock.signal.reason as LockLostError).reason).toBe('closed');
     expect(await queueKeys(pool.client(), lock.name)).toEqual([]);
+  });
+
+  it('closing the etcd3 client itself ends the holdings on its lease (closed)', async () => {
+    const etcd = pool.client();
+    etcdSession(etcd, { ttlSeconds: 3 });
+    const lock = await acquireLock(etcd, uniqueLockName('etcd_client_close'));
+    etcd.close();
+    await within(ended(lock.signal), 10_000, 'the holding to end');
+    expect((lock.signal.reason as LockLostError).reason).toBe('closed');
+    await expect(acquireLock(etcd, uniqueLockName('etcd_after_close'))).rejects.toBeInstanceOf(ClientClosedError);
+  });
+
+  it('etcd going silent (a black hole): holdings step down by their own clock, waits fail, and release and timeouts still return', async () => {
+    const proxy = await TcpProxy.to(singleHosts()[0]!);
+    try {
+      const direct = pool.client();
+      const silent = pool.client([proxy.address]);
+      etcdSession(silent, { ttlSeconds: 2 });
+      const name = uniqueLockName('etcd_silent');
+      const holder = await acquireLock(direct, name);
+      const held = await acquireLock(silent, uniqueLockName('etcd_silent_held'));
+      const waiting = acquireLock(silent, name);
+      waiting.catch(() => undefined); // awaited below
+      await until(async () => (await queueKeys(direct, name)).length === 2, 'the waiter queued');
+
+      proxy.blackhole();
+      const timedOut = acquireLock(silent, uniqueLockName('etcd_silent_timeout'), { timeoutMs: 100 });
+      await within(ended(held.signal), 10_000, 'the holding to step down without replies');
+      expect((held.signal.reason as LockLostError).reason).toBe('deadline');
+      expect(held.held).toBe(false);
+      await expect(within(waiting, 10_000, 'the wait to fail with the lease')).rejects.toBeInstanceOf(SessionExpiredError);
+      await expect(within(timedOut, 10_000, 'the timed-out acquire to return')).rejects.toBeInstanceOf(LockTimeoutError);
+      await within(held.release(), 10_000, 'release to return while etcd is silent');
+
+      proxy.resume();
+      // etcd expires the silent client's lease, and its queued key with it.
+      await until(async () => (await queueKeys(direct, name)).length === 1, 'the waiter\'s key to go with its lease', 20_000);
+      await holder.release();
+    } finally {
+      await proxy.close();
+    }
   });
 });
