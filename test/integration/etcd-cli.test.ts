@@ -4,6 +4,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { serverEnvironment } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
 import { assertBuilt, cli } from './cli-helpers.js';
@@ -77,5 +78,19 @@ describe('fencekeeper over etcd', () => {
     expect(badName.code).toBe(64);
     const unreachable = await cli(['status', 'jobs/a', '--lock-service', 'etcd://127.0.0.1:1']).done;
     expect(unreachable.code, unreachable.stderr).toBe(69);
+  });
+
+  it('the demo plays its paused-holder timeline over etcd (FENCEKEEPER_LOCK_SERVICE): every stale write refused', { timeout: 120_000 }, async () => {
+    const run = await within(
+      cli(['demo'], { ...serverEnvironment(), FENCEKEEPER_LOCK_SERVICE: url(), DEMO_LOCK: uniqueLockName('etcd_demo') }).done,
+      110_000,
+      'the demo over etcd',
+    );
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    // A's step-down came from the etcd lease's clock.
+    expect(run.stdout).toMatch(/reads lock\.held .*\| false \(lock .* lost: no reply from etcd in time: the lease may expire/);
+    expect(run.stdout.match(/with its old token\s+\| refused/g)).toHaveLength(3);
+    expect(run.stdout).toContain('PASS');
   });
 });
