@@ -4,7 +4,14 @@
  * every lock of a process hangs on one lease, so two acquires of one lock
  * from one process must not share a key.
  *
- *   <root><name>/#<join id>    value {"lease","join","owner"}, attached to our lease
+ *   <root><name>/#<lease id>-<slot>    value {"lease","join","owner"}, attached to our lease
+ *
+ * The slot is the smallest number no other join of this lease holds in this
+ * queue at the moment: two acquires of one lock from one process get two
+ * keys, and a key name is used again once its join has left. etcd keeps a
+ * deleted key in its index until the history is compacted, and a range
+ * visits every such key in it: a fresh name per join would make every later
+ * read of a busy queue slower, a reused name costs nothing.
  *
  * The holder is the key with the smallest create revision. Every other
  * joiner watches only the key with the largest create revision below its
@@ -44,9 +51,9 @@ export function prefixEnd(prefix: string): Buffer {
 }
 
 /**
- * Random per process, counted per join: a join's key is unique among every
- * key of the cluster's queues without asking the kernel for entropy on each
- * acquire, and a put whose reply was lost is found again by it.
+ * Random per process, counted per join, carried in the key's value: a put
+ * whose reply was lost is told apart from an earlier join's key of the same
+ * name by it, without asking the kernel for entropy on each acquire.
  */
 const PROCESS_ID = randomBytes(6).toString('hex');
 let joins = 0;
@@ -55,10 +62,33 @@ function nextJoinId(): string {
   return `${PROCESS_ID}${joins.toString(16).padStart(8, '0')}`;
 }
 
+/** The slots each lease's joins hold, by queue prefix. */
+const slotsInUse = new WeakMap<Lease, Map<string, Set<number>>>();
+
+function takeSlot(lease: Lease, prefix: string): number {
+  let byPrefix = slotsInUse.get(lease);
+  if (byPrefix === undefined) slotsInUse.set(lease, (byPrefix = new Map()));
+  let used = byPrefix.get(prefix);
+  if (used === undefined) byPrefix.set(prefix, (used = new Set()));
+  let slot = 0;
+  while (used.has(slot)) slot++;
+  used.add(slot);
+  return slot;
+}
+
+/** The key of this slot is gone for sure (deleted, or never written): the next join may use its name. */
+function freeSlot(lease: Lease, slot: { readonly prefix: string; readonly slot: number }): void {
+  const byPrefix = slotsInUse.get(lease);
+  const used = byPrefix?.get(slot.prefix);
+  used?.delete(slot.slot);
+  if (used?.size === 0) byPrefix!.delete(slot.prefix);
+}
+
 /** Our key in a queue. */
 export interface QueueKey {
   readonly key: string;
   readonly prefix: string;
+  readonly slot: number;
   readonly join: string;
   /** Our key's create revision: the token. */
   readonly token: FencingToken;
@@ -95,6 +125,7 @@ export function entryOf(kv: EtcdKeyValue): EtcdQueueEntry {
 /** One join's key and value, fixed before its transaction is sent (so a failed one can still be cleaned up). */
 export interface JoinPlan {
   readonly prefix: string;
+  readonly slot: number;
   readonly key: string;
   readonly keyBytes: Buffer;
   readonly joinId: string;
@@ -104,9 +135,20 @@ export interface JoinPlan {
 export function planJoin(lease: Lease, root: string, name: string, owner: string): JoinPlan {
   const prefix = queuePrefix(root, name);
   const joinId = nextJoinId();
-  const key = `${prefix}${joinId}`;
+  const slot = takeSlot(lease, prefix);
+  const key = `${prefix}${lease.id.toString(16)}-${slot}`;
   const value = Buffer.from(JSON.stringify({ lease: lease.idText, join: joinId, owner } satisfies KeyValue), 'utf8');
-  return { prefix, key, keyBytes: Buffer.from(key, 'utf8'), joinId, value };
+  return { prefix, slot, key, keyBytes: Buffer.from(key, 'utf8'), joinId, value };
+}
+
+/** The join id a key's value carries (null: not written by a join). */
+function joinOf(kv: EtcdKeyValue): string | null {
+  try {
+    const join = (JSON.parse(kv.value.toString('utf8')) as Partial<KeyValue>).join;
+    return typeof join === 'string' ? join : null;
+  } catch {
+    return null;
+  }
 }
 
 export interface Joined {
@@ -127,7 +169,7 @@ export interface Joined {
  * second one, and adopts it when its value names our lease and this join.
  */
 export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined> {
-  const { prefix, key, joinId, keyBytes, value } = plan;
+  const { prefix, slot, key, joinId, keyBytes, value } = plan;
   const newest: EtcdRangeRequest = { key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Descend', limit: 2 };
   const txn = {
     compare: [{ key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
@@ -137,14 +179,15 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, given
   const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
   if (response.succeeded) {
     const token = int64(response.header.revision, 'revision');
-    const node = { key, prefix, join: joinId, token };
+    const node = { key, prefix, slot, join: joinId, token };
     return { node, predecessor: predecessorIn(rangeAt(response, 1).kvs, node), revision: token };
   }
   const found = rangeAt(response, 0).kvs[0];
-  if (found === undefined || found.lease !== lease.idText) {
-    throw new ProtocolError(`etcd refused to create ${key}, yet it holds no key of ours there`);
+  if (found === undefined || found.lease !== lease.idText || joinOf(found) !== joinId) {
+    // A slot is handed out again only once its key was deleted: this is no key of this join's.
+    throw new ProtocolError(`etcd refused to create ${key}, and the key there is not this join's`);
   }
-  const node = { key, prefix, join: joinId, token: int64(found.create_revision, 'create revision') };
+  const node = { key, prefix, slot, join: joinId, token: int64(found.create_revision, 'create revision') };
   const { predecessor, revision } = await look(etcd, lease, node, givenUp);
   if (predecessor === false) throw new ProtocolError(`our adopted key ${key} vanished`);
   return { node, predecessor, revision };
@@ -157,7 +200,7 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, given
  * Null: the queue was not empty, and nothing was written.
  */
 export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined | null> {
-  const { prefix, key, joinId, keyBytes, value } = plan;
+  const { prefix, slot, key, joinId, keyBytes, value } = plan;
   const txn = {
     // Over a range, the comparison holds for every key in it; an empty range compares as a missing key (revision 0).
     compare: [{ key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
@@ -167,12 +210,16 @@ export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan
   const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
   if (response.succeeded) {
     const token = int64(response.header.revision, 'revision');
-    return { node: { key, prefix, join: joinId, token }, predecessor: null, revision: token };
+    return { node: { key, prefix, slot, join: joinId, token }, predecessor: null, revision: token };
   }
   const found = rangeAt(response, 0).kvs[0];
-  if (found === undefined || found.lease !== lease.idText) return null;
+  if (found === undefined || found.lease !== lease.idText || joinOf(found) !== joinId) {
+    // Busy, and nothing of ours was written: the slot's name is free again.
+    if (found === undefined) freeSlot(lease, plan);
+    return null;
+  }
   const token = int64(found.create_revision, 'create revision');
-  return { node: { key, prefix, join: joinId, token }, predecessor: null, revision: int64(response.header.revision, 'revision') };
+  return { node: { key, prefix, slot, join: joinId, token }, predecessor: null, revision: int64(response.header.revision, 'revision') };
 }
 
 /**
@@ -251,10 +298,11 @@ export async function waitForTurn(
  * when the lease does, answered or not: etcd deletes a lease's keys with it
  * (a member that stopped answering must not hold a release up forever).
  */
-export async function leave(etcd: EtcdClient, lease: Lease, node: { readonly key: string }): Promise<void> {
+export async function leave(etcd: EtcdClient, lease: Lease, node: { readonly key: string; readonly prefix: string; readonly slot: number }): Promise<void> {
   const key = Buffer.from(node.key, 'utf8');
+  const deleting = repeated(() => etcd.kv.deleteRange({ key }), lease).then(() => freeSlot(lease, node));
   try {
-    await untilLeaseEnds(repeated(() => etcd.kv.deleteRange({ key }), lease), lease);
+    await untilLeaseEnds(deleting, lease);
   } catch (error) {
     if (lease.endedReason === null) throw error;
   }

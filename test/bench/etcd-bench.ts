@@ -2,7 +2,7 @@
 // of a session lock, same etcd, same run, alternating, medians reported.
 //
 //   FK_ETCD=http://127.0.0.1:2389 node node_modules/vite-node/vite-node.mjs test/bench/etcd-bench.ts
-//   env: BENCH_REPS (3), BENCH_SECONDS (3 per subject and rep)
+//   env: BENCH_REPS (6), BENCH_SECONDS (3 per subject and rep)
 //
 // Figures only, no assertions. One client, one lock, acquire then release in
 // a loop, uncontended:
@@ -18,7 +18,7 @@ import { Etcd3 } from 'etcd3';
 import { acquireLock, etcdSession } from '../../adapters/etcd/index.js';
 
 const host = new URL(process.env.FK_ETCD ?? 'http://127.0.0.1:2389').host;
-const reps = Number(process.env.BENCH_REPS ?? 3);
+const reps = Number(process.env.BENCH_REPS ?? 6);
 const seconds = Number(process.env.BENCH_SECONDS ?? 3);
 const run = Math.random().toString(16).slice(2, 10);
 
@@ -129,9 +129,10 @@ const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floo
 
 const subjects = [floor, ours, theirs];
 const results = new Map<string, Figures[]>(subjects.map((s) => [s.name, []]));
-console.log(`etcd at ${host}; ${reps} reps x ${seconds} s per subject, alternating; load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+console.log(`etcd at ${host}; ${reps} reps x ${seconds} s per subject, alternating, each rep starting with the next subject; load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 for (let rep = 0; rep < reps; rep++) {
-  for (const subject of subjects) {
+  // Each rep starts with another subject, so none always runs first (or last) on a machine whose load drifts.
+  for (const subject of [...subjects.slice(rep % subjects.length), ...subjects.slice(0, rep % subjects.length)]) {
     const f = await measure(subject);
     results.get(subject.name)!.push(f);
     console.log(`  rep ${rep + 1} ${subject.name.padEnd(12)} ${f.cyclesPerSecond.toFixed(0).padStart(5)} cycles/s  acquire p50 ${f.p50.toFixed(2)} ms  p99 ${f.p99.toFixed(2)} ms  CPU ${f.cpuMicros.toFixed(0)} µs/cycle`);

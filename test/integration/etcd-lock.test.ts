@@ -74,7 +74,13 @@ describe('etcd lock', () => {
     await first.release();
     const next = await within(second, 10_000, 'the second acquire');
     expect(next.token > first.token).toBe(true);
+    expect(next.key).not.toBe(first.key);
     await next.release();
+    // A name is used again once its acquire has left: deleted keys stay in etcd's index until it compacts.
+    const again = await acquireLock(etcd, name);
+    expect([first.key, next.key]).toContain(again.key);
+    expect(again.token > next.token).toBe(true);
+    await again.release();
   });
 
   it('waiters are granted in the order they joined', async () => {

@@ -65,7 +65,7 @@ const EXPECTED: Record<string, RegExp> = {
   // and nothing of it is left pending (sh).
   'Resources that cannot check a token: withEffect and idempotency()': /^(ran recorded ch_1 1|no pending effects)$/m,
   'Leader election': /^leader worker-1 with epoch \d+ true$/m,
-  'A lock over etcd: fencekeeper/etcd': /^token \d+ is the create revision of fencekeeper\/locks\/readme\/etcd-nightly\/#[0-9a-f]+, held true$/m,
+  'A lock over etcd: fencekeeper/etcd': /^token \d+ is the create revision of fencekeeper\/locks\/readme\/etcd-nightly\/#[0-9a-f]+-\d+, held true$/m,
   'The CLI': /^token \d+ for readme\/nightly\nleader with epoch \d+\nreadme\/nightly: free/m,
   'Testing your code against lock loss: fencekeeper/testing': /^\s*Tests\s+1 passed \(1\)$/m,
 };
