@@ -53,6 +53,7 @@ export interface EtcdCompare {
   target: 'Version' | 'Create' | 'Mod' | 'Value' | 'Lease';
   result: 'Equal' | 'Greater' | 'Less' | 'NotEqual';
   create_revision?: string;
+  mod_revision?: string;
 }
 
 export interface EtcdRequestOp {

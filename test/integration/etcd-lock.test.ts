@@ -210,6 +210,26 @@ describe('etcd lock', () => {
     await tried!.release();
   });
 
+  it('a put of an earlier join applied late (a stray key of ours on the name a join is about to use) is removed, not adopted', async () => {
+    const etcd = pool.client();
+    const name = uniqueLockName('etcd_stray');
+    const lease = etcdSession(etcd).leaseId ?? (await etcdSession(etcd).lease()).id;
+    const strayKey = `fencekeeper/locks/${name}/#${lease.toString(16)}-0`;
+    const putStray = () =>
+      etcd.kv.put({ key: Buffer.from(strayKey), value: Buffer.from(JSON.stringify({ lease: lease.toString(), join: 'an earlier join', owner: 'stray' })), lease: lease.toString() });
+    await putStray();
+    // A try-acquire finds the queue busy with it, and takes it away.
+    expect(await tryAcquireLock(etcd, name)).toBeNull();
+    expect(await queueKeys(etcd, name)).toEqual([]);
+    await putStray();
+    const lock = await within(acquireLock(etcd, name, { owner: 'the real one' }), 10_000, 'the acquire past the stray');
+    expect(lock.key).toBe(strayKey);
+    const [entry] = (await lockStatus(etcd, name)).holder === null ? [] : [(await lockStatus(etcd, name)).holder!];
+    expect(entry).toMatchObject({ key: strayKey, owner: 'the real one', token: lock.token });
+    expect(await queueKeys(etcd, name)).toHaveLength(1);
+    await lock.release();
+  });
+
   it('lockStatus lists the holder and the waiters in grant order, with their owners and lease', async () => {
     const [a, b] = pool.many(2);
     const name = uniqueLockName('etcd_status');
