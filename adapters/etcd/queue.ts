@@ -141,6 +141,26 @@ export function planJoin(lease: Lease, root: string, name: string, owner: string
   return { prefix, slot, key, keyBytes: Buffer.from(key, 'utf8'), joinId, value };
 }
 
+/**
+ * A key of ours that no join holds: a put of an earlier join whose reply was
+ * lost, repeated and adopted (or abandoned), and then applied once more by a
+ * member that had it queued. It would block the queue for as long as the
+ * lease lives. Deleted only as the revision we saw, so a newer put is kept.
+ */
+async function removeStray(etcd: EtcdClient, lease: Lease, kv: EtcdKeyValue, givenUp: () => boolean): Promise<void> {
+  const key = kv.key;
+  await repeated(
+    () =>
+      etcd.kv.txn({
+        compare: [{ key, target: 'Mod', result: 'Equal', mod_revision: kv.mod_revision }],
+        success: [{ request_delete_range: { key } }],
+        failure: [],
+      }),
+    lease,
+    givenUp,
+  );
+}
+
 /** The join id a key's value carries (null: not written by a join). */
 function joinOf(kv: EtcdKeyValue): string | null {
   try {
@@ -176,16 +196,19 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, given
     success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }, { request_range: newest }],
     failure: [{ request_range: { key: keyBytes } }],
   };
-  const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
-  if (response.succeeded) {
-    const token = int64(response.header.revision, 'revision');
-    const node = { key, prefix, slot, join: joinId, token };
-    return { node, predecessor: predecessorIn(rangeAt(response, 1).kvs, node), revision: token };
-  }
-  const found = rangeAt(response, 0).kvs[0];
-  if (found === undefined || found.lease !== lease.idText || joinOf(found) !== joinId) {
-    // A slot is handed out again only once its key was deleted: this is no key of this join's.
-    throw new ProtocolError(`etcd refused to create ${key}, and the key there is not this join's`);
+  let found: EtcdKeyValue | undefined;
+  for (let attempt = 0; ; attempt++) {
+    const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
+    if (response.succeeded) {
+      const token = int64(response.header.revision, 'revision');
+      const node = { key, prefix, slot, join: joinId, token };
+      return { node, predecessor: predecessorIn(rangeAt(response, 1).kvs, node), revision: token };
+    }
+    found = rangeAt(response, 0).kvs[0];
+    if (found === undefined) throw new ProtocolError(`etcd refused to create ${key}, yet nothing is there`);
+    if (joinOf(found) === joinId) break;
+    if (attempt >= 3) throw new ProtocolError(`the key ${key} was put again by an earlier join ${attempt + 1} times`);
+    await removeStray(etcd, lease, found, givenUp);
   }
   const node = { key, prefix, slot, join: joinId, token: int64(found.create_revision, 'create revision') };
   const { predecessor, revision } = await look(etcd, lease, node, givenUp);
@@ -213,9 +236,15 @@ export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan
     return { node: { key, prefix, slot, join: joinId, token }, predecessor: null, revision: token };
   }
   const found = rangeAt(response, 0).kvs[0];
-  if (found === undefined || found.lease !== lease.idText || joinOf(found) !== joinId) {
+  if (found === undefined) {
     // Busy, and nothing of ours was written: the slot's name is free again.
-    if (found === undefined) freeSlot(lease, plan);
+    freeSlot(lease, plan);
+    return null;
+  }
+  if (joinOf(found) !== joinId) {
+    // An earlier join's put, applied late; gone, it may have been all that made the queue busy.
+    await removeStray(etcd, lease, found, givenUp);
+    freeSlot(lease, plan);
     return null;
   }
   const token = int64(found.create_revision, 'create revision');
