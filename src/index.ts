@@ -61,3 +61,36 @@ export type { ZooKeeperLeadership, LeaderObserver, LeaderInfo } from './zookeepe
 export type { QueueEntry } from './zookeeper/recipes/queue.js';
 export { zookeeperSource } from './zookeeper/recipes/source.js';
 export type { ZooKeeperSource } from './zookeeper/recipes/source.js';
+
+// Diagnostics: the channel names operators and instrumentations subscribe to, and their messages
+export { CHANNELS, TRACING_CHANNELS, RUN_WITHIN } from './diagnostics.js';
+// ... and the publishers, for the adapters and for a LockSource or FenceStore of your own
+export {
+  traceAcquire,
+  traceRelease,
+  traceCampaign,
+  traceAdmit,
+  traceWithFence,
+  traceFencedWrite,
+  traceS3Put,
+  traceS3Delete,
+  traceEffect,
+  publishSessionState,
+  publishRefused,
+  publishUnknownOutcome,
+} from './diagnostics.js';
+export type {
+  TraceContext,
+  AcquireTraceContext,
+  ReleaseTraceContext,
+  CampaignTraceContext,
+  FenceTraceContext,
+  FenceWriteTraceContext,
+  S3WriteTraceContext,
+  EffectTraceContext,
+  LockHeldMessage,
+  LockEndedMessage,
+  SessionStateMessage,
+  FenceRefusedMessage,
+  UnknownOutcomeMessage,
+} from './diagnostics.js';

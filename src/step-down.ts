@@ -44,9 +44,17 @@
  *
  * A deadline may only move later (acknowledgements only get newer); the
  * clock re-reads every deadline each time its timer fires.
+ *
+ * Every source's grants begin and end here, so this is where operators are
+ * told: fencekeeper:lock:held when a holding begins, fencekeeper:lock:lost
+ * (with the reason the holder saw: the step-down deadline, an expiry the
+ * source reported, ...) or fencekeeper:lock:released when it ends, with how
+ * long it was held (./diagnostics.ts).
  */
 import { performance } from 'node:perf_hooks';
+import { publishLockEnded, publishLockHeld } from './diagnostics.js';
 import { InvalidArgumentError, LockLostError, type LossReason } from './errors.js';
+import type { FencingToken } from './token.js';
 
 /** What a source tells its clock about itself. */
 export interface StepDownSource {
@@ -54,6 +62,8 @@ export interface StepDownSource {
   readonly name: string;
   /** What carries the grants and may expire: 'session', 'lock key', 'lease'. */
   readonly grant: string;
+  /** The LockSource kind diagnostics name it by ('zookeeper', 'redis', 'redlock', 'etcd'). Default: `name` in lower case. */
+  readonly kind?: string;
   /**
    * Optional: whether the source already knows that every grant is gone (a
    * session seen expired, a closed client), checked by every `held` read so
@@ -73,12 +83,16 @@ export interface HoldingOptions {
    * Called on every `held` read and timer tick: keep it a field read.
    */
   readonly deadline: () => number;
+  /** The grant's token, for diagnostics (fencekeeper:lock:held, :lost, :released). */
+  readonly token?: FencingToken;
 }
 
 export class StepDownClock {
   readonly #source: StepDownSource;
   readonly #holdings = new Set<Holding>();
   #timer: NodeJS.Timeout | null = null;
+  /** The instant the timer is armed for (Infinity: not armed). */
+  #armedFor = Infinity;
 
   constructor(source: StepDownSource) {
     this.#source = source;
@@ -88,7 +102,9 @@ export class StepDownClock {
   hold(options: HoldingOptions): Holding {
     const holding = new Holding(this.#source, options, () => this.#forget(holding));
     this.#holdings.add(holding);
-    this.#arm();
+    // Deadlines only move later: a timer already armed at or before this
+    // holding's deadline wakes in time for it (and re-reads every deadline then).
+    if (holding.deadline < this.#armedFor) this.#arm();
     return holding;
   }
 
@@ -102,6 +118,7 @@ export class StepDownClock {
     if (this.#holdings.size === 0 && this.#timer !== null) {
       clearTimeout(this.#timer);
       this.#timer = null;
+      this.#armedFor = Infinity;
     }
   }
 
@@ -109,9 +126,11 @@ export class StepDownClock {
   #arm(): void {
     if (this.#timer !== null) clearTimeout(this.#timer);
     this.#timer = null;
+    this.#armedFor = Infinity;
     if (this.#holdings.size === 0) return;
     let earliest = Infinity;
     for (const h of this.#holdings) earliest = Math.min(earliest, h.deadline);
+    this.#armedFor = earliest;
     // (setTimeout fires at once for anything past 2^31 - 1 ms)
     this.#timer = setTimeout(this.#check, Math.min(Math.max(0, earliest - performance.now()) + 1, 0x7fffffff));
     this.#timer.unref();
@@ -119,6 +138,7 @@ export class StepDownClock {
 
   readonly #check = (): void => {
     this.#timer = null;
+    this.#armedFor = Infinity;
     // `held` performs the comparison and aborts the ones past their deadline.
     for (const h of [...this.#holdings]) void h.held;
     this.#arm();
@@ -133,6 +153,8 @@ export class Holding {
   readonly #marginMs: number;
   readonly #deadline: () => number;
   readonly #onEnd: () => void;
+  readonly #token: FencingToken | undefined;
+  readonly #since = performance.now();
 
   /** @internal StepDownClock.hold makes holdings. */
   constructor(source: StepDownSource, options: HoldingOptions, onEnd: () => void) {
@@ -141,6 +163,8 @@ export class Holding {
     this.#marginMs = options.marginMs;
     this.#deadline = options.deadline;
     this.#onEnd = onEnd;
+    this.#token = options.token;
+    publishLockHeld(this.#kind(), this.#lock, this.#token);
   }
 
   /** Aborts with LockLostError when the grant can no longer be assumed held. */
@@ -167,12 +191,41 @@ export class Holding {
     return true;
   }
 
-  /** End the holding (idempotent: the first reason wins). `detail` replaces the default explanation. */
-  lose(reason: LossReason, detail?: string): void {
+  /**
+   * End the holding (idempotent: the first reason wins). `detail` replaces
+   * the default explanation. A loss reported after the step-down deadline
+   * has passed is a loss at the deadline: a process resuming from a long
+   * pause may hear of the expiry (its client's own verdict, the server's
+   * answer) before its step-down timer has had a turn, but the deadline came
+   * first and is what ended the holding. `at`: when the loss happened on
+   * the performance.now() clock, for a source that applies a loss it
+   * recorded earlier (default: now).
+   */
+  lose(reason: LossReason, detail?: string, at: number = performance.now()): void {
     if (this.#controller.signal.aborted) return;
+    if (reason !== 'released' && reason !== 'deadline' && at >= this.deadline) {
+      reason = 'deadline';
+      detail = undefined;
+    }
     this.#onEnd();
     const lock = this.#lock;
-    this.#controller.abort(new LockLostError(lock, reason, `lock ${lock} lost: ${detail ?? this.#explain(reason)}`));
+    // A release is the normal end of a holding, not a fault: its reason carries no stack (capturing one costs more than the release).
+    const stackLimit = Error.stackTraceLimit;
+    if (reason === 'released') Error.stackTraceLimit = 0;
+    let error: LockLostError;
+    try {
+      error = new LockLostError(lock, reason, `lock ${lock} lost: ${detail ?? this.#explain(reason)}`);
+    } finally {
+      Error.stackTraceLimit = stackLimit;
+    }
+    // Published before the abort: a subscriber counts the loss before any
+    // abort listener (which may release, exit, or start again) has run.
+    publishLockEnded(this.#kind(), lock, this.#token, reason, performance.now() - this.#since, error);
+    this.#controller.abort(error);
+  }
+
+  #kind(): string {
+    return this.#source.kind ?? this.#source.name.toLowerCase();
   }
 
   #explain(reason: LossReason): string {

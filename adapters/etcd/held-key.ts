@@ -32,7 +32,7 @@ export abstract class HeldKey {
     this.name = name;
     this.key = node.key;
     this.lease = lease.id;
-    const holding = lease.clock.hold({ lock, marginMs, deadline: () => lease.deadline });
+    const holding = lease.clock.hold({ lock, marginMs, token: node.token, deadline: () => lease.deadline });
     this.#holding = holding;
     // The watch on our own key costs a watch create and a cancel: a holder
     // that releases within this turn of the event loop never needs it, so it

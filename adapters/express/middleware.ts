@@ -109,6 +109,8 @@ import {
   StaleTokenError,
   formatToken,
   parseToken,
+  publishRefused,
+  traceAdmit,
   type FenceAdmission,
   type FenceStore,
   type FencingToken,
@@ -271,11 +273,13 @@ async function admit(
   }
   let admission: FenceAdmission<unknown>;
   try {
-    admission = await settings.store.admit(resource, token, exchange);
+    // (Promise.resolve: a store of the user's may hand back a thenable, and a trace needs a promise)
+    admission = await traceAdmit('express', resource, token, () => Promise.resolve(settings.store.admit(resource, token, exchange)));
   } catch (error) {
     exchange.leaveWait();
     if (exchange.closed) return; // the client left while waiting; the store holds nothing for it
     if (error instanceof StaleTokenError) {
+      publishRefused('express', error);
       return sendProblem(
         res,
         409,

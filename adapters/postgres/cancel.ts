@@ -54,11 +54,20 @@ export class CancelledWait {
  * holds the row, the other admissions wait on it with the pool's last
  * connections, and the cancel waits for one of those.
  */
-export async function advanceCancellably(db: Database, tx: Queryable, resource: string, token: FencingToken, signal: AbortSignal | undefined): Promise<Advanced> {
-  if (signal === undefined) return advanceFence(tx, resource, token);
+export function advanceCancellably(db: Database, tx: Queryable, resource: string, token: FencingToken, signal: AbortSignal | undefined): Promise<Advanced> {
+  return whileCancellable(db, tx, signal, () => advanceFence(tx, resource, token));
+}
+
+/**
+ * Run what `start` sends on `tx` (a statement that may wait for the fence
+ * row's lock); if `signal` aborts first, cancel it on the server and reject
+ * with CancelledWait once it has ended, as advanceCancellably does.
+ */
+export async function whileCancellable<T>(db: Database, tx: Queryable, signal: AbortSignal | undefined, start: () => Promise<T>): Promise<T> {
+  if (signal === undefined) return start();
   const pid = await backendPid(tx);
   signal.throwIfAborted();
-  const pending = advanceFence(tx, resource, token);
+  const pending = start();
   const first = await unlessAborted(pending, signal);
   if (first !== ABORTED) return first;
   let ended = false;

@@ -46,7 +46,7 @@
 // carrying out a call it accepted just before the deadline.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { debuglog } from 'node:util';
-import { EffectFailedError, EffectPendingError, InvalidArgumentError, LockLostError, StaleTokenError, type FencingToken } from '../../src/index.js';
+import { EffectFailedError, EffectPendingError, InvalidArgumentError, LockLostError, StaleTokenError, traceEffect, type FencingToken } from '../../src/index.js';
 import type { Database } from './database.js';
 import {
   MAX_INT32,
@@ -195,6 +195,10 @@ type Step<R> =
  */
 export async function withEffect<R>(db: Database, target: EffectTarget, effect: Effect<R>, options?: EffectOptions<R>): Promise<EffectResult<R>> {
   const input = checkInput<R>(db, target, effect, options);
+  return traceEffect(input.resource, input.key, input.token, () => claimAndRun(db, input));
+}
+
+async function claimAndRun<R>(db: Database, input: Input<R>): Promise<EffectResult<R>> {
   input.signal?.throwIfAborted();
   if (input.deadline !== undefined && performance.now() >= input.deadline) throw deadlinePassed(input);
   let step = await claim(db, input);

@@ -12,14 +12,14 @@ import { readBigint, run, type Queryable, type Statement } from './database.js';
 // No row back means the WHERE failed: the presented token is stale. The
 // backend's pid comes back too: cancelling a statement the work still has in
 // flight when the admission is abandoned needs it, and asking here costs nothing.
-const ADVANCE = `INSERT INTO fencekeeper_fences AS f (resource, token, previous_token, updated_at)
+export const ADVANCE = `INSERT INTO fencekeeper_fences AS f (resource, token, previous_token, updated_at)
 VALUES ($1, $2, NULL, now())
 ON CONFLICT (resource) DO UPDATE
   SET token = EXCLUDED.token, previous_token = f.token, updated_at = now()
   WHERE f.token <= EXCLUDED.token
 RETURNING f.previous_token::text AS previous, pg_backend_pid() AS pid`;
 
-const CURRENT = 'SELECT token::text AS token FROM fencekeeper_fences WHERE resource = $1';
+export const CURRENT = 'SELECT token::text AS token FROM fencekeeper_fences WHERE resource = $1';
 
 export interface Advanced {
   /** The mark before this advance (null: the resource's first token). */

@@ -14,7 +14,7 @@
 // Deletes keep the fence: fencedDelete() writes the deleting token into
 // fencekeeper_tombstones under (relation, row key), and fencedInsert() /
 // fencedUpsert() refuse to re-create a row whose tombstone is larger.
-import { StaleTokenError, formatToken, type FencingToken } from '../../src/index.js';
+import { StaleTokenError, formatToken, publishRefused, traceFencedWrite, type FencingToken } from '../../src/index.js';
 import { readBigint, run, sqlState, statementName, type Queryable } from './database.js';
 import { assertIdentifier, checkColumnValues, checkColumns, checkKey, checkToken, quoteIdentifier, quoteTable } from './identifiers.js';
 import { InvalidArgumentError } from '../../src/index.js';
@@ -104,7 +104,11 @@ function checkOptions(options: unknown, what: string): Record<string, unknown> {
  * With a `where` matching several rows, each row is fenced on its own: rows
  * holding a larger token are skipped, and only "nothing updated" is an error.
  */
-export async function fencedUpdate(db: Queryable, options: FencedUpdateOptions): Promise<number> {
+export function fencedUpdate(db: Queryable, options: FencedUpdateOptions): Promise<number> {
+  return traceFencedWrite('postgres', 'update', tableOf(options), options?.token, () => updateRows(db, options));
+}
+
+async function updateRows(db: Queryable, options: FencedUpdateOptions): Promise<number> {
   const o = checkOptions(options, 'fencedUpdate');
   const token = checkToken(o['token']);
   const where = checkColumnValues(o['where'], 'where');
@@ -165,7 +169,11 @@ function updateShape(tableName: unknown, tokenColumnName: unknown, where: readon
  * number of rows deleted; 0 rows because a matching row holds a larger token
  * → StaleTokenError; no matching row → 0.
  */
-export async function fencedDelete(db: Queryable, options: FencedDeleteOptions): Promise<number> {
+export function fencedDelete(db: Queryable, options: FencedDeleteOptions): Promise<number> {
+  return traceFencedWrite('postgres', 'delete', tableOf(options), options?.token, () => deleteRows(db, options));
+}
+
+async function deleteRows(db: Queryable, options: FencedDeleteOptions): Promise<number> {
   const o = checkOptions(options, 'fencedDelete');
   const table = quoteTable(o['table']);
   const token = checkToken(o['token']);
@@ -201,9 +209,8 @@ ON CONFLICT (relation, row_key) DO UPDATE SET token = GREATEST(t.token, EXCLUDED
  * (retry the transaction: the retry is refused as stale); the same holds for
  * fencedUpsert.
  */
-export async function fencedInsert(db: Queryable, options: FencedInsertOptions): Promise<number> {
-  const { rowCount } = await insertRow(db, options, 'insert');
-  return rowCount;
+export function fencedInsert(db: Queryable, options: FencedInsertOptions): Promise<number> {
+  return traceFencedWrite('postgres', 'insert', tableOf(options), options?.token, async () => (await insertRow(db, options, 'insert')).rowCount);
 }
 
 /**
@@ -212,9 +219,23 @@ export async function fencedInsert(db: Queryable, options: FencedInsertOptions):
  * refusing to re-create a row whose tombstone is larger. Answers which it did;
  * a larger row token or tombstone → StaleTokenError.
  */
-export async function fencedUpsert(db: Queryable, options: FencedUpsertOptions): Promise<'inserted' | 'updated'> {
-  const { rows } = await insertRow(db, options, 'upsert');
-  return rows[0]?.['inserted'] === true ? 'inserted' : 'updated';
+export function fencedUpsert(db: Queryable, options: FencedUpsertOptions): Promise<'inserted' | 'updated'> {
+  return traceFencedWrite('postgres', 'upsert', tableOf(options), options?.token, async () => {
+    const { rows } = await insertRow(db, options, 'upsert');
+    return rows[0]?.['inserted'] === true ? 'inserted' : 'updated';
+  });
+}
+
+/** The table as the trace names it, before validation (a bad one is refused inside the traced call). */
+function tableOf(options: unknown): string {
+  const table = (options as { table?: unknown } | null | undefined)?.table;
+  return typeof table === 'string' ? table : String(table);
+}
+
+/** Every refusal of a row helper is counted as one stale write refused at the resource. */
+function refused(error: StaleTokenError): StaleTokenError {
+  publishRefused('postgres', error);
+  return error;
 }
 
 async function insertRow(db: Queryable, options: FencedInsertOptions, mode: 'insert' | 'upsert'): Promise<{ rowCount: number; rows: Record<string, unknown>[] }> {
@@ -266,7 +287,7 @@ RETURNING (t.xmax = 0) AS inserted, fencekeeper_check_tombstone(${relationName('
     // 003_tombstones_snapshot_isolation.sql): passed through, for the caller
     // to retry as any serialization failure.
     if (sqlState(error) === 'FK409') {
-      throw new StaleTokenError(rowResource(o['table'] as string, keyValues), token, readBigint(detail(error)), { cause: error });
+      throw refused(new StaleTokenError(rowResource(o['table'] as string, keyValues), token, readBigint(detail(error)), { cause: error }));
     }
     throw error;
   }
@@ -286,7 +307,7 @@ RETURNING (t.xmax = 0) AS inserted, fencekeeper_check_tombstone(${relationName('
   });
   const mark = readBigint(current.rows[0]?.['current']);
   if (mode === 'upsert' || (mark !== null && mark > token)) {
-    throw new StaleTokenError(rowResource(o['table'] as string, keyValues), token, mark);
+    throw refused(new StaleTokenError(rowResource(o['table'] as string, keyValues), token, mark));
   }
   return result;
 }
@@ -298,7 +319,7 @@ async function refuseIfStale(db: Queryable, table: string, where: readonly [stri
   const { rows } = await run(db, { text, values, prepared: false });
   const current = readBigint(rows[0]?.['current']);
   if (current !== null && current > token) {
-    throw new StaleTokenError(rowResource(tableName, where), token, current);
+    throw refused(new StaleTokenError(rowResource(tableName, where), token, current));
   }
 }
 

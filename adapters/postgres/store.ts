@@ -1,7 +1,8 @@
 // PostgresFenceStore: the core's FenceStore on fencekeeper_fences, for the
 // Express middleware (or anything else that admits requests by token).
 import { CommitFailedError, InvalidArgumentError, type FenceAdmission, type FenceStore, type FencingToken } from '../../src/index.js';
-import { CancelledWait, advanceCancellably, cancelStatement, connectCancellably } from './cancel.js';
+import { CancelledWait, advanceCancellably, cancelStatement, connectCancellably, whileCancellable } from './cancel.js';
+import { openFenced, sendOn, type Opened } from './fence-open.js';
 import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type TransactionOf } from './database.js';
 import { currentFence } from './fence-row.js';
 import { OPEN_SAVEPOINT, ROLL_BACK, abandon, closeFenced, failedClose, keepAfterFailure, rollback, sender, type Ending } from './fenced-transaction.js';
@@ -11,7 +12,8 @@ import { checkResource, checkToken } from './identifiers.js';
  * A FenceStore whose admissions are PostgreSQL transactions.
  *
  * `admit()` takes a dedicated connection (a pooled client, or a Kysely
- * transaction), BEGINs, and advances the resource's fence row. The row lock is
+ * transaction), BEGINs, and advances the resource's fence row (on a pg.Pool,
+ * BEGIN, the advance and the savepoint travel as one message). The row lock is
  * held until the admission is settled, so admissions for one resource
  * serialize across every process sharing the database. Right after the
  * advance the store sets a savepoint. The advance is never undone:
@@ -77,13 +79,12 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
   async #admitPg(pool: PgPool, resource: string, token: FencingToken, signal: AbortSignal | undefined): Promise<FenceAdmission<Tx>> {
     const client = await connectCancellably(pool, signal);
     const release = guardClient(client);
-    let previous: FencingToken | null;
-    let pid: number;
+    let opened: Opened;
     try {
       if (signal?.aborted) throw signal.reason;
-      await client.query({ text: 'BEGIN' });
-      ({ previous, pid } = await advanceCancellably(pool, client, resource, token, signal));
-      await client.query({ text: OPEN_SAVEPOINT });
+      // BEGIN, the advance and the savepoint in one message; cancellable while it waits for the row lock.
+      const send = sendOn(client);
+      opened = await openFenced(client, resource, token, signal === undefined ? send : (text) => whileCancellable(pool, client, signal, () => send(text)));
     } catch (error) {
       if (error instanceof CancelledWait) {
         release(new Error('fence wait aborted'));
@@ -92,6 +93,11 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
       release(await rollback(client));
       throw error;
     }
+    if (!opened.ok) {
+      release(opened.broken);
+      throw opened.error;
+    }
+    const { previous, pid } = opened.advanced;
     const send = sender(client);
     const settle = once(async (how: Settlement): Promise<void> => {
       if (how === 'commit') {

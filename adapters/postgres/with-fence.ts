@@ -1,7 +1,7 @@
-import { InvalidArgumentError, type FencingToken } from '../../src/index.js';
-import { asError, guardClient, isKysely, run, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from './database.js';
-import { advanceFence } from './fence-row.js';
-import { OPEN_SAVEPOINT, ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './fenced-transaction.js';
+import { InvalidArgumentError, StaleTokenError, publishRefused, traceWithFence, type FencingToken } from '../../src/index.js';
+import { guardClient, isKysely, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from './database.js';
+import { StaleRefusal, openFenced, openFencedKysely } from './fence-open.js';
+import { ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './fenced-transaction.js';
 import { checkResource, checkToken } from './identifiers.js';
 
 /**
@@ -24,6 +24,9 @@ import { checkResource, checkToken } from './identifiers.js';
  *   the connection lost), the advance is applied again on its own and
  *   withFence rejects with CommitFailedError.
  *
+ * On a pg.Pool this costs the round trips of a plain transaction: BEGIN, the
+ * advance and a savepoint go as one message, and one message closes it.
+ *
  * `work` receives the transaction: a pg client inside BEGIN for a pg.Pool, or
  * the Kysely Transaction for a Kysely instance. Write through it, not through
  * the pool: a write on another connection is outside the fence. Do not end
@@ -38,6 +41,10 @@ export async function withFence<T>(db: Database, resource: string, token: Fencin
   checkToken(token);
   if (typeof work !== 'function') throw new InvalidArgumentError('work must be a function');
   const run = work as (trx: unknown) => Promise<T>;
+  return traceWithFence('postgres', resource, token, () => fenced(db, resource, token, run));
+}
+
+async function fenced<T>(db: Database, resource: string, token: FencingToken, run: (trx: unknown) => Promise<T>): Promise<T> {
   const ended = isKysely(db)
     ? await fenceKysely(db as KyselyDatabase, resource, token, run)
     : await fencePg(db as PgPool, resource, token, run);
@@ -76,18 +83,13 @@ async function fencePg<T>(pool: PgPool, resource: string, token: FencingToken, w
   const release = guardClient(client);
   let broken: Error | undefined;
   try {
-    try {
-      await client.query({ text: 'BEGIN' });
-    } catch (error) {
-      broken = asError(error);
-      throw error;
-    }
-    try {
-      await advanceFence(client, resource, token);
-      await client.query({ text: OPEN_SAVEPOINT });
-    } catch (error) {
-      broken = await rollback(client);
-      throw error;
+    // BEGIN, the advance and the savepoint in one message (a stale token: rolled back already).
+    const opened = await openFenced(client, resource, token);
+    if (!opened.ok) {
+      broken = opened.broken;
+      // Counted here, not in openFenced: PostgresFenceStore opens the same way, and fencing() counts its refusals.
+      if (opened.error instanceof StaleTokenError) publishRefused('postgres', opened.error);
+      throw opened.error;
     }
     const ended = await runWork(sender(client), client, work);
     if (!transactionEnded(ended)) broken = await rollback(client);
@@ -101,14 +103,19 @@ async function fenceKysely<T>(db: KyselyDatabase, resource: string, token: Fenci
   let ended = undefined as WorkEnded<T> | undefined;
   try {
     await db.transaction().execute(async (trx) => {
-      await advanceFence(trx, resource, token);
-      await run(trx, { text: OPEN_SAVEPOINT, values: [], prepared: false });
+      // The advance and the savepoint in one message (Kysely sent BEGIN on its own).
+      await openFencedKysely(trx, resource, token);
       ended = await runWork(sender(trx), trx, work);
       // Left open: have Kysely roll it back. Ended: Kysely's COMMIT finds no transaction and does nothing.
       if (!transactionEnded(ended)) throw ROLL_BACK;
     });
   } catch (error) {
     // Before the work ran (a stale token, a lost connection): nothing to keep.
+    if (error instanceof StaleRefusal) {
+      const stale = await error.error(db);
+      publishRefused('postgres', stale);
+      throw stale;
+    }
     if (ended === undefined) throw error;
     // Otherwise this is Kysely's own COMMIT or ROLLBACK after our message: the outcome stands.
   }

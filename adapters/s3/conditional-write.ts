@@ -30,7 +30,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { debuglog } from 'node:util';
 import { PutObjectCommand } from '@aws-sdk/client-s3';
 import type { PutObjectCommandInput, S3Client } from '@aws-sdk/client-s3';
-import { StaleTokenError, UnknownOutcomeError } from '../../src/index.js';
+import { StaleTokenError, UnknownOutcomeError, publishRefused, publishUnknownOutcome } from '../../src/index.js';
 import type { FencingToken } from '../../src/index.js';
 import type { StoredFence } from './metadata.js';
 import { backoffMs, checkMaxAttempts, describeError, isAbort, sendOptions } from './requests.js';
@@ -114,6 +114,7 @@ async function run(
         fence = await plan.read();
       } catch (error) {
         if (unsettled === undefined) throw error;
+        publishUnknownOutcome(resource, token, 'unresolved', attempts);
         throw new UnknownOutcomeError(
           `${resource}: a conditional PUT with token ${token} may or may not have landed (${describeError(unsettled)}), and reading the object back failed (${describeError(error)})`,
           { cause: error },
@@ -121,16 +122,20 @@ async function run(
       }
       if (attempts > 0 && fence !== null && plan.isOurs(fence)) {
         debug('s3 %s: our write found after %d attempt(s)', resource, attempts);
+        if (unsettled !== undefined) publishUnknownOutcome(resource, token, 'landed', attempts);
         plan.landed(fence.etag, fence);
         return fence.etag;
       }
+      if (unsettled !== undefined) publishUnknownOutcome(resource, token, 'superseded', attempts);
       known = fence;
       unsettled = undefined; // the object is not ours: whatever we sent did not stick
     }
 
     plan.checkLayout(known);
     if (known !== null && known.token !== null && token < known.token) {
-      throw new StaleTokenError(resource, token, known.token);
+      const refused = new StaleTokenError(resource, token, known.token);
+      publishRefused('s3', refused);
+      throw refused;
     }
     plan.checkWrite(known);
     if (attempts >= maxAttempts) {

@@ -30,7 +30,7 @@
 // real DELETE would erase the high-water mark. fencedGetObject answers null
 // for a tombstone; readFence still reports its token.
 import type { PutObjectCommandInput, S3Client } from '@aws-sdk/client-s3';
-import { InvalidArgumentError, assertToken, formatToken } from '../../src/index.js';
+import { InvalidArgumentError, assertToken, formatToken, traceS3Delete, traceS3Put } from '../../src/index.js';
 import type { FencingToken } from '../../src/index.js';
 import { conditionalWrite } from './conditional-write.js';
 import type { FencedWriteOptions } from './conditional-write.js';
@@ -102,27 +102,28 @@ export async function fencedPutObject(
   const { token: _token, Metadata, ...rest } = input;
   const resource = resourceName(location.Bucket, location.Key);
   const readContext = readContextOf(input);
+  return traceS3Put(resource, token, layout, async () => {
+    if (layout === 'pointer') {
+      checkPointerKey(location.Key);
+      const pointerContext = pointerContextOf(input);
+      const data: PutObjectCommandInput = { ...rest, ...(Metadata === undefined ? {} : { Metadata }) };
+      const plan = pointerPlan(client, { resource, location, token, readContext, pointerContext, signal: options.signal, data });
+      await conditionalWrite(client, plan, options);
+      const written = plan.written();
+      return { etag: written?.etag ?? '', token, ...(written === undefined ? {} : { dataKey: written.dataKey }) };
+    }
 
-  if (layout === 'pointer') {
-    checkPointerKey(location.Key);
-    const pointerContext = pointerContextOf(input);
-    const data: PutObjectCommandInput = { ...rest, ...(Metadata === undefined ? {} : { Metadata }) };
-    const plan = pointerPlan(client, { resource, location, token, readContext, pointerContext, signal: options.signal, data });
-    await conditionalWrite(client, plan, options);
-    const written = plan.written();
-    return { etag: written?.etag ?? '', token, ...(written === undefined ? {} : { dataKey: written.dataKey }) };
-  }
-
-  const plan = inPlacePlan(client, {
-    resource, location, token, context: readContext, signal: options.signal, tombstone: false,
-    bodyEtag: md5Etag(input.Body),
-    makeInput: (writeId) => ({
-      ...rest,
-      ...location,
-      Metadata: { ...Metadata, [TOKEN_METADATA]: formatToken(token), [WRITE_ID_METADATA]: writeId },
-    }),
+    const plan = inPlacePlan(client, {
+      resource, location, token, context: readContext, signal: options.signal, tombstone: false,
+      bodyEtag: md5Etag(input.Body),
+      makeInput: (writeId) => ({
+        ...rest,
+        ...location,
+        Metadata: { ...Metadata, [TOKEN_METADATA]: formatToken(token), [WRITE_ID_METADATA]: writeId },
+      }),
+    });
+    return { etag: await conditionalWrite(client, plan, options), token };
   });
-  return { etag: await conditionalWrite(client, plan, options), token };
 }
 
 /**
@@ -143,25 +144,26 @@ export async function fencedDeleteObject(
   const layout = checkLayoutOption(options.layout);
   const resource = resourceName(location.Bucket, location.Key);
   const context: ReadContext = input.ExpectedBucketOwner === undefined ? {} : { ExpectedBucketOwner: input.ExpectedBucketOwner };
+  return traceS3Delete(resource, token, layout, async () => {
+    if (layout === 'pointer') {
+      checkPointerKey(location.Key);
+      const plan = pointerPlan(client, { resource, location, token, readContext: context, pointerContext: context, signal: options.signal, data: undefined });
+      return { etag: await conditionalWrite(client, plan, options), token };
+    }
 
-  if (layout === 'pointer') {
-    checkPointerKey(location.Key);
-    const plan = pointerPlan(client, { resource, location, token, readContext: context, pointerContext: context, signal: options.signal, data: undefined });
+    const plan = inPlacePlan(client, {
+      resource, location, token, context, signal: options.signal, tombstone: true, bodyEtag: undefined,
+      makeInput: (writeId) => ({
+        ...context,
+        ...location,
+        // Unique bytes, so two tombstones never share an ETag.
+        Body: `fencekeeper tombstone token=${formatToken(token)} write=${writeId}\n`,
+        ContentType: 'text/plain; charset=utf-8',
+        Metadata: { [TOKEN_METADATA]: formatToken(token), [WRITE_ID_METADATA]: writeId, [TOMBSTONE_METADATA]: '1' },
+      }),
+    });
     return { etag: await conditionalWrite(client, plan, options), token };
-  }
-
-  const plan = inPlacePlan(client, {
-    resource, location, token, context, signal: options.signal, tombstone: true, bodyEtag: undefined,
-    makeInput: (writeId) => ({
-      ...context,
-      ...location,
-      // Unique bytes, so two tombstones never share an ETag.
-      Body: `fencekeeper tombstone token=${formatToken(token)} write=${writeId}\n`,
-      ContentType: 'text/plain; charset=utf-8',
-      Metadata: { [TOKEN_METADATA]: formatToken(token), [WRITE_ID_METADATA]: writeId, [TOMBSTONE_METADATA]: '1' },
-    }),
   });
-  return { etag: await conditionalWrite(client, plan, options), token };
 }
 
 function checkLayoutOption(layout: unknown): ObjectLayout {

@@ -14,6 +14,8 @@ export const ExitCode = {
   unavailable: 69,
   /** Internal error: a bug. */
   software: 70,
+  /** The lock service refused our credentials (digest auth failed, or the identity may not use the lock). */
+  noPermission: 77,
   /** The lock was not acquired within --timeout: try again later. */
   lockTimeout: 75,
   /** The lock was lost: the command was stopped (and exited 0) or never started. */

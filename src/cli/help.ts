@@ -10,6 +10,7 @@ const EXIT_CODES = `exit codes:
   70           internal error (a bug: please report it)
   75           run: the lock was not acquired within --timeout
   76           the lock was lost: cmd was stopped and exited 0, or never started
+  77           the lock service refused our credentials (ZK_AUTHFAILED, ZK_NOAUTH)
   127          cmd could not be started
   128 + n      interrupted by signal n while waiting for the lock`;
 
@@ -21,6 +22,21 @@ stalled machine), at the lock's step-down deadline. --grace is at most half
 the safety margin, so cmd is gone before the session can expire, that is,
 before the next holder can be granted the lock. Processes cmd leaves behind
 in its process group are stopped the same way before the lock is released.`;
+
+const ZOOKEEPER_SECURITY = `  --zookeeper-tls            speak TLS to the servers' secure client port, verified
+                             against the system's CA roots ($ZOOKEEPER_TLS=1)
+  --zookeeper-tls-ca <file>  PEM CA the servers' certificates must chain to; implies TLS
+                             ($ZOOKEEPER_TLS_CA)
+  --zookeeper-tls-cert <file>, --zookeeper-tls-key <file>
+                             PEM client certificate and key, for servers that require one
+                             ($ZOOKEEPER_TLS_CERT, $ZOOKEEPER_TLS_KEY)
+  --zookeeper-tls-servername <name>
+                             the name the certificates must carry (default: each host dialled)
+                             ($ZOOKEEPER_TLS_SERVERNAME)
+  --zookeeper-auth-file <file>
+                             digest credentials user:password, the file's first line
+                             ($ZOOKEEPER_AUTH_FILE); or $ZOOKEEPER_AUTH=user:password.
+                             Never on the command line: ps shows arguments to every user`;
 
 export const HELP = {
   main: `usage: fencekeeper <command> [options]
@@ -35,7 +51,8 @@ commands:
 
 Run 'fencekeeper <command> --help' for a command's options.
 Environment: FENCEKEEPER_LOCK_SERVICE (a lock service URL), ZOOKEEPER (connect string),
-DATABASE_URL, S3_ENDPOINT.
+ZOOKEEPER_TLS_CA (and the other ZOOKEEPER_TLS_*), ZOOKEEPER_AUTH or ZOOKEEPER_AUTH_FILE
+(digest credentials), DATABASE_URL, S3_ENDPOINT.
 
 ${EXIT_CODES}`,
   run: `usage: fencekeeper run <lock> [options] -- cmd [args...]
@@ -52,6 +69,7 @@ options:
   --zookeeper <hosts>        connect string host:port[,host:port][/chroot] (default: $ZOOKEEPER)
   --timeout <ms>             give up waiting for the lock after ms (exit 75)
   --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
+${ZOOKEEPER_SECURITY}
   --safety-margin <ms>       step down this long before the session can expire
                              (default: a quarter of the negotiated session timeout;
                              below two thirds of it)
@@ -73,6 +91,7 @@ options:
   --zookeeper <hosts>        connect string (default: $ZOOKEEPER)
   --id <id>                  this candidate's id (default hostname:pid)
   --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
+${ZOOKEEPER_SECURITY}
   --safety-margin <ms>       step down this long before the session can expire
                              (default: a quarter of the negotiated session timeout)
   --grace <ms>               SIGTERM -> SIGKILL delay when leadership is lost
@@ -89,6 +108,7 @@ options:
                              ZooKeeper of --zookeeper); zookeeper://h:2181[,h:2182][/chroot]
   --zookeeper <hosts>        connect string (default: $ZOOKEEPER)
   --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
+${ZOOKEEPER_SECURITY}
   --json                     one JSON object: { lock, queue: [{ role, token, owner, session, node }] }
   --watch                    print the listing again each time the queue changes (the lock
                              service's watch, no polling), until SIGINT or SIGTERM (exit 0);
@@ -130,14 +150,17 @@ options:
 
 exit codes: 0 printed; 64 usage; 69 the database could not be reached or has no
 ledger (run 'fencekeeper migrate'); 70 internal error`,
-  demo: `usage: fencekeeper demo [--unfenced]
+  demo: `usage: fencekeeper demo [--unfenced] [--metrics]
 
 Play the paused-holder story with real processes and real servers: holder A
 acquires jobs/reindex and writes to a PostgreSQL row, an S3 object and an
 HTTP service; A is frozen (SIGSTOP, as a long garbage-collection pause would
 freeze it) past its session timeout; B acquires with a larger token and
 writes; A resumes and writes with its old token. Every resource refuses A.
---unfenced makes the same writes without fencing.
+--unfenced makes the same writes without fencing. --metrics records
+fencekeeper's OpenTelemetry metrics in every process (holders and the HTTP
+service) and prints them at the end (needs @opentelemetry/api and
+@opentelemetry/sdk-metrics installed).
 
 Servers from ZOOKEEPER (127.0.0.1:2181), DATABASE_URL, S3_ENDPOINT
 (http://127.0.0.1:7480), S3_ACCESS_KEY, S3_SECRET_KEY, S3_REGION.

@@ -65,7 +65,8 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     if (error instanceof FencekeeperError) {
       err(`${error.code}: ${error.message}`);
-      return error.code === 'CONNECTION_LOSS' || error.code === 'SESSION_EXPIRED' ? ExitCode.unavailable : ExitCode.software;
+      if (error.code === 'ZK_NOAUTH' || error.code === 'ZK_AUTHFAILED') return ExitCode.noPermission;
+      return error.code === 'CONNECTION_LOSS' || error.code === 'SESSION_EXPIRED' || error.code === 'TLS_FAILED' ? ExitCode.unavailable : ExitCode.software;
     }
     const code = (error as { code?: unknown })?.code;
     if (typeof code === 'string' && UNREACHABLE_CODES.has(code)) {

@@ -24,6 +24,7 @@ import diagnostics from 'node:diagnostics_channel';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { debuglog } from 'node:util';
+import { publishSessionState } from '../diagnostics.js';
 import { ClientClosedError, ConnectionLossError, InvalidArgumentError, ProtocolError, SessionExpiredError, ZooKeeperError } from '../errors.js';
 import { Connection, connectTcp, type Connector, type PendingRequest, type SessionProgress } from './connection.js';
 import { tlsConnector, type TlsOptions } from './tls.js';
@@ -38,6 +39,7 @@ import {
   deleteRequest,
   existsRequest,
   getAclRequest,
+  getChildrenNamesRequest,
   getChildrenRequest,
   getDataRequest,
   getEphemeralsRequest,
@@ -256,62 +258,62 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
   // ---------------------------------------------------------------- operations
 
   /** Create a node (create2: the reply carries its Stat, so its czxid costs no extra round trip). */
-  async create(path: string, data?: Uint8Array | string | null, options: CreateOptions = {}): Promise<{ path: string; stat: Stat }> {
-    return this.#submit(createRequest(this.#chroot, path, data, options));
+  create(path: string, data?: Uint8Array | string | null, options: CreateOptions = {}): Promise<{ path: string; stat: Stat }> {
+    return this.#submit(createRequest, path, data, options);
   }
 
   /** Delete a node; version -1 (the default) matches any version. */
-  async delete(path: string, version = -1): Promise<void> {
-    return this.#submit(deleteRequest(this.#chroot, path, version));
+  delete(path: string, version = -1): Promise<void> {
+    return this.#submit(deleteRequest, path, version);
   }
 
   /** The node's Stat, or null if it does not exist. A watch on a missing node fires when it is created. */
-  async exists(path: string, options: WatchOptions = {}): Promise<Stat | null> {
-    return this.#submit(existsRequest(this.#chroot, path, options.watch));
+  exists(path: string, options: WatchOptions = {}): Promise<Stat | null> {
+    return this.#submit(existsRequest, path, options.watch);
   }
 
-  async getData(path: string, options: WatchOptions = {}): Promise<{ data: Uint8Array; stat: Stat }> {
-    return this.#submit(getDataRequest(this.#chroot, path, options.watch));
+  getData(path: string, options: WatchOptions = {}): Promise<{ data: Uint8Array; stat: Stat }> {
+    return this.#submit(getDataRequest, path, options.watch);
   }
 
-  async setData(path: string, data: Uint8Array | string | null, version = -1): Promise<Stat> {
-    return this.#submit(setDataRequest(this.#chroot, path, data, version));
+  setData(path: string, data: Uint8Array | string | null, version = -1): Promise<Stat> {
+    return this.#submit(setDataRequest, path, data, version);
   }
 
   /** The node's children (names, unordered). */
-  async getChildren(path: string, options: WatchOptions = {}): Promise<string[]> {
-    return (await this.getChildrenWithStat(path, options)).children;
+  getChildren(path: string, options: WatchOptions = {}): Promise<string[]> {
+    return this.#submit(getChildrenNamesRequest, path, options.watch);
   }
 
   /** getChildren2: the children and the parent's Stat in one reply. */
-  async getChildrenWithStat(path: string, options: WatchOptions = {}): Promise<{ children: string[]; stat: Stat }> {
-    return this.#submit(getChildrenRequest(this.#chroot, path, options.watch));
+  getChildrenWithStat(path: string, options: WatchOptions = {}): Promise<{ children: string[]; stat: Stat }> {
+    return this.#submit(getChildrenRequest, path, options.watch);
   }
 
   /** The paths of this session's ephemeral nodes under `prefix` (default: all). */
-  async getEphemerals(prefix = '/'): Promise<string[]> {
-    return this.#submit(getEphemeralsRequest(this.#chroot, prefix));
+  getEphemerals(prefix = '/'): Promise<string[]> {
+    return this.#submit(getEphemeralsRequest, prefix);
   }
 
-  async getACL(path: string): Promise<{ acl: ACL[]; stat: Stat }> {
-    return this.#submit(getAclRequest(this.#chroot, path));
+  getACL(path: string): Promise<{ acl: ACL[]; stat: Stat }> {
+    return this.#submit(getAclRequest, path);
   }
 
-  async setACL(path: string, acl: readonly ACL[], aclVersion = -1): Promise<Stat> {
-    return this.#submit(setAclRequest(this.#chroot, path, acl, aclVersion));
+  setACL(path: string, acl: readonly ACL[], aclVersion = -1): Promise<Stat> {
+    return this.#submit(setAclRequest, path, acl, aclVersion);
   }
 
   /** Wait until the server this client talks to has caught up with the leader (for read-after-write across clients). */
-  async sync(path = '/'): Promise<void> {
-    return this.#submit(syncRequest(this.#chroot, path));
+  sync(path = '/'): Promise<void> {
+    return this.#submit(syncRequest, path);
   }
 
   /**
    * Apply several operations atomically. A failure rejects with the failing
    * operation's ZooKeeperError (opIndex set); none of the operations took effect.
    */
-  async multi(ops: readonly MultiOp[]): Promise<MultiResult[]> {
-    return this.#submit(multiRequest(this.#chroot, ops));
+  multi(ops: readonly MultiOp[]): Promise<MultiResult[]> {
+    return this.#submit(multiRequest, ops);
   }
 
   /**
@@ -346,7 +348,19 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
 
   // ---------------------------------------------------------------- requests
 
-  #submit<T>(request: Request<T>): Promise<T> {
+  /**
+   * Build the request (its argument checks come first: a bad call fails
+   * with InvalidArgumentError whatever the session's state), then send it.
+   * Not an async function: every operation would pay for another promise
+   * and its ticks on top of the request's own.
+   */
+  #submit<A extends unknown[], T>(build: (chroot: Chroot, ...args: A) => Request<T>, ...args: A): Promise<T> {
+    let request: Request<T>;
+    try {
+      request = build(this.#chroot, ...args);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     if (this.#state === 'expired') return Promise.reject(new SessionExpiredError());
     if (this.#state === 'closed' || this.#closing) return Promise.reject(new ClientClosedError());
     return this.#call(request);
@@ -576,6 +590,9 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     const previous = this.#state;
     this.#state = state;
     if (stateChannel.hasSubscribers) stateChannel.publish({ sessionId: this.#sessionId, previous, state });
-    if (previous !== state) this.emit('state', state);
+    if (previous !== state) {
+      publishSessionState('zookeeper', `0x${this.#sessionId.toString(16)}`, previous, state);
+      this.emit('state', state);
+    }
   }
 }

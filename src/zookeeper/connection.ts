@@ -124,6 +124,7 @@ export class Connection extends EventEmitter<{ handshake: [ConnectResponse]; not
   #socket: Duplex | null = null;
   readonly #parser = new FrameParser(MAX_REPLY_FRAME);
   readonly #writer = new JuteWriter();
+  readonly #reader = new JuteReader(Buffer.alloc(0));
   #nextXid = 1;
   #flushScheduled = false;
   #blocked = false;
@@ -306,7 +307,8 @@ export class Connection extends EventEmitter<{ handshake: [ConnectResponse]; not
     // A handler can drop this connection (a resumed session that does not
     // match): the frames still left in the chunk must not be applied.
     if (this.#state === 'closed') return;
-    const r = new JuteReader(frame);
+    // Every reply is decoded before the next frame is handed over, so one reader serves them all.
+    const r = this.#reader.reset(frame);
     if (this.#state === 'handshaking') {
       this.#onHandshake(readConnectResponse(r));
       return;
@@ -367,7 +369,7 @@ export class Connection extends EventEmitter<{ handshake: [ConnectResponse]; not
   #scheduleFlush(): void {
     if (this.#flushScheduled) return;
     this.#flushScheduled = true;
-    queueMicrotask(this.#flush);
+    process.nextTick(this.#flush);
   }
 
   readonly #flush = (): void => {

@@ -6,14 +6,22 @@ import { ProtocolError } from '../errors.js';
  * ProtocolError, never an out-of-range read or a huge allocation.
  */
 export class JuteReader {
-  readonly #buf: Buffer;
+  #buf: Buffer;
   #offset: number;
-  readonly #end: number;
+  #end: number;
 
   constructor(frame: Buffer, offset = 0, end = frame.length) {
     this.#buf = frame;
     this.#offset = offset;
     this.#end = end;
+  }
+
+  /** Read `frame` from its start: one reader serves every frame of a connection (frames are read one at a time). */
+  reset(frame: Buffer): this {
+    this.#buf = frame;
+    this.#offset = 0;
+    this.#end = frame.length;
+    return this;
   }
 
   get remaining(): number {

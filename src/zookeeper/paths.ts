@@ -8,6 +8,36 @@ import { InvalidArgumentError } from '../errors.js';
  * clear InvalidArgumentError, not a round trip ending in BADARGUMENTS.
  */
 export function validatePath(path: string, sequential = false): void {
+  // Every request validates its path: a valid one is confirmed in one pass
+  // without allocating; anything else takes the checks below, in order, for
+  // the message that names the first problem.
+  if (typeof path === 'string' && isValidPath(path, sequential)) return;
+  explainInvalidPath(path, sequential);
+}
+
+/** One pass over the path: segments non-empty, not '.' or '..', every character allowed. */
+function isValidPath(path: string, sequential: boolean): boolean {
+  const length = path.length;
+  if (length === 0 || path.charCodeAt(0) !== 0x2f) return false;
+  if (length === 1) return true;
+  // A sequential create may end with '/': the server appends the counter.
+  const end = sequential && path.charCodeAt(length - 1) === 0x2f ? length - 1 : length;
+  let segmentStart = 1;
+  for (let i = 1; i <= end; i++) {
+    const c = i === end ? 0x2f : path.charCodeAt(i);
+    if (c === 0x2f) {
+      const n = i - segmentStart;
+      if (n === 0) return false;
+      if (path.charCodeAt(segmentStart) === 0x2e && (n === 1 || (n === 2 && path.charCodeAt(segmentStart + 1) === 0x2e))) return false;
+      segmentStart = i + 1;
+    } else if (c < 0x20 || (c > 0x7e && c < 0xa0) || (c > 0xd7ff && c < 0xf900) || (c > 0xffef && c <= 0xffff)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+function explainInvalidPath(path: string, sequential: boolean): void {
   if (typeof path !== 'string') throw new InvalidArgumentError(`path must be a string, got ${typeof path}`);
   if (path.length === 0) throw new InvalidArgumentError('path must not be empty');
   if (path[0] !== '/') throw new InvalidArgumentError(`path must start with '/': ${JSON.stringify(path)}`);

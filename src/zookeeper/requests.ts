@@ -130,6 +130,13 @@ export function getChildrenRequest(chroot: Chroot, path: string, watcher: Watche
   return watchedRead(chroot, OpCode.getChildren2, path, watcher, childWatchKind, (r) => ({ children: r.vector(readChildName), stat: readStat(r) }));
 }
 
+/** getChildren2 for the names alone (the parent's Stat is read past, not kept). */
+export function getChildrenNamesRequest(chroot: Chroot, path: string, watcher: Watcher | undefined): Request<string[]> {
+  return watchedRead(chroot, OpCode.getChildren2, path, watcher, childWatchKind, readChildNames);
+}
+
+const readChildNames = (r: JuteReader): string[] => r.vector(readChildName);
+
 /** A read that may set a watch: proto.ExistsRequest, GetDataRequest, GetChildren2Request (path, watch flag). */
 function watchedRead<T>(
   chroot: Chroot,

@@ -10,7 +10,16 @@
  * connection loss to retry: the same certificate will fail on the next try
  * and on the next server alike, so the connect fails at once with a
  * TlsError (retryable false), which the client treats as final.
+ *
+ * So does a server that closes the connection during our first handshake:
+ * that is what a plain client port does with a ClientHello (it reads the
+ * record as a request of absurd length and hangs up), the common mistake of
+ * dialling the clientPort instead of the secureClientPort. A server at its
+ * connection limit (maxClientCnxns) hangs up the same way, so once this
+ * connector has completed a handshake, the configuration has been shown to
+ * work and a hang-up is an ordinary connection loss, retried.
  */
+import net from 'node:net';
 import tls from 'node:tls';
 import type { Duplex } from 'node:stream';
 import { TlsError } from '../errors.js';
@@ -56,9 +65,13 @@ function finalCode(error: Error): string | undefined {
   return typeof code === 'string' && FINAL_CODES.has(code) ? code : undefined;
 }
 
+// The peer hung up (or reset) after accepting the TCP connection, before the handshake completed.
+const HANG_UP_CODES = new Set(['ECONNRESET', 'EPIPE']);
+
 /** A connector that opens each server connection over TLS with `options`. */
 export function tlsConnector(options: TlsOptions = {}): Connector {
   const ca = options.ca === undefined ? undefined : Array.isArray(options.ca) ? [...options.ca] : (options.ca as string | Buffer);
+  let handshakes = 0;
   return (address, { signal }) =>
     new Promise<Duplex>((resolve, reject) => {
       const socket = tls.connect({
@@ -67,16 +80,31 @@ export function tlsConnector(options: TlsOptions = {}): Connector {
         ca,
         cert: options.cert,
         key: options.key,
-        servername: options.servername ?? (address.host.includes(':') ? undefined : address.host),
+        // SNI carries host names only; an IP address is still checked against the certificate's IP entries.
+        servername: options.servername ?? (net.isIP(address.host) === 0 ? address.host : undefined),
         rejectUnauthorized: options.rejectUnauthorized ?? true,
       });
       socket.setNoDelay(true);
+      let tcpConnected = false;
+      socket.once('connect', () => {
+        tcpConnected = true;
+      });
       const fail = (error: Error): void => {
         signal.removeEventListener('abort', onAbort);
         socket.destroy();
+        const where = `${address.host}:${address.port}`;
         const code = finalCode(error);
+        const errno = (error as { code?: unknown }).code;
         if (code !== undefined) {
-          reject(new TlsError(`TLS to ${address.host}:${address.port} failed: ${error.message} (${code})`, { cause: error }));
+          reject(new TlsError(`TLS to ${where} failed: ${error.message} (${code})`, { cause: error }));
+        } else if (tcpConnected && handshakes === 0 && typeof errno === 'string' && HANG_UP_CODES.has(errno)) {
+          reject(
+            new TlsError(
+              `TLS to ${where} failed: the server hung up during the TLS handshake (${errno}). ` +
+                'Is this its secureClientPort? A plain clientPort drops a TLS ClientHello (a server at its maxClientCnxns limit does too)',
+              { cause: error },
+            ),
+          );
         } else {
           reject(error);
         }
@@ -89,6 +117,7 @@ export function tlsConnector(options: TlsOptions = {}): Connector {
       signal.addEventListener('abort', onAbort, { once: true });
       socket.once('error', fail);
       socket.once('secureConnect', () => {
+        handshakes++;
         signal.removeEventListener('abort', onAbort);
         socket.off('error', fail);
         resolve(socket);

@@ -17,17 +17,30 @@
 // order; medians over rounds are reported, with the server process's CPU time
 // per request (process.cpuUsage), which other load on the machine disturbs
 // less than requests per second.
+//
+// Diagnostics. The routes above run in a server with no diagnostics_channel
+// subscriber. A second server process runs the same code with
+// fencekeeper/opentelemetry instrumented (the SDK's MeterProvider and a
+// BasicTracerProvider: every admission a span, every refusal counted), for
+// the cost with a subscriber. BENCH_BASELINE_DIST=<another build's dist/>
+// adds that build's fencing() + MemoryFenceStore to the unsubscribed server
+// (say, a build from before the channels existed): the same-run baseline for
+// "no cost without a subscriber".
 // A script that prints figures: nothing here asserts on time.
 import { fork } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+import { resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const TOKEN = '34';
+const BASELINE = process.env.BENCH_BASELINE_DIST;
 const TARGETS = [
   { name: 'bare', path: '/bare', headers: {} },
   // Reference: a middleware that only defers next() by one microtask, as any
   // middleware that awaits a store must; separates "asynchronous" from "fenced".
   { name: 'async no-op middleware', path: '/deferred', headers: { 'fencing-token': TOKEN } },
+  ...(BASELINE === undefined ? [] : [{ name: 'fencing() + Memory, baseline build', path: '/memory-baseline', headers: { 'fencing-token': TOKEN } }]),
   { name: 'fencing() + MemoryFenceStore', path: '/memory', headers: { 'fencing-token': TOKEN } },
+  { name: 'fencing() + Memory, OTel subscribed', path: '/memory', headers: { 'fencing-token': TOKEN }, server: 'otel' },
   { name: 'fencing() + PostgresFenceStore', path: '/postgres', headers: { 'fencing-token': TOKEN } },
 ];
 
@@ -51,6 +64,13 @@ async function serve() {
   });
   await pool.query(`CREATE SCHEMA ${schema}`);
   await migrate(pool);
+  if (process.env.BENCH_SERVE_OTEL === '1') {
+    const { instrument } = await import('../../dist/adapters/opentelemetry/index.js');
+    const { MeterProvider, InMemoryMetricExporter, PeriodicExportingMetricReader, AggregationTemporality } = await import('@opentelemetry/sdk-metrics');
+    const { BasicTracerProvider } = await import('@opentelemetry/sdk-trace-base');
+    const reader = new PeriodicExportingMetricReader({ exporter: new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE), exportIntervalMillis: 3_600_000 });
+    instrument({ meterProvider: new MeterProvider({ readers: [reader] }), tracerProvider: new BasicTracerProvider() });
+  }
   const app = express();
   app.disable('x-powered-by');
   app.disable('etag');
@@ -58,6 +78,10 @@ async function serve() {
   app.get('/bare', empty);
   app.get('/deferred', (_req, _res, next) => { Promise.resolve().then(() => next()); }, empty);
   app.get('/memory', fencing({ store: new MemoryFenceStore(), resource: 'bench' }), empty);
+  if (BASELINE !== undefined) {
+    const baseline = await import(pathToFileURL(resolve(BASELINE, 'adapters/express/index.js')).href);
+    app.get('/memory-baseline', baseline.fencing({ store: new baseline.MemoryFenceStore(), resource: 'bench' }), empty);
+  }
   app.get('/postgres', fencing({ store: new PostgresFenceStore(pool), resource: 'bench' }), empty);
   const server = app.listen(0, '127.0.0.1', () => process.send({ port: server.address().port }));
   // The server's CPU time, asked for around each measurement: CPU per request
@@ -82,14 +106,20 @@ async function measure() {
   const rounds = Number(process.env.BENCH_ROUNDS ?? 11);
   const connections = Number(process.env.BENCH_CONNECTIONS ?? 32);
 
-  const child = fork(fileURLToPath(import.meta.url), ['--serve'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  const { port } = await new Promise((resolve, reject) => {
-    child.once('message', resolve);
-    child.once('exit', (code) => reject(new Error(`server exited (${code})`)));
-  });
+  const start = async (env) => {
+    const child = fork(fileURLToPath(import.meta.url), ['--serve'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, ...env } });
+    const { port } = await new Promise((resolve, reject) => {
+      child.once('message', resolve);
+      child.once('exit', (code) => reject(new Error(`server exited (${code})`)));
+    });
+    return { child, port };
+  };
+  const servers = { plain: await start({}), otel: await start({ BENCH_SERVE_OTEL: '1' }) };
+  const serverOf = (target) => servers[target.server ?? 'plain'];
 
-  const serverCpu = () =>
+  const serverCpu = (target) =>
     new Promise((resolve) => {
+      const { child } = serverOf(target);
       const onMessage = (message) => {
         if (typeof message?.cpu === 'number') {
           child.off('message', onMessage);
@@ -100,7 +130,7 @@ async function measure() {
       child.send('cpu');
     });
   const run = (target, seconds) =>
-    autocannon({ url: `http://127.0.0.1:${port}${target.path}`, headers: target.headers, connections, duration: seconds });
+    autocannon({ url: `http://127.0.0.1:${serverOf(target).port}${target.path}`, headers: target.headers, connections, duration: seconds });
 
   // Warm up every route (JIT, connection pools).
   for (const target of TARGETS) await run(target, 2);
@@ -111,9 +141,9 @@ async function measure() {
   const samples = new Map(TARGETS.map((t) => [t.name, []]));
   for (let round = 0; round < rounds; round++) {
     for (const target of round % 2 === 0 ? TARGETS : [...TARGETS].reverse()) {
-      const cpuBefore = await serverCpu();
+      const cpuBefore = await serverCpu(target);
       const result = await run(target, duration);
-      const cpuAfter = await serverCpu();
+      const cpuAfter = await serverCpu(target);
       if (result.non2xx !== 0 || result.errors !== 0) {
         throw new Error(`${target.name}: ${result.non2xx} non-2xx answers, ${result.errors} errors`);
       }
@@ -125,7 +155,7 @@ async function measure() {
       });
     }
   }
-  child.disconnect();
+  for (const { child } of Object.values(servers)) child.disconnect();
 
   const median = (values) => {
     const sorted = [...values].sort((x, y) => x - y);
@@ -136,13 +166,13 @@ async function measure() {
   const { loadavg, cpus } = await import('node:os');
   console.log(`node ${process.version}, ${connections} connections, ${rounds} rounds of ${duration} s per route, medians over rounds`);
   console.log(`${cpus().length} CPUs, load average ${loadavg().map((l) => l.toFixed(2)).join(' ')} (at the end)`);
-  console.log('route                            req/s   p50 ms  p99 ms  req/s vs bare   server CPU µs/req  vs bare');
+  console.log(`${'route'.padEnd(36)} req/s   p50 ms  p99 ms  req/s vs bare   server CPU µs/req  vs bare`);
   for (const target of TARGETS) {
     const s = samples.get(target.name);
     const pick = (key) => median(s.map((x) => x[key]));
     const ratio = (key) => median(s.map((x, i) => x[key] / bare[i][key]));
     console.log(
-      `${target.name.padEnd(30)} ${pick('rps').toFixed(0).padStart(8)} ${String(pick('p50')).padStart(7)} ${String(pick('p99')).padStart(7)}` +
+      `${target.name.padEnd(36)} ${pick('rps').toFixed(0).padStart(8)} ${String(pick('p50')).padStart(7)} ${String(pick('p99')).padStart(7)}` +
         `  ${ratio('rps').toFixed(3).padStart(13)}   ${pick('cpu').toFixed(1).padStart(17)}  ${ratio('cpu').toFixed(3)}`,
     );
   }

@@ -14,12 +14,12 @@
 // The nzc recipe is the textbook one: create ephemeral-sequential, getChildren,
 // exists(predecessor, watch) when not first, delete: 3 round trips per uncontended
 // cycle. The median of the runs is printed with ratios. Prints figures; asserts nothing.
-import { createRequire } from 'node:module';
 import net from 'node:net';
 import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { call, nzc, nzcAcquire, nzcConnect, type NzcClient } from './nzc-lock.js';
 
 const SERVER = process.env.FK_ZK_STANDALONE ?? '127.0.0.1:2181';
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 1000);
@@ -30,35 +30,6 @@ const tag = `bench_${process.pid}_${Date.now().toString(36)}`;
 
 // ---------------------------------------------------------------- node-zookeeper-client
 
-interface NzcClient {
-  connect(): void;
-  close(): void;
-  once(event: 'connected', listener: () => void): void;
-  create(path: string, data: Buffer | null, mode: number, cb: (err: Error | null, path: string) => void): void;
-  create(path: string, cb: (err: (Error & { getCode?: () => number }) | null, path: string) => void): void;
-  getChildren(path: string, cb: (err: Error | null, children: string[]) => void): void;
-  exists(path: string, watcher: (event: unknown) => void, cb: (err: Error | null, stat: unknown) => void): void;
-  remove(path: string, version: number, cb: (err: Error | null) => void): void;
-}
-interface NzcModule {
-  createClient(connectString: string, options: { sessionTimeout: number }): NzcClient;
-  CreateMode: { EPHEMERAL_SEQUENTIAL: number };
-  Exception: { NODE_EXISTS: number };
-}
-const nzc = createRequire(import.meta.url)('node-zookeeper-client') as NzcModule;
-
-async function nzcConnect(connectString: string): Promise<NzcClient> {
-  const client = nzc.createClient(connectString, { sessionTimeout: 10_000 });
-  await new Promise<void>((resolve) => {
-    client.once('connected', resolve);
-    client.connect();
-  });
-  return client;
-}
-
-const call = <T>(fn: (cb: (err: Error | null, value: T) => void) => void): Promise<T> =>
-  new Promise((resolve, reject) => fn((err, value) => (err ? reject(err) : resolve(value))));
-
 async function nzcMkdirp(client: NzcClient, path: string): Promise<void> {
   let at = '';
   for (const part of path.split('/').filter(Boolean)) {
@@ -67,25 +38,6 @@ async function nzcMkdirp(client: NzcClient, path: string): Promise<void> {
       client.create(at, (err) => (err && err.getCode?.() !== nzc.Exception.NODE_EXISTS ? reject(err) : resolve())),
     );
   }
-}
-
-const seqOf = (child: string): number => Number(child.slice(child.lastIndexOf('-') + 1));
-
-/** The textbook recipe: returns the release function. */
-async function nzcAcquire(client: NzcClient, parent: string): Promise<() => Promise<void>> {
-  const path = await call<string>((cb) => client.create(`${parent}/lock-`, null, nzc.CreateMode.EPHEMERAL_SEQUENTIAL, cb));
-  const mine = path.slice(parent.length + 1);
-  for (;;) {
-    const children = (await call<string[]>((cb) => client.getChildren(parent, cb))).sort((a, b) => seqOf(a) - seqOf(b));
-    const index = children.indexOf(mine);
-    if (index === 0) break;
-    const predecessor = children[index - 1] as string;
-    let fired!: () => void;
-    const gone = new Promise<void>((r) => (fired = r));
-    const stat = await call<unknown>((cb) => client.exists(`${parent}/${predecessor}`, () => fired(), cb));
-    if (stat) await gone;
-  }
-  return () => call<undefined>((cb) => client.remove(path, -1, (err) => cb(err, undefined)));
 }
 
 // ---------------------------------------------------------------- measurements

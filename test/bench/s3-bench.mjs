@@ -15,7 +15,12 @@
 // In place, a body equal to the current one is refused, so every mode writes
 // the same random bytes with a per-write counter in front (same size everywhere).
 // Requests are counted by a middleware on the client, the way a user would.
-// The modes take turns in blocks of 10 writes; the median run is reported. Prints figures; asserts nothing.
+//   steady-otel     steady, with fencekeeper/opentelemetry instrumented for the mode's blocks
+//                   (SDK MeterProvider + BasicTracerProvider): the cost with a subscriber
+//   steady-baseline steady, through another build's adapter (BENCH_BASELINE_DIST=<its dist/>,
+//                   say one from before the diagnostics channels): the cost of none
+// The modes take turns in blocks of 10 writes; the median run is reported, with
+// this process's CPU time per write (process.cpuUsage). Prints figures; asserts nothing.
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import {
@@ -26,7 +31,20 @@ import {
   PutObjectCommand,
   S3Client,
 } from '@aws-sdk/client-s3';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { loadavg } from 'node:os';
 import { fencedPutObject } from '../../dist/adapters/s3/index.js';
+import { instrument, uninstrument } from '../../dist/adapters/opentelemetry/index.js';
+import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
+import { BasicTracerProvider } from '@opentelemetry/sdk-trace-base';
+
+const BASELINE = process.env.BENCH_BASELINE_DIST;
+const baselinePut = BASELINE === undefined ? undefined : (await import(pathToFileURL(resolve(BASELINE, 'adapters/s3/index.js')).href)).fencedPutObject;
+const otel = {
+  meterProvider: new MeterProvider({ readers: [new PeriodicExportingMetricReader({ exporter: new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE), exportIntervalMillis: 3_600_000 })] }),
+  tracerProvider: new BasicTracerProvider(),
+};
 
 const WRITES = Number(process.env.BENCH_WRITES ?? 300);
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
@@ -40,7 +58,9 @@ const config = {
     secretAccessKey: process.env.S3_SECRET_KEY ?? 'testsecret',
   },
 };
-const MODES = ['plain', 'cold', 'steady', 'pointer-cold', 'pointer-steady'];
+const MODES = ['plain', 'cold', 'steady', 'pointer-cold', 'pointer-steady', 'steady-otel', ...(BASELINE === undefined ? [] : ['steady-baseline'])];
+/** Modes whose blocks run with a subscriber. */
+const SUBSCRIBED = new Set(['steady-otel']);
 const POINTER = { layout: 'pointer' };
 
 let counter = 0;
@@ -82,6 +102,8 @@ async function prepare(run) {
     steady: () => fenced('steady', `steady-${run}`),
     'pointer-cold': (i) => fenced('pointer-cold', `pointer-cold-${run}-${i}`, POINTER),
     'pointer-steady': () => fenced('pointer-steady', `pointer-steady-${run}`, POINTER),
+    'steady-otel': () => fenced('steady-otel', `steady-otel-${run}`),
+    'steady-baseline': () => baselinePut(c['steady-baseline'].client, { Bucket, Key: `steady-baseline-${run}`, Body: body(), token: 1n }),
   };
   // Warm every connection (and each steady holder's first, cold, write) before counting.
   await writers.plain();
@@ -89,6 +111,8 @@ async function prepare(run) {
   await writers.steady();
   await fenced('pointer-cold', `pointer-cold-${run}-warm`, POINTER);
   await writers['pointer-steady']();
+  await writers['steady-otel']();
+  if (BASELINE !== undefined) await writers['steady-baseline']();
   for (const m of Object.values(c)) m.counter.requests = 0;
   return Object.fromEntries(MODES.map((name) => [name, { ...c[name], write: writers[name] }]));
 }
@@ -100,17 +124,23 @@ const results = Object.fromEntries(MODES.map((name) => [name, []]));
 for (let run = 0; run < RUNS; run += 1) {
   const modes = await prepare(run);
   const seconds = Object.fromEntries(MODES.map((name) => [name, 0]));
+  const cpu = Object.fromEntries(MODES.map((name) => [name, 0]));
   const order = Object.entries(modes);
   for (let first = 0; first < WRITES; first += BLOCK) {
     order.push(order.shift()); // rotate, so no mode always follows the same one
     for (const [name, mode] of order) {
+      if (SUBSCRIBED.has(name)) instrument(otel);
       const t0 = performance.now();
+      const c0 = process.cpuUsage();
       for (let i = first; i < Math.min(first + BLOCK, WRITES); i += 1) await mode.write(i);
+      const used = process.cpuUsage(c0);
       seconds[name] += (performance.now() - t0) / 1000;
+      cpu[name] += used.user + used.system;
+      if (SUBSCRIBED.has(name)) uninstrument();
     }
   }
   for (const [name, mode] of Object.entries(modes)) {
-    results[name].push({ perSecond: WRITES / seconds[name], requestsPerWrite: mode.counter.requests / WRITES });
+    results[name].push({ perSecond: WRITES / seconds[name], requestsPerWrite: mode.counter.requests / WRITES, cpuPerWrite: cpu[name] / WRITES });
     mode.client.destroy();
   }
 }
@@ -119,17 +149,23 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const summary = Object.fromEntries(
   Object.entries(results).map(([name, runs]) => [
     name,
-    { perSecond: median(runs.map((r) => r.perSecond)), requestsPerWrite: median(runs.map((r) => r.requestsPerWrite)), all: runs.map((r) => r.perSecond) },
+    { perSecond: median(runs.map((r) => r.perSecond)), requestsPerWrite: median(runs.map((r) => r.requestsPerWrite)), cpuPerWrite: median(runs.map((r) => r.cpuPerWrite)), all: runs.map((r) => r.perSecond) },
   ]),
 );
 
 console.log(`S3 fenced-write benchmark: ${config.endpoint}, ${WRITES} sequential writes x ${RUNS} runs per mode, ${BODY.length} B body, Node ${process.version}`);
-console.log('mode             requests/write  writes/s (median)  vs plain   runs');
+console.log(`load average ${loadavg().map((l) => l.toFixed(2)).join(' ')} (at the end)`);
+console.log('mode             requests/write  writes/s (median)  vs plain  client CPU µs/write   runs');
 for (const [name, s] of Object.entries(summary)) {
   const ratio = s.perSecond / summary.plain.perSecond;
   console.log(
-    `${name.padEnd(16)} ${s.requestsPerWrite.toFixed(2).padStart(14)}  ${s.perSecond.toFixed(0).padStart(17)}  ${ratio.toFixed(3).padStart(8)}   ${s.all.map((x) => x.toFixed(0)).join(' ')}`,
+    `${name.padEnd(16)} ${s.requestsPerWrite.toFixed(2).padStart(14)}  ${s.perSecond.toFixed(0).padStart(17)}  ${ratio.toFixed(3).padStart(8)}  ${s.cpuPerWrite.toFixed(0).padStart(19)}   ${s.all.map((x) => x.toFixed(0)).join(' ')}`,
   );
+}
+const cpuRatio = (a, b) => `${(summary[a].cpuPerWrite / summary[b].cpuPerWrite).toFixed(3)}x`;
+console.log(`steady with a subscriber vs without: writes/s ${(summary['steady-otel'].perSecond / summary.steady.perSecond).toFixed(3)}x, CPU/write ${cpuRatio('steady-otel', 'steady')}`);
+if (BASELINE !== undefined) {
+  console.log(`steady without a subscriber vs the baseline build: writes/s ${(summary.steady.perSecond / summary['steady-baseline'].perSecond).toFixed(3)}x, CPU/write ${cpuRatio('steady', 'steady-baseline')}`);
 }
 const ratio = (a, b) => `${(summary[a].perSecond / summary[b].perSecond).toFixed(3)}x`;
 console.log(`pointer vs in place: steady ${ratio('pointer-steady', 'steady')}, cold ${ratio('pointer-cold', 'cold')}`);

@@ -8,6 +8,9 @@ export interface ProvidedServers {
   readonly zkStandalone?: string;
   readonly zkEnsemble?: string;
   readonly zkEnsembleCtl?: string;
+  readonly zkStandaloneTls?: string;
+  readonly zkEnsembleTls?: string;
+  readonly zkTlsCa?: string;
   readonly databaseUrl?: string;
   readonly s3Endpoint?: string;
   readonly s3Region?: string;
@@ -34,6 +37,9 @@ export const SERVER_ENV = {
   zkStandalone: 'FK_ZK_STANDALONE',
   zkEnsemble: 'FK_ZK_ENSEMBLE',
   zkEnsembleCtl: 'FK_ZK_ENSEMBLE_CTL',
+  zkStandaloneTls: 'FK_ZK_STANDALONE_TLS',
+  zkEnsembleTls: 'FK_ZK_ENSEMBLE_TLS',
+  zkTlsCa: 'FK_ZK_TLS_CA',
   databaseUrl: 'DATABASE_URL',
   s3Endpoint: 'S3_ENDPOINT',
   s3Region: 'S3_REGION',
@@ -65,6 +71,12 @@ export interface TestServers {
   readonly zkStandalone: string;
   /** 'h1:p1,h2:p2,h3:p3' of the 3-node ensemble (FK_ZK_ENSEMBLE). */
   readonly zkEnsemble: string;
+  /** 'host:port' of the standalone's secure client port (FK_ZK_STANDALONE_TLS). */
+  readonly zkStandaloneTls: string;
+  /** The ensemble's secure client ports, 'h1:p1,h2:p2,h3:p3' (FK_ZK_ENSEMBLE_TLS). */
+  readonly zkEnsembleTls: string;
+  /** Path of the PEM CA both secure ports' certificates chain to (FK_ZK_TLS_CA). */
+  readonly zkTlsCa: string;
   /** postgres:// URL of a database tests may create tables in (DATABASE_URL). */
   readonly databaseUrl: string;
   readonly s3: {
@@ -89,6 +101,9 @@ export function serversReadBy(read: (key: keyof ProvidedServers) => string): Tes
   return {
     get zkStandalone() { return read('zkStandalone'); },
     get zkEnsemble() { return read('zkEnsemble'); },
+    get zkStandaloneTls() { return read('zkStandaloneTls'); },
+    get zkEnsembleTls() { return read('zkEnsembleTls'); },
+    get zkTlsCa() { return read('zkTlsCa'); },
     get databaseUrl() { return read('databaseUrl'); },
     get s3() {
       return {

@@ -5,26 +5,12 @@
 import type { Kysely } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  DefiniteFailure,
-  effectIdempotencyKey,
-  listEffects,
-  migrate,
-  pendingEffects,
-  withEffect,
-  withFence,
-  type Database,
-  type EffectContext,
-  type ReconcileContext,
-} from '../../adapters/postgres/index.js';
+import { DefiniteFailure, effectIdempotencyKey, listEffects, migrate, pendingEffects, withEffect, withFence, type Database, type EffectContext, type ReconcileContext } from '../../adapters/postgres/index.js';
 import { EffectFailedError, EffectPendingError, InvalidArgumentError, InvalidTokenError, LockLostError, StaleTokenError } from '../../src/index.js';
 import { assertBuilt, cli } from './cli-helpers.js';
-import { DATABASE_URL, FLAVORS, createSchema, dropSchema, newKysely, newPool, uniqueName, type TestDatabase } from './postgres-helpers.js';
+import { adminPool, DATABASE_URL, FLAVORS, createSchema, dropSchema, newKysely, newPool, uniqueName, type TestDatabase } from './postgres-helpers.js';
 
-const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
-afterAll(async () => {
-  await admin.end();
-});
+const admin = adminPool();
 
 /** An effect that counts its runs and answers `answer(run)`. */
 function counted<R>(answer: (run: number, context: EffectContext) => R | Promise<R>): ((context: EffectContext) => Promise<R>) & { runs: EffectContext[] } {

@@ -26,7 +26,7 @@ describe('queue order across the sequence wrap', () => {
     const wrapped = node('n', '-2147483648');
     const next = node('m', '-2147483647');
     expect(sortQueue([next, wrapped, waiter, holder])).toEqual([holder, waiter, wrapped, next]);
-    expect(position([holder, waiter, wrapped], wrapped)).toEqual({ turn: false, predecessor: waiter });
+    expect(position([holder, waiter, wrapped], wrapped)).toEqual({ turn: false, predecessor: waiter, ahead: 2 });
     // ...and from -1 to 0
     expect(sortQueue([node('b', '0000000000'), node('a', '-000000001')])).toEqual([node('a', '-000000001'), node('b', '0000000000')]);
   });

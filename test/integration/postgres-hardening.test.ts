@@ -13,24 +13,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import type { Kysely } from 'kysely';
 import { CommitFailedError, StaleTokenError, WorkNotCommittedError, type FencingToken } from '../../src/index.js';
-import {
-  PostgresFenceStore,
-  fencedDelete,
-  fencedInsert,
-  fencedUpdate,
-  fencedUpsert,
-  migrate,
-  withFence,
-  type Database,
-  type Queryable,
-} from '../../adapters/postgres/index.js';
-import { DATABASE_URL, FLAVORS, backendPidOf, createSchema, dropSchema, exec, newKysely, newPool, uniqueName, waitForFenceWaiter, type Flavor, type TestDatabase } from './postgres-helpers.js';
+import { PostgresFenceStore, fencedDelete, fencedInsert, fencedUpdate, fencedUpsert, migrate, withFence, type Database, type Queryable } from '../../adapters/postgres/index.js';
+import { adminPool, DATABASE_URL, FLAVORS, backendPidOf, createSchema, dropSchema, exec, newKysely, newPool, uniqueName, waitForFenceWaiter, type Flavor, type TestDatabase } from './postgres-helpers.js';
 
 
-const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
-afterAll(async () => {
-  await admin.end();
-});
+const admin = adminPool();
 
 type Isolation = 'read committed' | 'repeatable read' | 'serializable';
 

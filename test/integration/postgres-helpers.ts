@@ -7,6 +7,7 @@ import { Kysely, PostgresDialect } from 'kysely';
 import type { Queryable } from '../../adapters/postgres/index.js';
 import { testServers } from '../helpers/servers.js';
 import { until } from '../helpers/wait.js';
+import { afterAll } from 'vitest';
 
 /** The run's PostgreSQL (the global setup's, or DATABASE_URL): never a guessed address. */
 export const DATABASE_URL = testServers().databaseUrl;
@@ -26,6 +27,13 @@ export interface HistoryTable {
 export interface TestDatabase {
   docs: DocsTable;
   history: HistoryTable;
+}
+
+/** A small pool on the test database for a file's setup and checks, ended after the file's tests. */
+export function adminPool(): pg.Pool {
+  const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
+  afterAll(() => admin.end());
+  return admin;
 }
 
 export type Flavor = 'pg' | 'kysely';

@@ -5,17 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { Kysely, PostgresDialect } from 'kysely';
 import { InvalidArgumentError, InvalidTokenError, MAX_TOKEN } from '../../src/index.js';
-import {
-  PostgresFenceStore,
-  fenced,
-  fencedDelete,
-  fencedInsert,
-  fencedUpdate,
-  fencedUpsert,
-  migrate,
-  withFence,
-  type Database,
-} from '../../adapters/postgres/index.js';
+import { PostgresFenceStore, fenced, fencedDelete, fencedInsert, fencedUpdate, fencedUpsert, migrate, withFence, type Database } from '../../adapters/postgres/index.js';
 import { DATABASE_URL, FLAVORS, createSchema, dropSchema, newPool, uniqueName, type TestDatabase } from './postgres-helpers.js';
 
 /** A pg.Pool look-alike that counts every query sent through it or its clients. */
@@ -162,6 +152,12 @@ describe.each(FLAVORS)('bad input with %s: clear errors, no SQL sent', (flavor) 
     await refused(() => withFence(db, 5 as unknown as string, 6n, async () => undefined), InvalidArgumentError);
     await refused(() => withFence(db, 'r', 6n, 'work' as never), InvalidArgumentError);
     await refused(() => store().current(''), InvalidArgumentError);
+    // Names PostgreSQL cannot store exactly: NUL, and a lone surrogate (no UTF-8 form).
+    for (const resource of ['a\0b', 'a\uD800b', '\uDFFF']) {
+      await refused(() => withFence(db, resource, 6n, async () => undefined), InvalidArgumentError);
+      await refused(() => store().admit(resource, 6n), InvalidArgumentError);
+      await refused(() => store().current(resource), InvalidArgumentError);
+    }
     await refused(() => fencedUpdate(db, null as never), InvalidArgumentError);
   });
 

@@ -17,13 +17,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WorkNotCommittedError, type FencingToken } from '../../src/index.js';
 import { fencing } from '../../adapters/express/index.js';
 import { PostgresFenceStore, migrate, type Database, type Queryable } from '../../adapters/postgres/index.js';
-import { DATABASE_URL, FLAVORS, backendPidOf, createSchema, dropSchema, exec, newKysely, newPool, uniqueName, type Flavor, type TestDatabase } from './postgres-helpers.js';
+import { adminPool, DATABASE_URL, FLAVORS, backendPidOf, createSchema, dropSchema, exec, newKysely, newPool, uniqueName, type Flavor, type TestDatabase } from './postgres-helpers.js';
 import { until, within } from '../helpers/wait.js';
 
-const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
-afterAll(async () => {
-  await admin.end();
-});
+const admin = adminPool();
 
 const COMMIT_FAILED = 'fencekeeper:postgres:commit-failed';
 

@@ -4,25 +4,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import type { Kysely } from 'kysely';
 import { StaleTokenError, type FencingToken } from '../../src/index.js';
-import {
-  PostgresFenceStore,
-  fenced,
-  fencedDelete,
-  fencedInsert,
-  fencedUpdate,
-  fencedUpsert,
-  migrate,
-  withFence,
-  type Database,
-  type Queryable,
-} from '../../adapters/postgres/index.js';
-import { DATABASE_URL, FLAVORS, createSchema, dropSchema, newKysely, newPool, backendPidOf, exec, uniqueName, waitForFenceWaiter, waitForLockWaiters, type TestDatabase } from './postgres-helpers.js';
+import { PostgresFenceStore, fenced, fencedDelete, fencedInsert, fencedUpdate, fencedUpsert, migrate, withFence, type Database, type Queryable } from '../../adapters/postgres/index.js';
+import { adminPool, DATABASE_URL, FLAVORS, createSchema, dropSchema, newKysely, newPool, backendPidOf, exec, uniqueName, waitForFenceWaiter, waitForLockWaiters, type TestDatabase } from './postgres-helpers.js';
 
 
-const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
-afterAll(async () => {
-  await admin.end();
-});
+const admin = adminPool();
 
 describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
   const schema = uniqueName(`fk_pg_${flavor}`);

@@ -68,6 +68,7 @@ const EXPECTED: Record<string, RegExp> = {
   'A lock over etcd: fencekeeper/etcd': /^token \d+ is the create revision of fencekeeper\/locks\/readme\/etcd-nightly\/#[0-9a-f]+-\d+, held true$/m,
   'The CLI': /^token \d+ for readme\/nightly\nleader with epoch \d+\nreadme\/nightly: free/m,
   'Testing your code against lock loss: fencekeeper/testing': /^\s*Tests\s+1 passed \(1\)$/m,
+  'Observability: diagnostics channels and OpenTelemetry': /^fencekeeper_fence_refused_total\{fencekeeper_adapter="s3",fencekeeper_resource="s3:\/\/readme-reports\/observed\.txt",otel_scope_name="fencekeeper"\} 1$/m,
 };
 
 /** A user's own test file: it imports from vitest. */
@@ -100,7 +101,7 @@ describe('README examples', () => {
     try {
       // The key, and the data objects its pointer named in earlier runs.
       const page = await s3.send(new ListObjectsV2Command({ Bucket: 'readme-reports', Prefix: 'daily.txt' })).catch(() => undefined);
-      for (const Key of ['daily.txt', ...(page?.Contents ?? []).map((o) => o.Key!)]) {
+      for (const Key of ['daily.txt', 'observed.txt', ...(page?.Contents ?? []).map((o) => o.Key!)]) {
         await s3.send(new DeleteObjectCommand({ Bucket: 'readme-reports', Key })).catch(() => undefined);
       }
     } finally {
@@ -128,6 +129,7 @@ describe('README examples', () => {
       'Leader election',
       'A lock over etcd: fencekeeper/etcd',
       'Testing your code against lock loss: fencekeeper/testing',
+      'Observability: diagnostics channels and OpenTelemetry',
     ]);
     expect(shell.map((b) => b.heading)).toEqual(['Resources that cannot check a token: withEffect and idempotency()', 'The CLI']);
     expect(readme).toContain('npm ci && npm test');

@@ -2,11 +2,17 @@
 // once (its ephemeral nodes go, the lock passes to the next waiter), long
 // before the session could time out, and the client itself sees 'expired'.
 // Against the shared standalone server and the 3-node ensemble (a session
-// held by a follower is closed through another server).
+// held by a follower is closed through another server), for clients
+// connected through sessionRecorder() and for plain ones (whose password
+// expireSession derives from the session id, as the server does), over TCP
+// and over TLS.
+import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LockLostError, ZooKeeperClient, acquireLock, lockStatus } from '../../src/index.js';
-import { expireSession, sessionRecorder } from '../../src/testing/index.js';
+import { LockLostError, ZooKeeperClient, acquireLock, lockStatus, tlsConnector, type ConnectOptions } from '../../src/index.js';
+import { expireSession, sessionRecorder, type ExpireSessionOptions } from '../../src/testing/index.js';
+import { sessionPassword } from '../../src/testing/expire-session.js';
+import { connectTcp, type Connector } from '../../src/zookeeper/connection.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
@@ -15,11 +21,22 @@ import { uniqueLockName } from '../helpers/unique.js';
 const SESSION_MS = 30_000;
 
 const clients: ZooKeeperClient[] = [];
-async function connect(connectString: string, recorded = true): Promise<ZooKeeperClient> {
-  const zk = await ZooKeeperClient.connect({ connectString, sessionTimeoutMs: SESSION_MS, ...(recorded && { connector: sessionRecorder() }) });
+async function connect(connectString: string, recorded = true, extra: Partial<ConnectOptions> = {}): Promise<ZooKeeperClient> {
+  const zk = await ZooKeeperClient.connect({ connectString, sessionTimeoutMs: SESSION_MS, ...(recorded && { connector: sessionRecorder() }), ...extra });
   clients.push(zk);
   return zk;
 }
+
+/** Passwords as the server sent them in its ConnectResponse, by session id (for the derivation's check). */
+const sniffed = new Map<bigint, Uint8Array>();
+const sniffPassword: Connector = async (address, options) => {
+  const stream = await connectTcp(address, options);
+  stream.once('data', (chunk: Buffer) => {
+    // The response's frame: length, protocolVersion, timeOut, sessionId (8), passwd length, passwd.
+    sniffed.set(chunk.readBigInt64BE(12), Uint8Array.from(chunk.subarray(24, 24 + chunk.readInt32BE(20))));
+  });
+  return stream;
+};
 
 let standalone: string;
 let ensemble: string;
@@ -31,44 +48,73 @@ afterAll(async () => {
   await Promise.all(clients.map((zk) => zk.close()));
 });
 
+/** The holder loses its lock at once, the waiter gets it, the holder's client is expired. */
+async function expireHolder(holderZk: ZooKeeperClient, waiterZk: ZooKeeperClient, options: ExpireSessionOptions = {}): Promise<void> {
+  const lock = uniqueLockName('expire');
+  expect(holderZk.sessionTimeoutMs).toBe(SESSION_MS);
+  const held = await acquireLock(holderZk, lock);
+  const waiting = acquireLock(waiterZk, lock);
+  await expect.poll(async () => (await lockStatus(waiterZk, lock)).waiters.length).toBe(1);
+
+  const started = performance.now();
+  await expireSession(holderZk, options);
+  const tookMs = performance.now() - started;
+
+  expect(holderZk.state).toBe('expired');
+  expect(held.held).toBe(false);
+  expect(held.signal.aborted).toBe(true);
+  expect(held.signal.reason).toBeInstanceOf(LockLostError);
+  // Which the client hears first depends on the race with its own
+  // reconnect: the expiry (it was still disconnected) or its node's
+  // deletion (it got back onto the session just before the close, and the
+  // server told it about the node before dropping it). Both end the lock.
+  expect(['session_expired', 'node_deleted']).toContain((held.signal.reason as LockLostError).reason);
+  const next = await waiting;
+  expect(next.token).toBeGreaterThan(held.token);
+  expect((await lockStatus(waiterZk, lock)).holder?.token).toBe(next.token);
+  // Ended by the server, not by the session timing out (slack, not a measurement).
+  expect(tookMs).toBeLessThan(SESSION_MS);
+  await expect(holderZk.exists('/')).rejects.toMatchObject({ code: 'SESSION_EXPIRED' });
+  await next.release();
+}
+
 describe('expireSession()', () => {
   it.each([
     ['the standalone server', () => standalone],
     ['the ensemble', () => ensemble],
-  ])('on %s: the holder loses its lock at once, the waiter gets it, the client is expired', async (_where, server) => {
-    const lock = uniqueLockName('expire');
-    const holderZk = await connect(server());
-    const waiterZk = await connect(server(), false);
-    expect(holderZk.sessionTimeoutMs).toBe(SESSION_MS);
-    const held = await acquireLock(holderZk, lock);
-    const waiting = acquireLock(waiterZk, lock);
-    await expect.poll(async () => (await lockStatus(waiterZk, lock)).waiters.length).toBe(1);
-
-    const started = performance.now();
-    await expireSession(holderZk);
-    const tookMs = performance.now() - started;
-
-    expect(holderZk.state).toBe('expired');
-    expect(held.held).toBe(false);
-    expect(held.signal.aborted).toBe(true);
-    expect(held.signal.reason).toBeInstanceOf(LockLostError);
-    // Which the client hears first depends on the race with its own
-    // reconnect: the expiry (it was still disconnected) or its node's
-    // deletion (it got back onto the session just before the close, and the
-    // server told it about the node before dropping it). Both end the lock.
-    expect(['session_expired', 'node_deleted']).toContain((held.signal.reason as LockLostError).reason);
-    const next = await waiting;
-    expect(next.token).toBeGreaterThan(held.token);
-    expect((await lockStatus(waiterZk, lock)).holder?.token).toBe(next.token);
-    // Ended by the server, not by the session timing out (slack, not a measurement).
-    expect(tookMs).toBeLessThan(SESSION_MS);
-    await expect(holderZk.exists('/')).rejects.toMatchObject({ code: 'SESSION_EXPIRED' });
-    await next.release();
+  ])('on %s, a client connected through sessionRecorder(): no options needed', async (_where, server) => {
+    await expireHolder(await connect(server()), await connect(server(), false));
   });
 
-  it('refuses a client connected without sessionRecorder(), naming the fix, and leaves its session alone', async () => {
+  it.each([
+    ['the standalone server', () => standalone],
+    ['the ensemble', () => ensemble],
+  ])('on %s, a plain client: its connect string is enough (the password follows from the session id)', async (_where, server) => {
+    await expireHolder(await connect(server(), false), await connect(server(), false), { connectString: server() });
+  });
+
+  it('the password it derives is the one the server handed out', async () => {
+    const zk = await connect(standalone, false, { connector: sniffPassword });
+    expect(Buffer.from(sessionPassword(zk.sessionId)).toString('hex')).toBe(Buffer.from(sniffed.get(zk.sessionId)!).toString('hex'));
+  });
+
+  it('over TLS: through a recording TLS connector, or a plain TLS client with the tls option', async () => {
+    const servers = testServers();
+    const ca = readFileSync(servers.zkTlsCa);
+    const recorded = await connect(servers.zkStandaloneTls, false, { connector: sessionRecorder(tlsConnector({ ca })) });
+    await expireHolder(recorded, await connect(servers.zkStandaloneTls, false, { tls: { ca } }));
+    const plain = await connect(servers.zkEnsembleTls, false, { tls: { ca } });
+    await expireHolder(plain, await connect(servers.zkEnsembleTls, false, { tls: { ca } }), { connectString: servers.zkEnsembleTls, tls: { ca } });
+  });
+
+  it('asks a plain client without a connect string where its session is, naming both ways, and leaves the session alone', async () => {
     const zk = await connect(standalone, false);
-    await expect(expireSession(zk)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('connector: sessionRecorder()') });
+    const error = await expireSession(zk).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'INVALID_ARGUMENT' });
+    expect((error as Error).message).toContain('{ connectString }');
+    expect((error as Error).message).toContain('connector: sessionRecorder()');
+    await expect(expireSession(zk, { connectString: standalone, tls: {}, connector: sessionRecorder() })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
+    await expect(expireSession(zk, { connectString: '127.0.0.1:99999' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT' });
     expect(zk.state).toBe('connected');
     expect(await zk.exists('/')).not.toBeNull();
   });

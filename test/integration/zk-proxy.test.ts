@@ -83,7 +83,9 @@ describe('connection reset (RST) through the proxy', () => {
       // ... and written but certainly unanswered at it: the proxy runs in
       // this process, so it cannot forward a reply before cut() returns.
       const burst = Array.from({ length: 50 }, () => zk.exists(node));
-      await null; // the client writes what was issued this tick (a microtask queued before this one)
+      // The client writes what was issued this tick once the tick's promise
+      // jobs have run (a process.nextTick queued before this one).
+      await new Promise((resolve) => process.nextTick(resolve));
       const inFlight = wire.inFlight;
       proxy!.cut();
       expect(inFlight, `cut ${i}: requests written and unanswered at the cut`).toBeGreaterThanOrEqual(1);

@@ -78,7 +78,7 @@ _fk_apt_install() {
 }
 
 # Debian packages each server needs (run-tests.sh installs the union at once).
-FK_PKGS_ZK=(zookeeper)
+FK_PKGS_ZK=(zookeeper openssl)
 FK_PKGS_RGW=(ceph-mon ceph-osd radosgw curl uuid-runtime)
 FK_PKGS_PG=(postgresql)
 

@@ -9,10 +9,13 @@
 #   start-node N | stop-node N     (re)start node N keeping its data / SIGTERM node N
 #   kill-node N                    SIGKILL node N
 #   wait-healthy [SECONDS]         every running node serves and one of them leads
-# start and acquire print FK_ZK_ENSEMBLE=... and FK_ZK_ENSEMBLE_CTL=<this script>.
+# start and acquire print FK_ZK_ENSEMBLE=... and FK_ZK_ENSEMBLE_CTL=<this script>,
+# and, when every node's secure port answers TLS with a certificate of this
+# state dir's CA, FK_ZK_ENSEMBLE_TLS=... (the secure ports) and FK_ZK_TLS_CA.
 #
 # env: FK_STATE_DIR (/tmp/fencekeeper-test) -> state in $FK_STATE_DIR/zk-ensemble/nN
 #      FK_ZK_ENS_CLIENT_BASE (2280: client ports 2281..2283)
+#      FK_ZK_ENS_SECURE_BASE (2290: secure client ports 2291..2293)
 #      FK_ZK_ENS_PEER_BASE (2880: 2881..2883) FK_ZK_ENS_ELECTION_BASE (3880: 3881..3883)
 #      FK_ZK_ENS_TICK (500 ms) FK_ZK_HEAP (256m) FK_ZK_JVM_FLAGS
 #
@@ -24,6 +27,7 @@ FK_SCRIPT=zk-ensemble
 . "$(dirname "$0")/zk-lib.sh"
 
 CB=${FK_ZK_ENS_CLIENT_BASE:-2280}
+SB=${FK_ZK_ENS_SECURE_BASE:-2290}
 PB=${FK_ZK_ENS_PEER_BASE:-2880}
 EB=${FK_ZK_ENS_ELECTION_BASE:-3880}
 TICK=${FK_ZK_ENS_TICK:-500}
@@ -33,6 +37,7 @@ SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 fk_safe_dir "$D"
 
 port() { echo $((CB + $1)); }
+sport() { echo $((SB + $1)); }
 cfg() { echo "$D/n$1/zoo.cfg"; }
 pidfile() { echo "$D/n$1/zk.pid"; }
 check_id() { case "${1:-}" in 1|2|3) ;; *) fk_die "node id must be 1, 2 or 3, got '${1:-}'";; esac; }
@@ -42,6 +47,17 @@ print_env() {
   for i in "${IDS[@]}"; do hosts+=("127.0.0.1:$(port "$i")"); done
   (IFS=,; echo "FK_ZK_ENSEMBLE=${hosts[*]}")
   echo "FK_ZK_ENSEMBLE_CTL=$SELF"
+  hosts=()
+  fk_zk_certs || return 0
+  for i in "${IDS[@]}"; do
+    if ! fk_zk_tls_up "$(sport "$i")"; then
+      fk_log "no TLS with this state dir's CA on 127.0.0.1:$(sport "$i") (an ensemble started without secure ports?): FK_ZK_ENSEMBLE_TLS not set"
+      return 0
+    fi
+    hosts+=("127.0.0.1:$(sport "$i")")
+  done
+  (IFS=,; echo "FK_ZK_ENSEMBLE_TLS=${hosts[*]}")
+  echo "FK_ZK_TLS_CA=$FK_ZK_TLS_DIR/ca.pem"
 }
 
 write_cfg() {
@@ -50,6 +66,7 @@ write_cfg() {
   echo "$i" >"$D/n$i/data/myid"
   {
     fk_zk_common_cfg "$D/n$i/data" "$(port "$i")" "$TICK"
+    fk_zk_tls_cfg "$(sport "$i")"
     echo "initLimit=20"
     echo "syncLimit=4"
     for j in "${IDS[@]}"; do echo "server.$j=127.0.0.1:$((PB + j)):$((EB + j))"; done
@@ -62,6 +79,8 @@ launch_node() {
   local i=$1
   if node_pid "$i" >/dev/null; then return 0; fi
   if fk_port_open "$(port "$i")"; then fk_die "127.0.0.1:$(port "$i") is in use by a process this script did not start"; fi
+  if fk_port_open "$(sport "$i")"; then fk_die "127.0.0.1:$(sport "$i") (node $i's secure port) is in use by a process this script did not start"; fi
+  fk_zk_certs
   write_cfg "$i"
   fk_zk_launch "$(cfg "$i")" "$D/n$i/zk.out" "$(pidfile "$i")"
 }
@@ -102,7 +121,7 @@ do_status() {
   local i pid
   for i in "${IDS[@]}"; do
     pid=$(node_pid "$i" || echo -)
-    echo "node $i port $(port "$i") pid $pid mode=$(fk_zk_mode "$(port "$i")")"
+    echo "node $i port $(port "$i") secure $(sport "$i") pid $pid mode=$(fk_zk_mode "$(port "$i")")"
   done
 }
 
@@ -114,7 +133,7 @@ do_start() {
   done
   for i in "${IDS[@]}"; do rm -rf "$D/n$i"; done
   for i in "${IDS[@]}"; do launch_node "$i"; done
-  if ! wait_healthy 90; then
+  if ! wait_healthy 90 || ! { fk_zk_wait_tls "$(sport 1)" 30 && fk_zk_wait_tls "$(sport 2)" 30 && fk_zk_wait_tls "$(sport 3)" 30; }; then
     for i in "${IDS[@]}"; do fk_log "--- node $i log tail"; tail -5 "$D/n$i/zk.out" >&2 || true; done
     do_stop
     exit 1

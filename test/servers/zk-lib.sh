@@ -6,8 +6,9 @@
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # zookeeper.jar's manifest Class-Path pulls in netty/jetty/jackson/slf4j-api;
-# slf4j-simple is the logging backend (to the node's zk.out).
-FK_ZK_CP=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar
+# slf4j-simple is the logging backend (to the node's zk.out). The secure
+# client port needs Netty, and the manifest misses two of its jars.
+FK_ZK_CP=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar
 FK_ZK_HEAP=${FK_ZK_HEAP:-256m}
 # checkIntervalMs: how often the server reaps empty containers and expired
 # TTL nodes (default 60 s, and a JVM flag, not a zoo.cfg key); 1 s makes
@@ -40,6 +41,53 @@ extendedTypesEnabled=true
 minSessionTimeout=1000
 maxSessionTimeout=60000
 CFG
+}
+
+# The throwaway CA and server certificate (zk-certs.sh) in $FK_STATE_DIR/zk-tls;
+# sets FK_ZK_TLS_DIR and prints nothing.
+fk_zk_certs() {
+  local line
+  line=$(bash "$(dirname "${BASH_SOURCE[0]}")/zk-certs.sh" ensure) || fk_die "no certificates for the secure port"
+  FK_ZK_TLS_DIR=$(dirname "${line#FK_ZK_TLS_CA=}")
+}
+
+# The secure client port (TLS, served by Netty, as is the plain port then):
+# the server certificate of fk_zk_certs. A client certificate is optional
+# (clientAuth=want): one that chains to the CA authenticates its session as
+# the x509 id of its subject ('CN=...'); without one, clients authenticate
+# with digest on top, or not at all.
+#   $1 = secure port
+fk_zk_tls_cfg() {
+  local pass; pass=$(cat "$FK_ZK_TLS_DIR/password")
+  cat <<CFG
+secureClientPort=$1
+secureClientPortAddress=127.0.0.1
+serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory
+ssl.keyStore.location=$FK_ZK_TLS_DIR/keystore.p12
+ssl.keyStore.password=$pass
+ssl.keyStore.type=PKCS12
+ssl.trustStore.location=$FK_ZK_TLS_DIR/truststore.p12
+ssl.trustStore.password=$pass
+ssl.trustStore.type=PKCS12
+ssl.clientAuth=want
+authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider
+CFG
+}
+
+# Is the TLS port $1 up? (a TLS handshake completes; nothing about serving)
+fk_zk_tls_up() {
+  timeout 2 openssl s_client -connect "127.0.0.1:$1" -CAfile "$FK_ZK_TLS_DIR/ca.pem" -verify_return_error </dev/null >/dev/null 2>&1
+}
+
+# Wait until the TLS port $1 completes a handshake; $2 = timeout in seconds.
+fk_zk_wait_tls() {
+  local deadline=$(( $(fk_now_ms) + ${2:-30} * 1000 ))
+  while [ "$(fk_now_ms)" -lt "$deadline" ]; do
+    fk_zk_tls_up "$1" && return 0
+    sleep 0.1
+  done
+  fk_log "127.0.0.1:$1 completes no TLS handshake after ${2:-30} s"
+  return 1
 }
 
 # Send a four-letter word to 127.0.0.1:$1 and print the reply ('' if nothing answers).

@@ -3,6 +3,8 @@
 //
 //   standalone ZooKeeper  FK_ZK_STANDALONE    test/servers/zk-standalone.sh
 //   3-node ensemble       FK_ZK_ENSEMBLE      test/servers/zk-ensemble.sh (also FK_ZK_ENSEMBLE_CTL)
+//   (their secure client ports: FK_ZK_STANDALONE_TLS, FK_ZK_ENSEMBLE_TLS, and the CA
+//   FK_ZK_TLS_CA, printed by the same scripts; certificates from test/servers/zk-certs.sh)
 //   PostgreSQL            DATABASE_URL        test/servers/postgres.sh
 //   S3 (Ceph RGW)         S3_ENDPOINT, S3_REGION, S3_ACCESS_KEY, S3_SECRET_KEY   test/servers/rgw.sh
 //   Redis (1 + 5 + pair)  FK_REDIS, FK_REDLOCK, FK_REDIS_PAIR, FK_REDIS_CTL        test/servers/redis.sh

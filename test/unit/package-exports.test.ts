@@ -40,6 +40,15 @@ const ERROR_CLASSES = [
   'ProtocolError',
   'UnknownOutcomeError',
   'ZooKeeperError',
+  'LayoutMismatchError',
+  'RepeatedBodyError',
+  'CorruptFenceError',
+  'WorkNotCommittedError',
+  'CommitFailedError',
+  'FenceReleasedError',
+  'EffectPendingError',
+  'EffectFailedError',
+  'TlsError',
 ];
 
 // The public contract, entry point by entry point.
@@ -47,15 +56,26 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
   fencekeeper: {
     functions: [
       'parseToken', 'formatToken', 'assertToken', 'acquireLock', 'tryAcquireLock', 'campaign',
-      'lockStatus', 'observeLock', 'observeLeader', 'zookeeperSource', 'safetyMargin',
+      'lockStatus', 'observeLock', 'observeLeader', 'zookeeperSource', 'safetyMargin', 'tlsConnector',
+      'traceAcquire', 'traceRelease', 'traceCampaign', 'publishSessionState', 'publishRefused',
     ],
     classes: [...ERROR_CLASSES, 'ZooKeeperClient', 'StepDownClock'],
   },
-  'fencekeeper/postgres': { functions: ['migrate', 'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert'], classes: ['PostgresFenceStore'] },
-  'fencekeeper/s3': { functions: ['fencedPutObject', 'readFence'], classes: [] },
-  'fencekeeper/express': { functions: ['fencing', 'verifyWithZooKeeper', 'fencedHandler', 'hasFencing'], classes: ['MemoryFenceStore'] },
+  'fencekeeper/postgres': {
+    functions: [
+      'migrate', 'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete', 'fenced',
+      'withEffect', 'pendingEffects', 'listEffects', 'effectIdempotencyKey',
+    ],
+    classes: ['PostgresFenceStore', 'PostgresIdempotencyStore', 'DefiniteFailure'],
+  },
+  'fencekeeper/s3': { functions: ['fencedPutObject', 'fencedDeleteObject', 'fencedGetObject', 'readFence', 'collectGarbage', 'isTombstone'], classes: [] },
+  'fencekeeper/express': {
+    functions: ['fencing', 'verifyWithZooKeeper', 'fencedHandler', 'hasFencing', 'idempotency', 'fencingHeaders', 'fencedFetch'],
+    classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
+  },
+  'fencekeeper/opentelemetry': { functions: ['instrument', 'uninstrument'], classes: [] },
   'fencekeeper/etcd': {
-    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession'],
+    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession'],
     classes: ['EtcdSession'],
   },
   'fencekeeper/testing': {
@@ -67,7 +87,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
 describe('the package by name', () => {
   it('package.json names the package and exports exactly its entry points', () => {
     expect(pkg.name).toBe('fencekeeper');
-    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './etcd', './express', './package.json', './postgres', './s3', './testing']);
+    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './etcd', './express', './opentelemetry', './package.json', './postgres', './s3', './testing']);
     for (const [subpath, target] of Object.entries(pkg.exports)) {
       if (typeof target === 'string') continue;
       expect(existsSync(join(root, target.default)), `${subpath} -> ${target.default}`).toBe(true);

@@ -2,8 +2,10 @@
 // a Redis watchdog or an etcd keepalive would): held read synchronously, the
 // signal aborting at the deadline and on losses, deadlines that move on, one
 // timer per clock. Timings are real; bounds are one-sided (never early).
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { performance } from 'node:perf_hooks';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { CHANNELS, type LockEndedMessage, type LockHeldMessage } from '../../src/diagnostics.js';
 import { InvalidArgumentError, LockLostError, type LossReason } from '../../src/errors.js';
 import { StepDownClock, safetyMargin } from '../../src/step-down.js';
 
@@ -55,21 +57,31 @@ describe('StepDownClock', () => {
   }, 10_000);
 
   it('a deadline that acknowledgements move on keeps the holding; it ends once they stop', async () => {
+    // The test owns the clock the holding reads (performance.now), so a
+    // loaded machine cannot make a renewal late; the clock's own timer still
+    // runs on real time, and is given real time to fire between steps.
+    let now = 1_000_000;
+    vi.spyOn(performance, 'now').mockImplementation(() => now);
     const clock = new StepDownClock(source);
-    let acked = performance.now();
+    let acked = now;
     const holding = clock.hold({ lock: 'jobs/c', marginMs: 10, deadline: () => acked + 60 });
     const end = aborted(holding.signal);
-    // Renew every 15 ms for 300 ms: several times the 50 ms the holding would last unrenewed.
-    const started = performance.now();
-    while (performance.now() - started < 300) {
-      await new Promise((r) => setTimeout(r, 15));
+    // Renew every 15 ms of test time for 300 ms: several times the 50 ms the holding would last unrenewed.
+    for (let i = 0; i < 20; i++) {
+      now += 15;
+      await new Promise((r) => setTimeout(r, 5));
       expect(holding.held).toBe(true);
-      acked = performance.now();
+      acked = now;
     }
     const lastAck = acked;
+    now = lastAck + 49; // 1 ms before the step-down instant: never early
+    await new Promise((r) => setTimeout(r, 80));
+    expect(holding.signal.aborted).toBe(false);
+    now = lastAck + 50; // the timer ends it, with nothing read by the test
     const { at, reason } = await end;
     expect(reason.reason).toBe('deadline');
-    expect(at).toBeGreaterThanOrEqual(lastAck + 50);
+    expect(at).toBe(lastAck + 50);
+    expect(holding.held).toBe(false);
   }, 10_000);
 
   it('one timer per clock, however many holdings it has; none once they have ended', () => {
@@ -133,6 +145,93 @@ describe('StepDownClock', () => {
     expect(holding.held).toBe(false);
     expect((holding.signal.reason as LockLostError).reason).toBe('closed');
     expect((holding.signal.reason as LockLostError).message).toBe('lock jobs/e lost: the TestSource client was closed');
+  });
+});
+
+describe('StepDownClock: losses after the deadline', () => {
+  it('an end the source reports after the deadline passed (a paused process hears of the expiry before its timer runs) is a loss at the deadline', () => {
+    let ended: LossReason | null = null;
+    const clock = new StepDownClock({ ...source, ended: () => ended });
+    const acked = performance.now();
+    const a = clock.hold({ lock: 'jobs/late', marginMs: 10, deadline: () => acked + 40 });
+    const b = clock.hold({ lock: 'jobs/late2', marginMs: 10, deadline: () => acked + 40 });
+    const c = clock.hold({ lock: 'jobs/early', marginMs: 0, deadline: () => performance.now() + 60_000 });
+    spin(40);
+    clock.end('session_expired');
+    expect((a.signal.reason as LockLostError).reason).toBe('deadline');
+    expect((b.signal.reason as LockLostError).message).toContain('no reply from TestSource in time');
+    // Before its deadline the source's reason stands.
+    expect((c.signal.reason as LockLostError).reason).toBe('session_expired');
+    // A holding read through a source that already reports itself ended, past its deadline, too.
+    const d = new StepDownClock({ ...source, ended: () => ended }).hold({ lock: 'jobs/d', marginMs: 0, deadline: () => acked });
+    ended = 'session_expired';
+    expect(d.held).toBe(false);
+    expect((d.signal.reason as LockLostError).reason).toBe('deadline');
+  });
+
+  it('a release after the deadline is still a release', () => {
+    const acked = performance.now();
+    const holding = new StepDownClock(source).hold({ lock: 'jobs/rel', marginMs: 0, deadline: () => acked });
+    holding.lose('released');
+    expect((holding.signal.reason as LockLostError).reason).toBe('released');
+  });
+});
+
+describe('StepDownClock diagnostics', () => {
+  function listen(name: string): { messages: unknown[]; stop: () => void } {
+    const messages: unknown[] = [];
+    const onMessage = (m: unknown): void => void messages.push(m);
+    subscribe(name, onMessage);
+    return { messages, stop: () => unsubscribe(name, onMessage) };
+  }
+
+  it('a holding publishes held when it begins and lost with the deadline reason, before its signal aborts, when a pause ran past its deadline', () => {
+    const held = listen(CHANNELS.lockHeld);
+    const lost = listen(CHANNELS.lockLost);
+    const released = listen(CHANNELS.lockReleased);
+    try {
+      const clock = new StepDownClock({ ...source, kind: 'test' });
+      const acked = performance.now();
+      const holding = clock.hold({ lock: 'jobs/diag', marginMs: 10, deadline: () => acked + 40, token: 42n });
+      expect(held.messages).toEqual([{ source: 'test', lock: 'jobs/diag', token: 42n } satisfies LockHeldMessage]);
+      let lostBeforeAbort: number | undefined;
+      holding.signal.addEventListener('abort', () => (lostBeforeAbort = lost.messages.length));
+      spin(40);
+      expect(holding.held).toBe(false);
+      expect(lost.messages).toHaveLength(1);
+      const message = lost.messages[0] as LockEndedMessage;
+      expect(message).toMatchObject({ source: 'test', lock: 'jobs/diag', token: 42n, reason: 'deadline' });
+      expect(message.heldMs).toBeGreaterThanOrEqual(30);
+      expect(message.error).toBe(holding.signal.reason);
+      expect(lostBeforeAbort, 'the loss was published before the abort listeners ran').toBe(1);
+      expect(released.messages).toEqual([]);
+    } finally {
+      held.stop();
+      lost.stop();
+      released.stop();
+    }
+  });
+
+  it('a release goes to the released channel, not lost; a source without a kind is named by its name in lower case; every end is published once', () => {
+    const lost = listen(CHANNELS.lockLost);
+    const released = listen(CHANNELS.lockReleased);
+    try {
+      const clock = new StepDownClock(source);
+      const a = clock.hold({ lock: 'jobs/r', marginMs: 0, deadline: () => performance.now() + 60_000 });
+      a.lose('released');
+      a.lose('deadline');
+      const b = clock.hold({ lock: 'jobs/s', marginMs: 0, deadline: () => performance.now() + 60_000 });
+      clock.end('session_expired');
+      void b.held;
+      expect(released.messages).toHaveLength(1);
+      expect(released.messages[0]).toMatchObject({ source: 'testsource', lock: 'jobs/r', reason: 'released' });
+      expect(released.messages[0]).not.toHaveProperty('token');
+      expect(lost.messages).toHaveLength(1);
+      expect(lost.messages[0]).toMatchObject({ source: 'testsource', lock: 'jobs/s', reason: 'session_expired' });
+    } finally {
+      lost.stop();
+      released.stop();
+    }
   });
 });
 

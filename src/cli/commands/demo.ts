@@ -5,12 +5,12 @@ import { HELP } from '../help.js';
 import { out } from '../output.js';
 
 export async function demo(argv: readonly string[]): Promise<number> {
-  const { values, positionals } = parse(argv, { unfenced: { type: 'boolean' } });
+  const { values, positionals } = parse(argv, { unfenced: { type: 'boolean' }, metrics: { type: 'boolean' } });
   if (values.help) {
     out(HELP.demo);
     return ExitCode.ok;
   }
   if (positionals.length > 0) throw new UsageError('demo takes no arguments');
   const { runDemo } = await import('../demo/index.js');
-  return runDemo(values.unfenced === true ? { unfenced: true } : {});
+  return runDemo({ ...(values.unfenced === true ? { unfenced: true } : {}), ...(values.metrics === true ? { metrics: true } : {}) });
 }

@@ -91,6 +91,9 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
 
     const token = formatToken(holding.token);
     const env: NodeJS.ProcessEnv = { ...process.env, FENCING_TOKEN: token };
+    // The lock service's credentials are ours, not the command's.
+    delete env.ZOOKEEPER_AUTH;
+    delete env.ZOOKEEPER_AUTH_FILE;
     if (kind === 'lock') env.FENCEKEEPER_LOCK = name;
     else Object.assign(env, { FENCEKEEPER_ELECTION: name, FENCEKEEPER_EPOCH: token });
     const what = kind === 'lock' ? 'lock' : 'leadership of';

@@ -13,6 +13,7 @@ import { createInterface } from 'node:readline';
 import { performance } from 'node:perf_hooks';
 import { formatToken, type FencingToken } from '../../index.js';
 import { lockServiceFrom } from '../services/index.js';
+import { startDemoMetrics } from './metrics.js';
 import { openDemoResources, type DemoResources } from './resources.js';
 
 type Report = Record<string, unknown> & { event: string };
@@ -31,6 +32,7 @@ async function writeAll(resources: DemoResources, actor: string, token: FencingT
 async function main(): Promise<void> {
   const actor = process.env.DEMO_ACTOR ?? '?';
   const lockName = process.env.DEMO_LOCK ?? 'jobs/reindex';
+  const metrics = process.env.DEMO_METRICS === '1' ? await startDemoMetrics() : null;
   const resources = await openDemoResources(process.env);
   const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
 
@@ -54,6 +56,10 @@ async function main(): Promise<void> {
   await lock.end();
   await locks.close().catch(() => undefined);
   await resources.close();
+  if (metrics !== null) {
+    report({ event: 'metrics', series: await metrics.collect() });
+    await metrics.stop();
+  }
   report({ event: 'done' });
 }
 

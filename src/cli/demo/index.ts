@@ -17,7 +17,8 @@
  */
 import { parseToken } from '../../index.js';
 import { lockServiceFrom } from '../services/index.js';
-import { HolderProcess } from './holder-process.js';
+import { HolderProcess, type HolderMessage } from './holder-process.js';
+import { formatSeries, startDemoMetrics, type DemoMetrics, type DemoSeries } from './metrics.js';
 import { openDemoResources } from './resources.js';
 import { startService, type DemoService } from './service.js';
 
@@ -31,6 +32,8 @@ interface Row {
 
 export interface DemoOptions {
   readonly unfenced?: boolean;
+  /** Record fencekeeper's metrics in every process of the demo and print them at the end (--metrics). */
+  readonly metrics?: boolean;
   readonly print?: (line: string) => void;
 }
 
@@ -45,6 +48,7 @@ function formatTable(rows: readonly Row[], start: number): string[] {
 export async function runDemo(options: DemoOptions = {}): Promise<number> {
   const print = options.print ?? ((line: string) => process.stdout.write(`${line}\n`));
   const unfenced = options.unfenced ?? process.env.DEMO_UNFENCED === '1';
+  const withMetrics = options.metrics ?? process.env.DEMO_METRICS === '1';
   const run = `${process.pid}_${Date.now().toString(36)}`;
   const zookeeper = process.env.ZOOKEEPER ?? '127.0.0.1:2181';
   const databaseUrl = process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test';
@@ -66,6 +70,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
   const locks = await lockServiceFrom({ zookeeper }).connect();
   let service: DemoService | null = null;
   const holders: HolderProcess[] = [];
+  let metrics: DemoMetrics | null = null;
   const bucket = process.env.DEMO_BUCKET ?? 'fencekeeper-demo';
   const key = `reindex/${run}.txt`;
   try {
@@ -86,6 +91,8 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     } finally {
       s3.destroy();
     }
+    // This process runs the HTTP service: its metrics are the service's.
+    if (withMetrics) metrics = await startDemoMetrics();
     service = await startService(databaseUrl, `demo/${run}/report`, unfenced);
     const env: NodeJS.ProcessEnv = {
       ...process.env,
@@ -98,6 +105,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
       DEMO_LOCK: lockName,
       DEMO_SESSION_TIMEOUT_MS: String(sessionTimeoutMs),
       DEMO_UNFENCED: unfenced ? '1' : '0',
+      DEMO_METRICS: withMetrics ? '1' : '0',
     };
 
     // t0: A acquires and writes.
@@ -162,6 +170,20 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
       ok &&= refused && holdsB;
       print(`  ${name.padEnd(8)} holds "${final[name].body ?? '(nothing)'}" (token ${final[name].token ?? '-'}): A's stale write ${refused ? 'refused' : 'ACCEPTED'}${holdsB ? '' : " — B's data LOST"}`);
     }
+    if (metrics !== null) {
+      print('');
+      print('metrics (fencekeeper/opentelemetry), per process:');
+      const processes: [string, readonly DemoSeries[]][] = [
+        ['holder A', seriesOf(await a.next('metrics'))],
+        ['holder B', seriesOf(await b.next('metrics'))],
+        ['HTTP service (the demo process)', await metrics.collect()],
+      ];
+      for (const [name, series] of processes) {
+        print(`  ${name}:`);
+        for (const s of series) print(`    ${formatSeries(s)}`);
+        if (series.length === 0) print('    (nothing recorded)');
+      }
+    }
     print('');
     print(
       ok
@@ -170,6 +192,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     );
     return ok ? 0 : 1;
   } finally {
+    await metrics?.stop().catch(() => undefined);
     for (const h of holders) h.kill();
     await service?.close().catch(() => undefined);
     await admin.query(`drop table if exists ${table}`).catch(() => undefined);
@@ -178,3 +201,6 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
   }
 }
 
+function seriesOf(message: HolderMessage): readonly DemoSeries[] {
+  return Array.isArray(message.series) ? (message.series as DemoSeries[]) : [];
+}

@@ -6,13 +6,14 @@
 import { UsageError, type ParsedArgs } from '../args.js';
 import type { LockServiceAddress, LockServiceKind } from '../lock-service.js';
 import { ETCD_SERVICE } from './etcd.js';
-import { ZOOKEEPER_SERVICE, zookeeperAddress } from './zookeeper.js';
+import { ZOOKEEPER_OPTIONS, ZOOKEEPER_SERVICE, zookeeperAddress } from './zookeeper.js';
 
 /** The flags every command that talks to the lock service accepts (node:util parseArgs form). */
 export const LOCK_SERVICE_OPTIONS = {
   'lock-service': { type: 'string' },
   zookeeper: { type: 'string' },
   'session-timeout': { type: 'string' },
+  ...ZOOKEEPER_OPTIONS,
 } as const;
 
 /** By URL scheme. */

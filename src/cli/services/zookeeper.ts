@@ -1,7 +1,16 @@
 /**
  * ZooKeeper as the CLI's lock service: zookeeper:// URLs, or the connect
- * string of --zookeeper / $ZOOKEEPER, with --session-timeout.
+ * string of --zookeeper / $ZOOKEEPER, with --session-timeout, TLS to the
+ * servers' secure port (--zookeeper-tls-ca/-cert/-key/-servername, or
+ * --zookeeper-tls for the system's CA roots; $ZOOKEEPER_TLS_* likewise), and
+ * digest credentials.
+ *
+ * Credentials never come from the command line: every user of the machine
+ * sees a process's arguments (`ps`, /proc/PID/cmdline). They come from
+ * $ZOOKEEPER_AUTH ('user:password') or from a file named by
+ * --zookeeper-auth-file / $ZOOKEEPER_AUTH_FILE, and no message repeats them.
  */
+import { readFileSync } from 'node:fs';
 import {
   ConnectionLossError,
   InvalidArgumentError,
@@ -10,6 +19,7 @@ import {
   ZooKeeperError,
   safetyMargin,
   zookeeperSource,
+  type AuthInfo,
   type ClientState,
   type QueueEntry as ZooKeeperQueueEntry,
 } from '../../index.js';
@@ -18,6 +28,7 @@ import { LOCKS_ROOT } from '../../zookeeper/recipes/lock.js';
 import { readEntry } from '../../zookeeper/recipes/queue.js';
 import { queueParent, sortQueue } from '../../zookeeper/recipes/queue-order.js';
 import { UsageError, positiveInt, type ParsedArgs } from '../args.js';
+import type { TlsOptions } from '../../zookeeper/tls.js';
 import {
   UnreachableError,
   type LockService,
@@ -27,13 +38,104 @@ import {
   type QueueEvent,
 } from '../lock-service.js';
 
+/** ZooKeeper's own flags, beside --zookeeper and --session-timeout (node:util parseArgs form). */
+export const ZOOKEEPER_OPTIONS = {
+  'zookeeper-tls': { type: 'boolean' },
+  'zookeeper-tls-ca': { type: 'string' },
+  'zookeeper-tls-cert': { type: 'string' },
+  'zookeeper-tls-key': { type: 'string' },
+  'zookeeper-tls-servername': { type: 'string' },
+  'zookeeper-auth-file': { type: 'string' },
+  // Only to refuse it with the way that works: the value is already in this process's arguments.
+  'zookeeper-auth': { type: 'string' },
+} as const;
+
+/** A flag's value, else its environment variable's ('' counts as unset). */
+function setting(values: ParsedArgs['values'], env: NodeJS.ProcessEnv, flag: string, variable: string): { value: string; origin: string } | undefined {
+  const fromFlag = values[flag];
+  if (typeof fromFlag === 'string') return { value: fromFlag, origin: `--${flag}` };
+  const fromEnv = env[variable];
+  if (fromEnv !== undefined && fromEnv !== '') return { value: fromEnv, origin: variable };
+  return undefined;
+}
+
+function readSetting(found: { value: string; origin: string }): Buffer {
+  try {
+    return readFileSync(found.value);
+  } catch (error) {
+    throw new UsageError(`${found.origin} ${JSON.stringify(found.value)}: cannot read it (${(error as NodeJS.ErrnoException).code ?? (error as Error).message})`);
+  }
+}
+
+/**
+ * TLS from the flags or the environment: undefined (plain TCP) unless
+ * --zookeeper-tls / ZOOKEEPER_TLS=1, or a CA, certificate, key or server
+ * name is given. Reads the files now, so a missing one is a usage error
+ * before anything connects.
+ */
+export function zookeeperTls(values: ParsedArgs['values'], env: NodeJS.ProcessEnv): TlsOptions | undefined {
+  const ca = setting(values, env, 'zookeeper-tls-ca', 'ZOOKEEPER_TLS_CA');
+  const cert = setting(values, env, 'zookeeper-tls-cert', 'ZOOKEEPER_TLS_CERT');
+  const key = setting(values, env, 'zookeeper-tls-key', 'ZOOKEEPER_TLS_KEY');
+  const servername = setting(values, env, 'zookeeper-tls-servername', 'ZOOKEEPER_TLS_SERVERNAME');
+  const switchedOn = values['zookeeper-tls'] === true || ['1', 'true', 'yes'].includes((env.ZOOKEEPER_TLS ?? '').toLowerCase());
+  if (env.ZOOKEEPER_TLS !== undefined && !['', '0', '1', 'true', 'false', 'yes', 'no'].includes(env.ZOOKEEPER_TLS.toLowerCase())) {
+    throw new UsageError(`ZOOKEEPER_TLS must be 1 or 0 (true/false, yes/no), got ${JSON.stringify(env.ZOOKEEPER_TLS)}`);
+  }
+  if (!switchedOn && ca === undefined && cert === undefined && key === undefined && servername === undefined) return undefined;
+  if ((cert === undefined) !== (key === undefined)) {
+    throw new UsageError(`a client certificate needs its key: give both ${cert?.origin ?? '--zookeeper-tls-cert (ZOOKEEPER_TLS_CERT)'} and ${key?.origin ?? '--zookeeper-tls-key (ZOOKEEPER_TLS_KEY)'}`);
+  }
+  if (servername !== undefined && servername.value.trim() === '') throw new UsageError(`${servername.origin}: empty server name`);
+  return {
+    ...(ca !== undefined && { ca: readSetting(ca) }),
+    ...(cert !== undefined && { cert: readSetting(cert) }),
+    ...(key !== undefined && { key: readSetting(key) }),
+    ...(servername !== undefined && { servername: servername.value }),
+  };
+}
+
+/**
+ * Digest credentials from $ZOOKEEPER_AUTH, or the first line of the file of
+ * --zookeeper-auth-file / $ZOOKEEPER_AUTH_FILE; none when neither is set.
+ * Messages name where the credentials came from, never what they are.
+ */
+export function zookeeperAuth(values: ParsedArgs['values'], env: NodeJS.ProcessEnv): AuthInfo[] {
+  if (values['zookeeper-auth'] !== undefined) {
+    throw new UsageError(
+      '--zookeeper-auth: credentials are not taken from the command line, where every user of the machine sees them (ps); ' +
+        'set ZOOKEEPER_AUTH=user:password in the environment, or put user:password in a file only you can read and pass --zookeeper-auth-file FILE',
+    );
+  }
+  const file = setting(values, env, 'zookeeper-auth-file', 'ZOOKEEPER_AUTH_FILE');
+  const inline = env.ZOOKEEPER_AUTH;
+  if (file !== undefined && inline !== undefined && inline !== '') {
+    throw new UsageError(`credentials from both ZOOKEEPER_AUTH and ${file.origin}: give one`);
+  }
+  let text: string;
+  let origin: string;
+  if (file !== undefined) {
+    // Up to the first line break: a file written by `echo` ends with one.
+    text = readSetting(file).toString('utf8').split(/\r?\n/, 1)[0] ?? '';
+    origin = `the file of ${file.origin}`;
+  } else if (inline !== undefined && inline !== '') {
+    text = inline;
+    origin = 'ZOOKEEPER_AUTH';
+  } else {
+    return [];
+  }
+  const colon = text.indexOf(':');
+  if (colon <= 0 || colon === text.length - 1) throw new UsageError(`${origin}: expected user:password (digest), with a non-empty user and password`);
+  return [{ scheme: 'digest', credentials: text }];
+}
+
 /** The ensemble of --zookeeper / $ZOOKEEPER (what the commands use when no --lock-service is given). */
 export function zookeeperAddress(values: ParsedArgs['values'], env: NodeJS.ProcessEnv): LockServiceAddress {
   const connectString = (values.zookeeper as string | undefined) ?? env.ZOOKEEPER;
   if (connectString === undefined || connectString === '') {
     throw new UsageError('no lock service to talk to: pass --lock-service URL (or set FENCEKEEPER_LOCK_SERVICE), or --zookeeper host:port[,host:port][/chroot] (or set ZOOKEEPER)');
   }
-  return ensembleAddress(connectString, values, '--zookeeper');
+  return ensembleAddress(connectString, values, env, '--zookeeper');
 }
 
 /** zookeeper://h1:2181,h2:2181/chroot: the connect string, as --zookeeper takes it. */
@@ -45,15 +147,17 @@ export const ZOOKEEPER_SERVICE: LockServiceKind = {
     }
     const connectString = rest.endsWith('/') ? rest.slice(0, -1) : rest;
     if (connectString === '' || connectString.startsWith('/')) throw new UsageError(`${context.origin}: zookeeper:// needs at least one host:port`);
-    return ensembleAddress(connectString, context.values, context.origin);
+    return ensembleAddress(connectString, context.values, context.env, context.origin);
   },
 };
 
 /** `origin`: where the connect string came from, for messages. */
-function ensembleAddress(connectString: string, values: ParsedArgs['values'], origin: string): LockServiceAddress {
+function ensembleAddress(connectString: string, values: ParsedArgs['values'], env: NodeJS.ProcessEnv, origin: string): LockServiceAddress {
   const sessionTimeoutMs = positiveInt(values['session-timeout'] as string | undefined, '--session-timeout');
+  const tls = zookeeperTls(values, env);
+  const auth = zookeeperAuth(values, env);
   return {
-    description: `ZooKeeper at ${connectString}`,
+    description: `ZooKeeper at ${connectString}${tls !== undefined ? ' (TLS)' : ''}`,
     checkName(kind, name) {
       try {
         queueParent(kind === 'lock' ? LOCKS_ROOT : ELECTIONS_ROOT, name);
@@ -67,7 +171,12 @@ function ensembleAddress(connectString: string, values: ParsedArgs['values'], or
     async connect() {
       let zk: ZooKeeperClient;
       try {
-        zk = await ZooKeeperClient.connect({ connectString, ...(sessionTimeoutMs !== undefined && { sessionTimeoutMs }) });
+        zk = await ZooKeeperClient.connect({
+          connectString,
+          ...(sessionTimeoutMs !== undefined && { sessionTimeoutMs }),
+          ...(tls !== undefined && { tls }),
+          ...(auth.length > 0 && { auth }),
+        });
       } catch (error) {
         // connect() checks its options before it opens a socket.
         if (error instanceof InvalidArgumentError) throw new UsageError(`${origin} ${JSON.stringify(connectString)}: ${error.message}`);

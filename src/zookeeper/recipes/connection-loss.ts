@@ -23,19 +23,41 @@ export function listChildren(zk: ZooKeeperClient, parent: string): Promise<strin
   return retryOnLoss(() => zk.getChildren(parent));
 }
 
+/**
+ * The callers of whileConnected on each client, told of a state change by
+ * one 'state' listener per client: many acquires may give up at once on one
+ * session (timeouts, a shared abort signal), and a listener each would pile
+ * up on the client (and trip Node's MaxListenersExceeded warning).
+ */
+const offlineWaiters = new WeakMap<ZooKeeperClient, Set<() => void>>();
+
+function offlineWaitersOf(zk: ZooKeeperClient): Set<() => void> {
+  let set = offlineWaiters.get(zk);
+  if (set === undefined) {
+    const waiters = new Set<() => void>();
+    zk.on('state', (state: ClientState) => {
+      if (state === 'connected') return;
+      for (const wake of [...waiters]) wake();
+      waiters.clear();
+    });
+    offlineWaiters.set(zk, waiters);
+    set = waiters;
+  }
+  return set;
+}
+
 /** Wait for `work` while the client stays connected; return early if it is (or goes) offline. */
 export async function whileConnected(zk: ZooKeeperClient, work: Promise<void>): Promise<void> {
   if (zk.state !== 'connected') return;
-  let onState!: (state: ClientState) => void;
+  const waiters = offlineWaitersOf(zk);
+  let wake!: () => void;
   const offline = new Promise<void>((resolve) => {
-    onState = (state) => {
-      if (state !== 'connected') resolve();
-    };
-    zk.on('state', onState);
+    wake = resolve;
   });
+  waiters.add(wake);
   try {
     await Promise.race([work, offline]);
   } finally {
-    zk.off('state', onState);
+    waiters.delete(wake);
   }
 }

@@ -4,6 +4,7 @@
  * of its node, so every later leader's epoch is larger, across ZooKeeper
  * failovers too; downstream systems fence on it exactly as on a lock token.
  */
+import { traceCampaign, traceRelease } from '../../diagnostics.js';
 import type { AcquireOptions, CampaignOptions, Leadership } from '../../lock.js';
 import type { FencingToken } from '../../token.js';
 import type { ZooKeeperClient } from '../client.js';
@@ -34,7 +35,7 @@ class HeldLeadership extends HeldNode implements ZooKeeperLeadership {
   }
 
   resign(): Promise<void> {
-    return this.leave();
+    return traceRelease('zookeeper', this.name, this.epoch, () => this.leave());
   }
 }
 
@@ -47,7 +48,7 @@ export async function campaign(zk: ZooKeeperClient, name: string, options: Campa
     ...(options.safetyMarginMs !== undefined && { safetyMarginMs: options.safetyMarginMs }),
   };
   const build = (node: QueueNode, marginMs: number): HeldLeadership => new HeldLeadership(zk, name, id, node, marginMs);
-  return (await joinAndWait(zk, { root: ELECTIONS_ROOT, name, mode: 'wait', options: acquire, build })) as HeldLeadership;
+  return traceCampaign('zookeeper', name, async () => (await joinAndWait(zk, { root: ELECTIONS_ROOT, name, mode: 'wait', options: acquire, build })) as HeldLeadership);
 }
 
 export interface LeaderInfo {

@@ -1,6 +1,6 @@
 /**
  * Holding a ZooKeeper queue node: the step-down clock (../../step-down.ts)
- * fed with the session.
+ * fed with the session, and the watch on our own node.
  *
  * The server expires a session it has not heard from for the negotiated
  * timeout, and it heard from us no earlier than the send time of the last
@@ -10,68 +10,190 @@
  * holding also ends at once when the session expires or the client closes
  * (or starts closing), and when our own node is deleted by anyone.
  */
+import { performance } from 'node:perf_hooks';
 import { ConnectionLossError } from '../../errors.js';
+import type { LossReason } from '../../errors.js';
 import { StepDownClock, safetyMargin, type Holding } from '../../step-down.js';
 import type { ZooKeeperClient } from '../client.js';
+import type { WatchEvent } from '../watches.js';
+import type { FencingToken } from '../../token.js';
 
-const clocks = new WeakMap<ZooKeeperClient, StepDownClock>();
+/**
+ * One client's session as its holdings see it: the step-down clock, and how
+ * the session ended, if it has. The reason is kept because a holding is
+ * made when its holder first looks (./held-node.ts): one made after the end
+ * must carry the reason the end had when it happened (a close() while
+ * disconnected is 'closed', even if the session then also expired locally).
+ */
+export class SessionHoldings {
+  readonly clock: StepDownClock;
+  /** How the session ended (the first of: close() called, expired, closed). Null: it has not. */
+  endedBy: LossReason | null = null;
+  /** When, as an event number (see nextEvent). */
+  endedAt = Infinity;
+  /** When, on the performance.now() clock. */
+  endedTime = Infinity;
 
-/** The clock of `zk`'s session: made with the client's first holding, and listening to it from then on. */
-function clockOf(zk: ZooKeeperClient): StepDownClock {
-  let clock = clocks.get(zk);
-  if (clock === undefined) {
-    const session = new StepDownClock({
+  constructor(zk: ZooKeeperClient) {
+    this.clock = new StepDownClock({
       name: 'ZooKeeper',
+      kind: 'zookeeper',
       grant: 'session',
       ended: () => (zk.state === 'expired' ? 'session_expired' : zk.state === 'closed' ? 'closed' : null),
     });
+    const end = (reason: LossReason): void => {
+      if (this.endedBy === null) {
+        this.endedBy = reason;
+        this.endedAt = nextEvent();
+        this.endedTime = performance.now();
+      }
+      this.clock.end(reason);
+    };
     zk.on('state', (state) => {
-      if (state === 'expired') session.end('session_expired');
-      else if (state === 'closed') session.end('closed');
+      if (state === 'expired') end('session_expired');
+      else if (state === 'closed') end('closed');
     });
     // Closing the client ends its holdings at once, before the session has finished ending.
-    zk.on('closing', () => session.end('closed'));
-    clocks.set(zk, session);
-    clock = session;
+    zk.on('closing', () => end('closed'));
   }
-  return clock;
 }
 
-/** Hold our node at `path` until the deadline, a loss, or release (`lose('released')`). */
-export function holdNode(zk: ZooKeeperClient, lock: string, path: string, marginMs: number): Holding {
-  const clock = clockOf(zk);
-  const holding = clock.hold({ lock, marginMs, deadline: () => zk.sessionDeadline });
-  // The own-node watch is a request of its own: sent eagerly, it leaves in
-  // a socket write of its own (create2 + getChildren have gone, release's
-  // delete comes later) and costs a reply and a notification on top. A
-  // holder that releases within this turn of the event loop never needs
-  // it, so it goes out on the next one. Nothing is missed meanwhile: if the
-  // node is deleted first, exists() answers null and the holding ends.
-  setImmediate(() => {
-    if (!holding.signal.aborted) watchNode(zk, path, holding);
-  });
-  return holding;
+let events = 0;
+/** Numbers the events that end a holding, so one made later can apply the first of them. */
+export function nextEvent(): number {
+  return ++events;
 }
 
-/** Our own node vanishing (an operator's delete, a session expiry seen first by the server) ends the holding. */
-function watchNode(zk: ZooKeeperClient, path: string, holding: Holding): void {
-  const deleted = (): void => holding.lose('node_deleted', 'its node was deleted');
-  const watch = (event: { type: string }): void => {
-    if (event.type === 'deleted') deleted();
-    else if (!holding.signal.aborted) watchNode(zk, path, holding);
+const sessions = new WeakMap<ZooKeeperClient, SessionHoldings>();
+
+/** The holdings of `zk`'s session: made with the client's first grant, and listening to it from then on. */
+export function sessionHoldings(zk: ZooKeeperClient): SessionHoldings {
+  let session = sessions.get(zk);
+  if (session === undefined) {
+    session = new SessionHoldings(zk);
+    sessions.set(zk, session);
+  }
+  return session;
+}
+
+/** A holding on the session's clock, until the deadline, a loss, or release (`lose('released')`). */
+export function holdSession(zk: ZooKeeperClient, session: SessionHoldings, lock: string, marginMs: number, token: FencingToken): Holding {
+  return session.clock.hold({ lock, marginMs, deadline: () => zk.sessionDeadline, token });
+}
+
+/** Whether the holder of a node no longer needs its watch (released or lost). */
+export const NODE_DONE = Symbol('fencekeeper.nodeDone');
+/** Called once when our node is found deleted. */
+export const NODE_DELETED = Symbol('fencekeeper.nodeDeleted');
+
+/** What the own-node watch needs of a held node. */
+export interface OwnNode {
+  readonly path: string;
+  readonly [NODE_DONE]: boolean;
+  [NODE_DELETED](): void;
+}
+
+/**
+ * Our own node vanishing (an operator's delete, a session expiry seen first
+ * by the server) ends the holding, or the wait for it. One watcher function
+ * per client serves every node (looked up by path), and the watches a turn
+ * asks for go out together.
+ *
+ * A waiter watches its node from the start (it learns of a deletion while
+ * it waits, and the watch serves the holding that follows: the holder takes
+ * the entry over, no request of its own). A holder granted at once asks for
+ * the watch on the next turn of the event loop: sent eagerly, it would leave
+ * in a socket write of its own and cost a reply and a notification, and a
+ * holder that releases within this turn never needs it. Nothing is missed
+ * meanwhile: if the node is deleted first, exists() answers null.
+ */
+class OwnNodeWatches {
+  readonly #zk: ZooKeeperClient;
+  /** Nodes whose exists watch is set or being set, by path: the entry may change hands (waiter -> holder). */
+  readonly #watched = new Map<string, OwnNode>();
+  #pending: OwnNode[] = [];
+  #scheduled = false;
+
+  constructor(zk: ZooKeeperClient) {
+    this.#zk = zk;
+  }
+
+  /** Watch from the next turn on, or at once if the node is watched already (taking its entry over). */
+  soon(node: OwnNode): void {
+    if (this.#watched.has(node.path)) {
+      this.#watched.set(node.path, node);
+      return;
+    }
+    this.#pending.push(node);
+    if (!this.#scheduled) {
+      this.#scheduled = true;
+      setImmediate(this.#flush);
+    }
+  }
+
+  now(node: OwnNode): void {
+    this.#watched.set(node.path, node);
+    this.#check(node.path);
+  }
+
+  readonly #flush = (): void => {
+    this.#scheduled = false;
+    const pending = this.#pending;
+    this.#pending = [];
+    for (const node of pending) {
+      if (node[NODE_DONE] || this.#watched.has(node.path)) continue;
+      this.#watched.set(node.path, node);
+      this.#check(node.path);
+    }
   };
-  const check = (): void => {
-    zk.exists(path, { watch }).then(
+
+  readonly #onEvent = (event: WatchEvent): void => {
+    const node = this.#watched.get(event.path);
+    if (node === undefined) return;
+    if (event.type === 'deleted') this.#gone(event.path);
+    else if (!node[NODE_DONE]) this.#check(event.path); // its data changed: watch again
+    else this.#watched.delete(event.path);
+  };
+
+  #gone(path: string): void {
+    const node = this.#watched.get(path);
+    this.#watched.delete(path);
+    node?.[NODE_DELETED]();
+  }
+
+  #check(path: string): void {
+    this.#zk.exists(path, { watch: this.#onEvent }).then(
       (stat) => {
-        if (stat === null) deleted();
+        if (stat === null) this.#gone(path);
       },
       (error: unknown) => {
-        if (error instanceof ConnectionLossError && !holding.signal.aborted) check();
-        // Session expiry and close reach us through the clock.
+        const node = this.#watched.get(path);
+        if (error instanceof ConnectionLossError && node !== undefined && !node[NODE_DONE]) this.#check(path);
+        else this.#watched.delete(path); // session expiry and close reach the holding through the clock
       },
     );
-  };
-  check();
+  }
+}
+
+const ownNodeWatches = new WeakMap<ZooKeeperClient, OwnNodeWatches>();
+
+function ownNodeWatchesOf(zk: ZooKeeperClient): OwnNodeWatches {
+  let watches = ownNodeWatches.get(zk);
+  if (watches === undefined) {
+    watches = new OwnNodeWatches(zk);
+    ownNodeWatches.set(zk, watches);
+  }
+  return watches;
+}
+
+/** A holder's watch on its node: from the next turn on, or the waiter's watch taken over. */
+export function watchOwnNode(zk: ZooKeeperClient, node: OwnNode): void {
+  ownNodeWatchesOf(zk).soon(node);
+}
+
+/** A waiter's watch on its node, sent at once (with the predecessor's, in one write). */
+export function watchOwnNodeNow(zk: ZooKeeperClient, node: OwnNode): void {
+  ownNodeWatchesOf(zk).now(node);
 }
 
 /** The safety margin for this client's negotiated session timeout (default a quarter of it). */

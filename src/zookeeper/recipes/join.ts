@@ -6,7 +6,7 @@
 import { hostname } from 'node:os';
 import { ClientClosedError, InvalidArgumentError, LockLostError, SessionExpiredError } from '../../errors.js';
 import type { AcquireOptions } from '../../lock.js';
-import type { ZooKeeperClient } from '../client.js';
+import type { ClientState, ZooKeeperClient } from '../client.js';
 import { sessionMargin } from './holding.js';
 import { abandon, enqueue, waitForTurn, withoutStrays, type QueueNode } from './queue.js';
 import { position, queueParent } from './queue-order.js';
@@ -40,23 +40,32 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
   if (zk.state === 'expired') throw new SessionExpiredError();
   if (zk.state === 'closed') throw new ClientClosedError();
 
-  const stopper = new Stopper(zk, name, signal, timeoutMs);
+  // Without a signal or a timeout, only the session's end can stop the join,
+  // and it fails the join's own requests: no Stopper until we must wait.
+  let stopper = signal === undefined && timeoutMs === undefined ? null : new Stopper(zk, name, signal, timeoutMs);
 
-  const data = Buffer.from(options.owner ?? DEFAULT_OWNER, 'utf8');
-  const joining = enqueue(zk, root, parent, data);
+  const joining = enqueue(zk, root, parent, ownerBytes(options.owner));
   let handedOver = false;
   try {
-    const joined = await Promise.race([joining, stopper.stopped]);
+    const joined = stopper === null ? await joining : await Promise.race([joining, stopper.stopped]);
     const node = joined.node;
     let outcome: 'turn' | 'gone' | 'busy';
-    if (mode === 'try') {
-      const where = position(withoutStrays(zk, node, joined.children), node.child);
-      outcome = where === null ? 'gone' : where.turn ? 'turn' : 'busy';
-    } else {
-      outcome = await waitForTurn(zk, parent, node, joined.children, stopper.stopped);
+    const where = position(withoutStrays(zk, node, joined.children), node.child);
+    if (where === null) outcome = 'gone';
+    else if (where.turn) outcome = 'turn';
+    else if (mode === 'try') outcome = 'busy';
+    else {
+      stopper ??= new Stopper(zk, name, undefined, undefined);
+      outcome = await waitForTurn(zk, parent, node, where, stopper.stopped);
     }
     if (outcome === 'busy') return null;
-    stopper.check();
+    if (stopper !== null) stopper.check();
+    else {
+      // What a Stopper would have caught: the session ended as the grant arrived.
+      const state = zk.state as ClientState;
+      if (state === 'expired') throw new SessionExpiredError();
+      if (state === 'closed') throw new ClientClosedError();
+    }
     if (outcome === 'gone') {
       throw new LockLostError(name, 'node_deleted', `lock ${name}: our queue node ${node.path} was deleted while waiting`);
     }
@@ -64,7 +73,13 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
     handedOver = true;
     return holder;
   } finally {
-    stopper.dispose();
+    stopper?.dispose();
     if (!handedOver) await abandon(zk, joining);
   }
+}
+
+/** The owner string as node data: the default one (most acquires) encoded once. */
+const DEFAULT_OWNER_BYTES = Buffer.from(DEFAULT_OWNER, 'utf8');
+function ownerBytes(owner: string | undefined): Uint8Array {
+  return owner === undefined || owner === DEFAULT_OWNER ? DEFAULT_OWNER_BYTES : Buffer.from(owner, 'utf8');
 }

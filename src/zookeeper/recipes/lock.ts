@@ -9,6 +9,7 @@
  * lets the resource refuse a holder that did not stop in time. Queue and
  * token semantics: ./queue.ts. Holding and step-down: ./holding.ts.
  */
+import { traceAcquire, traceRelease } from '../../diagnostics.js';
 import { isCode } from '../../errors.js';
 import type { AcquireOptions, Lock, TryAcquireOptions } from '../../lock.js';
 import type { LockStatus } from '../../lock-source.js';
@@ -39,7 +40,7 @@ class HeldLock extends HeldNode implements ZooKeeperLock {
   }
 
   release(): Promise<void> {
-    return this.leave();
+    return traceRelease('zookeeper', this.name, this.token, () => this.leave());
   }
 
   toJSON(): { name: string; token: string; path: string; held: boolean } {
@@ -48,15 +49,16 @@ class HeldLock extends HeldNode implements ZooKeeperLock {
 }
 
 /** Wait for the lock (fair: in the order of arrival) and return it. */
-export async function acquireLock(zk: ZooKeeperClient, name: string, options: AcquireOptions = {}): Promise<ZooKeeperLock> {
+export function acquireLock(zk: ZooKeeperClient, name: string, options: AcquireOptions = {}): Promise<ZooKeeperLock> {
   const build = (node: QueueNode, marginMs: number): HeldLock => new HeldLock(zk, name, node, marginMs);
-  return (await joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'wait', options, build })) as HeldLock;
+  // In 'wait' mode the join never answers null.
+  return traceAcquire('zookeeper', name, 'wait', () => joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'wait', options, build }) as Promise<HeldLock>);
 }
 
 /** Take the lock if nobody holds it or waits for it; null otherwise (leaving nothing behind). */
 export function tryAcquireLock(zk: ZooKeeperClient, name: string, options: TryAcquireOptions = {}): Promise<ZooKeeperLock | null> {
   const build = (node: QueueNode, marginMs: number): HeldLock => new HeldLock(zk, name, node, marginMs);
-  return joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'try', options, build });
+  return traceAcquire('zookeeper', name, 'try', () => joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'try', options, build }));
 }
 
 /**

@@ -56,13 +56,20 @@ export function guidOf(child: string): string {
   return at === -1 ? '' : child.slice(0, at);
 }
 
-export type TurnOutcome = { readonly turn: true } | { readonly turn: false; readonly predecessor: string };
+export type TurnOutcome =
+  | { readonly turn: true }
+  /** ahead: how many nodes precede ours (1: the predecessor is the head). */
+  | { readonly turn: false; readonly predecessor: string; readonly ahead: number };
 
 /** Where we stand in a listing: holding, or behind `predecessor`. Null: our node is gone. */
+const TURN: TurnOutcome = Object.freeze({ turn: true });
+
 export function position(children: readonly string[], child: string): TurnOutcome | null {
+  // Alone in the queue (an uncontended acquire): nothing to sort.
+  if (children.length === 1) return children[0] === child ? TURN : null;
   const sorted = sortQueue(children);
   const index = sorted.indexOf(child);
   if (index === -1) return null;
-  if (index === 0) return { turn: true };
-  return { turn: false, predecessor: sorted[index - 1] as string };
+  if (index === 0) return TURN;
+  return { turn: false, predecessor: sorted[index - 1] as string, ahead: index };
 }

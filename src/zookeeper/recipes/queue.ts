@@ -21,7 +21,9 @@ import type { LockStatusEntry } from '../../lock-source.js';
 import type { ZooKeeperClient } from '../client.js';
 import { joinPath } from '../paths.js';
 import { listChildren, retryOnLoss, whileConnected } from './connection-loss.js';
+import { NODE_DELETED, NODE_DONE, watchOwnNodeNow, type OwnNode } from './holding.js';
 import { MARKER, guidOf, position, sortQueue } from './queue-order.js';
+import type { WatchEvent } from '../watches.js';
 
 /**
  * Each join gets its own guid, so a lost create2 reply can be matched to its
@@ -74,16 +76,17 @@ export interface QueueEntry extends LockStatusEntry {
  * created on demand every time a create finds it missing.
  */
 async function ensureParents(zk: ZooKeeperClient, parent: string, root: string): Promise<void> {
-  const segments = parent.split('/').slice(1);
-  let path = '';
-  for (const segment of segments) {
-    path += `/${segment}`;
-    const persistent = root === path || root.startsWith(`${path}/`);
-    try {
-      await zk.create(path, null, { mode: persistent ? 'persistent' : 'container' });
-    } catch (error) {
-      if (!isCode(error, 'ZK_NODEEXISTS')) throw error;
-    }
+  // Usually only the lock's own container is missing (reaped while the lock
+  // was idle): try it first, and walk up only when its parent is missing too.
+  const persistent = root === parent || root.startsWith(`${parent}/`);
+  try {
+    await zk.create(parent, null, { mode: persistent ? 'persistent' : 'container' });
+  } catch (error) {
+    if (isCode(error, 'ZK_NODEEXISTS')) return;
+    const up = parent.lastIndexOf('/');
+    if (!isCode(error, 'ZK_NONODE') || up <= 0) throw error;
+    await ensureParents(zk, parent.slice(0, up), root);
+    await ensureParents(zk, parent, root);
   }
 }
 
@@ -104,37 +107,73 @@ export interface Enqueued {
  * carries this attempt's guid and is owned by our session, and only create
  * again if there is none. One acquire never leaves two nodes.
  */
-export async function enqueue(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null): Promise<Enqueued> {
+export function enqueue(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null): Promise<Enqueued> {
   const guid = nextGuid();
   const prefix = joinPath(parent, `${guid}${MARKER}`);
+  // The common case without async frames: every acquire takes it.
+  const created = zk.create(prefix, data, SEQUENTIAL);
+  const listed = zk.getChildren(parent);
+  return created.then(
+    ({ path, stat }) => {
+      const node: QueueNode = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain: false };
+      return listed.then(
+        (children) => ({ node, children }),
+        (error: unknown) => listAfterLoss(zk, node, error),
+      );
+    },
+    (error: unknown) => {
+      listed.catch(ignore);
+      return enqueueAfter(zk, root, parent, data, guid, prefix, error);
+    },
+  );
+}
+
+const SEQUENTIAL = Object.freeze({ mode: 'ephemeral_sequential' } as const);
+const ignore = (): void => undefined;
+
+/** Our create landed but the listing was lost with the connection: list again (a read). */
+async function listAfterLoss(zk: ZooKeeperClient, node: QueueNode, error: unknown): Promise<Enqueued> {
+  if (!(error instanceof ConnectionLossError)) throw error;
+  return { node, children: await listChildren(zk, node.parent) };
+}
+
+/** The join after its first create failed with `firstError`: make the parents, or adopt a lost create, and try again. */
+async function enqueueAfter(
+  zk: ZooKeeperClient,
+  root: string,
+  parent: string,
+  data: Uint8Array | null,
+  guid: string,
+  prefix: string,
+  firstError: unknown,
+): Promise<Enqueued> {
   let uncertain = false;
+  let error = firstError;
   for (let attempt = 0; ; attempt++) {
-    const created = zk.create(prefix, data, { mode: 'ephemeral_sequential' });
+    if (isCode(error, 'ZK_NONODE') && attempt < 10) {
+      await ensureParents(zk, parent, root);
+    } else {
+      if (!(error instanceof ConnectionLossError)) throw error;
+      uncertain = true;
+      const adopted = await adopt(zk, parent, guid);
+      if (adopted !== null) return { node: adopted, children: await listChildren(zk, parent) };
+    }
+    const created = zk.create(prefix, data, SEQUENTIAL);
     const listed = zk.getChildren(parent);
-    let node: QueueNode | null;
+    let node: QueueNode;
     try {
       const { path, stat } = await created;
       node = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain };
-    } catch (error) {
-      listed.catch(() => undefined);
-      if (isCode(error, 'ZK_NONODE') && attempt < 10) {
-        await ensureParents(zk, parent, root);
-        continue;
-      }
-      if (!(error instanceof ConnectionLossError)) throw error;
-      uncertain = true;
-      node = await adopt(zk, parent, guid);
-      if (node === null) continue;
-      return { node, children: await listChildren(zk, parent) };
+    } catch (failed) {
+      listed.catch(ignore);
+      error = failed;
+      continue;
     }
-    let children: string[];
     try {
-      children = await listed;
-    } catch (error) {
-      if (!(error instanceof ConnectionLossError)) throw error;
-      children = await listChildren(zk, parent);
+      return { node, children: await listed };
+    } catch (failed) {
+      return listAfterLoss(zk, node, failed);
     }
-    return { node, children };
   }
 }
 
@@ -179,9 +218,13 @@ export async function abandon(zk: ZooKeeperClient, joining: Promise<Enqueued>): 
 }
 
 /** Leave the queue for good: our node, and for an uncertain join any other node carrying its guid. */
-export async function leaveQueue(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
+export function leaveQueue(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
+  return node.uncertain ? leaveUncertain(zk, node) : leave(zk, node.path);
+}
+
+async function leaveUncertain(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
   await leave(zk, node.path);
-  if (!node.uncertain || zk.state === 'expired' || zk.state === 'closed') return;
+  if (zk.state === 'expired' || zk.state === 'closed') return;
   try {
     const children = await listChildren(zk, node.parent);
     await Promise.all(children.filter((c) => guidOf(c) === node.guid).map((c) => leave(zk, joinPath(node.parent, c))));
@@ -193,51 +236,101 @@ export async function leaveQueue(zk: ZooKeeperClient, node: QueueNode): Promise<
 /**
  * Leave the queue: delete our node, repeating the delete across connection
  * losses (a lost delete reply is answered NONODE the second time). Ends when
- * the node is gone or the session is (which deletes it too).
+ * the node is gone or the session is (which deletes it too). Every release
+ * takes this path: one promise on the delete's, no async frames around it.
  */
-export async function leave(zk: ZooKeeperClient, path: string): Promise<void> {
-  for (;;) {
-    try {
-      await zk.delete(path);
-      return;
-    } catch (error) {
-      if (isCode(error, 'ZK_NONODE')) return;
-      if (error instanceof ConnectionLossError) continue;
-      if (zk.state === 'expired' || zk.state === 'closed') return;
-      throw error;
-    }
-  }
+export function leave(zk: ZooKeeperClient, path: string): Promise<void> {
+  return zk.delete(path).then(undefined, (error: unknown) => {
+    if (isCode(error, 'ZK_NONODE')) return;
+    if (error instanceof ConnectionLossError) return leave(zk, path);
+    if (zk.state === 'expired' || zk.state === 'closed') return;
+    throw error;
+  });
 }
 
 /**
- * Wait until our node is the lowest. Each round watches only the
- * predecessor (exists with a watch; if it is already gone, list again at
- * once). `stop` is a promise that rejects when the caller gives up (abort,
+ * Wait until our node is the lowest, starting behind `predecessor`, with
+ * `ahead` nodes before ours (from the listing the join made). Each round
+ * watches only the predecessor (exists with a watch; if it is already gone,
+ * look again at once), so a release wakes one waiter, not the queue.
+ *
+ * When the predecessor goes, the waiter lists again rather than assuming it
+ * is next (the predecessor may have been a waiter that gave up), except
+ * when the predecessor was the head: nodes only ever join behind ours
+ * (sequence order), so with the head gone nothing is ahead of us, and the
+ * grant needs no listing (a release hands over in one notification, not a
+ * notification and a round trip). That is sound only if our own node still
+ * exists: so the waiter watches its own node too, from the start (in the
+ * write that carries the predecessor's watch), and that watch then serves
+ * the holding as well.
+ *
+ * `stop` is a promise that rejects when the caller gives up (abort,
  * timeout, session loss); the caller then removes our node.
  */
 export async function waitForTurn(
   zk: ZooKeeperClient,
   parent: string,
   node: QueueNode,
-  children: string[],
+  start: { readonly predecessor: string; readonly ahead: number },
   stop: Promise<never>,
 ): Promise<'turn' | 'gone'> {
-  let listing = children;
-  for (;;) {
-    const where = position(withoutStrays(zk, node, listing), node.child);
-    if (where === null) return 'gone';
-    if (where.turn) return 'turn';
-    const predecessorGone = new Promise<void>((resolve) => {
-      const watch = (): void => resolve();
-      retryOnLoss(() => zk.exists(joinPath(parent, where.predecessor), { watch })).then(
-        (stat) => {
-          if (stat === null) resolve();
-        },
-        () => resolve(), // session trouble: the listing below reports it
-      );
+  const self = new WaitingNode(node.path);
+  watchOwnNodeNow(zk, self);
+  try {
+    let { predecessor, ahead } = start;
+    for (;;) {
+      const gone = await Promise.race([predecessorGone(zk, joinPath(parent, predecessor)), self.deleted, stop]);
+      if (self.isDeleted) return 'gone';
+      if (gone && ahead === 1) return 'turn';
+      const listing = await Promise.race([listChildren(zk, parent), stop]);
+      const where = position(withoutStrays(zk, node, listing), node.child);
+      if (where === null) return 'gone';
+      if (where.turn) return 'turn';
+      ({ predecessor, ahead } = where);
+    }
+  } finally {
+    self.done = true;
+  }
+}
+
+/**
+ * Resolves when the predecessor is gone (true: its exists answered null, or
+ * its watch fired for a deletion) or something else happened to it (false:
+ * its data changed, the session is in trouble): then look again.
+ */
+function predecessorGone(zk: ZooKeeperClient, path: string): Promise<boolean> {
+  return new Promise<boolean>((resolve) => {
+    const watch = (event: WatchEvent): void => resolve(event.type === 'deleted');
+    retryOnLoss(() => zk.exists(path, { watch })).then(
+      (stat) => {
+        if (stat === null) resolve(true);
+      },
+      () => resolve(false), // session trouble: the listing reports it
+    );
+  });
+}
+
+/** A waiter's own node, for its watch (./holding.ts): its deletion ends the wait. */
+class WaitingNode implements OwnNode {
+  done = false;
+  isDeleted = false;
+  readonly deleted: Promise<false>;
+  #wake!: (value: false) => void;
+
+  constructor(readonly path: string) {
+    this.deleted = new Promise<false>((resolve) => {
+      this.#wake = resolve;
     });
-    await Promise.race([predecessorGone, stop]);
-    listing = await Promise.race([listChildren(zk, parent), stop]);
+  }
+
+  get [NODE_DONE](): boolean {
+    return this.done;
+  }
+
+  [NODE_DELETED](): void {
+    if (this.done) return;
+    this.isDeleted = true;
+    this.#wake(false);
   }
 }
 

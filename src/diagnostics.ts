@@ -1,0 +1,279 @@
+/**
+ * What fencekeeper tells operators, through node:diagnostics_channel: the
+ * names below are stable (a rename is a breaking change), and every message
+ * is a plain object whose fields are listed with its channel.
+ *
+ * Tracing channels (diagnostics_channel.tracingChannel: start, end,
+ * asyncStart, asyncEnd, error) wrap one asynchronous operation each. Their
+ * context object carries the fields listed, and on settling `result` or
+ * `error` as Node's tracePromise sets them:
+ *
+ *   fencekeeper:lock:acquire      { source, lock, mode: 'wait' | 'try' }   result: the Lock (null: a try that found it taken)
+ *   fencekeeper:lock:release      { source, lock, token }
+ *   fencekeeper:election:campaign { source, election }                     result: the Leadership
+ *   fencekeeper:fence:admit       { adapter, resource, token }             a FenceStore admission, as fencing() waits for it
+ *   fencekeeper:fence:with-fence  { adapter, resource, token }             withFence: the advance, the work, the commit
+ *   fencekeeper:fence:write       { adapter, operation, resource, token }  one fenced row write (update, insert, upsert, delete)
+ *   fencekeeper:s3:put            { adapter, resource, token, layout }     fencedPutObject
+ *   fencekeeper:s3:delete         { adapter, resource, token, layout }     fencedDeleteObject
+ *   fencekeeper:effect:run        { resource, key, token }                 withEffect
+ *
+ * Plain channels:
+ *
+ *   fencekeeper:lock:held         LockHeldMessage: a grant began (a lock or a leadership)
+ *   fencekeeper:lock:lost         LockEndedMessage: a grant ended other than by release (reason: a LossReason)
+ *   fencekeeper:lock:released     LockEndedMessage: a grant ended by release or resignation
+ *   fencekeeper:session:state     SessionStateMessage: a source's session, lease or client changed state
+ *   fencekeeper:fence:refused     FenceRefusedMessage: a stale token was refused where the resource lives
+ *   fencekeeper:s3:unknown-outcome UnknownOutcomeMessage: a PUT whose outcome was lost, and how the read-back settled it
+ *
+ * Tokens are bigint in messages (never a lossy number). `source` is a
+ * LockSource kind ('zookeeper', 'redis', 'redlock', 'etcd'); `adapter` is
+ * where the fence is enforced ('postgres', 's3', 'express').
+ *
+ * Nothing is built or published while a channel has no subscriber: each
+ * helper below reads `hasSubscribers` first and otherwise calls straight
+ * through, so an application that never subscribes pays a few property
+ * reads per operation.
+ *
+ * A subscriber to a tracing channel's start event may set
+ * `context[RUN_WITHIN]` to a function `(fn) => result`; the traced operation
+ * then runs inside it. That is how a tracer makes its span the active one
+ * for the code the operation runs (withFence's work, the effect), so spans
+ * made there nest under it.
+ */
+import diagnostics from 'node:diagnostics_channel';
+import type { TracingChannel } from 'node:diagnostics_channel';
+import type { LossReason, StaleTokenError } from './errors.js';
+import type { FencingToken } from './token.js';
+
+/** The channel names, stable. */
+export const CHANNELS = Object.freeze({
+  lockAcquire: 'fencekeeper:lock:acquire',
+  lockRelease: 'fencekeeper:lock:release',
+  electionCampaign: 'fencekeeper:election:campaign',
+  fenceAdmit: 'fencekeeper:fence:admit',
+  fenceWithFence: 'fencekeeper:fence:with-fence',
+  fenceWrite: 'fencekeeper:fence:write',
+  s3Put: 'fencekeeper:s3:put',
+  s3Delete: 'fencekeeper:s3:delete',
+  effectRun: 'fencekeeper:effect:run',
+  lockHeld: 'fencekeeper:lock:held',
+  lockLost: 'fencekeeper:lock:lost',
+  lockReleased: 'fencekeeper:lock:released',
+  sessionState: 'fencekeeper:session:state',
+  fenceRefused: 'fencekeeper:fence:refused',
+  s3UnknownOutcome: 'fencekeeper:s3:unknown-outcome',
+} as const);
+
+/** The names of the tracing channels, as a subscriber iterates over them. */
+export const TRACING_CHANNELS = Object.freeze([
+  CHANNELS.lockAcquire,
+  CHANNELS.lockRelease,
+  CHANNELS.electionCampaign,
+  CHANNELS.fenceAdmit,
+  CHANNELS.fenceWithFence,
+  CHANNELS.fenceWrite,
+  CHANNELS.s3Put,
+  CHANNELS.s3Delete,
+  CHANNELS.effectRun,
+] as const);
+
+/** See the top of this file. Symbol.for: two copies of the package in one process still understand each other. */
+export const RUN_WITHIN: unique symbol = Symbol.for('fencekeeper.diagnostics.runWithin') as never;
+
+/** Every tracing channel's context may carry this, and Node adds `result` / `error` as the operation settles. */
+export interface TraceContext {
+  [RUN_WITHIN]?: <T>(fn: () => T) => T;
+  result?: unknown;
+  error?: unknown;
+}
+
+export interface AcquireTraceContext extends TraceContext {
+  readonly source: string;
+  readonly lock: string;
+  readonly mode: 'wait' | 'try';
+}
+export interface ReleaseTraceContext extends TraceContext {
+  readonly source: string;
+  readonly lock: string;
+  readonly token: FencingToken;
+}
+export interface CampaignTraceContext extends TraceContext {
+  readonly source: string;
+  readonly election: string;
+}
+export interface FenceTraceContext extends TraceContext {
+  readonly adapter: string;
+  readonly resource: string;
+  readonly token: FencingToken;
+}
+export interface FenceWriteTraceContext extends FenceTraceContext {
+  readonly operation: 'update' | 'insert' | 'upsert' | 'delete';
+}
+export interface S3WriteTraceContext extends FenceTraceContext {
+  readonly layout: 'in-place' | 'pointer';
+}
+export interface EffectTraceContext extends TraceContext {
+  readonly resource: string;
+  readonly key: string;
+  readonly token: FencingToken;
+}
+
+export interface LockHeldMessage {
+  readonly source: string;
+  readonly lock: string;
+  /** Absent where the source did not give the holding its token. */
+  readonly token?: FencingToken;
+}
+export interface LockEndedMessage extends LockHeldMessage {
+  readonly reason: LossReason;
+  /** From the grant to its end, in ms on the monotonic clock. */
+  readonly heldMs: number;
+  /** The LockLostError the holding's signal aborted with. */
+  readonly error: Error;
+}
+export interface SessionStateMessage {
+  readonly source: string;
+  /** The session, lease or client, as its source names it (ZooKeeper: the session id in hex). */
+  readonly session: string;
+  /** null: the first state this session reports. */
+  readonly previous: string | null;
+  readonly state: string;
+}
+export interface FenceRefusedMessage {
+  readonly adapter: string;
+  readonly resource: string;
+  readonly presented: FencingToken;
+  /** The resource's mark that refused it; null where the adapter could not read it. */
+  readonly current: FencingToken | null;
+}
+export interface UnknownOutcomeMessage {
+  readonly resource: string;
+  readonly token: FencingToken;
+  /** landed: the read-back showed our write; superseded: it showed another, so ours did not stick; unresolved: the read-back failed. */
+  readonly resolution: 'landed' | 'superseded' | 'unresolved';
+  /** Conditional PUTs sent by then. */
+  readonly attempts: number;
+}
+
+type Traced<C extends object> = TracingChannel<unknown, C>;
+
+const acquire = diagnostics.tracingChannel<unknown, AcquireTraceContext>(CHANNELS.lockAcquire);
+const release = diagnostics.tracingChannel<unknown, ReleaseTraceContext>(CHANNELS.lockRelease);
+const campaign = diagnostics.tracingChannel<unknown, CampaignTraceContext>(CHANNELS.electionCampaign);
+const admit = diagnostics.tracingChannel<unknown, FenceTraceContext>(CHANNELS.fenceAdmit);
+const withFenceChannel = diagnostics.tracingChannel<unknown, FenceTraceContext>(CHANNELS.fenceWithFence);
+const fenceWrite = diagnostics.tracingChannel<unknown, FenceWriteTraceContext>(CHANNELS.fenceWrite);
+const s3Put = diagnostics.tracingChannel<unknown, S3WriteTraceContext>(CHANNELS.s3Put);
+const s3Delete = diagnostics.tracingChannel<unknown, S3WriteTraceContext>(CHANNELS.s3Delete);
+const effect = diagnostics.tracingChannel<unknown, EffectTraceContext>(CHANNELS.effectRun);
+
+const lockHeld = diagnostics.channel(CHANNELS.lockHeld);
+const lockLost = diagnostics.channel(CHANNELS.lockLost);
+const lockReleased = diagnostics.channel(CHANNELS.lockReleased);
+const sessionState = diagnostics.channel(CHANNELS.sessionState);
+const fenceRefused = diagnostics.channel(CHANNELS.fenceRefused);
+const unknownOutcome = diagnostics.channel(CHANNELS.s3UnknownOutcome);
+
+// TracingChannel#hasSubscribers is missing before Node 20.13; the five
+// channels it summarizes are there on every version.
+function subscribed(channel: Traced<object>): boolean {
+  return (
+    channel.start.hasSubscribers ||
+    channel.end.hasSubscribers ||
+    channel.asyncStart.hasSubscribers ||
+    channel.asyncEnd.hasSubscribers ||
+    channel.error.hasSubscribers
+  );
+}
+
+function trace<C extends TraceContext, T>(channel: Traced<C>, context: C, fn: () => Promise<T>): Promise<T> {
+  return channel.tracePromise(() => {
+    const within = context[RUN_WITHIN];
+    return within === undefined ? fn() : within(fn);
+  }, context);
+}
+
+/** A lock acquire (mode 'try': tryAcquireLock). `source` is the LockSource kind. */
+export function traceAcquire<T>(source: string, lock: string, mode: 'wait' | 'try', fn: () => Promise<T>): Promise<T> {
+  if (!subscribed(acquire)) return fn();
+  return trace(acquire, { source, lock, mode }, fn);
+}
+
+export function traceRelease<T>(source: string, lock: string, token: FencingToken, fn: () => Promise<T>): Promise<T> {
+  if (!subscribed(release)) return fn();
+  return trace(release, { source, lock, token }, fn);
+}
+
+export function traceCampaign<T>(source: string, election: string, fn: () => Promise<T>): Promise<T> {
+  if (!subscribed(campaign)) return fn();
+  return trace(campaign, { source, election }, fn);
+}
+
+/** A FenceStore admission as a consumer of stores (fencing()) waits for it. */
+export function traceAdmit<T>(adapter: string, resource: string, token: FencingToken, fn: () => Promise<T>): Promise<T> {
+  if (!subscribed(admit)) return fn();
+  return trace(admit, { adapter, resource, token }, fn);
+}
+
+export function traceWithFence<T>(adapter: string, resource: string, token: FencingToken, fn: () => Promise<T>): Promise<T> {
+  if (!subscribed(withFenceChannel)) return fn();
+  return trace(withFenceChannel, { adapter, resource, token }, fn);
+}
+
+export function traceFencedWrite<T>(adapter: string, operation: FenceWriteTraceContext['operation'], resource: string, token: FencingToken, fn: () => Promise<T>): Promise<T> {
+  if (!subscribed(fenceWrite)) return fn();
+  return trace(fenceWrite, { adapter, operation, resource, token }, fn);
+}
+
+export function traceS3Put<T>(resource: string, token: FencingToken, layout: S3WriteTraceContext['layout'], fn: () => Promise<T>): Promise<T> {
+  if (!subscribed(s3Put)) return fn();
+  return trace(s3Put, { adapter: 's3', resource, token, layout }, fn);
+}
+
+export function traceS3Delete<T>(resource: string, token: FencingToken, layout: S3WriteTraceContext['layout'], fn: () => Promise<T>): Promise<T> {
+  if (!subscribed(s3Delete)) return fn();
+  return trace(s3Delete, { adapter: 's3', resource, token, layout }, fn);
+}
+
+export function traceEffect<T>(resource: string, key: string, token: FencingToken, fn: () => Promise<T>): Promise<T> {
+  if (!subscribed(effect)) return fn();
+  return trace(effect, { resource, key, token }, fn);
+}
+
+/**
+ * Whether anyone listens to the holdings' channels (held, lost, released). A
+ * source that makes its holdings lazily (when the holder first reads `held`
+ * or `signal`) makes them at the grant instead while this is true, so that
+ * every grant is seen, not only those whose holder looked.
+ */
+export function holdingsObserved(): boolean {
+  return lockHeld.hasSubscribers || lockLost.hasSubscribers || lockReleased.hasSubscribers;
+}
+
+export function publishLockHeld(source: string, lock: string, token: FencingToken | undefined): void {
+  if (lockHeld.hasSubscribers) lockHeld.publish(token === undefined ? { source, lock } : ({ source, lock, token } satisfies LockHeldMessage));
+}
+
+/** A grant ended: on fencekeeper:lock:released for a release, on fencekeeper:lock:lost for any other reason. */
+export function publishLockEnded(source: string, lock: string, token: FencingToken | undefined, reason: LossReason, heldMs: number, error: Error): void {
+  const channel = reason === 'released' ? lockReleased : lockLost;
+  if (!channel.hasSubscribers) return;
+  channel.publish((token === undefined ? { source, lock, reason, heldMs, error } : { source, lock, token, reason, heldMs, error }) satisfies LockEndedMessage);
+}
+
+export function publishSessionState(source: string, session: string, previous: string | null, state: string): void {
+  if (sessionState.hasSubscribers) sessionState.publish({ source, session, previous, state } satisfies SessionStateMessage);
+}
+
+/** A stale token refused by `adapter`: call it where the refusal is decided, once per refused write. */
+export function publishRefused(adapter: string, error: StaleTokenError): void {
+  if (fenceRefused.hasSubscribers) {
+    fenceRefused.publish({ adapter, resource: error.resource, presented: error.presented, current: error.current } satisfies FenceRefusedMessage);
+  }
+}
+
+export function publishUnknownOutcome(resource: string, token: FencingToken, resolution: UnknownOutcomeMessage['resolution'], attempts: number): void {
+  if (unknownOutcome.hasSubscribers) unknownOutcome.publish({ resource, token, resolution, attempts } satisfies UnknownOutcomeMessage);
+}

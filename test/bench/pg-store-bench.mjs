@@ -1,0 +1,198 @@
+// Benchmark: fencing() + PostgresFenceStore against the floor PostgreSQL sets
+// for the same statements, in one run:
+//   store, 1 resource     Express + fencing() on one hot resource (an empty handler), autocannon
+//   store, 64 resources   the same, each request fencing one of 64 resources at random
+//   Express, bare         the same server's route without fencing(): what Express and
+//                         autocannon can do on this machine at all
+//   pgbench floors        pgbench running the statements the store sends, sent
+//                         - as the store sends them: two messages,
+//                           `BEGIN; EXECUTE <fence upsert>; SAVEPOINT` and
+//                           `SET CONSTRAINTS ALL IMMEDIATE; RELEASE SAVEPOINT; COMMIT`;
+//                         - as one message (all six statements together: no client could do less);
+//                         - as four messages (BEGIN, the upsert, SAVEPOINT, the close: how
+//                           the store sent them before the open became one message);
+//                         on one row, and the two-message form over 64 rows.
+// With one resource every admission waits for the previous one's commit (the
+// row lock), so the figure is PostgreSQL's commit rate on one row; with 64
+// resources admissions run side by side and the limit is the machine's commit
+// rate or, on a small machine, the Node process itself (compare with the bare
+// route). pgbench substitutes `:name` even inside quotes and skips `::`, so
+// the resource names here carry no colon. The store's figures are put beside the floors measured in the
+// same round (blocks alternate, medians of per-round ratios are printed), so
+// other load on the machine falls on both alike.
+//
+//   npm run build && node test/bench/pg-store-bench.mjs
+//
+// Needs pgbench on PATH (Debian: package postgresql-client-15, which the
+// server package pulls in; `apt-get install -y postgresql-client-15`).
+// DATABASE_URL (default postgres://root@127.0.0.1:5432/test): a schema of its
+// own is made there and dropped after. BENCH_CONNECTIONS (default 32): HTTP
+// connections, the store's pool size and pgbench's clients alike.
+// BENCH_SECONDS (per block, default 3), BENCH_ROUNDS (default 3). FK_DIST: the
+// built package the server runs (default ../../dist), e.g. another checkout's
+// dist/ to compare before and after a change.
+// A script that prints figures: nothing asserts on time.
+import { execFile, fork } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir, loadavg, cpus } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+const url = process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test';
+const connections = Number(process.env.BENCH_CONNECTIONS ?? 32);
+const seconds = Number(process.env.BENCH_SECONDS ?? 3);
+const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
+const RESOURCES = 64;
+const TOKEN = '34';
+const dist = process.env.FK_DIST ?? new URL('../../dist', import.meta.url).pathname;
+
+if (process.argv[2] === '--serve') await serve(process.argv[3]);
+else await measure();
+
+async function serve(schema) {
+  const { default: express } = await import('express');
+  const { fencing } = await import(`${dist}/adapters/express/index.js`);
+  const { PostgresFenceStore } = await import(`${dist}/adapters/postgres/index.js`);
+  const { default: pg } = await import('pg');
+  const pool = new pg.Pool({ connectionString: url, max: connections, options: `-c search_path=${schema}` });
+  const store = new PostgresFenceStore(pool);
+  const app = express();
+  app.disable('x-powered-by');
+  app.disable('etag');
+  const empty = (_req, res) => { res.end(); };
+  app.get('/bare', empty);
+  app.get('/hot', fencing({ store, resource: 'bench-hot' }), empty);
+  app.get('/many', fencing({ store, resource: () => `bench-many-${1 + Math.floor(Math.random() * RESOURCES)}` }), empty);
+  const server = app.listen(0, '127.0.0.1', () => process.send({ port: server.address().port }));
+  process.on('message', (message) => {
+    if (message === 'cpu') {
+      const { user, system } = process.cpuUsage();
+      process.send({ cpu: user + system });
+    }
+  });
+  process.on('disconnect', () => server.close(async () => { await pool.end(); process.exit(0); }));
+}
+
+async function measure() {
+  const { default: autocannon } = await import('autocannon');
+  const { default: pg } = await import('pg');
+  const { migrate } = await import('../../dist/adapters/postgres/index.js');
+  // The very text the store prepares on each of its connections.
+  const { ADVANCE } = await import('../../dist/adapters/postgres/fence-row.js');
+  const run = promisify(execFile);
+  const { stdout: pgbenchVersion } = await run('pgbench', ['--version']).catch(() => {
+    throw new Error('pgbench is not on PATH (Debian: apt-get install -y postgresql-client-15)');
+  });
+
+  const schema = `fk_pgstore_${Math.random().toString(16).slice(2, 10)}`;
+  const admin = new pg.Pool({ connectionString: url, max: 1, options: `-c search_path=${schema}` });
+  await admin.query(`CREATE SCHEMA ${schema}`);
+  const dir = mkdtempSync(join(tmpdir(), 'fk-pgstore-'));
+  let child;
+  try {
+    await migrate(admin);
+    await admin.query(`INSERT INTO fencekeeper_fences (resource, token) SELECT 'bench-many-' || g, 1 FROM generate_series(1, ${RESOURCES}) g`);
+    await admin.query(`INSERT INTO fencekeeper_fences (resource, token) VALUES ('bench-hot', 1)`);
+
+    // pgbench scripts. Each client prepares the upsert once (PREPARE is per
+    // connection, like the store's), then runs the transaction as many times as it can.
+    const prepare = `\\if :prepped = 0\nPREPARE adv (text, int8) AS ${ADVANCE.replaceAll('\n', ' ')};\n\\set prepped 1\n\\endif\n`;
+    const open = (resource) => `BEGIN \\; EXECUTE adv(E'${resource}', ${TOKEN}::int8) \\; SAVEPOINT fencekeeper_fenced`;
+    const close = 'SET CONSTRAINTS ALL IMMEDIATE \\; RELEASE SAVEPOINT fencekeeper_fenced \\; COMMIT';
+    const scripts = {
+      'two messages (as the store sends them)': `${prepare}${open('bench-hot')};\n${close};\n`,
+      'one message': `${prepare}${open('bench-hot')} \\; ${close};\n`,
+      'four messages (as before)': `${prepare}BEGIN;\nEXECUTE adv(E'bench-hot', ${TOKEN}::int8);\nSAVEPOINT fencekeeper_fenced;\n${close};\n`,
+      'two messages, 64 rows': `\\set r random(1, ${RESOURCES})\n${prepare}${open('bench-many-:r')};\n${close};\n`,
+    };
+    const files = Object.fromEntries(Object.entries(scripts).map(([name, text], i) => {
+      const file = join(dir, `script${i}.sql`);
+      writeFileSync(file, text);
+      return [name, file];
+    }));
+    const parsed = new URL(url);
+    const pgbench = async (name) => {
+      const args = ['-h', parsed.hostname, '-p', parsed.port || '5432', '-U', decodeURIComponent(parsed.username || 'root'), '-n', '-M', 'simple',
+        '-D', 'prepped=0', '-c', String(connections), '-j', '2', '-T', String(seconds), '-f', files[name], parsed.pathname.slice(1)];
+      const { stdout } = await run('pgbench', args, { env: { ...process.env, PGOPTIONS: `-c search_path=${schema}` } });
+      const failed = /number of failed transactions: (\d+)/.exec(stdout);
+      if (failed !== null && failed[1] !== '0') throw new Error(`pgbench ${name}: ${failed[1]} failed transactions\n${stdout}`);
+      const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(stdout);
+      if (tps === null) throw new Error(`pgbench ${name}: no tps in\n${stdout}`);
+      return Number(tps[1]);
+    };
+
+    child = fork(fileURLToPath(import.meta.url), ['--serve', schema], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const { port } = await new Promise((resolve, reject) => {
+      child.once('message', resolve);
+      child.once('exit', (code) => reject(new Error(`server exited (${code})`)));
+    });
+    const serverCpu = () => new Promise((resolve) => {
+      const onMessage = (message) => {
+        if (typeof message?.cpu === 'number') {
+          child.off('message', onMessage);
+          resolve(message.cpu);
+        }
+      };
+      child.on('message', onMessage);
+      child.send('cpu');
+    });
+    const store = async (path, duration) => {
+      const cpu0 = await serverCpu();
+      const result = await autocannon({ url: `http://127.0.0.1:${port}${path}`, headers: { 'fencing-token': TOKEN }, connections, duration });
+      const cpu1 = await serverCpu();
+      if (result.non2xx !== 0 || result.errors !== 0) throw new Error(`${path}: ${result.non2xx} non-2xx answers, ${result.errors} errors`);
+      return { rps: result.requests.total / duration, cpuUs: (cpu1 - cpu0) / result.requests.total };
+    };
+
+    // Warm up: JIT, the pools, every connection's PREPARE.
+    await store('/hot', 1);
+    await store('/many', 1);
+
+    const blocks = [
+      ['Express, no fencing (the HTTP ceiling)', () => store('/bare', seconds)],
+      ['store, 1 resource', () => store('/hot', seconds)],
+      ['two messages (as the store sends them)', () => pgbench('two messages (as the store sends them)')],
+      ['one message', () => pgbench('one message')],
+      ['four messages (as before)', () => pgbench('four messages (as before)')],
+      ['store, 64 resources', () => store('/many', seconds)],
+      ['two messages, 64 rows', () => pgbench('two messages, 64 rows')],
+    ];
+    const samples = new Map(blocks.map(([name]) => [name, []]));
+    for (let round = 0; round < rounds; round += 1) {
+      const order = round % 2 === 0 ? blocks : [...blocks].reverse();
+      for (const [name, block] of order) {
+        const result = await block();
+        samples.get(name).push(typeof result === 'number' ? { rps: result } : result);
+      }
+    }
+
+    const median = (values) => {
+      const sorted = [...values].sort((x, y) => x - y);
+      const mid = sorted.length >> 1;
+      return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+    };
+    const rps = (name) => median(samples.get(name).map((s) => s.rps));
+    const ratio = (a, b) => median(samples.get(a).map((s, i) => s.rps / samples.get(b)[i].rps));
+    const { rows: [{ server_version: version }] } = await admin.query('SHOW server_version');
+    console.log(`PostgreSQL ${version}, ${pgbenchVersion.trim()}, node ${process.version}; ${connections} HTTP connections = pool size = pgbench clients; ${rounds} rounds of ${seconds} s per block, medians`);
+    console.log('block                                        req/s or tx/s');
+    for (const [name] of blocks) {
+      const cpu = samples.get(name)[0].cpuUs === undefined ? '' : `   (Express process CPU ${median(samples.get(name).map((s) => s.cpuUs)).toFixed(0)} µs/req)`;
+      console.log(`${name.padEnd(42)} ${rps(name).toFixed(0).padStart(10)}${cpu}`);
+    }
+    console.log(`store, 1 resource / two messages (same statements, same messages):  ${ratio('store, 1 resource', 'two messages (as the store sends them)').toFixed(3)}x`);
+    console.log(`store, 1 resource / one message:                                   ${ratio('store, 1 resource', 'one message').toFixed(3)}x   (aim >= 0.9x of the floor of its statements in one message)`);
+    console.log(`store, 1 resource / four messages (as before):                      ${ratio('store, 1 resource', 'four messages (as before)').toFixed(3)}x`);
+    console.log(`store, 64 resources / two messages over 64 rows:                    ${ratio('store, 64 resources', 'two messages, 64 rows').toFixed(3)}x   (aim >= 0.8x)`);
+    console.log(`store, 64 resources / Express without fencing:                     ${ratio('store, 64 resources', 'Express, no fencing (the HTTP ceiling)').toFixed(3)}x`);
+    console.log(`two messages / four messages (pgbench, one row):                    ${ratio('two messages (as the store sends them)', 'four messages (as before)').toFixed(3)}x`);
+    console.log(`${cpus().length} CPUs, load average ${loadavg().map((l) => l.toFixed(2)).join(' ')} (at the end; pgbench, the Express server and autocannon share these cores with PostgreSQL)`);
+  } finally {
+    child?.disconnect();
+    rmSync(dir, { recursive: true, force: true });
+    await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await admin.end();
+  }
+}

@@ -1,0 +1,148 @@
+// fencekeeper/opentelemetry against real servers, with the real SDK and its
+// in-memory exporters: fenced writes that S3 and an HTTP service refuse are
+// counted by adapter and resource, their spans nest under the user's active
+// span; a ZooKeeper session expired from the server's side is one lost lock
+// with the reason the holder saw, and the held gauge goes back to 0; a PUT
+// whose reply is lost is counted by how its read-back settled it; a
+// withEffect on PostgreSQL is a span under the user's, active for the
+// effect's own code, and an effect left pending is counted.
+import { once } from 'node:events';
+import { createServer, type Server } from 'node:http';
+import { trace } from '@opentelemetry/api';
+import express from 'express';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ATTR, METRICS, instrument, uninstrument } from '../../adapters/opentelemetry/index.js';
+import { MemoryFenceStore, fencing } from '../../adapters/express/index.js';
+import { migrate, withEffect } from '../../adapters/postgres/index.js';
+import { fencedPutObject } from '../../adapters/s3/index.js';
+import { EffectPendingError, StaleTokenError } from '../../src/errors.js';
+import { expireSession, sessionRecorder } from '../../src/testing/expire-session.js';
+import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
+import { otelSdk, sum, type OtelSdk } from '../helpers/otel.js';
+import { testServers } from '../helpers/servers.js';
+import { uniqueLockName } from '../helpers/unique.js';
+import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
+import { TestBucket, loseReplies, newClient, randomPrefix } from './s3-helpers.js';
+
+const testBucket = new TestBucket('otel');
+let sdk: OtelSdk;
+let server: Server;
+let url: string;
+
+beforeAll(async () => {
+  await testBucket.create();
+  sdk = otelSdk();
+  instrument({ tracerProvider: sdk.tracerProvider, meterProvider: sdk.meterProvider });
+  const app = express();
+  app.put('/orders', fencing({ store: new MemoryFenceStore(), resource: 'orders' }), (_req, res) => void res.status(204).end());
+  server = createServer(app).listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  url = `http://127.0.0.1:${(server.address() as { port: number }).port}/orders`;
+});
+afterAll(async () => {
+  uninstrument();
+  server?.closeAllConnections();
+  await new Promise((r) => server?.close(r));
+  await sdk?.shutdown();
+  await testBucket.remove();
+});
+
+describe('fencekeeper/opentelemetry with real servers', () => {
+  it('a stale S3 put and a stale HTTP request are counted by adapter and resource; the S3 span nests under the user\'s span', async () => {
+    const { client } = newClient();
+    const Key = `${randomPrefix()}/report.json`;
+    const user = sdk.tracerProvider.getTracer('app');
+    await user.startActiveSpan('nightly-report', async (parent) => {
+      await fencedPutObject(client, { Bucket: testBucket.name, Key, Body: 'by 10', token: 10n });
+      await expect(fencedPutObject(client, { Bucket: testBucket.name, Key, Body: 'by 5', token: 5n })).rejects.toBeInstanceOf(StaleTokenError);
+      parent.end();
+    });
+    client.destroy();
+    expect((await fetch(url, { method: 'PUT', headers: { 'fencing-token': '10' } })).status).toBe(204);
+    expect((await fetch(url, { method: 'PUT', headers: { 'fencing-token': '5' } })).status).toBe(409);
+
+    const collected = await sdk.collect();
+    const resource = `s3://${testBucket.name}/${Key}`;
+    expect(sum(collected, METRICS.refused, { [ATTR.adapter]: 's3', [ATTR.resource]: resource })).toBe(1);
+    expect(sum(collected, METRICS.refused, { [ATTR.adapter]: 'express', [ATTR.resource]: 'orders' })).toBe(1);
+
+    const spans = sdk.spans();
+    const parent = spans.find((s) => s.name === 'nightly-report')!;
+    const puts = spans.filter((s) => s.name === 'fencekeeper.s3.put' && s.attributes[ATTR.resource] === resource);
+    expect(puts.map((s) => s.attributes[ATTR.outcome])).toEqual(['written', 'refused']);
+    for (const put of puts) expect(put.parentSpanContext?.spanId).toBe(parent.spanContext().spanId);
+    const admits = spans.filter((s) => s.name === 'fencekeeper.fence.admit' && s.attributes[ATTR.resource] === 'orders');
+    expect(admits.map((s) => s.attributes[ATTR.outcome])).toEqual(['written', 'refused']);
+  });
+
+  it('a lost reply to a conditional PUT is an unknown outcome the read-back settles: counted as landed', async () => {
+    const { client } = newClient({ maxAttempts: 1 }); // no SDK retry: the adapter sees the 500 itself
+    loseReplies(client, (request, n) => request.method === 'PUT' && n === 1);
+    const Key = `${randomPrefix()}/lost-reply.txt`;
+    await fencedPutObject(client, { Bucket: testBucket.name, Key, Body: 'once', token: 3n });
+    client.destroy();
+    const collected = await sdk.collect();
+    expect(sum(collected, METRICS.unknownOutcome, { [ATTR.resource]: `s3://${testBucket.name}/${Key}`, [ATTR.resolution]: 'landed' })).toBe(1);
+  });
+
+  it('withEffect on PostgreSQL: its span nests under the user\'s and is the active span inside the effect; an effect left pending is counted', async () => {
+    const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
+    const schema = uniqueName('fk_otel');
+    await createSchema(admin, schema);
+    const pool = newPool(schema, uniqueName('fk_otel'), 4);
+    try {
+      await migrate(pool);
+      const resource = uniqueName('payments');
+      const user = sdk.tracerProvider.getTracer('app');
+      let activeInside: string | undefined;
+      await user.startActiveSpan('checkout', async (parent) => {
+        await withEffect(pool, { resource, token: 5n, key: 'charge-1' }, async () => {
+          activeInside = trace.getActiveSpan()?.spanContext().spanId;
+          return 'ch_1';
+        });
+        // A reset on the way to the outside system: the outcome is unknown, the effect stays pending.
+        await expect(withEffect(pool, { resource, token: 5n, key: 'charge-2' }, async () => {
+          throw new Error('socket hang up');
+        })).rejects.toBeInstanceOf(EffectPendingError);
+        parent.end();
+      });
+      const spans = sdk.spans();
+      const parent = spans.find((s) => s.name === 'checkout')!;
+      const effects = spans.filter((s) => s.name === 'fencekeeper.effect' && s.attributes[ATTR.resource] === resource);
+      expect(effects.map((s) => s.attributes[ATTR.outcome])).toEqual(['done', 'pending']);
+      for (const span of effects) expect(span.parentSpanContext?.spanId).toBe(parent.spanContext().spanId);
+      expect(activeInside, 'the effect ran with its span active').toBe(effects[0]!.spanContext().spanId);
+      const collected = await sdk.collect();
+      expect(sum(collected, METRICS.effectPending, { [ATTR.resource]: resource })).toBe(1);
+    } finally {
+      await pool.end();
+      await dropSchema(admin, schema);
+      await admin.end();
+    }
+  });
+
+  it('ZooKeeper: a session expired by the server is one lost lock with reason session_expired; held goes back to 0; a release is a hold, not a loss', async () => {
+    const name = uniqueLockName('otel-lost');
+    const zk = await ZooKeeperClient.connect({ connectString: testServers().zkStandalone, sessionTimeoutMs: 4000, connector: sessionRecorder() });
+    try {
+      const released = await acquireLock(zk, `${name}-released`);
+      await released.release();
+      const lock = await acquireLock(zk, name);
+      let collected = await sdk.collect();
+      expect(sum(collected, METRICS.held, { [ATTR.lock]: name, [ATTR.source]: 'zookeeper' })).toBe(1);
+      await expireSession(zk);
+      expect(lock.signal.aborted).toBe(true);
+      collected = await sdk.collect();
+      expect(sum(collected, METRICS.lost, { [ATTR.lock]: name })).toBe(1);
+      expect(sum(collected, METRICS.lost, { [ATTR.lock]: name, [ATTR.lossReason]: 'session_expired' })).toBe(1);
+      expect(sum(collected, METRICS.held, { [ATTR.lock]: name })).toBe(0);
+      expect(sum(collected, METRICS.holdDuration, { [ATTR.lock]: name })).toBe(1);
+      expect(sum(collected, METRICS.lost, { [ATTR.lock]: `${name}-released` })).toBe(0);
+      expect(sum(collected, METRICS.holdDuration, { [ATTR.lock]: `${name}-released`, [ATTR.lossReason]: 'released' })).toBe(1);
+    } finally {
+      await zk.close();
+    }
+  });
+});
