@@ -162,7 +162,7 @@ export class Lease {
   #pending: number[] = [];
   #tick: NodeJS.Timeout | null = null;
   #expiry: NodeJS.Timeout | null = null;
-  /** Keepalive responses that moved the deadline (tests and the CLI read it). */
+  /** Keepalive responses that moved the deadline on (for tests and diagnostics). */
   acknowledged = 0;
 
   static async grant(etcd: EtcdClient, ttlSeconds: number, onEnd: (lease: Lease) => void): Promise<Lease> {
