@@ -4,6 +4,9 @@ import { describe, expect, it } from 'vitest';
 import type { EtcdClient } from '../../adapters/etcd/client.js';
 import { acquireLock, campaign, etcdSession, etcdSource, lockStatus, observeLeader, tryAcquireLock } from '../../adapters/etcd/index.js';
 import { prefixEnd, queuePrefix } from '../../adapters/etcd/queue.js';
+import { checkName } from '../../adapters/etcd/input.js';
+import { UsageError } from '../../src/cli/args.js';
+import { ETCD_SERVICE } from '../../src/cli/services/etcd.js';
 import { InvalidArgumentError } from '../../src/errors.js';
 
 function recordingClient(): { client: EtcdClient; calls: string[] } {
@@ -87,5 +90,25 @@ describe('etcd source input', () => {
     expect(inRange(`${a}0123`)).toBe(true);
     expect(inRange(`${ab}0123`)).toBe(false);
     expect(prefixEnd('ab').toString()).toBe('ac');
+  });
+
+  it('the CLI\'s copy of the name rule (it loads no adapter before connecting) agrees with the entry\'s', () => {
+    const address = ETCD_SERVICE.address('127.0.0.1:2379', { origin: '--lock-service', fromCommandLine: true, values: {}, env: {} });
+    for (const name of [...BAD_NAMES.filter((n): n is string => typeof n === 'string'), 'jobs/reindex', 'a', 'a.b/c-d_e', 'x'.repeat(1024), 'ünïcode/ok']) {
+      let entry = true;
+      try {
+        checkName(name);
+      } catch {
+        entry = false;
+      }
+      let cli = true;
+      try {
+        address.checkName('lock', name);
+      } catch (error) {
+        expect(error).toBeInstanceOf(UsageError);
+        cli = false;
+      }
+      expect(cli, JSON.stringify(name)).toBe(entry);
+    }
   });
 });
