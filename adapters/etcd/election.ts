@@ -4,7 +4,7 @@
  * create revision, so every later leader's epoch is larger, across etcd
  * leader changes too; downstream systems fence on it as on a lock token.
  */
-import type { CampaignOptions, FencingToken, Leadership } from '../../src/index.js';
+import { traceCampaign, traceRelease, type CampaignOptions, type FencingToken, type Leadership } from '../../src/index.js';
 import type { EtcdClient } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
@@ -33,7 +33,7 @@ class HeldLeadership extends HeldKey implements EtcdLeadership {
   }
 
   resign(): Promise<void> {
-    return this.leave();
+    return traceRelease('etcd', this.name, this.epoch, () => this.leave());
   }
 }
 
@@ -41,7 +41,7 @@ class HeldLeadership extends HeldKey implements EtcdLeadership {
 export async function campaign(etcd: EtcdClient, name: string, options: CampaignOptions = {}): Promise<EtcdLeadership> {
   const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number, id: string): HeldLeadership =>
     new HeldLeadership(etcd, lease, name, id, node, revision, marginMs);
-  return (await joinAndWait(etcd, { root: ELECTIONS_ROOT, name, mode: 'wait', options, ownerField: 'id', build })) as HeldLeadership;
+  return traceCampaign('etcd', name, async () => (await joinAndWait(etcd, { root: ELECTIONS_ROOT, name, mode: 'wait', options, ownerField: 'id', build })) as HeldLeadership);
 }
 
 export interface EtcdLeaderInfo {

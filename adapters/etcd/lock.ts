@@ -9,7 +9,7 @@
  *
  * Queue and token: ./queue.ts. The lease every grant hangs on: ./session.ts.
  */
-import type { AcquireOptions, FencingToken, Lock, LockStatus, TryAcquireOptions } from '../../src/index.js';
+import { traceAcquire, traceRelease, type AcquireOptions, type FencingToken, type Lock, type LockStatus, type TryAcquireOptions } from '../../src/index.js';
 import type { EtcdClient } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
@@ -35,7 +35,7 @@ class HeldLock extends HeldKey implements EtcdLock {
   }
 
   release(): Promise<void> {
-    return this.leave();
+    return traceRelease('etcd', this.name, this.token, () => this.leave());
   }
 
   toJSON(): { name: string; token: string; key: string; held: boolean } {
@@ -46,13 +46,13 @@ class HeldLock extends HeldKey implements EtcdLock {
 /** Wait for the lock (fair: in the order of arrival) and return it. */
 export async function acquireLock(etcd: EtcdClient, name: string, options: AcquireOptions = {}): Promise<EtcdLock> {
   const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number): HeldLock => new HeldLock(etcd, lease, name, node, revision, marginMs);
-  return (await joinAndWait(etcd, { root: LOCKS_ROOT, name, mode: 'wait', options, ownerField: 'owner', build })) as HeldLock;
+  return traceAcquire('etcd', name, 'wait', async () => (await joinAndWait(etcd, { root: LOCKS_ROOT, name, mode: 'wait', options, ownerField: 'owner', build })) as HeldLock);
 }
 
 /** Take the lock if nobody holds it or waits for it; null otherwise (leaving nothing behind). */
 export function tryAcquireLock(etcd: EtcdClient, name: string, options: TryAcquireOptions = {}): Promise<EtcdLock | null> {
   const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number): HeldLock => new HeldLock(etcd, lease, name, node, revision, marginMs);
-  return joinAndWait(etcd, { root: LOCKS_ROOT, name, mode: 'try', options, ownerField: 'owner', build });
+  return traceAcquire('etcd', name, 'try', () => joinAndWait(etcd, { root: LOCKS_ROOT, name, mode: 'try', options, ownerField: 'owner', build }));
 }
 
 /** The lock's queue in grant order: the first entry holds, the rest wait. One range request. */
