@@ -190,7 +190,7 @@ export interface Joined {
  */
 export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined> {
   const { prefix, slot, key, joinId, keyBytes, value } = plan;
-  const newest: EtcdRangeRequest = { key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Descend', limit: 2 };
+  const newest: EtcdRangeRequest = { key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Descend', limit: 2, keys_only: true };
   const txn = {
     compare: [{ key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
     success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }, { request_range: newest }],
@@ -264,6 +264,8 @@ export async function look(etcd: EtcdClient, lease: Lease, node: QueueKey, given
     sort_order: 'Descend',
     max_create_revision: node.token.toString(),
     limit: 2,
+    // Keys and revisions are all the order needs; the values stay on the server.
+    keys_only: true,
   };
   const response = await repeated(() => etcd.kv.range(request), lease, givenUp);
   const revision = int64(response.header.revision, 'revision');
