@@ -17,7 +17,8 @@ const EXIT_CODES = `exit codes:
 const LOCK_SERVICE = `  --lock-service <url>       the lock service (default: $FENCEKEEPER_LOCK_SERVICE, else the
                              ZooKeeper of --zookeeper): zookeeper://h:2181[,h:2182][/chroot],
                              redis://[user@]h:6379[/db] (one Redis: the key's TTL is
-                             --session-timeout), redlock://h1:6379,h2:6380,h3:6381 (Redlock);
+                             --session-timeout), redlock://h1:6379,h2:6380,h3:6381 (Redlock),
+                             etcd://h1:2379[,h2:2379] (the lease's TTL is --session-timeout);
                              a URL with a password only from $FENCEKEEPER_LOCK_SERVICE`;
 
 const STOPPING = `When the lock is lost while cmd runs, cmd's process group gets SIGTERM,

@@ -2,8 +2,10 @@
 // source. A test takes a SourceUnderTest and needs nothing else: the URL a
 // child process (or the CLI) names the source by, how long a stopped holder
 // takes to lose its grant, and a way to open the source in the test itself.
-// A new source (etcd) plugs in by adding its entry to SOURCES.
+// A new source plugs in by adding its entry to SOURCES.
+import { Etcd3 } from 'etcd3';
 import { Redis } from 'ioredis';
+import { etcdSession, etcdSource } from '../../adapters/etcd/index.js';
 import { redisSource } from '../../adapters/redis/index.js';
 import type { AcquireOptions } from '../../src/lock.js';
 import type { LockSource } from '../../src/lock-source.js';
@@ -86,7 +88,26 @@ export const REDLOCK: SourceUnderTest = {
   },
 };
 
-export const SOURCES: readonly SourceUnderTest[] = [ZOOKEEPER, REDIS, REDLOCK];
+export const ETCD: SourceUnderTest = {
+  kind: 'etcd',
+  get lockService() {
+    return `etcd://${new URL(testServers().etcd).host}`;
+  },
+  // A 2 s lease: etcd grants nothing shorter than 1.5 x its election timeout (1 s here).
+  grantMs: 2000,
+  async open() {
+    const etcd = new Etcd3({ hosts: testServers().etcd });
+    return {
+      source: etcdSource(etcd, { ttlSeconds: 2 }),
+      close: async () => {
+        await etcdSession(etcd).close();
+        etcd.close();
+      },
+    };
+  },
+};
+
+export const SOURCES: readonly SourceUnderTest[] = [ZOOKEEPER, REDIS, REDLOCK, ETCD];
 
 /**
  * Code that takes any source: each source takes the lock `turns` times, and

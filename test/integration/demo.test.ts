@@ -65,6 +65,7 @@ describe('fencekeeper demo over the other lock services', () => {
   it.each([
     ['redis', () => testServers().redis, /\| redis\s+\| \d+\s+\| A's lock key expires/],
     ['redlock', () => `redlock://${testServers().redlock.map((u) => u.replace(/^redis:\/\//, '')).join(',')}`, /\| redlock\s+\| \d+\s+\| A's lock key expires/],
+    ['etcd', () => `etcd://${new URL(testServers().etcd).host}`, /\| etcd\s+\| \d+\s+\| A's lease expires/],
   ])('--lock-service %s: the same timeline, every stale write refused', { timeout: 120_000 }, async (_kind, url, expiry) => {
     const run = await demo(['--lock-service', url()]);
     expect(run.stderr).toBe('');

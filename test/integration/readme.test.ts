@@ -66,6 +66,7 @@ const EXPECTED: Record<string, RegExp> = {
   'Resources that cannot check a token: withEffect and idempotency()': /^(ran recorded ch_1 1|no pending effects)$/m,
   'Leader election': /^leader worker-1 with epoch \d+ true$/m,
   'Locks over Redis: fencekeeper/redis': /^(redis token \d+ held true\nredlock token \d+ held true|redis run with token \d+\nredlock run with token \d+)$/m,
+  'A lock over etcd: fencekeeper/etcd': /^token \d+ is the create revision of fencekeeper\/locks\/readme\/etcd-nightly\/#[0-9a-f]+-\d+, held true$/m,
   'The CLI': /^token \d+ for readme\/nightly\nleader with epoch \d+\nreadme\/nightly: free/m,
   'Testing your code against lock loss: fencekeeper/testing': /^\s*Tests\s+1 passed \(1\)$/m,
   'Observability: diagnostics channels and OpenTelemetry': /^fencekeeper_fence_refused_total\{fencekeeper_adapter="s3",fencekeeper_resource="s3:\/\/readme-reports\/observed\.txt",otel_scope_name="fencekeeper"\} 1$/m,
@@ -116,6 +117,7 @@ describe('README examples', () => {
       REDIS_URL: servers.redis,
       REDLOCK_NODES: servers.redlock.join(','),
       REDLOCK_URL: `redlock://${servers.redlock.map((u) => u.replace(/^redis:\/\//, '')).join(',')}`,
+      ETCD: new URL(servers.etcd).host,
       PATH: `${WORK}bin:${process.env.PATH ?? ''}`,
     };
   });
@@ -131,6 +133,7 @@ describe('README examples', () => {
       'Resources that cannot check a token: withEffect and idempotency()',
       'Leader election',
       'Locks over Redis: fencekeeper/redis',
+      'A lock over etcd: fencekeeper/etcd',
       'Testing your code against lock loss: fencekeeper/testing',
       'Observability: diagnostics channels and OpenTelemetry',
     ]);

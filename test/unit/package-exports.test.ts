@@ -75,6 +75,10 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
   },
   'fencekeeper/opentelemetry': { functions: ['instrument', 'uninstrument'], classes: [] },
   'fencekeeper/redis': { functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'redisSource'], classes: [] },
+  'fencekeeper/etcd': {
+    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession'],
+    classes: ['EtcdSession'],
+  },
   'fencekeeper/testing': {
     functions: ['startZooKeeper', 'startRedis', 'expireSession', 'sessionRecorder', 'spawnHolder', 'reportHolding', 'reportToTest', 'checkHistory'],
     classes: ['TcpProxy', 'WriteHistory', 'ServerNotInstalledError', 'ServerStartError'],
@@ -84,7 +88,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
 describe('the package by name', () => {
   it('package.json names the package and exports exactly its entry points', () => {
     expect(pkg.name).toBe('fencekeeper');
-    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './express', './opentelemetry', './package.json', './postgres', './redis', './s3', './testing']);
+    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './etcd', './express', './opentelemetry', './package.json', './postgres', './redis', './s3', './testing']);
     for (const [subpath, target] of Object.entries(pkg.exports)) {
       if (typeof target === 'string') continue;
       expect(existsSync(join(root, target.default)), `${subpath} -> ${target.default}`).toBe(true);

@@ -5,6 +5,7 @@
  */
 import { UsageError, type ParsedArgs } from '../args.js';
 import type { LockServiceAddress, LockServiceKind } from '../lock-service.js';
+import { ETCD_SERVICE } from './etcd.js';
 import { ZOOKEEPER_OPTIONS, ZOOKEEPER_SERVICE, zookeeperAddress } from './zookeeper.js';
 import { REDIS_SERVICE, REDLOCK_SERVICE } from './redis.js';
 
@@ -21,6 +22,7 @@ export const LOCK_SERVICES: Readonly<Record<string, LockServiceKind>> = Object.f
   zookeeper: ZOOKEEPER_SERVICE,
   redis: REDIS_SERVICE,
   redlock: REDLOCK_SERVICE,
+  etcd: ETCD_SERVICE,
 });
 
 /**

@@ -1,0 +1,74 @@
+/**
+ * Our key at the head of a queue: what a held lock and a leadership share.
+ *
+ * It holds until the lease's step-down deadline (the lease's clock: last
+ * acknowledged keepalive's send time + granted TTL - margin), until the
+ * lease ends, until someone else deletes our key (a watch on it), or until
+ * we leave (release / resign), which aborts the signal at once and then
+ * deletes the key.
+ */
+import type { Holding } from '../../src/index.js';
+import type { EtcdClient } from './client.js';
+import { leave, type QueueKey } from './queue.js';
+import type { Lease } from './session.js';
+
+export abstract class HeldKey {
+  readonly name: string;
+  /** Our key. */
+  readonly key: string;
+  /** The lease our key hangs on (the process's session). */
+  readonly lease: bigint;
+  readonly #etcd: EtcdClient;
+  readonly #node: QueueKey;
+  readonly #lease: Lease;
+  readonly #holding: Holding;
+  #leaving: Promise<void> | null = null;
+
+  /** `lock`: the name LockLostError carries ('jobs/reindex', 'election primary'). `revision`: one at which our key was seen at the head. */
+  constructor(etcd: EtcdClient, lease: Lease, name: string, lock: string, node: QueueKey, revision: bigint, marginMs: number) {
+    this.#etcd = etcd;
+    this.#node = node;
+    this.#lease = lease;
+    this.name = name;
+    this.key = node.key;
+    this.lease = lease.id;
+    const holding = lease.clock.hold({ lock, marginMs, token: node.token, deadline: () => lease.deadline });
+    this.#holding = holding;
+    // The watch on our own key costs a watch create and a cancel: a holder
+    // that releases within this turn of the event loop never needs it, so it
+    // starts on the next one. It watches from the revision our key was seen
+    // at, so a deletion meanwhile is still reported.
+    setImmediate(() => {
+      if (!holding.signal.aborted) watchOwnKey(etcd, node.key, revision, holding);
+    });
+  }
+
+  get signal(): AbortSignal {
+    return this.#holding.signal;
+  }
+
+  get held(): boolean {
+    return this.#holding.held;
+  }
+
+  get deadline(): number {
+    return this.#holding.deadline;
+  }
+
+  /** Abort the signal, then delete our key. Idempotent: every call returns the first one's promise. */
+  protected leave(): Promise<void> {
+    if (this.#leaving === null) {
+      this.#holding.lose('released');
+      this.#leaving = leave(this.#etcd, this.#lease, this.#node);
+    }
+    return this.#leaving;
+  }
+}
+
+function watchOwnKey(etcd: EtcdClient, key: string, revision: bigint, holding: Holding): void {
+  const watcher = etcd.watch().key(key).startRevision((revision + 1n).toString()).watcher();
+  watcher.on('delete', () => holding.lose('node_deleted', 'its key was deleted'));
+  // A watch etcd refuses (a compacted revision) cannot tell us of a deletion: the deadline still holds.
+  watcher.on('error', () => undefined);
+  holding.signal.addEventListener('abort', () => void watcher.cancel().catch(() => undefined), { once: true });
+}

@@ -1,0 +1,15 @@
+// fencekeeper/etcd: a fair lock and leader election over etcd, whose token
+// is the create revision of the holder's key. Every entry point takes an
+// etcd3 client (a structural interface: etcd3 is an optional peer
+// dependency of this entry only, never imported here). One lease per
+// client carries every grant of the process (etcdSession).
+export { acquireLock, tryAcquireLock, lockStatus, observeLock } from './lock.js';
+export type { EtcdLock, EtcdLockObserver } from './lock.js';
+export { campaign, observeLeader } from './election.js';
+export type { EtcdLeadership, EtcdLeaderObserver, EtcdLeaderInfo } from './election.js';
+export { etcdSource } from './source.js';
+export type { EtcdSource } from './source.js';
+export { etcdSession, EtcdSession } from './session.js';
+export type { EtcdSessionOptions } from './session.js';
+export type { EtcdQueueEntry } from './queue.js';
+export type { EtcdClient } from './client.js';

@@ -1,0 +1,369 @@
+/**
+ * The fair queue under a lock's (or election's) key prefix, as etcd's own
+ * concurrency.Mutex keeps it, with one key per join instead of one per lease:
+ * every lock of a process hangs on one lease, so two acquires of one lock
+ * from one process must not share a key.
+ *
+ *   <root><name>/#<lease id>-<slot>    value {"lease","join","owner"}, attached to our lease
+ *
+ * The slot is the smallest number no other join of this lease holds in this
+ * queue at the moment: two acquires of one lock from one process get two
+ * keys, and a key name is used again once its join has left. etcd keeps a
+ * deleted key in its index until the history is compacted, and a range
+ * visits every such key in it: a fresh name per join would make every later
+ * read of a busy queue slower, a reused name costs nothing.
+ *
+ * The holder is the key with the smallest create revision. Every other
+ * joiner watches only the key with the largest create revision below its
+ * own (its predecessor) and looks again when that key is deleted: the
+ * predecessor may have been a waiter that gave up, so its deletion wakes one
+ * waiter and says nothing yet about the turn. A release therefore wakes
+ * exactly one waiter, not the queue.
+ *
+ * The fencing token is our key's create revision: etcd's revision counter
+ * only grows (Raft replicates it; a new leader continues it), so every later
+ * grant of the lock, and of every lock of the cluster, has a larger one.
+ */
+import { randomBytes } from 'node:crypto';
+import { ProtocolError, type FencingToken, type LockStatusEntry } from '../../src/index.js';
+import { int64, type EtcdClient, type EtcdKeyValue, type EtcdRangeRequest, type EtcdTxnResponse } from './client.js';
+import { repeated } from './retry.js';
+import type { Lease } from './session.js';
+
+export const LOCKS_ROOT = 'fencekeeper/locks/';
+export const ELECTIONS_ROOT = 'fencekeeper/elections/';
+
+/** A queue's key prefix: every key of this lock, and no key of another (see checkName). */
+export function queuePrefix(root: string, name: string): string {
+  return `${root}${name}/#`;
+}
+
+/** The end of the key range that starts with `prefix` (etcd's range_end for a prefix). */
+export function prefixEnd(prefix: string): Buffer {
+  const end = Buffer.from(prefix, 'utf8');
+  for (let i = end.length - 1; i >= 0; i--) {
+    if ((end[i] as number) < 0xff) {
+      end[i] = (end[i] as number) + 1;
+      return end.subarray(0, i + 1);
+    }
+  }
+  return Buffer.from([0]);
+}
+
+/**
+ * Random per process, counted per join, carried in the key's value: a put
+ * whose reply was lost is told apart from an earlier join's key of the same
+ * name by it, without asking the kernel for entropy on each acquire.
+ */
+const PROCESS_ID = randomBytes(6).toString('hex');
+let joins = 0;
+function nextJoinId(): string {
+  joins = (joins + 1) % 0x100000000;
+  return `${PROCESS_ID}${joins.toString(16).padStart(8, '0')}`;
+}
+
+/** The slots each lease's joins hold, by queue prefix. */
+const slotsInUse = new WeakMap<Lease, Map<string, Set<number>>>();
+
+function takeSlot(lease: Lease, prefix: string): number {
+  let byPrefix = slotsInUse.get(lease);
+  if (byPrefix === undefined) slotsInUse.set(lease, (byPrefix = new Map()));
+  let used = byPrefix.get(prefix);
+  if (used === undefined) byPrefix.set(prefix, (used = new Set()));
+  let slot = 0;
+  while (used.has(slot)) slot++;
+  used.add(slot);
+  return slot;
+}
+
+/** The key of this slot is gone for sure (deleted, or never written): the next join may use its name. */
+function freeSlot(lease: Lease, slot: { readonly prefix: string; readonly slot: number }): void {
+  const byPrefix = slotsInUse.get(lease);
+  const used = byPrefix?.get(slot.prefix);
+  used?.delete(slot.slot);
+  if (used?.size === 0) byPrefix!.delete(slot.prefix);
+}
+
+/** Our key in a queue. */
+export interface QueueKey {
+  readonly key: string;
+  readonly prefix: string;
+  readonly slot: number;
+  readonly join: string;
+  /** Our key's create revision: the token. */
+  readonly token: FencingToken;
+}
+
+/** A key in the queue as operators see it: the holder (the first entry), a waiter, a leader. */
+export interface EtcdQueueEntry extends LockStatusEntry {
+  /** The key. */
+  readonly key: string;
+  /** Its create revision: the token of that grant. */
+  readonly token: FencingToken;
+  readonly owner: string;
+  /** The lease the key hangs on (the holder's process). */
+  readonly lease: bigint;
+}
+
+interface KeyValue {
+  readonly lease: string;
+  readonly join: string;
+  readonly owner: string;
+}
+
+export function entryOf(kv: EtcdKeyValue): EtcdQueueEntry {
+  let owner = '';
+  try {
+    const value = JSON.parse(kv.value.toString('utf8')) as Partial<KeyValue>;
+    if (typeof value.owner === 'string') owner = value.owner;
+  } catch {
+    // Not written by us: shown without an owner.
+  }
+  return { key: kv.key.toString('utf8'), token: int64(kv.create_revision, 'create revision'), owner, lease: int64(kv.lease, 'lease id') };
+}
+
+/** One join's key and value, fixed before its transaction is sent (so a failed one can still be cleaned up). */
+export interface JoinPlan {
+  readonly prefix: string;
+  readonly slot: number;
+  readonly key: string;
+  readonly keyBytes: Buffer;
+  readonly joinId: string;
+  readonly value: Buffer;
+}
+
+export function planJoin(lease: Lease, root: string, name: string, owner: string): JoinPlan {
+  const prefix = queuePrefix(root, name);
+  const joinId = nextJoinId();
+  const slot = takeSlot(lease, prefix);
+  const key = `${prefix}${lease.id.toString(16)}-${slot}`;
+  const value = Buffer.from(JSON.stringify({ lease: lease.idText, join: joinId, owner } satisfies KeyValue), 'utf8');
+  return { prefix, slot, key, keyBytes: Buffer.from(key, 'utf8'), joinId, value };
+}
+
+/**
+ * A key of ours that no join holds: a put of an earlier join whose reply was
+ * lost, repeated and adopted (or abandoned), and then applied once more by a
+ * member that had it queued. It would block the queue for as long as the
+ * lease lives. Deleted only as the revision we saw, so a newer put is kept.
+ */
+async function removeStray(etcd: EtcdClient, lease: Lease, kv: EtcdKeyValue, givenUp: () => boolean): Promise<void> {
+  const key = kv.key;
+  await repeated(
+    () =>
+      etcd.kv.txn({
+        compare: [{ key, target: 'Mod', result: 'Equal', mod_revision: kv.mod_revision }],
+        success: [{ request_delete_range: { key } }],
+        failure: [],
+      }),
+    lease,
+    givenUp,
+  );
+}
+
+/** The join id a key's value carries (null: not written by a join). */
+function joinOf(kv: EtcdKeyValue): string | null {
+  try {
+    const join = (JSON.parse(kv.value.toString('utf8')) as Partial<KeyValue>).join;
+    return typeof join === 'string' ? join : null;
+  } catch {
+    return null;
+  }
+}
+
+export interface Joined {
+  readonly node: QueueKey;
+  /** The key with the largest create revision below ours (null: we hold). */
+  readonly predecessor: string | null;
+  /** The revision the queue was read at: a watch from the next one misses nothing. */
+  readonly revision: bigint;
+}
+
+/**
+ * Join the queue in one transaction: put our key with the lease if it does
+ * not exist yet, and read the two newest keys of the queue at that revision
+ * (ours and our predecessor). Uncontended, that is the whole acquire.
+ *
+ * The comparison makes the put safe to repeat: a transaction whose reply was
+ * lost (and which etcd3 or we send again) finds our key instead of adding a
+ * second one, and adopts it when its value names our lease and this join.
+ */
+export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined> {
+  const { prefix, slot, key, joinId, keyBytes, value } = plan;
+  const newest: EtcdRangeRequest = { key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Descend', limit: 2, keys_only: true };
+  const txn = {
+    compare: [{ key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
+    success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }, { request_range: newest }],
+    failure: [{ request_range: { key: keyBytes } }],
+  };
+  let found: EtcdKeyValue | undefined;
+  for (let attempt = 0; ; attempt++) {
+    const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
+    if (response.succeeded) {
+      const token = int64(response.header.revision, 'revision');
+      const node = { key, prefix, slot, join: joinId, token };
+      return { node, predecessor: predecessorIn(rangeAt(response, 1).kvs, node), revision: token };
+    }
+    found = rangeAt(response, 0).kvs[0];
+    if (found === undefined) throw new ProtocolError(`etcd refused to create ${key}, yet nothing is there`);
+    if (joinOf(found) === joinId) break;
+    if (attempt >= 3) throw new ProtocolError(`the key ${key} was put again by an earlier join ${attempt + 1} times`);
+    await removeStray(etcd, lease, found, givenUp);
+  }
+  const node = { key, prefix, slot, join: joinId, token: int64(found.create_revision, 'create revision') };
+  const { predecessor, revision } = await look(etcd, lease, node, givenUp);
+  if (predecessor === false) throw new ProtocolError(`our adopted key ${key} vanished`);
+  return { node, predecessor, revision };
+}
+
+/**
+ * Take the lock only if nobody holds it or waits for it: one transaction that
+ * puts our key only while the queue is empty. A repeat of it (a lost reply)
+ * finds our key and adopts it: it was put into an empty queue, so it holds.
+ * Null: the queue was not empty, and nothing was written.
+ */
+export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined | null> {
+  const { prefix, slot, key, joinId, keyBytes, value } = plan;
+  const txn = {
+    // Over a range, the comparison holds for every key in it; an empty range compares as a missing key (revision 0).
+    compare: [{ key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
+    success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }],
+    failure: [{ request_range: { key: keyBytes } }],
+  };
+  const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
+  if (response.succeeded) {
+    const token = int64(response.header.revision, 'revision');
+    return { node: { key, prefix, slot, join: joinId, token }, predecessor: null, revision: token };
+  }
+  const found = rangeAt(response, 0).kvs[0];
+  if (found === undefined) {
+    // Busy, and nothing of ours was written: the slot's name is free again.
+    freeSlot(lease, plan);
+    return null;
+  }
+  if (joinOf(found) !== joinId) {
+    // An earlier join's put, applied late; gone, it may have been all that made the queue busy.
+    await removeStray(etcd, lease, found, givenUp);
+    freeSlot(lease, plan);
+    return null;
+  }
+  const token = int64(found.create_revision, 'create revision');
+  return { node: { key, prefix, slot, join: joinId, token }, predecessor: null, revision: int64(response.header.revision, 'revision') };
+}
+
+/**
+ * Our place in the queue now: the predecessor's key (null: ours is the
+ * oldest, we hold), or false when our own key is gone. One range request:
+ * the two newest keys created no later than ours.
+ */
+export async function look(etcd: EtcdClient, lease: Lease, node: QueueKey, givenUp: () => boolean): Promise<{ predecessor: string | null | false; revision: bigint }> {
+  const request: EtcdRangeRequest = {
+    key: Buffer.from(node.prefix, 'utf8'),
+    range_end: prefixEnd(node.prefix),
+    sort_target: 'Create',
+    sort_order: 'Descend',
+    max_create_revision: node.token.toString(),
+    limit: 2,
+    // Keys and revisions are all the order needs; the values stay on the server.
+    keys_only: true,
+  };
+  const response = await repeated(() => etcd.kv.range(request), lease, givenUp);
+  const revision = int64(response.header.revision, 'revision');
+  const first = response.kvs[0];
+  if (first === undefined || first.key.toString('utf8') !== node.key) return { predecessor: false, revision };
+  return { predecessor: predecessorIn(response.kvs, node), revision };
+}
+
+function predecessorIn(newest: readonly EtcdKeyValue[], node: QueueKey): string | null {
+  for (const kv of newest) {
+    if (kv.key.toString('utf8') !== node.key && int64(kv.create_revision, 'create revision') < node.token) return kv.key.toString('utf8');
+  }
+  return null;
+}
+
+function rangeAt(response: EtcdTxnResponse, index: number): { readonly kvs: readonly EtcdKeyValue[] } {
+  const range = response.responses[index]?.response_range;
+  if (range === undefined) throw new ProtocolError(`etcd's transaction reply lacks its range #${index}`);
+  return { kvs: range.kvs ?? [] };
+}
+
+/**
+ * Wait until our key is the oldest: watch the predecessor's key (from the
+ * revision the queue was read at, so a deletion in between is seen), and
+ * look again when it goes. `stop` rejects when the caller gives up (abort,
+ * timeout, lease loss); the caller then deletes our key.
+ */
+export async function waitForTurn(
+  etcd: EtcdClient,
+  lease: Lease,
+  joined: Joined,
+  stop: Promise<never>,
+  givenUp: () => boolean,
+): Promise<{ outcome: 'turn' | 'gone'; revision: bigint }> {
+  let { predecessor, revision } = joined;
+  for (;;) {
+    if (predecessor === null) return { outcome: 'turn', revision };
+    const watched = predecessor;
+    let cancel: () => void = () => undefined;
+    const gone = new Promise<void>((resolve) => {
+      const watcher = etcd.watch().key(watched).startRevision((revision + 1n).toString()).watcher();
+      watcher.on('delete', () => resolve());
+      // A watch etcd cannot serve (a compacted revision): look again instead.
+      watcher.on('error', () => resolve());
+      cancel = () => void watcher.cancel().catch(() => undefined);
+    });
+    try {
+      await Promise.race([gone, stop]);
+    } finally {
+      cancel();
+    }
+    const now = await Promise.race([look(etcd, lease, joined.node, givenUp), stop]);
+    revision = now.revision;
+    if (now.predecessor === false) return { outcome: 'gone', revision };
+    predecessor = now.predecessor;
+  }
+}
+
+/**
+ * Delete our key, repeated across lost replies while the lease lives. Ends
+ * when the lease does, answered or not: etcd deletes a lease's keys with it
+ * (a member that stopped answering must not hold a release up forever).
+ */
+export async function leave(etcd: EtcdClient, lease: Lease, node: { readonly key: string; readonly prefix: string; readonly slot: number }): Promise<void> {
+  const key = Buffer.from(node.key, 'utf8');
+  const deleting = repeated(() => etcd.kv.deleteRange({ key }), lease).then(() => freeSlot(lease, node));
+  try {
+    await untilLeaseEnds(deleting, lease);
+  } catch (error) {
+    if (lease.endedReason === null) throw error;
+  }
+}
+
+/** `work`, or nothing once the lease has ended (the work goes on in the background). */
+export function untilLeaseEnds<T>(work: Promise<T>, lease: Lease): Promise<T | undefined> {
+  if (lease.signal.aborted) {
+    work.catch(() => undefined);
+    return Promise.resolve(undefined);
+  }
+  return new Promise<T | undefined>((resolve, reject) => {
+    const ended = (): void => resolve(undefined);
+    lease.signal.addEventListener('abort', ended, { once: true });
+    work.then(
+      (value) => {
+        lease.signal.removeEventListener('abort', ended);
+        resolve(value);
+      },
+      (error: unknown) => {
+        lease.signal.removeEventListener('abort', ended);
+        reject(error);
+      },
+    );
+  });
+}
+
+/** The queue in grant order: the first entry holds, the rest wait. One range request. */
+export async function readQueue(etcd: EtcdClient, root: string, name: string): Promise<{ entries: EtcdQueueEntry[]; revision: bigint }> {
+  const prefix = queuePrefix(root, name);
+  const response = await etcd.kv.range({ key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Ascend' });
+  return { entries: response.kvs.map(entryOf), revision: int64(response.header.revision, 'revision') };
+}

@@ -1,0 +1,205 @@
+/**
+ * etcd as the CLI's lock service: etcd://h1:2379,h2:2379. --session-timeout
+ * (ms) asks for the lease's TTL, rounded up to whole seconds (default 10 s);
+ * the TTL etcd granted is the "session timeout" the commands see.
+ *
+ * fencekeeper/etcd and its peer library etcd3 are loaded only when an
+ * etcd:// URL is used, so the CLI works without etcd3 installed.
+ */
+import { InvalidArgumentError, SessionExpiredError, ClientClosedError, safetyMargin } from '../../index.js';
+import { UsageError, positiveInt } from '../args.js';
+import {
+  UnreachableError,
+  type LockService,
+  type LockServiceAddress,
+  type LockServiceKind,
+  type QueueEntry,
+  type QueueEvent,
+} from '../lock-service.js';
+
+type EtcdEntry = typeof import('../../../adapters/etcd/index.js');
+type Etcd3Module = { Etcd3: new (options: { hosts: string[] }) => import('../../../adapters/etcd/index.js').EtcdClient & { close(): void } };
+
+const HOST = /^(?:\[[0-9a-f:.]+\]|[a-z0-9.-]+):[0-9]{1,5}$/i;
+
+export const ETCD_SERVICE: LockServiceKind = {
+  example: 'etcd://127.0.0.1:2379[,host:port...]',
+  address(rest, context) {
+    if (/[@?#/]/.test(rest.endsWith('/') ? rest.slice(0, -1) : rest)) {
+      throw new UsageError(`${context.origin}: an etcd:// URL carries hosts only (host:port[,host:port...]: no credentials, path, query or fragment)`);
+    }
+    const hosts = (rest.endsWith('/') ? rest.slice(0, -1) : rest).split(',');
+    for (const host of hosts) {
+      const port = Number(host.slice(host.lastIndexOf(':') + 1));
+      if (!HOST.test(host) || port < 1 || port > 65535) throw new UsageError(`${context.origin}: ${JSON.stringify(host)} is not host:port`);
+    }
+    const sessionMs = positiveInt(context.values['session-timeout'] as string | undefined, '--session-timeout');
+    const ttlSeconds = sessionMs === undefined ? undefined : Math.ceil(sessionMs / 1000);
+    return {
+      description: `etcd at ${hosts.join(',')}`,
+      checkName(kind, name) {
+        checkEtcdName(kind, name);
+      },
+      async connect() {
+        const [entry, etcd3] = await Promise.all([import('../../../adapters/etcd/index.js'), loadEtcd3()]);
+        const etcd = new etcd3.Etcd3({ hosts });
+        let source: ReturnType<EtcdEntry['etcdSource']>;
+        try {
+          source = entry.etcdSource(etcd, ttlSeconds === undefined ? undefined : { ttlSeconds });
+        } catch (error) {
+          etcd.close();
+          if (error instanceof InvalidArgumentError) throw new UsageError(`--session-timeout ${String(sessionMs)}: ${error.message}`);
+          throw error;
+        }
+        const session = entry.etcdSession(etcd);
+        try {
+          // Granted now: the commands need the TTL etcd grants, and an unreachable etcd should say so at once.
+          await session.lease();
+        } catch (error) {
+          await session.close();
+          etcd.close();
+          throw new UnreachableError(`cannot reach etcd at ${hosts.join(',')}: ${(error as Error).message}`);
+        }
+        return etcdService(entry, etcd, source, session);
+      },
+    };
+  },
+};
+
+async function loadEtcd3(): Promise<Etcd3Module> {
+  try {
+    return (await import('etcd3')) as unknown as Etcd3Module;
+  } catch {
+    throw new UsageError('etcd:// needs the etcd3 package: npm install etcd3');
+  }
+}
+
+// fencekeeper/etcd's name rule (adapters/etcd/input.ts checkName), checked here before
+// anything is loaded: the CLI loads adapters only on demand (test/integration/cli-layers.test.ts).
+function checkEtcdName(kind: string, name: string): void {
+  // eslint-disable-next-line no-control-regex
+  const bad = name === '' || name.length > 1024 || /[\u0000-\u001f\u007f#]/.test(name) || name.split('/').some((s) => s === '' || s === '.' || s === '..');
+  if (bad) {
+    throw new UsageError(`bad ${kind} name ${JSON.stringify(name)}: a name is a relative path of non-empty segments, without '.', '..' or '#', like "jobs/reindex"`);
+  }
+}
+
+function etcdService(
+  entry: EtcdEntry,
+  etcd: Etcd3Module['Etcd3']['prototype'],
+  source: ReturnType<EtcdEntry['etcdSource']>,
+  session: ReturnType<EtcdEntry['etcdSession']>,
+): LockService {
+  const ttlMs = (): number => session.ttlMs ?? session.requestedTtlSeconds * 1000;
+  return {
+    get sessionTimeoutMs() {
+      return ttlMs();
+    },
+    safetyMargin(requested) {
+      try {
+        return safetyMargin(ttlMs(), requested);
+      } catch (error) {
+        if (error instanceof InvalidArgumentError) throw new UsageError(`--safety-margin ${String(requested)}: ${error.message}`);
+        throw error;
+      }
+    },
+    async hold(kind, name, options) {
+      const common = { safetyMarginMs: options.safetyMarginMs, ...(options.signal !== undefined && { signal: options.signal }) };
+      try {
+        const holding =
+          kind === 'lock'
+            ? await source.acquireLock(name, {
+                ...common,
+                ...(options.timeoutMs !== undefined && { timeoutMs: options.timeoutMs }),
+                ...(options.owner !== undefined && { owner: options.owner }),
+              })
+            : await source.campaign(name, { ...common, ...(options.id !== undefined && { id: options.id }) });
+        return {
+          token: 'token' in holding ? holding.token : holding.epoch,
+          get held() {
+            return holding.held;
+          },
+          signal: holding.signal,
+          deadline: () => holding.deadline,
+          end: () => ('release' in holding ? holding.release() : holding.resign()),
+        };
+      } catch (error) {
+        throw unreachable(error);
+      }
+    },
+    async queue(name) {
+      try {
+        const { holder, waiters } = await source.lockStatus(name);
+        return entries(holder === null ? waiters : [holder, ...waiters]);
+      } catch (error) {
+        throw unreachable(error);
+      }
+    },
+    watchQueue: (name, onChange, signal) => watchQueue(entry, etcd, name, onChange, signal),
+    async close() {
+      await session.close();
+      etcd.close();
+    },
+  };
+}
+
+type Entry = Awaited<ReturnType<EtcdEntry['lockStatus']>>['waiters'][number];
+
+function entries(queue: readonly Entry[]): QueueEntry[] {
+  return queue.map((e, i) => ({ role: i === 0 ? 'holder' : 'waiter', token: e.token, owner: e.owner, session: `lease 0x${e.lease.toString(16)}`, node: e.key }));
+}
+
+/**
+ * The queue, read again each time the watch on the lock's key prefix
+ * (fencekeeper/etcd's observeLock) reports a change; nothing is read while
+ * the queue does not change.
+ */
+async function watchQueue(entry: EtcdEntry, etcd: Etcd3Module['Etcd3']['prototype'], name: string, onChange: (event: QueueEvent) => void, signal: AbortSignal): Promise<void> {
+  const observer = entry.observeLock(etcd, name);
+  let changed = true;
+  let wake: (() => void) | null = null;
+  const poke = (): void => {
+    const w = wake;
+    wake = null;
+    w?.();
+  };
+  observer.onChange(() => {
+    changed = true;
+    poke();
+  });
+  observer.onConnection((state, detail) => onChange({ type: state, detail }));
+  signal.addEventListener('abort', poke);
+  try {
+    let shown: string | undefined;
+    for (;;) {
+      if (signal.aborted) return;
+      if (!changed) {
+        await new Promise<void>((resolve) => (wake = resolve));
+        continue;
+      }
+      changed = false;
+      let queue: QueueEntry[];
+      try {
+        queue = entries(await observer.queue());
+      } catch (error) {
+        if (signal.aborted) return;
+        throw unreachable(error);
+      }
+      const key = JSON.stringify(queue, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
+      if (key === shown) continue;
+      shown = key;
+      onChange({ type: 'queue', entries: queue });
+    }
+  } finally {
+    observer.close();
+    signal.removeEventListener('abort', poke);
+  }
+}
+
+/** A lease lost (or etcd out of reach) while we waited is the service becoming unreachable, not a bug. */
+function unreachable(error: unknown): unknown {
+  if (error instanceof SessionExpiredError || error instanceof ClientClosedError) return new UnreachableError(`etcd: ${error.message}`);
+  const name = (error as { name?: unknown } | null)?.name;
+  if (typeof name === 'string' && /^GRPC(Unavailable|ConnectFailed|DeadlineExceeded)Error$/.test(name)) return new UnreachableError(`etcd: ${(error as Error).message}`);
+  return error;
+}

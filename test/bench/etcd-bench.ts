@@ -1,0 +1,150 @@
+// etcd lock benchmark: fencekeeper/etcd vs etcd3's own Lock vs the raw floor
+// of a session lock, same etcd, same run, alternating, medians reported.
+//
+//   FK_ETCD=http://127.0.0.1:2389 node node_modules/vite-node/vite-node.mjs test/bench/etcd-bench.ts
+//   env: BENCH_REPS (6), BENCH_SECONDS (3 per subject and rep)
+//
+// Figures only, no assertions. One client, one lock, acquire then release in
+// a loop, uncontended:
+//   fencekeeper   acquireLock + release on the client's one lease (granted before timing)
+//   etcd3 Lock    etcd.lock(name).acquire() + release() (a lease granted per acquire)
+//   raw floor     one lease for the run; per cycle a put-if-absent txn with that
+//                 lease, then a delete: the least a session lock can send
+// "acquire" is the latency of the acquire alone; "CPU µs" is this process's
+// user+system CPU per cycle (the client's own cost, less sensitive to load).
+import { loadavg } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import { Etcd3 } from 'etcd3';
+import { acquireLock, etcdSession } from '../../adapters/etcd/index.js';
+
+const host = new URL(process.env.FK_ETCD ?? 'http://127.0.0.1:2389').host;
+const reps = Number(process.env.BENCH_REPS ?? 6);
+const seconds = Number(process.env.BENCH_SECONDS ?? 3);
+const run = Math.random().toString(16).slice(2, 10);
+
+interface Cycle {
+  acquire(): Promise<void>;
+  release(): Promise<void>;
+}
+
+interface Subject {
+  readonly name: string;
+  open(etcd: Etcd3): Promise<Cycle>;
+}
+
+const ours: Subject = {
+  name: 'fencekeeper',
+  async open(etcd) {
+    await etcdSession(etcd, { ttlSeconds: 10 }).lease();
+    let lock: Awaited<ReturnType<typeof acquireLock>> | null = null;
+    return {
+      acquire: async () => {
+        lock = await acquireLock(etcd, `bench/${run}/ours`);
+      },
+      release: () => lock!.release(),
+    };
+  },
+};
+
+const theirs: Subject = {
+  name: 'etcd3 Lock',
+  async open(etcd) {
+    let lock: ReturnType<Etcd3['lock']> | null = null;
+    return {
+      acquire: async () => {
+        lock = etcd.lock(`bench/${run}/theirs`);
+        await lock.acquire();
+      },
+      release: () => lock!.release(),
+    };
+  },
+};
+
+const floor: Subject = {
+  name: 'raw floor',
+  async open(etcd) {
+    const lease = await etcd.leaseClient.leaseGrant({ TTL: 60 });
+    const key = Buffer.from(`bench/${run}/raw`);
+    return {
+      acquire: async () => {
+        const r = await etcd.kv.txn({
+          compare: [{ key, target: 'Create', result: 'Equal', create_revision: '0' }],
+          success: [{ request_put: { key, value: Buffer.from('x'), lease: lease.ID } }],
+          failure: [],
+        });
+        if (!r.succeeded) throw new Error('raw floor: key taken');
+      },
+      release: async () => {
+        await etcd.kv.deleteRange({ key });
+      },
+    };
+  },
+};
+
+interface Figures {
+  cyclesPerSecond: number;
+  p50: number;
+  p99: number;
+  cpuMicros: number;
+}
+
+function quantile(sorted: number[], q: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN;
+}
+
+async function measure(subject: Subject): Promise<Figures> {
+  const etcd = new Etcd3({ hosts: [host] });
+  try {
+    const cycle = await subject.open(etcd);
+    for (let i = 0; i < 50; i++) {
+      await cycle.acquire();
+      await cycle.release();
+    }
+    const latencies: number[] = [];
+    const cpu = process.cpuUsage();
+    const start = performance.now();
+    const end = start + seconds * 1000;
+    while (performance.now() < end) {
+      const t = performance.now();
+      await cycle.acquire();
+      latencies.push(performance.now() - t);
+      await cycle.release();
+    }
+    const elapsed = performance.now() - start;
+    const used = process.cpuUsage(cpu);
+    latencies.sort((a, b) => a - b);
+    return {
+      cyclesPerSecond: (latencies.length / elapsed) * 1000,
+      p50: quantile(latencies, 0.5),
+      p99: quantile(latencies, 0.99),
+      cpuMicros: (used.user + used.system) / latencies.length,
+    };
+  } finally {
+    await etcdSession(etcd).close();
+    etcd.close();
+  }
+}
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? Number.NaN;
+
+const subjects = [floor, ours, theirs];
+const results = new Map<string, Figures[]>(subjects.map((s) => [s.name, []]));
+console.log(`etcd at ${host}; ${reps} reps x ${seconds} s per subject, alternating, each rep starting with the next subject; load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+for (let rep = 0; rep < reps; rep++) {
+  // Each rep starts with another subject, so none always runs first (or last) on a machine whose load drifts.
+  for (const subject of [...subjects.slice(rep % subjects.length), ...subjects.slice(0, rep % subjects.length)]) {
+    const f = await measure(subject);
+    results.get(subject.name)!.push(f);
+    console.log(`  rep ${rep + 1} ${subject.name.padEnd(12)} ${f.cyclesPerSecond.toFixed(0).padStart(5)} cycles/s  acquire p50 ${f.p50.toFixed(2)} ms  p99 ${f.p99.toFixed(2)} ms  CPU ${f.cpuMicros.toFixed(0)} µs/cycle`);
+  }
+}
+console.log('medians:');
+const med = new Map<string, Figures>();
+for (const subject of subjects) {
+  const fs = results.get(subject.name)!;
+  const m = { cyclesPerSecond: median(fs.map((f) => f.cyclesPerSecond)), p50: median(fs.map((f) => f.p50)), p99: median(fs.map((f) => f.p99)), cpuMicros: median(fs.map((f) => f.cpuMicros)) };
+  med.set(subject.name, m);
+  console.log(`  ${subject.name.padEnd(12)} ${m.cyclesPerSecond.toFixed(0).padStart(5)} cycles/s  acquire p50 ${m.p50.toFixed(2)} ms  p99 ${m.p99.toFixed(2)} ms  CPU ${m.cpuMicros.toFixed(0)} µs/cycle`);
+}
+const o = med.get('fencekeeper')!.cyclesPerSecond;
+console.log(`fencekeeper / raw floor ${(o / med.get('raw floor')!.cyclesPerSecond).toFixed(2)}x; fencekeeper / etcd3 Lock ${(o / med.get('etcd3 Lock')!.cyclesPerSecond).toFixed(2)}x; load average after ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
