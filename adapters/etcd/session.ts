@@ -21,7 +21,7 @@
  * unanswered send.
  */
 import { performance } from 'node:perf_hooks';
-import { ClientClosedError, InvalidArgumentError, SessionExpiredError, StepDownClock, type LossReason } from '../../src/index.js';
+import { ClientClosedError, InvalidArgumentError, SessionExpiredError, StepDownClock, publishSessionState, type LossReason } from '../../src/index.js';
 import { int64, type EtcdClient, type EtcdDuplexStream, type EtcdKeepAliveResponse } from './client.js';
 import { checkClient } from './input.js';
 import { isClosedClient } from './retry.js';
@@ -78,6 +78,8 @@ export class EtcdSession {
   readonly #etcd: EtcdClient;
   #lease: Lease | null = null;
   #granting: Promise<Lease> | null = null;
+  /** An ended lease a new grant replaces (its expired state is then closed on fencekeeper:session:state). */
+  #replaced: Lease | null = null;
   #closed = false;
 
   /** @internal etcdSession makes sessions. */
@@ -112,6 +114,9 @@ export class EtcdSession {
     if (this.#granting === null) {
       const granting = Lease.grant(this.#etcd, this.requestedTtlSeconds, (ended) => {
         if (this.#lease === ended) this.#lease = null;
+        const state = ended.endedReason === 'closed' ? 'closed' : 'expired';
+        if (state === 'expired') this.#replaced = ended;
+        publishSessionState('etcd', leaseName(ended), 'connected', state);
       }).then(
         (lease) => {
           this.#granting = null;
@@ -119,7 +124,11 @@ export class EtcdSession {
             void lease.close();
             throw new ClientClosedError('the etcd session was closed');
           }
+          // The lease this one replaces (it expired) is gone for good.
+          if (this.#replaced !== null) publishSessionState('etcd', leaseName(this.#replaced), 'expired', 'closed');
+          this.#replaced = null;
           this.#lease = lease;
+          publishSessionState('etcd', leaseName(lease), null, 'connected');
           return lease;
         },
         (error: unknown) => {
@@ -141,6 +150,11 @@ export class EtcdSession {
     this.#lease = null;
     await lease?.close();
   }
+}
+
+/** How fencekeeper:session:state names a lease. */
+function leaseName(lease: Lease): string {
+  return `lease 0x${lease.id.toString(16)}`;
 }
 
 /** One granted lease: its keepalive stream, its step-down clock, and how it ended. */

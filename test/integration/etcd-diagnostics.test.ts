@@ -3,9 +3,10 @@
 // published as held, then released, with its token.
 import diagnostics_channel from 'node:diagnostics_channel';
 import { afterEach, describe, expect, it } from 'vitest';
-import { acquireLock, campaign } from '../../adapters/etcd/index.js';
+import { acquireLock, campaign, etcdSession } from '../../adapters/etcd/index.js';
 import { CHANNELS } from '../../src/index.js';
 import { uniqueLockName } from '../helpers/unique.js';
+import { until } from '../helpers/wait.js';
 import { EtcdPool } from './etcd-helpers.js';
 
 const pool = new EtcdPool();
@@ -58,5 +59,26 @@ describe('etcd on the diagnostics channels', () => {
     expect(campaigns.starts).toEqual([expect.objectContaining({ source: 'etcd' })]);
     expect(held[0]).toMatchObject({ token: lock.token });
     expect(released[0]).toMatchObject({ token: lock.token });
+  });
+
+  it('publishes each lease on fencekeeper:session:state: connected, expired when revoked, closed when replaced or the session closes', async () => {
+    const states = messages(CHANNELS.sessionState);
+    const [etcd, admin] = pool.many(2);
+    const lock = await acquireLock(etcd!, uniqueLockName('etcd_state'));
+    const first = `lease 0x${etcdSession(etcd!).leaseId!.toString(16)}`;
+    expect(states).toEqual([{ source: 'etcd', session: first, previous: null, state: 'connected' }]);
+    await admin!.leaseClient.leaseRevoke({ ID: etcdSession(etcd!).leaseId!.toString() });
+    await until(() => lock.signal.aborted && states.length >= 2, 'the revoked lease to end');
+    expect(states[1]).toEqual({ source: 'etcd', session: first, previous: 'connected', state: 'expired' });
+    const again = await acquireLock(etcd!, uniqueLockName('etcd_state'));
+    const second = `lease 0x${etcdSession(etcd!).leaseId!.toString(16)}`;
+    expect(second).not.toBe(first);
+    expect(states.slice(2)).toEqual([
+      { source: 'etcd', session: first, previous: 'expired', state: 'closed' },
+      { source: 'etcd', session: second, previous: null, state: 'connected' },
+    ]);
+    await again.release();
+    await etcdSession(etcd!).close();
+    expect(states.at(-1)).toEqual({ source: 'etcd', session: second, previous: 'connected', state: 'closed' });
   });
 });

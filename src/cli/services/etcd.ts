@@ -16,6 +16,7 @@ import {
   type QueueEntry,
   type QueueEvent,
 } from '../lock-service.js';
+import { holdFrom } from './hold.js';
 
 type EtcdEntry = typeof import('../../../adapters/etcd/index.js');
 type Etcd3Module = { Etcd3: new (options: { hosts: string[] }) => import('../../../adapters/etcd/index.js').EtcdClient & { close(): void } };
@@ -104,25 +105,8 @@ function etcdService(
       }
     },
     async hold(kind, name, options) {
-      const common = { safetyMarginMs: options.safetyMarginMs, ...(options.signal !== undefined && { signal: options.signal }) };
       try {
-        const holding =
-          kind === 'lock'
-            ? await source.acquireLock(name, {
-                ...common,
-                ...(options.timeoutMs !== undefined && { timeoutMs: options.timeoutMs }),
-                ...(options.owner !== undefined && { owner: options.owner }),
-              })
-            : await source.campaign(name, { ...common, ...(options.id !== undefined && { id: options.id }) });
-        return {
-          token: 'token' in holding ? holding.token : holding.epoch,
-          get held() {
-            return holding.held;
-          },
-          signal: holding.signal,
-          deadline: () => holding.deadline,
-          end: () => ('release' in holding ? holding.release() : holding.resign()),
-        };
+        return await holdFrom(source, kind, name, options, 'etcd');
       } catch (error) {
         throw unreachable(error);
       }

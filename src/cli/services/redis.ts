@@ -9,6 +9,7 @@
 import { ConnectionLossError, InvalidArgumentError, QuorumError, safetyMargin } from '../../index.js';
 import { UsageError, positiveInt } from '../args.js';
 import { UnreachableError, type Holding, type LockService, type LockServiceContext, type LockServiceKind } from '../lock-service.js';
+import { holdFrom } from './hold.js';
 
 interface Endpoint {
   readonly host: string;
@@ -136,24 +137,10 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
         throw error;
       }
     },
-    async hold(k, name, options): Promise<Holding> {
-      if (k === 'election') throw new UsageError(`${description} has no elections`);
+    async hold(kind, name, options) {
+      if (kind === 'election' && source.campaign === undefined) throw new UsageError(`${description} has no elections`);
       try {
-        const lock = await source.acquireLock(name, {
-          safetyMarginMs: options.safetyMarginMs,
-          ...(options.signal !== undefined && { signal: options.signal }),
-          ...(options.timeoutMs !== undefined && { timeoutMs: options.timeoutMs }),
-          ...(options.owner !== undefined && { owner: options.owner }),
-        });
-        return {
-          token: lock.token,
-          get held() {
-            return lock.held;
-          },
-          signal: lock.signal,
-          deadline: () => lock.deadline,
-          end: () => lock.release(),
-        };
+        return await holdFrom(source, kind, name, options, description);
       } catch (error) {
         throw unreachable(error, description);
       }

@@ -37,6 +37,7 @@ import {
   type QueueEntry,
   type QueueEvent,
 } from '../lock-service.js';
+import { holdFrom } from './hold.js';
 
 /** ZooKeeper's own flags, beside --zookeeper and --session-timeout (node:util parseArgs form). */
 export const ZOOKEEPER_OPTIONS = {
@@ -202,28 +203,8 @@ function zookeeperService(zk: ZooKeeperClient): LockService {
       }
     },
     async hold(kind, name, options) {
-      const common = {
-        safetyMarginMs: options.safetyMarginMs,
-        ...(options.signal !== undefined && { signal: options.signal }),
-      };
       try {
-        const holding =
-          kind === 'lock'
-            ? await source.acquireLock(name, {
-                ...common,
-                ...(options.timeoutMs !== undefined && { timeoutMs: options.timeoutMs }),
-                ...(options.owner !== undefined && { owner: options.owner }),
-              })
-            : await source.campaign(name, { ...common, ...(options.id !== undefined && { id: options.id }) });
-        return {
-          token: 'token' in holding ? holding.token : holding.epoch,
-          get held() {
-            return holding.held;
-          },
-          signal: holding.signal,
-          deadline: () => holding.deadline,
-          end: () => ('release' in holding ? holding.release() : holding.resign()),
-        };
+        return await holdFrom(source, kind, name, options, 'ZooKeeper');
       } catch (error) {
         throw unreachable(error);
       }
