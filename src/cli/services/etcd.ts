@@ -6,7 +6,7 @@
  * fencekeeper/etcd and its peer library etcd3 are loaded only when an
  * etcd:// URL is used, so the CLI works without etcd3 installed.
  */
-import { InvalidArgumentError, SessionExpiredError, ClientClosedError, safetyMargin } from '../../index.js';
+import { InvalidArgumentError, SessionExpiredError, ClientClosedError } from '../../index.js';
 import { UsageError, positiveInt } from '../args.js';
 import {
   UnreachableError,
@@ -16,7 +16,7 @@ import {
   type QueueEntry,
   type QueueEvent,
 } from '../lock-service.js';
-import { holdFrom } from './hold.js';
+import { serviceOf } from './hold.js';
 
 type EtcdEntry = typeof import('../../../adapters/etcd/index.js');
 type Etcd3Module = { Etcd3: new (options: { hosts: string[] }) => import('../../../adapters/etcd/index.js').EtcdClient & { close(): void } };
@@ -92,39 +92,18 @@ function etcdService(
   session: ReturnType<EtcdEntry['etcdSession']>,
 ): LockService {
   const ttlMs = (): number => session.ttlMs ?? session.requestedTtlSeconds * 1000;
-  return {
-    get sessionTimeoutMs() {
-      return ttlMs();
-    },
-    safetyMargin(requested) {
-      try {
-        return safetyMargin(ttlMs(), requested);
-      } catch (error) {
-        if (error instanceof InvalidArgumentError) throw new UsageError(`--safety-margin ${String(requested)}: ${error.message}`);
-        throw error;
-      }
-    },
-    async hold(kind, name, options) {
-      try {
-        return await holdFrom(source, kind, name, options, 'etcd');
-      } catch (error) {
-        throw unreachable(error);
-      }
-    },
-    async queue(name) {
-      try {
-        const { holder, waiters } = await source.lockStatus(name);
-        return entries(holder === null ? waiters : [holder, ...waiters]);
-      } catch (error) {
-        throw unreachable(error);
-      }
-    },
+  return serviceOf({
+    source,
+    description: 'etcd',
+    grantMs: ttlMs,
+    unreachable,
+    entries,
     watchQueue: (name, onChange, signal) => watchQueue(entry, etcd, name, onChange, signal),
     async close() {
       await session.close();
       etcd.close();
     },
-  };
+  });
 }
 
 type Entry = Awaited<ReturnType<EtcdEntry['lockStatus']>>['waiters'][number];

@@ -1,18 +1,68 @@
 /**
- * A command's holding from any LockSource: the lock (or the leadership) as
- * the commands use it (../lock-service.ts Holding). One place for every
- * source, so `run` and `elect` behave the same whichever service granted.
+ * A LockService (../lock-service.ts) from any LockSource: the holding a
+ * command runs under, the queue `status` lists, the safety margin, one way
+ * for every source. A source's file supplies only what is its own: how long
+ * its grants last, which of its errors mean "unreachable", how its queue
+ * entries read, and (where it can push changes) watchQueue.
  */
-import type { LockSource } from '../../index.js';
+import { InvalidArgumentError, safetyMargin, type LockSource, type LockStatus, type LockStatusEntry } from '../../index.js';
 import { UsageError } from '../args.js';
-import type { Holding, HoldOptions, Kind } from '../lock-service.js';
+import type { Holding, HoldOptions, Kind, LockService, QueueEntry } from '../lock-service.js';
+
+export interface ServiceParts<Entry extends LockStatusEntry> {
+  readonly source: LockSource & { lockStatus(name: string): Promise<LockStatus<Entry>> };
+  /** For messages: 'ZooKeeper', 'Redis at h:p'. */
+  readonly description: string;
+  /** The grant's lifetime without renewals (the negotiated session timeout, a key's or lease's TTL). */
+  grantMs(): number;
+  /** The source's errors that mean the service cannot be reached, as UnreachableError; anything else unchanged. */
+  unreachable(error: unknown): unknown;
+  /** The queue in grant order (holder first) as the commands show it. */
+  entries(queue: readonly Entry[]): QueueEntry[];
+  readonly watchQueue?: LockService['watchQueue'];
+  close(): Promise<void>;
+}
+
+export function serviceOf<Entry extends LockStatusEntry>(parts: ServiceParts<Entry>): LockService {
+  const { source, description } = parts;
+  return {
+    get sessionTimeoutMs() {
+      return parts.grantMs();
+    },
+    safetyMargin(requested) {
+      try {
+        return safetyMargin(parts.grantMs(), requested);
+      } catch (error) {
+        if (error instanceof InvalidArgumentError) throw new UsageError(`--safety-margin ${String(requested)}: ${error.message}`);
+        throw error;
+      }
+    },
+    async hold(kind, name, options) {
+      if (kind === 'election' && source.campaign === undefined) throw new UsageError(`${description} has no elections`);
+      try {
+        return await holdFrom(source, kind, name, options);
+      } catch (error) {
+        throw parts.unreachable(error);
+      }
+    },
+    async queue(name) {
+      try {
+        const { holder, waiters } = (await source.lockStatus(name)) as LockStatus<Entry>;
+        return parts.entries(holder === null ? waiters : [holder, ...waiters]);
+      } catch (error) {
+        throw parts.unreachable(error);
+      }
+    },
+    ...(parts.watchQueue !== undefined && { watchQueue: parts.watchQueue }),
+    close: () => parts.close(),
+  };
+}
 
 /** Acquire `name` from `source` (campaign for it, for an election); errors pass through for the caller to classify. */
-export async function holdFrom(source: LockSource, kind: Kind, name: string, options: HoldOptions, description: string): Promise<Holding> {
+async function holdFrom(source: LockSource, kind: Kind, name: string, options: HoldOptions): Promise<Holding> {
   const common = { safetyMarginMs: options.safetyMarginMs, ...(options.signal !== undefined && { signal: options.signal }) };
   if (kind === 'election') {
-    if (source.campaign === undefined) throw new UsageError(`${description} has no elections`);
-    const leadership = await source.campaign(name, { ...common, ...(options.id !== undefined && { id: options.id }) });
+    const leadership = await (source.campaign as NonNullable<LockSource['campaign']>)(name, { ...common, ...(options.id !== undefined && { id: options.id }) });
     return {
       token: leadership.epoch,
       get held() {

@@ -6,10 +6,10 @@
  * accepted from $FENCEKEEPER_LOCK_SERVICE only, never from the command line
  * (where `ps` shows it to every user of the machine).
  */
-import { ConnectionLossError, InvalidArgumentError, QuorumError, safetyMargin } from '../../index.js';
+import { ConnectionLossError, InvalidArgumentError, QuorumError } from '../../index.js';
 import { UsageError, positiveInt } from '../args.js';
 import { UnreachableError, type Holding, type LockService, type LockServiceContext, type LockServiceKind } from '../lock-service.js';
-import { holdFrom } from './hold.js';
+import { serviceOf } from './hold.js';
 
 interface Endpoint {
   readonly host: string;
@@ -127,34 +127,15 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
     if (error instanceof InvalidArgumentError) throw new UsageError(`${description}: ${error.message}`);
     throw error;
   }
-  return {
-    sessionTimeoutMs: ttlMs,
-    safetyMargin(requested) {
-      try {
-        return safetyMargin(ttlMs, requested);
-      } catch (error) {
-        if (error instanceof InvalidArgumentError) throw new UsageError(`--safety-margin ${String(requested)}: ${error.message}`);
-        throw error;
-      }
-    },
-    async hold(kind, name, options) {
-      if (kind === 'election' && source.campaign === undefined) throw new UsageError(`${description} has no elections`);
-      try {
-        return await holdFrom(source, kind, name, options, description);
-      } catch (error) {
-        throw unreachable(error, description);
-      }
-    },
-    async queue(name) {
-      try {
-        const { holder } = await source.lockStatus(name);
-        return holder === null ? [] : [{ role: 'holder', token: holder.token, owner: holder.owner, session: `key with a ${ttlMs} ms TTL`, node: holder.key }];
-      } catch (error) {
-        throw unreachable(error, description);
-      }
-    },
+  return serviceOf({
+    source,
+    description,
+    grantMs: () => ttlMs,
+    unreachable: (error) => unreachable(error, description),
+    // Redis keeps no queue of waiters with tokens: the holder alone.
+    entries: (queue) => queue.map((e) => ({ role: 'holder', token: e.token, owner: e.owner, session: `key with a ${ttlMs} ms TTL`, node: e.key })),
     close,
-  };
+  });
 }
 
 function unreachable(error: unknown, description: string): unknown {

@@ -17,7 +17,6 @@ import {
   SessionExpiredError,
   ZooKeeperClient,
   ZooKeeperError,
-  safetyMargin,
   zookeeperSource,
   type AuthInfo,
   type ClientState,
@@ -37,7 +36,7 @@ import {
   type QueueEntry,
   type QueueEvent,
 } from '../lock-service.js';
-import { holdFrom } from './hold.js';
+import { serviceOf } from './hold.js';
 
 /** ZooKeeper's own flags, beside --zookeeper and --session-timeout (node:util parseArgs form). */
 export const ZOOKEEPER_OPTIONS = {
@@ -190,36 +189,15 @@ function ensembleAddress(connectString: string, values: ParsedArgs['values'], en
 
 function zookeeperService(zk: ZooKeeperClient): LockService {
   const source = zookeeperSource(zk);
-  return {
-    get sessionTimeoutMs() {
-      return zk.sessionTimeoutMs;
-    },
-    safetyMargin(requested) {
-      try {
-        return safetyMargin(zk.sessionTimeoutMs, requested);
-      } catch (error) {
-        if (error instanceof InvalidArgumentError) throw new UsageError(`--safety-margin ${String(requested)}: ${error.message}`);
-        throw error;
-      }
-    },
-    async hold(kind, name, options) {
-      try {
-        return await holdFrom(source, kind, name, options, 'ZooKeeper');
-      } catch (error) {
-        throw unreachable(error);
-      }
-    },
-    async queue(name) {
-      try {
-        const { holder, waiters } = await source.lockStatus(name);
-        return entries(holder === null ? waiters : [holder, ...waiters]);
-      } catch (error) {
-        throw unreachable(error);
-      }
-    },
+  return serviceOf({
+    source,
+    description: 'ZooKeeper',
+    grantMs: () => zk.sessionTimeoutMs,
+    unreachable,
+    entries,
     watchQueue: (name, onChange, signal) => watchQueue(zk, name, onChange, signal),
     close: () => zk.close(),
-  };
+  });
 }
 
 /** The recipes' entries, in grant order, as the commands show them. */
