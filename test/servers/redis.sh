@@ -8,7 +8,9 @@
 # Every node: AOF with appendfsync always (an acknowledged write survives a
 # SIGKILL, which Redlock's quorum counter assumes), maxmemory-policy
 # noeviction (a lock key is never evicted), no RDB snapshots, and
-# `enable-debug-command local` (DEBUG SLEEP, DEBUG JMAP... from 127.0.0.1 only).
+# `enable-debug-command local` (DEBUG SLEEP, DEBUG JMAP... from 127.0.0.1 only),
+# and keyspace notifications for SET, DEL, EXPIRE and expiries (K$gx), which
+# `fencekeeper status --watch` over redis:// and redlock:// follows.
 #
 # usage: redis.sh COMMAND
 #   start | stop | status          every node (start wipes their data)
@@ -113,6 +115,7 @@ appendonly yes
 appendfsync always
 maxmemory-policy noeviction
 enable-debug-command local
+notify-keyspace-events K\$gx
 # a replica's first sync starts at once (the default waits 5 s for more replicas)
 repl-diskless-sync-delay 0
 CONF

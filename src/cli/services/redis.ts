@@ -8,7 +8,7 @@
  */
 import { ConnectionLossError, InvalidArgumentError, QuorumError } from '../../index.js';
 import { UsageError, positiveInt } from '../args.js';
-import { UnreachableError, type Holding, type LockService, type LockServiceContext, type LockServiceKind } from '../lock-service.js';
+import { UnreachableError, type Holding, type LockService, type LockServiceContext, type LockServiceKind, type QueueEntry, type QueueEvent } from '../lock-service.js';
 import { serviceOf } from './hold.js';
 
 interface Endpoint {
@@ -133,7 +133,8 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
     grantMs: () => ttlMs,
     unreachable: (error) => unreachable(error, description),
     // Redis keeps no queue of waiters with tokens: the holder alone.
-    entries: (queue) => queue.map((e) => ({ role: 'holder', token: e.token, owner: e.owner, session: `key with a ${ttlMs} ms TTL`, node: e.key })),
+    entries: (queue) => entries(queue, ttlMs),
+    watchQueue: (name, onChange, signal) => watchQueue(clients, url.db, async () => entries(holderOf(await source.lockStatus(name)), ttlMs), name, onChange, signal, description),
     close,
   });
 }
@@ -141,4 +142,115 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
 function unreachable(error: unknown, description: string): unknown {
   if (error instanceof ConnectionLossError || error instanceof QuorumError) return new UnreachableError(`${description}: ${error.message}`);
   return error;
+}
+
+interface HolderEntry {
+  readonly token: bigint;
+  readonly owner: string;
+  readonly key: string;
+}
+
+function holderOf(status: { readonly holder: HolderEntry | null }): HolderEntry[] {
+  return status.holder === null ? [] : [status.holder];
+}
+
+function entries(queue: readonly HolderEntry[], ttlMs: number): QueueEntry[] {
+  return queue.map((e) => ({ role: 'holder', token: e.token, owner: e.owner, session: `key with a ${ttlMs} ms TTL`, node: e.key }));
+}
+
+/** The keyspace events `status --watch` follows: K (keyspace channels), $ (SET), g (DEL, EXPIRE), x (expired). */
+const NEEDED_EVENTS = ['K', '$', 'g', 'x'];
+
+/**
+ * `status --watch` over Redis: Redis keeps no change feed of its own, so this
+ * follows the lock's keys through keyspace notifications (the lock key's
+ * SET, DEL and expiry; the counter's INCR and SET), subscribed on every node
+ * before the first read, and reads the lock again on each event (and after a
+ * subscriber reconnects). A server whose notify-keyspace-events lacks them
+ * is refused with the setting to use, rather than watched in silence.
+ */
+async function watchQueue(
+  clients: readonly { duplicate(): unknown; call(...args: unknown[]): Promise<unknown> }[],
+  db: number | undefined,
+  read: () => Promise<QueueEntry[]>,
+  name: string,
+  onChange: (event: QueueEvent) => void,
+  signal: AbortSignal,
+  description: string,
+): Promise<void> {
+  for (const client of clients) {
+    let flags: string | undefined;
+    try {
+      const answer = (await client.call('CONFIG', 'GET', 'notify-keyspace-events')) as unknown[];
+      flags = typeof answer[1] === 'string' ? answer[1] : undefined;
+    } catch {
+      flags = undefined; // CONFIG renamed or refused: subscribe anyway
+    }
+    if (flags !== undefined && !NEEDED_EVENTS.every((f) => flags.includes(f) || (f !== 'K' && flags.includes('A')))) {
+      throw new UsageError(
+        `${description}: status --watch needs keyspace notifications for the lock's keys; the server has notify-keyspace-events "${flags}": set it to "K$gx" (or add those flags)`,
+      );
+    }
+  }
+  const [lockKey, counterKey] = [`fencekeeper:lock:{${name}}`, `fencekeeper:token:{${name}}`];
+  const channels = [lockKey, counterKey].map((k) => `__keyspace@${db ?? 0}__:${k}`);
+  let changed = true;
+  let wake: (() => void) | null = null;
+  const poke = (): void => {
+    const w = wake;
+    wake = null;
+    w?.();
+  };
+  type Subscriber = {
+    on(event: string, listener: (...args: unknown[]) => void): void;
+    subscribe(...channels: string[]): Promise<unknown>;
+    disconnect(): void;
+  };
+  const subscribers = clients.map((c) => c.duplicate() as Subscriber);
+  const lost = new Set<Subscriber>();
+  for (const sub of subscribers) {
+    sub.on('error', () => {});
+    sub.on('message', () => {
+      changed = true;
+      poke();
+    });
+    sub.on('close', () => {
+      if (signal.aborted || lost.has(sub)) return;
+      lost.add(sub);
+      onChange({ type: 'disconnected', detail: 'the subscription to the lock\'s keyspace events dropped; reconnecting' });
+    });
+    sub.on('ready', () => {
+      if (!lost.delete(sub)) return;
+      onChange({ type: 'reconnected', detail: 'subscribed to the lock\'s keyspace events again' });
+      changed = true; // what changed meanwhile was not seen
+      poke();
+    });
+  }
+  signal.addEventListener('abort', poke);
+  try {
+    await Promise.all(subscribers.map((s) => s.subscribe(...channels)));
+    let shown: string | undefined;
+    for (;;) {
+      if (signal.aborted) return;
+      if (!changed) {
+        await new Promise<void>((resolve) => (wake = resolve));
+        continue;
+      }
+      changed = false;
+      let queue: QueueEntry[];
+      try {
+        queue = await read();
+      } catch (error) {
+        if (signal.aborted) return;
+        throw unreachable(error, description);
+      }
+      const key = JSON.stringify(queue, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
+      if (key === shown) continue;
+      shown = key;
+      onChange({ type: 'queue', entries: queue });
+    }
+  } finally {
+    signal.removeEventListener('abort', poke);
+    for (const s of subscribers) s.disconnect();
+  }
 }
