@@ -31,6 +31,8 @@ export interface NodeAcl {
   readonly acl: readonly ACL[];
   /** The server's form of the ACL ('auth' entries expanded to this session's identities), order-free. */
   readonly key: string;
+  /** The entries of `key`, for matching a digest the server showed without its hash. */
+  readonly entries: readonly { readonly perms: number; readonly scheme: string; readonly id: string }[];
   /** The create options of a queue node under this ACL. */
   readonly sequential: { readonly mode: 'ephemeral_sequential'; readonly acl: readonly ACL[] };
 }
@@ -53,10 +55,10 @@ export function nodeAclFor(zk: ZooKeeperClient, acl: readonly ACL[] | undefined)
     const at = a.credentials.indexOf(':');
     return digestAclId(a.credentials.slice(0, at), a.credentials.slice(at + 1));
   });
-  const entries: string[] = [];
+  const entries: { perms: number; scheme: string; id: string }[] = [];
   for (const { perms, id } of requested) {
     if (id.scheme !== 'auth') {
-      entries.push(entryKey(perms, id.scheme, id.id));
+      entries.push({ perms, scheme: id.scheme, id: id.id });
       continue;
     }
     // ZooKeeper replaces an 'auth' entry with one digest entry per identity
@@ -65,12 +67,13 @@ export function nodeAclFor(zk: ZooKeeperClient, acl: readonly ACL[] | undefined)
     if (identities.length === 0) {
       throw new InvalidArgumentError("an ACL entry with scheme 'auth' (CREATOR_ALL_ACL) needs a client that authenticates (ConnectOptions.auth)");
     }
-    for (const identity of identities) entries.push(entryKey(perms, 'digest', identity));
+    for (const identity of identities) entries.push({ perms, scheme: 'digest', id: identity });
   }
   const frozen = Object.freeze([...requested]);
   const node: NodeAcl = Object.freeze({
     acl: frozen,
-    key: canonical(entries),
+    key: canonical(entries.map((e) => entryKey(e.perms, e.scheme, e.id))),
+    entries: Object.freeze(entries),
     sequential: Object.freeze({ mode: 'ephemeral_sequential' as const, acl: frozen }),
   });
   if (perClient === undefined) resolved.set(zk, (perClient = new WeakMap()));
@@ -114,7 +117,7 @@ export async function checkParent(zk: ZooKeeperClient, parent: string, acl: Node
     if (isCode(error, 'ZK_NONODE')) return;
     throw error;
   }
-  const key = canonical(found.acl.map((e) => entryKey(e.perms, e.id.scheme, e.id.id)));
+  const key = canonical(found.acl.map((e) => entryKey(e.perms, e.id.scheme, unredacted(e, acl))));
   if (key !== acl.key) {
     checked.get(zk)?.delete(parent);
     throw new AclMismatchError(
@@ -126,6 +129,21 @@ export async function checkParent(zk: ZooKeeperClient, parent: string, acl: Node
     );
   }
   cacheOf(zk).set(parent, { key, czxid: found.stat.czxid });
+}
+
+/**
+ * ZooKeeper shows a digest entry's hash only to a reader with ADMIN on the
+ * node; others read 'user:x'. Such an entry matches the requested entry of
+ * the same user and perms: a different hash under that user's name would
+ * only lock the user out (a denial the create reports as NOAUTH), never let
+ * anyone else in.
+ */
+function unredacted(entry: ACL, acl: NodeAcl): string {
+  const { scheme, id } = entry.id;
+  if (scheme !== 'digest' || !id.endsWith(':x')) return id;
+  const user = id.slice(0, -1);
+  const match = acl.entries.find((e) => e.perms === entry.perms && e.scheme === 'digest' && e.id.startsWith(user));
+  return match?.id ?? id;
 }
 
 function describe(acl: readonly ACL[]): string {
