@@ -165,6 +165,22 @@ describe('a lock with an ACL', () => {
     await alice.delete(`${parent}/keep`);
   });
 
+  it('an ACL without ADMIN for the holder: another client of that identity still matches the container (its digest shown hashless)', async () => {
+    const name = uniqueLockName('noadmin');
+    const acl: readonly ACL[] = [{ perms: Perms.ALL & ~Perms.ADMIN, id: { scheme: 'auth', id: '' } }, ...READ_ACL_UNSAFE];
+    const first = await as(ALICE);
+    const lock = await acquireLock(first, name, { acl });
+    // Without ADMIN, even alice reads her digest as 'alice:x'.
+    expect((await first.getACL(`${LOCKS}/${name}`)).acl.map((e) => e.id.id)).toContain(`${ALICE.user}:x`);
+    const second = await as(ALICE);
+    const getAcl = vi.spyOn(second, 'getACL');
+    expect(await tryAcquireLock(second, name, { acl })).toBeNull();
+    expect(getAcl).toHaveBeenCalledTimes(1);
+    const waiting = acquireLock(second, name, { acl });
+    await lock.release();
+    await (await waiting).release();
+  });
+
   it('bad ACLs are refused before any request', async () => {
     const observer = await as(null);
     const alice = await as(ALICE);
