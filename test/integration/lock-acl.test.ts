@@ -12,6 +12,7 @@ import { CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, Perms, READ_ACL_UNSAFE, type ACL } fr
 import { campaign, observeLeader } from '../../src/zookeeper/recipes/election.js';
 import { acquireLock, lockStatus, observeLock, tryAcquireLock } from '../../src/zookeeper/recipes/lock.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
+import { verifyWithZooKeeper } from '../../adapters/express/verify-zookeeper.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueId, uniqueLockName } from '../helpers/unique.js';
 import { until } from '../helpers/wait.js';
@@ -90,9 +91,22 @@ describe('a lock with an ACL', () => {
     const watching = observeLock(observer, name);
     expect((await watching.holder())?.token).toBe(lock.token);
     watching.close();
+    const verify = verifyWithZooKeeper(observer, name);
+    expect(await verify(lock.token)).toBe(true);
+    verify.close();
 
     await lock.release();
     expect(await queueChildren(admin, parent)).toEqual([]);
+  });
+
+  it('with CREATOR_ALL_ACL alone, other identities cannot even read the queue', async () => {
+    const name = uniqueLockName('private');
+    const alice = await as(ALICE);
+    const observer = await as(null);
+    const lock = await acquireLock(alice, name, { acl: CREATOR_ALL_ACL });
+    expect(await codeOf(lockStatus(observer, name))).toBe('ZK_NOAUTH');
+    expect((await lockStatus(alice, name)).holder?.token).toBe(lock.token);
+    await lock.release();
   });
 
   it('without an ACL the nodes are open, as before: any identity can delete the holder node', async () => {
