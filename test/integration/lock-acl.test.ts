@@ -163,6 +163,19 @@ describe('a lock with an ACL', () => {
     await admin.delete(parent).catch(() => undefined);
   });
 
+  it('a container reaped and re-made by the client itself needs no ACL read', async () => {
+    const name = uniqueLockName('remade');
+    const parent = `${LOCKS}/${name}`;
+    const alice = await as(ALICE);
+    await (await acquireLock(alice, name, { acl: HOLDER_ACL })).release();
+    await until(async () => (await admin.exists(parent)) === null, 'the container reaped');
+    const getAcl = vi.spyOn(alice, 'getACL');
+    const lock = await acquireLock(alice, name, { acl: HOLDER_ACL });
+    expect(getAcl).not.toHaveBeenCalled();
+    expect(sorted((await alice.getACL(parent)).acl)).toEqual(sorted(STORED));
+    await lock.release();
+  });
+
   it('checks an existing container once: later acquires under it read no ACL', async () => {
     const name = uniqueLockName('cached');
     const parent = `${LOCKS}/${name}`;

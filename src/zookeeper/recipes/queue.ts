@@ -198,7 +198,9 @@ async function enqueueAfter(
       if (adopted !== null) return { node: adopted, children: await listChildren(zk, parent) };
     }
     const created = zk.create(prefix, data, acl === null ? SEQUENTIAL : acl.sequential);
-    const listed = zk.getChildren(parent);
+    // With an ACL the listing brings the parent's czxid too (see Enqueued.parentCzxid).
+    const listed: Promise<{ children: string[]; stat?: { czxid: bigint } }> =
+      acl === null ? zk.getChildren(parent).then((children) => ({ children })) : zk.getChildrenWithStat(parent);
     let node: QueueNode;
     try {
       const { path, stat } = await created;
@@ -209,7 +211,8 @@ async function enqueueAfter(
       continue;
     }
     try {
-      return { node, children: await listed };
+      const listing = await listed;
+      return listing.stat === undefined ? { node, children: listing.children } : { node, children: listing.children, parentCzxid: listing.stat.czxid };
     } catch (failed) {
       return listAfterLoss(zk, node, failed);
     }
