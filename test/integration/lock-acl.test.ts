@@ -15,7 +15,8 @@ import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
 import { verifyWithZooKeeper } from '../../adapters/express/verify-zookeeper.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueId, uniqueLockName } from '../helpers/unique.js';
-import { until } from '../helpers/wait.js';
+import { until, within } from '../helpers/wait.js';
+import { assertBuilt, cli } from './cli-helpers.js';
 import { ClientPool } from '../helpers/zookeeper.js';
 import { ELECTIONS, LOCKS, queueChildren } from './lock-helpers.js';
 
@@ -258,5 +259,35 @@ describe('the client-wide defaultAcl', () => {
     expect(leader.signal.aborted).toBe(false);
     expect(await queueChildren(admin, `${ELECTIONS}/${name}`)).toEqual([leader.path.slice(`${ELECTIONS}/${name}`.length + 1)]);
     await leader.resign();
+  });
+});
+
+describe('the CLI', () => {
+  const CLEAN = { ZOOKEEPER: '', FENCEKEEPER_LOCK_SERVICE: '', ZOOKEEPER_AUTH: '', ZOOKEEPER_AUTH_FILE: '', ZOOKEEPER_ACL: '', ZOOKEEPER_TLS: '' };
+
+  it('--zookeeper-acl creator: the run holds a lock other identities can read but not take; without credentials it is a usage error', async () => {
+    assertBuilt();
+    const name = uniqueLockName('cliacl');
+    const parent = `${LOCKS}/${name}`;
+    const env = { ...CLEAN, ZOOKEEPER_AUTH: `${ALICE.user}:${ALICE.pw}` };
+    const run = cli(['run', name, '--zookeeper', server, '--zookeeper-acl', 'creator', '--', process.execPath, '-e', 'setTimeout(() => {}, 60000)'], env);
+    try {
+      const observer = await as(null);
+      await until(async () => (await lockStatus(observer, name)).holder !== null, () => `the CLI holding ${name} (stderr: ${run.stderr()})`);
+      // Another reader sees the hash as 'x' (no ADMIN): the entries are alice's and world READ.
+      expect(sorted((await admin.getACL(parent)).acl)).toEqual(sorted([{ perms: Perms.ALL, id: { scheme: 'digest', id: `${ALICE.user}:x` } }, ...READ_ACL_UNSAFE]));
+      const mallory = await as(MALLORY);
+      const holder = (await lockStatus(observer, name)).holder;
+      expect(await codeOf(mallory.delete(holder?.path ?? ''))).toBe('ZK_NOAUTH');
+      expect(await codeOf(tryAcquireLock(mallory, name))).toBe('ZK_NOAUTH');
+    } finally {
+      run.child.kill('SIGTERM');
+      await within(run.done, 30_000, 'the CLI run ending');
+    }
+    const refused = await within(cli(['run', name, '--zookeeper', server, '--', 'true'], { ...CLEAN, ZOOKEEPER_ACL: 'creator' }).done, 30_000, 'the CLI without credentials');
+    expect(refused.code).toBe(64);
+    expect(refused.stderr).toContain('ZOOKEEPER_ACL creator');
+    const bad = await within(cli(['run', name, '--zookeeper', server, '--zookeeper-acl', 'everyone', '--', 'true'], CLEAN).done, 30_000, 'the CLI with a bad ACL');
+    expect(bad.code).toBe(64);
   });
 });
