@@ -25,6 +25,7 @@ export type ErrorCode =
   | 'EFFECT_FAILED'
   | 'TLS_FAILED'
   | 'NO_QUORUM'
+  | 'ACL_MISMATCH'
   | ZooKeeperErrorCode;
 
 export type ZooKeeperErrorCode =
@@ -444,5 +445,31 @@ export class EffectFailedError extends FencekeeperError {
     this.idempotencyKey = effect.idempotencyKey;
     this.attempt = effect.attempt;
     this.details = failure.details;
+  }
+}
+
+/**
+ * A lock's (or election's) container exists with an ACL other than the one
+ * the acquire asked for: someone else made it (or re-made it after the
+ * reaper removed ours). Queueing under it would leave the lock to whoever
+ * that ACL admits, so nothing was queued.
+ */
+export class AclMismatchError extends FencekeeperError {
+  static override readonly kind: string = 'AclMismatchError';
+  /** The container's path. */
+  readonly path: string;
+  readonly expected: readonly { readonly perms: number; readonly id: { readonly scheme: string; readonly id: string } }[];
+  readonly found: readonly { readonly perms: number; readonly id: { readonly scheme: string; readonly id: string } }[];
+  constructor(
+    path: string,
+    expected: AclMismatchError['expected'],
+    found: AclMismatchError['found'],
+    message: string,
+    options?: FencekeeperErrorOptions,
+  ) {
+    super('ACL_MISMATCH', message, options);
+    this.path = path;
+    this.expected = expected;
+    this.found = found;
   }
 }

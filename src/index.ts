@@ -26,6 +26,7 @@ export { FenceReleasedError } from './errors.js';
 export { EffectPendingError, EffectFailedError } from './errors.js';
 export { TlsError } from './errors.js';
 export { QuorumError } from './errors.js';
+export { AclMismatchError } from './errors.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
 export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, IdempotencyLookup, StoredResponse } from './idempotency-store.js';
 
@@ -61,7 +62,8 @@ export { campaign, observeLeader } from './zookeeper/recipes/election.js';
 export type { ZooKeeperLeadership, LeaderObserver, LeaderInfo } from './zookeeper/recipes/election.js';
 export type { QueueEntry } from './zookeeper/recipes/queue.js';
 export { zookeeperSource } from './zookeeper/recipes/source.js';
-export type { ZooKeeperSource } from './zookeeper/recipes/source.js';
+export type { ZooKeeperSource, ZooKeeperSourceOptions } from './zookeeper/recipes/source.js';
+export type { AclOption, ZooKeeperAcquireOptions, ZooKeeperTryAcquireOptions, ZooKeeperCampaignOptions } from './zookeeper/recipes/acl-options.js';
 
 // Diagnostics: the channel names operators and instrumentations subscribe to, and their messages
 export { CHANNELS, TRACING_CHANNELS, RUN_WITHIN } from './diagnostics.js';

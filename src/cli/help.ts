@@ -43,7 +43,11 @@ const ZOOKEEPER_SECURITY = `  --zookeeper-tls            speak TLS to the server
   --zookeeper-auth-file <file>
                              digest credentials user:password, the file's first line
                              ($ZOOKEEPER_AUTH_FILE); or $ZOOKEEPER_AUTH=user:password.
-                             Never on the command line: ps shows arguments to every user`;
+                             Never on the command line: ps shows arguments to every user
+  --zookeeper-acl <creator|open>
+                             the ACL of the lock nodes a run creates: creator = its identity
+                             may do anything, everyone may read (needs credentials); open =
+                             anyone may do anything, the default ($ZOOKEEPER_ACL)`;
 
 export const HELP = {
   main: `usage: fencekeeper <command> [options]

@@ -55,6 +55,7 @@ import {
   type Request,
 } from './requests.js';
 import { WatchRegistry, type Watcher } from './watches.js';
+import { validateAcl } from './recipes/acl-options.js';
 
 export type { AuthInfo, CreateOptions, MultiOp, MultiResult } from './requests.js';
 export type { Connector } from './connection.js';
@@ -79,6 +80,12 @@ export interface ConnectOptions {
   readonly connector?: Connector;
   /** Speak TLS to the servers' secure client port (see ./tls.ts). Not together with `connector`. */
   readonly tls?: TlsOptions;
+  /**
+   * The ACL the lock and election recipes give the nodes they create (each
+   * lock's container, the roots above it, the queue nodes) when an acquire
+   * names none, as Curator's ACLProvider. Default: none (open to everyone).
+   */
+  readonly defaultAcl?: readonly ACL[];
 }
 
 export interface WatchOptions {
@@ -93,7 +100,10 @@ const NO_PASSWORD = new Uint8Array(16);
  * the servers a client dials and how, so a test can end its session from
  * the server's side without being told where the client is.
  */
-export const clientInternals = new WeakMap<ZooKeeperClient, { readonly servers: readonly ServerAddress[]; readonly connector: Connector }>();
+export const clientInternals = new WeakMap<
+  ZooKeeperClient,
+  { readonly servers: readonly ServerAddress[]; readonly connector: Connector; readonly auth: readonly AuthInfo[] }
+>();
 const ignore = (): void => undefined;
 
 /**
@@ -161,6 +171,7 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
   readonly #requestedTimeoutMs: number;
   readonly #auth: readonly AuthInfo[];
   readonly #connector: Connector;
+  readonly #defaultAcl: readonly ACL[] | undefined;
   readonly #watches = new WatchRegistry();
   readonly #progress: SessionProgress = { lastSendAt: 0, lastAckedSendAt: 0, lastZxid: 0n };
 
@@ -186,7 +197,8 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     this.#timeoutMs = this.#requestedTimeoutMs;
     this.#auth = Object.freeze([...(options.auth ?? [])]);
     this.#connector = options.connector ?? (options.tls !== undefined ? tlsConnector(options.tls) : connectTcp);
-    clientInternals.set(this, { servers: this.#servers, connector: this.#connector });
+    this.#defaultAcl = options.defaultAcl === undefined ? undefined : Object.freeze([...options.defaultAcl]);
+    clientInternals.set(this, { servers: this.#servers, connector: this.#connector, auth: this.#auth });
   }
 
   /**
@@ -215,6 +227,7 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     if (options.tls !== undefined && options.connector !== undefined) {
       throw new InvalidArgumentError('give tls or connector, not both (a connector opens the stream itself)');
     }
+    if (options.defaultAcl !== undefined) validateAcl(options.defaultAcl, 'defaultAcl');
     const connectTimeout = options.connectTimeoutMs ?? timeout;
     const client = new ZooKeeperClient(options, target.servers, target.chroot);
     await client.#start(connectTimeout);
@@ -224,6 +237,11 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
   /** The session id the server assigned (0n before the first connection). */
   get sessionId(): bigint {
     return this.#sessionId;
+  }
+
+  /** ConnectOptions.defaultAcl: what the recipes create their nodes with when an acquire names no ACL. */
+  get defaultAcl(): readonly ACL[] | undefined {
+    return this.#defaultAcl;
   }
 
   /** The negotiated session timeout. */

@@ -4,10 +4,11 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseToken } from '../../src/index.js';
 import { ExitCode } from '../../src/cli/exit-codes.js';
-import { lockStatus } from '../../adapters/redis/index.js';
+import { acquireLock, lockStatus } from '../../adapters/redis/index.js';
 import { REDIS, REDLOCK } from '../helpers/sources.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import { assertBuilt, cli } from './cli-helpers.js';
+import { until } from '../helpers/wait.js';
+import { assertBuilt, cli, type Running } from './cli-helpers.js';
 import { RedisPool, holdRedisFaults } from './redis-helpers.js';
 
 const pool = new RedisPool();
@@ -46,6 +47,64 @@ describe.each([
     } finally {
       held.child.kill('SIGTERM');
       await held.done;
+    }
+  });
+});
+
+interface Listing {
+  event: 'queue';
+  queue: { role: string; token: string; owner: string }[];
+}
+
+function listings(run: Running): Listing[] {
+  return run.stdout().split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Listing | { event: string }).filter((l): l is Listing => l.event === 'queue');
+}
+
+describe.each([
+  ['redis://', () => REDIS.lockService, () => [pool.single()]],
+  ['redlock://', () => REDLOCK.lockService, () => pool.redlock()],
+] as const)('status --watch over %s', (_scheme, url, nodes) => {
+  it('a new listing for a grant, a release, and a key that expired with nobody releasing it; nothing while nothing changes', async () => {
+    const lock = uniqueLockName('watch');
+    const watching = cli(['status', lock, '--watch', '--json', '--lock-service', url()]);
+    const next = async (count: number, what: string): Promise<Listing> => {
+      await until(() => listings(watching).length >= count || watching.child.exitCode !== null, what);
+      const shown = listings(watching);
+      if (shown.length < count) throw new Error(`status --watch exited (${String(watching.child.exitCode)}) before ${what}:\n${watching.stderr()}`);
+      expect(shown.length, `one listing per change (${what})`).toBe(count);
+      return shown[count - 1] as Listing;
+    };
+    try {
+      expect((await next(1, 'the first listing')).queue).toEqual([]);
+      const target = nodes();
+      const held = await acquireLock(target.length === 1 ? target[0]! : target, lock, { ttlMs: 1500, owner: 'holder-a' });
+      expect((await next(2, 'the holder')).queue).toEqual([expect.objectContaining({ role: 'holder', token: String(held.token), owner: 'holder-a' })]);
+      // Renewals (every 500 ms) touch the key: read again, nothing new shown.
+      await new Promise((r) => setTimeout(r, 1200));
+      expect(listings(watching)).toHaveLength(2);
+      await held.release();
+      expect((await next(3, 'the release')).queue).toEqual([]);
+      // A holder that died: its key (here set by hand, with no renewal) expires.
+      for (const node of target) await node.call('SET', `fencekeeper:lock:{${lock}}`, 'dead-grant holder-dead', 'PX', '400');
+      expect((await next(4, 'the dead holder')).queue).toEqual([expect.objectContaining({ role: 'holder', owner: 'holder-dead' })]);
+      expect((await next(5, "the dead holder's key to expire")).queue).toEqual([]);
+    } finally {
+      watching.child.kill('SIGINT');
+      await watching.done;
+    }
+  });
+
+  it('a server without keyspace notifications is refused with the setting to use, not watched in silence', async () => {
+    const target = nodes();
+    const before = (await target[0]!.call('CONFIG', 'GET', 'notify-keyspace-events')) as string[];
+    await target[0]!.call('CONFIG', 'SET', 'notify-keyspace-events', '');
+    try {
+      const run = await cli(['status', uniqueLockName('watch'), '--watch', '--lock-service', url()]).done;
+      expect(run.code).toBe(ExitCode.usage);
+      expect(run.stderr).toContain('notify-keyspace-events');
+      expect(run.stderr).toContain('K$gx');
+    } finally {
+      await target[0]!.call('CONFIG', 'SET', 'notify-keyspace-events', before[1]!);
     }
   });
 });

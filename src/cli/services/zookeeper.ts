@@ -9,6 +9,11 @@
  * sees a process's arguments (`ps`, /proc/PID/cmdline). They come from
  * $ZOOKEEPER_AUTH ('user:password') or from a file named by
  * --zookeeper-auth-file / $ZOOKEEPER_AUTH_FILE, and no message repeats them.
+ *
+ * --zookeeper-acl / $ZOOKEEPER_ACL protects the locks and elections a run
+ * takes: 'creator' gives the run's identity everything and everyone else
+ * READ only (so others' `status` still works); 'open', the default, is
+ * ZooKeeper's own default.
  */
 import { readFileSync } from 'node:fs';
 import {
@@ -18,6 +23,9 @@ import {
   ZooKeeperClient,
   ZooKeeperError,
   zookeeperSource,
+  CREATOR_ALL_ACL,
+  READ_ACL_UNSAFE,
+  type ACL,
   type AuthInfo,
   type ClientState,
   type QueueEntry as ZooKeeperQueueEntry,
@@ -46,6 +54,7 @@ export const ZOOKEEPER_OPTIONS = {
   'zookeeper-tls-key': { type: 'string' },
   'zookeeper-tls-servername': { type: 'string' },
   'zookeeper-auth-file': { type: 'string' },
+  'zookeeper-acl': { type: 'string' },
   // Only to refuse it with the way that works: the value is already in this process's arguments.
   'zookeeper-auth': { type: 'string' },
 } as const;
@@ -130,6 +139,20 @@ export function zookeeperAuth(values: ParsedArgs['values'], env: NodeJS.ProcessE
 }
 
 /** The ensemble of --zookeeper / $ZOOKEEPER (what the commands use when no --lock-service is given). */
+/**
+ * The ACL of the nodes a run creates: undefined (open) unless
+ * --zookeeper-acl / $ZOOKEEPER_ACL is 'creator', which needs credentials.
+ */
+export function zookeeperAcl(values: ParsedArgs['values'], env: NodeJS.ProcessEnv, auth: readonly AuthInfo[]): readonly ACL[] | undefined {
+  const acl = setting(values, env, 'zookeeper-acl', 'ZOOKEEPER_ACL');
+  if (acl === undefined || acl.value === 'open') return undefined;
+  if (acl.value !== 'creator') throw new UsageError(`${acl.origin} must be 'creator' or 'open', got ${JSON.stringify(acl.value)}`);
+  if (auth.length === 0) {
+    throw new UsageError(`${acl.origin} creator: the nodes belong to the run's identity, so it needs credentials ($ZOOKEEPER_AUTH or --zookeeper-auth-file)`);
+  }
+  return [...CREATOR_ALL_ACL, ...READ_ACL_UNSAFE];
+}
+
 export function zookeeperAddress(values: ParsedArgs['values'], env: NodeJS.ProcessEnv): LockServiceAddress {
   const connectString = (values.zookeeper as string | undefined) ?? env.ZOOKEEPER;
   if (connectString === undefined || connectString === '') {
@@ -156,6 +179,7 @@ function ensembleAddress(connectString: string, values: ParsedArgs['values'], en
   const sessionTimeoutMs = positiveInt(values['session-timeout'] as string | undefined, '--session-timeout');
   const tls = zookeeperTls(values, env);
   const auth = zookeeperAuth(values, env);
+  const defaultAcl = zookeeperAcl(values, env, auth);
   return {
     description: `ZooKeeper at ${connectString}${tls !== undefined ? ' (TLS)' : ''}`,
     checkName(kind, name) {
@@ -176,6 +200,7 @@ function ensembleAddress(connectString: string, values: ParsedArgs['values'], en
           ...(sessionTimeoutMs !== undefined && { sessionTimeoutMs }),
           ...(tls !== undefined && { tls }),
           ...(auth.length > 0 && { auth }),
+          ...(defaultAcl !== undefined && { defaultAcl }),
         });
       } catch (error) {
         // connect() checks its options before it opens a socket.

@@ -5,7 +5,8 @@
  * failovers too; downstream systems fence on it exactly as on a lock token.
  */
 import { traceCampaign, traceRelease } from '../../diagnostics.js';
-import type { AcquireOptions, CampaignOptions, Leadership } from '../../lock.js';
+import type { Leadership } from '../../lock.js';
+import type { ZooKeeperAcquireOptions, ZooKeeperCampaignOptions } from './acl-options.js';
 import type { FencingToken } from '../../token.js';
 import type { ZooKeeperClient } from '../client.js';
 import { HeldNode } from './held-node.js';
@@ -40,10 +41,11 @@ class HeldLeadership extends HeldNode implements ZooKeeperLeadership {
 }
 
 /** Stand for election; resolves when this candidate is the leader. */
-export async function campaign(zk: ZooKeeperClient, name: string, options: CampaignOptions = {}): Promise<ZooKeeperLeadership> {
+export async function campaign(zk: ZooKeeperClient, name: string, options: ZooKeeperCampaignOptions = {}): Promise<ZooKeeperLeadership> {
   const id = options.id ?? DEFAULT_OWNER;
-  const acquire: AcquireOptions = {
+  const acquire: ZooKeeperAcquireOptions = {
     owner: id,
+    ...(options.acl !== undefined && { acl: options.acl }),
     ...(options.signal !== undefined && { signal: options.signal }),
     ...(options.safetyMarginMs !== undefined && { safetyMarginMs: options.safetyMarginMs }),
   };

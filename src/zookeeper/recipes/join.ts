@@ -5,7 +5,8 @@
  */
 import { hostname } from 'node:os';
 import { ClientClosedError, InvalidArgumentError, LockLostError, SessionExpiredError } from '../../errors.js';
-import type { AcquireOptions } from '../../lock.js';
+import type { ZooKeeperAcquireOptions } from './acl-options.js';
+import { checkParent, isChecked, nodeAclFor, type NodeAcl } from './acl.js';
 import type { ClientState, ZooKeeperClient } from '../client.js';
 import { sessionMargin } from './holding.js';
 import { abandon, enqueue, waitForTurn, withoutStrays, type QueueNode } from './queue.js';
@@ -21,7 +22,7 @@ export interface Join<T> {
   readonly name: string;
   /** 'wait' for our turn, or 'try': take the turn only if it is ours at once (else null). */
   readonly mode: 'wait' | 'try';
-  readonly options: AcquireOptions;
+  readonly options: ZooKeeperAcquireOptions;
   /** Make the holder of our node, with the safety margin already checked. */
   readonly build: (node: QueueNode, marginMs: number) => T;
 }
@@ -36,6 +37,7 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
   }
   const marginMs = sessionMargin(zk, options.safetyMarginMs);
   if (options.owner !== undefined && typeof options.owner !== 'string') throw new InvalidArgumentError('owner must be a string');
+  const acl = nodeAclFor(zk, options.acl);
   signal?.throwIfAborted();
   if (zk.state === 'expired') throw new SessionExpiredError();
   if (zk.state === 'closed') throw new ClientClosedError();
@@ -44,11 +46,15 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
   // and it fails the join's own requests: no Stopper until we must wait.
   let stopper = signal === undefined && timeoutMs === undefined ? null : new Stopper(zk, name, signal, timeoutMs);
 
-  const joining = enqueue(zk, root, parent, ownerBytes(options.owner));
+  const joining = enqueue(zk, root, parent, ownerBytes(options.owner), acl);
   let handedOver = false;
   try {
     const joined = stopper === null ? await joining : await Promise.race([joining, stopper.stopped]);
     const node = joined.node;
+    if (acl !== null) {
+      const confirmed = confirmParent(zk, parent, acl, joined.parentCzxid);
+      await (stopper === null ? confirmed : Promise.race([confirmed, stopper.stopped]));
+    }
     let outcome: 'turn' | 'gone' | 'busy';
     const where = position(withoutStrays(zk, node, joined.children), node.child);
     if (where === null) outcome = 'gone';
@@ -82,4 +88,16 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
 const DEFAULT_OWNER_BYTES = Buffer.from(DEFAULT_OWNER, 'utf8');
 function ownerBytes(owner: string | undefined): Uint8Array {
   return owner === undefined || owner === DEFAULT_OWNER ? DEFAULT_OWNER_BYTES : Buffer.from(owner, 'utf8');
+}
+
+/**
+ * With an ACL, our node is only a place in the queue if its parent is still
+ * the one whose ACL was checked (or made) before the create: the reaper may
+ * have removed that container and someone else re-created it meanwhile. The
+ * listing's czxid tells, at no cost while it is unchanged; otherwise read the
+ * ACL again (a refusal leaves through the caller's abandon, removing our node).
+ */
+async function confirmParent(zk: ZooKeeperClient, parent: string, acl: NodeAcl, czxid: bigint | undefined): Promise<void> {
+  if (czxid !== undefined && isChecked(zk, parent, acl, czxid)) return;
+  await checkParent(zk, parent, acl);
 }

@@ -11,7 +11,8 @@
  */
 import { traceAcquire, traceRelease } from '../../diagnostics.js';
 import { isCode } from '../../errors.js';
-import type { AcquireOptions, Lock, TryAcquireOptions } from '../../lock.js';
+import type { Lock } from '../../lock.js';
+import type { ZooKeeperAcquireOptions, ZooKeeperTryAcquireOptions } from './acl-options.js';
 import type { LockStatus } from '../../lock-source.js';
 import type { FencingToken } from '../../token.js';
 import type { ZooKeeperClient } from '../client.js';
@@ -49,14 +50,14 @@ class HeldLock extends HeldNode implements ZooKeeperLock {
 }
 
 /** Wait for the lock (fair: in the order of arrival) and return it. */
-export function acquireLock(zk: ZooKeeperClient, name: string, options: AcquireOptions = {}): Promise<ZooKeeperLock> {
+export function acquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperAcquireOptions = {}): Promise<ZooKeeperLock> {
   const build = (node: QueueNode, marginMs: number): HeldLock => new HeldLock(zk, name, node, marginMs);
   // In 'wait' mode the join never answers null.
   return traceAcquire('zookeeper', name, 'wait', () => joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'wait', options, build }) as Promise<HeldLock>);
 }
 
 /** Take the lock if nobody holds it or waits for it; null otherwise (leaving nothing behind). */
-export function tryAcquireLock(zk: ZooKeeperClient, name: string, options: TryAcquireOptions = {}): Promise<ZooKeeperLock | null> {
+export function tryAcquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquireOptions = {}): Promise<ZooKeeperLock | null> {
   const build = (node: QueueNode, marginMs: number): HeldLock => new HeldLock(zk, name, node, marginMs);
   return traceAcquire('zookeeper', name, 'try', () => joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'try', options, build }));
 }

@@ -23,6 +23,7 @@ import { joinPath } from '../paths.js';
 import { listChildren, retryOnLoss, whileConnected } from './connection-loss.js';
 import { NODE_DELETED, NODE_DONE, watchOwnNodeNow, type OwnNode } from './holding.js';
 import { MARKER, guidOf, position, sortQueue } from './queue-order.js';
+import { checkParent, isChecked, madeParent, type NodeAcl } from './acl.js';
 import type { WatchEvent } from '../watches.js';
 
 /**
@@ -75,18 +76,20 @@ export interface QueueEntry extends LockStatusEntry {
  * container is reaped by the server once its last child is gone, so it is
  * created on demand every time a create finds it missing.
  */
-async function ensureParents(zk: ZooKeeperClient, parent: string, root: string): Promise<void> {
+async function ensureParents(zk: ZooKeeperClient, parent: string, root: string, acl: NodeAcl | null): Promise<void> {
   // Usually only the lock's own container is missing (reaped while the lock
   // was idle): try it first, and walk up only when its parent is missing too.
   const persistent = root === parent || root.startsWith(`${parent}/`);
+  const mode = persistent ? 'persistent' : 'container';
   try {
-    await zk.create(parent, null, { mode: persistent ? 'persistent' : 'container' });
+    const { stat } = await zk.create(parent, null, acl === null ? { mode } : { mode, acl: acl.acl });
+    if (acl !== null) madeParent(zk, parent, acl, stat.czxid);
   } catch (error) {
     if (isCode(error, 'ZK_NODEEXISTS')) return;
     const up = parent.lastIndexOf('/');
     if (!isCode(error, 'ZK_NONODE') || up <= 0) throw error;
-    await ensureParents(zk, parent.slice(0, up), root);
-    await ensureParents(zk, parent, root);
+    await ensureParents(zk, parent.slice(0, up), root, acl);
+    await ensureParents(zk, parent, root, acl);
   }
 }
 
@@ -94,6 +97,12 @@ export interface Enqueued {
   readonly node: QueueNode;
   /** The parent's children as listed right after our create (same socket write). */
   readonly children: string[];
+  /**
+   * With an ACL: the parent's czxid from that listing (undefined when the
+   * listing was made again after a loss), to tell whether the parent is
+   * still the one whose ACL was checked (see ./acl.ts).
+   */
+  readonly parentCzxid?: bigint;
 }
 
 /**
@@ -107,7 +116,8 @@ export interface Enqueued {
  * carries this attempt's guid and is owned by our session, and only create
  * again if there is none. One acquire never leaves two nodes.
  */
-export function enqueue(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null): Promise<Enqueued> {
+export function enqueue(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null, acl: NodeAcl | null = null): Promise<Enqueued> {
+  if (acl !== null) return enqueueWithAcl(zk, root, parent, data, acl);
   const guid = nextGuid();
   const prefix = joinPath(parent, `${guid}${MARKER}`);
   // The common case without async frames: every acquire takes it.
@@ -123,9 +133,37 @@ export function enqueue(zk: ZooKeeperClient, root: string, parent: string, data:
     },
     (error: unknown) => {
       listed.catch(ignore);
-      return enqueueAfter(zk, root, parent, data, guid, prefix, error);
+      return enqueueAfter(zk, root, parent, data, guid, prefix, error, null);
     },
   );
+}
+
+/**
+ * The join with an ACL: the parent's ACL is checked before anything is
+ * created under a parent this client has not checked (or made) yet, and the
+ * listing carries the parent's Stat, so the caller can tell that the parent
+ * is still that one (see ./acl.ts and confirmParent in ./join.ts).
+ */
+async function enqueueWithAcl(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null, acl: NodeAcl): Promise<Enqueued> {
+  if (!isChecked(zk, parent, acl)) await checkParent(zk, parent, acl);
+  const guid = nextGuid();
+  const prefix = joinPath(parent, `${guid}${MARKER}`);
+  const created = zk.create(prefix, data, acl.sequential);
+  const listed = zk.getChildrenWithStat(parent);
+  let node: QueueNode;
+  try {
+    const { path, stat } = await created;
+    node = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain: false };
+  } catch (error) {
+    listed.catch(ignore);
+    return enqueueAfter(zk, root, parent, data, guid, prefix, error, acl);
+  }
+  try {
+    const { children, stat } = await listed;
+    return { node, children, parentCzxid: stat.czxid };
+  } catch (error) {
+    return listAfterLoss(zk, node, error);
+  }
 }
 
 const SEQUENTIAL = Object.freeze({ mode: 'ephemeral_sequential' } as const);
@@ -146,20 +184,23 @@ async function enqueueAfter(
   guid: string,
   prefix: string,
   firstError: unknown,
+  acl: NodeAcl | null,
 ): Promise<Enqueued> {
   let uncertain = false;
   let error = firstError;
   for (let attempt = 0; ; attempt++) {
     if (isCode(error, 'ZK_NONODE') && attempt < 10) {
-      await ensureParents(zk, parent, root);
+      await ensureParents(zk, parent, root, acl);
     } else {
       if (!(error instanceof ConnectionLossError)) throw error;
       uncertain = true;
       const adopted = await adopt(zk, parent, guid);
       if (adopted !== null) return { node: adopted, children: await listChildren(zk, parent) };
     }
-    const created = zk.create(prefix, data, SEQUENTIAL);
-    const listed = zk.getChildren(parent);
+    const created = zk.create(prefix, data, acl === null ? SEQUENTIAL : acl.sequential);
+    // With an ACL the listing brings the parent's czxid too (see Enqueued.parentCzxid).
+    const listed: Promise<{ children: string[]; stat?: { czxid: bigint } }> =
+      acl === null ? zk.getChildren(parent).then((children) => ({ children })) : zk.getChildrenWithStat(parent);
     let node: QueueNode;
     try {
       const { path, stat } = await created;
@@ -170,7 +211,8 @@ async function enqueueAfter(
       continue;
     }
     try {
-      return { node, children: await listed };
+      const listing = await listed;
+      return listing.stat === undefined ? { node, children: listing.children } : { node, children: listing.children, parentCzxid: listing.stat.czxid };
     } catch (failed) {
       return listAfterLoss(zk, node, failed);
     }
