@@ -70,7 +70,10 @@ export async function lockStatus(target: RedisTarget, name: string, options?: Pi
     counts.set(value, { count: seen.count + 1, token: token > seen.token ? token : seen.token });
   }
   for (const [value, { count, token }] of counts) {
-    if (count < needed) continue;
+    // A grant still being made: Redlock claims the key on the nodes first and
+    // fixes its token (the counter) after, so a key whose lock has no counter
+    // yet has no token to show; the counter's write comes a round trip later.
+    if (count < needed || token === 0n) continue;
     const space = value.indexOf(' ');
     return { name, holder: { token, owner: space < 0 ? '' : value.slice(space + 1), key: lockKey }, waiters: [] };
   }
