@@ -1,4 +1,4 @@
-import { InvalidArgumentError, StaleTokenError, publishRefused, traceWithFence, type FencingToken } from '../../src/index.js';
+import { InvalidArgumentError, StaleTokenError, publishRefused, resolveFencing, traceWithFence, type Fencing, type FencingToken } from '../../src/index.js';
 import { guardClient, isKysely, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from './database.js';
 import { StaleRefusal, openFenced, openFencedKysely } from './fence-open.js';
 import { ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './fenced-transaction.js';
@@ -31,14 +31,18 @@ import { checkResource, checkToken } from './identifiers.js';
  * the Kysely Transaction for a Kysely instance. Write through it, not through
  * the pool: a write on another connection is outside the fence. Do not end
  * the transaction yourself (COMMIT, ROLLBACK).
+ *
+ * `token` is a bare token, a Sequencer (the token bound to its lock), or
+ * CURRENT_LOCK: the lock of the enclosing withLock (NoCurrentLockError,
+ * before any SQL, outside every withLock).
  */
-export function withFence<P extends PgPool, T>(db: P, resource: string, token: FencingToken, work: (client: PoolClientOf<P>) => Promise<T>): Promise<T>;
-export function withFence<Trx extends KyselyExecutor, T>(db: KyselyDatabase<Trx>, resource: string, token: FencingToken, work: (trx: Trx) => Promise<T>): Promise<T>;
+export function withFence<P extends PgPool, T>(db: P, resource: string, token: Fencing, work: (client: PoolClientOf<P>) => Promise<T>): Promise<T>;
+export function withFence<Trx extends KyselyExecutor, T>(db: KyselyDatabase<Trx>, resource: string, token: Fencing, work: (trx: Trx) => Promise<T>): Promise<T>;
 /** For code generic over both flavors: `work` gets whichever the database hands out. */
-export function withFence<T>(db: Database, resource: string, token: FencingToken, work: (trx: PgPoolClient | KyselyExecutor) => Promise<T>): Promise<T>;
-export async function withFence<T>(db: Database, resource: string, token: FencingToken, work: (trx: never) => Promise<T>): Promise<T> {
+export function withFence<T>(db: Database, resource: string, token: Fencing, work: (trx: PgPoolClient | KyselyExecutor) => Promise<T>): Promise<T>;
+export async function withFence<T>(db: Database, resource: string, fencing: Fencing, work: (trx: never) => Promise<T>): Promise<T> {
   checkResource(resource);
-  checkToken(token);
+  const { token } = resolveFencing(fencing);
   if (typeof work !== 'function') throw new InvalidArgumentError('work must be a function');
   const run = work as (trx: unknown) => Promise<T>;
   return traceWithFence('postgres', resource, token, () => fenced(db, resource, token, run));
