@@ -148,8 +148,10 @@ export interface FencingOptions<Transaction = undefined> {
    * Check the token with the lock service before the fence may advance
    * (Chubby's CheckSequencer). Only `true` admits; anything else answers 403.
    * A throw or rejection means the lock service could not answer: 503.
+   * `sequencer` is the header's sequencer (null for a bare token), for a
+   * verify that checks the lock's name and source as well as the token.
    */
-  readonly verify?: (token: FencingToken, resource: string, req: Request) => boolean | Promise<boolean>;
+  readonly verify?: (token: FencingToken, resource: string, req: Request, sequencer: Sequencer | null) => boolean | Promise<boolean>;
   /**
    * The longest a request may hold the resource's fence, in ms from its
    * admission, before the admission is aborted, req.fencing.signal aborts and
@@ -258,7 +260,7 @@ export function fencing<Transaction = undefined>(options: FencingOptions<Transac
     // for it again would wait for ourselves.
     const held = outer?.find(settings.store, name);
     if (held !== undefined) {
-      void rejoin(settings, req, res, next, held, token);
+      void rejoin(settings, req, res, next, held, token, presented);
       return;
     }
     void admit(settings, req, res, next, name, token, outer, presented);
@@ -276,7 +278,7 @@ async function admit(
   presented: FencingToken | Sequencer,
 ): Promise<void> {
   const exchange = new Fencing(req, res, settings.store, resource, token, outer, settings.maxHoldMs);
-  if (settings.verify !== undefined && !(await verified(settings.verify, token, resource, req, res, exchange))) return;
+  if (settings.verify !== undefined && !(await verified(settings.verify, token, resource, req, res, exchange, presented))) return;
 
   const cycle = exchange.enterWait();
   if (cycle !== undefined) {
@@ -329,11 +331,11 @@ async function admit(
 }
 
 /** fencing() again for a fence the request holds: pass with the same token, after this fencing()'s own verify. */
-async function rejoin(settings: Settings, req: Request, res: Response, next: NextFunction, held: Fencing, token: FencingToken): Promise<void> {
+async function rejoin(settings: Settings, req: Request, res: Response, next: NextFunction, held: Fencing, token: FencingToken, presented: FencingToken | Sequencer): Promise<void> {
   if (token !== held.token) {
     return sendProblem(res, 400, 'CONFLICTING_TOKEN', `this request already holds the fence of ${held.resource} with another fencing token`);
   }
-  if (settings.verify !== undefined && !(await verified(settings.verify, token, held.resource, req, res, held))) return;
+  if (settings.verify !== undefined && !(await verified(settings.verify, token, held.resource, req, res, held, presented))) return;
   if (held.closed) return;
   next();
 }
@@ -346,10 +348,11 @@ async function verified(
   req: Request,
   res: Response,
   exchange: Fencing,
+  presented: FencingToken | Sequencer,
 ): Promise<boolean> {
   let verdict: unknown;
   try {
-    verdict = await verify(token, resource, req);
+    verdict = await verify(token, resource, req, typeof presented === 'bigint' ? null : presented);
   } catch (error) {
     debug('fencing(): verify threw: %o', error);
     sendProblem(res, 503, 'VERIFY_UNAVAILABLE', 'the lock service could not check the fencing token; try again');

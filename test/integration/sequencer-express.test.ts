@@ -7,10 +7,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { formatSequencer, sequencer, type FenceBinding, type FenceStore, type Sequencer } from '../../src/index.js';
-import { MemoryFenceStore, fencing } from '../../adapters/express/index.js';
+import { MemoryFenceStore, fencing, verifyWithZooKeeper } from '../../adapters/express/index.js';
 import { PostgresFenceStore, bindFence, migrate } from '../../adapters/postgres/index.js';
 import { post, serve, type Served } from './express-helpers.js';
 import { until } from '../helpers/wait.js';
+import { testServers } from '../helpers/servers.js';
+import { uniqueLockName } from '../helpers/unique.js';
+import { ClientPool } from '../helpers/zookeeper.js';
+import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
 import { express } from './express-variants.js';
 import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
 
@@ -104,5 +108,39 @@ describe.each(stores)('fencing() with sequencers, %s', (_, make) => {
       expect(answer.body, header).toMatchObject({ code: 'INVALID_TOKEN' });
     }
     expect(await bound.store.current(`doc:${id}`)).toBeNull();
+  });
+});
+
+describe('verifyWithZooKeeper checks the sequencer\'s lock as well as its token', () => {
+  const clients = new ClientPool();
+  afterAll(() => clients.closeAll());
+
+  it('the holder\'s sequencer passes; a sequencer naming another lock, kind or source with the holder\'s token is refused (403)', async () => {
+    const zk = await clients.connect(testServers().zkStandalone);
+    const lockName = uniqueLockName('verify_seq');
+    const verify = verifyWithZooKeeper(zk, lockName, { sourceId: SOURCE.id });
+    const app = express();
+    const ran: string[] = [];
+    app.post('/r', fencing({ store: new MemoryFenceStore(), resource: 'r', verify }), (req, res) => {
+      ran.push(String(req.fencing?.token));
+      res.end();
+    });
+    const served = await serve(app);
+    const lock = await acquireLock(zk, lockName);
+    try {
+      const ok = (over: Partial<Sequencer> = {}) => post(served.port, '/r', { [H]: seq(lockName, lock.token, over) });
+      expect((await ok()).status).toBe(200);
+      expect((await post(served.port, '/r', { [H]: lock.token.toString() })).status).toBe(200);
+      for (const over of [{ name: `${lockName}-other` }, { kind: 'election' as const }, { source: { kind: 'zookeeper', id: 'another-ensemble' } }, { source: { kind: 'etcd', id: SOURCE.id } }]) {
+        const answer = await ok(over);
+        expect(answer.status, JSON.stringify(over)).toBe(403);
+        expect(answer.body).toMatchObject({ code: 'TOKEN_REFUSED' });
+      }
+      expect(ran).toEqual([lock.token.toString(), lock.token.toString()]);
+    } finally {
+      await lock.release();
+      verify.close();
+      await served.close();
+    }
   });
 });
