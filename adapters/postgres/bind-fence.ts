@@ -13,7 +13,15 @@ VALUES ($1, $2, $3, $4, $5) ON CONFLICT (resource) DO NOTHING`;
 const READ = 'SELECT kind, lock, source_kind, source_id FROM fencekeeper_fence_bindings WHERE resource = $1';
 // Waits for the admission that holds the fence row (if any) to end, so that
 // bindFence returns only once no admission that began unbound is still open.
-const WAIT_FOR_HOLDER = 'SELECT 1 FROM fencekeeper_fences WHERE resource = $1 FOR UPDATE';
+// A plain SELECT ... FOR UPDATE would not see the row a resource's very first
+// admission has inserted and not yet committed, and would not wait for it; an
+// insert that conflicts does wait. So: a no-op upsert (it waits for the row's
+// holder, committed or not), and when it placed a row where none was, the
+// placeholder is deleted again in this same transaction (no mark appears).
+const WAIT_FOR_HOLDER = `INSERT INTO fencekeeper_fences AS f (resource, token) VALUES ($1, 1)
+ON CONFLICT (resource) DO UPDATE SET token = f.token
+RETURNING (xmax = 0) AS placed`;
+const REMOVE_PLACEHOLDER = 'DELETE FROM fencekeeper_fences WHERE resource = $1';
 
 /**
  * Bind the fence of `resource` to one lock: `{ kind: 'lock' | 'election',
@@ -38,7 +46,8 @@ export async function bindFence(db: Database, resource: string, binding: FenceBi
   const recorded = await inTransaction(db, async (tx) => {
     await run(tx, { text: INSERT, values: [resource, wanted.kind, wanted.lock, wanted.source.kind, wanted.source.id], prepared: false });
     const { rows } = await run(tx, { text: READ, values: [resource], prepared: false });
-    await run(tx, { text: WAIT_FOR_HOLDER, values: [resource], prepared: false });
+    const waited = await run(tx, { text: WAIT_FOR_HOLDER, values: [resource], prepared: false });
+    if (waited.rows[0]?.['placed'] === true) await run(tx, { text: REMOVE_PLACEHOLDER, values: [resource], prepared: false });
     return bindingFrom(rows[0]);
   });
   if (recorded === null) throw new Error('unreachable: the binding row is gone within its own transaction');

@@ -17,7 +17,7 @@ import { PostgresFenceStore, bindFence, fenceBindingOf, migrate, withFence, type
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { ClientPool } from '../helpers/zookeeper.js';
-import { DATABASE_URL, FLAVORS, createSchema, dropSchema, exec, newKysely, newPool, uniqueName, type TestDatabase } from './postgres-helpers.js';
+import { DATABASE_URL, FLAVORS, createSchema, dropSchema, exec, newKysely, newPool, uniqueName, waitForLockWaiters, type TestDatabase } from './postgres-helpers.js';
 
 const SOURCE = { kind: 'zookeeper', id: 'c0ffee00-0000-4000-8000-000000000001' };
 const guard = (name: string): FenceBinding => ({ kind: 'lock', lock: name, source: SOURCE });
@@ -30,13 +30,14 @@ afterAll(() => admin.end());
 
 describe.each(FLAVORS)('bound fences with %s', (flavor) => {
   const schema = uniqueName(`fk_seq_${flavor}`);
+  const application = uniqueName('fk_seq');
   let pool: pg.Pool;
   let kysely: Kysely<TestDatabase> | undefined;
   let db: Database;
 
   beforeAll(async () => {
     await createSchema(admin, schema);
-    pool = newPool(schema, uniqueName('fk_seq'), 6);
+    pool = newPool(schema, application, 6);
     if (flavor === 'kysely') kysely = newKysely(pool);
     db = kysely ?? pool;
     await migrate(db);
@@ -111,11 +112,37 @@ describe.each(FLAVORS)('bound fences with %s', (flavor) => {
     const resource = uniqueName('fresh');
     const name = uniqueLockName('fresh');
     await bindFence(db, resource, guard(name));
+    // Binding leaves no mark behind.
+    expect(await mark(resource)).toBeNull();
     await expect(fencedWrite(resource, 3n)).rejects.toBeInstanceOf(SequencerMismatchError);
     await expect(admitted(resource, seq('other', 3n))).rejects.toBeInstanceOf(SequencerMismatchError);
     expect(await mark(resource)).toBeNull();
     await admitted(resource, seq(name, 3n));
     expect(await mark(resource)).toBe(3n);
+  });
+
+  it('bindFence waits for an admission that holds the fence; once bound, a bare token is refused', async () => {
+    const resource = uniqueName('inflight');
+    const name = uniqueLockName('inflight');
+    // The resource's very first admission: its fence row is inserted and not yet committed.
+    const admission = await new PostgresFenceStore(db).admit(resource, 4n);
+    let binding: Promise<unknown> | undefined;
+    try {
+      binding = bindFence(db, resource, guard(name));
+      // The race: bindFence is blocked on the fence row the open admission holds.
+      await waitForLockWaiters(admin, application, 1);
+      let bound = false;
+      void binding.then(() => { bound = true; }, () => undefined);
+      expect(bound).toBe(false);
+      await exec(admission.transaction as never, 'INSERT INTO writes VALUES ($1, $2)', [resource, '4']);
+    } finally {
+      await admission.commit();
+    }
+    await binding;
+    expect(await writes(resource)).toEqual([4n]);
+    await expect(fencedWrite(resource, 5n)).rejects.toBeInstanceOf(SequencerMismatchError);
+    await fencedWrite(resource, seq(name, 5n));
+    expect(await mark(resource)).toBe(5n);
   });
 
   it('binding is recorded once: the same binding again is a no-op, another is refused and changes nothing', async () => {
