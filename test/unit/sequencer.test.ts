@@ -8,6 +8,7 @@ import {
   InvalidArgumentError, InvalidTokenError, MAX_TOKEN, formatSequencer, matchesBinding, parseSequencer, resolveFencing, sequencer,
   CURRENT_LOCK, NoCurrentLockError,
 } from '../../src/index.js';
+import { fencingHeaders } from '../../adapters/express/index.js';
 
 const SOURCE = { kind: 'zookeeper', id: '3f0c2a8e-6d1b-4a57-9b0e-2c7f1d5e8a90' };
 const base = sequencer({ kind: 'lock', name: 'jobs/reindex', source: SOURCE, token: 4294967311n });
@@ -72,5 +73,15 @@ describe('sequencer text form', () => {
     expect(() => resolveFencing(CURRENT_LOCK)).toThrow(NoCurrentLockError);
     expect(() => resolveFencing('7')).toThrow(InvalidTokenError);
     expect(() => resolveFencing({ ...base, token: 0n })).toThrow(InvalidTokenError);
+  });
+});
+
+describe('fencingHeaders with sequencers', () => {
+  it('sends a sequencer, or a holder\'s sequencer, in its text form; a bare token or a lock without one as decimal', () => {
+    const text = formatSequencer(base);
+    expect(fencingHeaders(base)).toEqual({ 'fencing-token': text });
+    expect(fencingHeaders({ token: base.token, name: base.name, sequencer: base })).toEqual({ 'fencing-token': text });
+    expect(fencingHeaders({ token: 5n, name: 'jobs/reindex' })).toEqual({ 'fencing-token': '5' });
+    expect(fencingHeaders(5n)).toEqual({ 'fencing-token': '5' });
   });
 });
