@@ -26,6 +26,9 @@ export type ErrorCode =
   | 'TLS_FAILED'
   | 'NO_QUORUM'
   | 'ACL_MISMATCH'
+  | 'NO_CURRENT_LOCK'
+  | 'SEQUENCER_MISMATCH'
+  | 'FENCE_ALREADY_BOUND'
   | ZooKeeperErrorCode;
 
 export type ZooKeeperErrorCode =
@@ -471,5 +474,57 @@ export class AclMismatchError extends FencekeeperError {
     this.path = path;
     this.expected = expected;
     this.found = found;
+  }
+}
+
+/**
+ * CURRENT_LOCK was passed where a token goes, outside every withLock: there
+ * is no lock to fence with. Raised before any I/O, so nothing is written
+ * unfenced.
+ */
+export class NoCurrentLockError extends FencekeeperError {
+  static override readonly kind: string = 'NoCurrentLockError';
+  constructor(message = 'CURRENT_LOCK used outside withLock: no lock is held in this async context', options?: FencekeeperErrorOptions) {
+    super('NO_CURRENT_LOCK', message, options);
+  }
+}
+
+/** The lock a fence is bound to (a FenceBinding, ./sequencer.ts), spelled out here: errors import nothing. */
+export interface BoundLock {
+  readonly kind: string;
+  readonly lock: string;
+  readonly source: { readonly kind: string; readonly id: string };
+}
+
+/**
+ * A write to a bound fence presented a token of another lock (another kind,
+ * name or source) than the one the fence was bound to, or a bare token,
+ * which cannot show which lock it belongs to. Nothing was written and the
+ * mark did not move: tokens of different locks are not comparable.
+ * `presented` is null for a bare token.
+ */
+export class SequencerMismatchError extends FencekeeperError {
+  static override readonly kind: string = 'SequencerMismatchError';
+  readonly resource: string;
+  readonly bound: BoundLock;
+  readonly presented: (BoundLock & { readonly token: bigint }) | null;
+  constructor(resource: string, bound: BoundLock, presented: SequencerMismatchError['presented'], options?: FencekeeperErrorOptions) {
+    const what = presented === null ? 'a bare token' : `a token of ${presented.kind} ${presented.lock} at ${presented.source.kind}:${presented.source.id}`;
+    super('SEQUENCER_MISMATCH', `${resource} is fenced by ${bound.kind} ${bound.lock} at ${bound.source.kind}:${bound.source.id}; refused ${what}`, options);
+    this.resource = resource;
+    this.bound = bound;
+    this.presented = presented;
+  }
+}
+
+/** bindFence on a fence already bound to another lock: a binding is made once and never silently replaced. */
+export class FenceAlreadyBoundError extends FencekeeperError {
+  static override readonly kind: string = 'FenceAlreadyBoundError';
+  readonly resource: string;
+  readonly bound: BoundLock;
+  constructor(resource: string, bound: BoundLock, options?: FencekeeperErrorOptions) {
+    super('FENCE_ALREADY_BOUND', `${resource} is already bound to ${bound.kind} ${bound.lock} at ${bound.source.kind}:${bound.source.id}`, options);
+    this.resource = resource;
+    this.bound = bound;
   }
 }

@@ -1,3 +1,4 @@
+import type { Sequencer } from './sequencer.js';
 import type { FencingToken } from './token.js';
 
 /**
@@ -21,8 +22,14 @@ export interface FenceStore<Transaction = undefined> {
    * and changes nothing. The fence stays held until the admission is settled.
    * An aborted `signal` while waiting rejects with the signal's reason and
    * leaves nothing held.
+   *
+   * `token` is a bare token or a Sequencer. A store that supports binding (a
+   * fence recorded as guarded by one lock) compares a bound fence's binding
+   * with the sequencer and refuses another lock's, and a bare token, with
+   * SequencerMismatchError, changing nothing; an unbound fence compares the
+   * numbers only.
    */
-  admit(resource: string, token: FencingToken, options?: { signal?: AbortSignal }): Promise<FenceAdmission<Transaction>>;
+  admit(resource: string, token: FencingToken | Sequencer, options?: { signal?: AbortSignal }): Promise<FenceAdmission<Transaction>>;
   /** The resource's high-water mark, or null if it has never admitted a token. */
   current(resource: string): Promise<FencingToken | null>;
 }

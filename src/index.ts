@@ -27,6 +27,12 @@ export { EffectPendingError, EffectFailedError } from './errors.js';
 export { TlsError } from './errors.js';
 export { QuorumError } from './errors.js';
 export { AclMismatchError } from './errors.js';
+export { NoCurrentLockError, SequencerMismatchError, FenceAlreadyBoundError } from './errors.js';
+export type { BoundLock } from './errors.js';
+export { sequencer, fenceBinding, isSequencer, matchesBinding, formatSequencer, parseSequencer } from './sequencer.js';
+export type { Sequencer, SequencerKind, SourceIdentity, FenceBinding } from './sequencer.js';
+export { withLock, currentLock, resolveFencing, CURRENT_LOCK } from './with-lock.js';
+export type { WithLockOptions, Fencing, ResolvedFencing } from './with-lock.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
 export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, IdempotencyLookup, StoredResponse } from './idempotency-store.js';
 

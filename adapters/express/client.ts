@@ -1,11 +1,13 @@
 // The holder's side: send the token with each request to a fenced service.
-import { InvalidArgumentError, LockLostError, formatToken, type FencingToken } from '../../src/index.js';
+import { InvalidArgumentError, LockLostError, formatSequencer, formatToken, isSequencer, type FencingToken, type Sequencer } from '../../src/index.js';
 
 /**
  * A token, or anything that holds one: a Lock, a Leadership's epoch wrapped
  * as `{ token }`. When it also has `held` and `signal` (a Lock does), a
  * request is not sent once the lock is known lost, and is aborted when the
- * lock is lost while it is in flight.
+ * lock is lost while it is in flight. A Sequencer, or a holder with a
+ * `sequencer` (a lock from a source that exposes one), is sent in the
+ * sequencer's text form (fk1:...), so a fence bound to its lock admits it.
  */
 export type TokenHolder =
   | FencingToken
@@ -14,6 +16,7 @@ export type TokenHolder =
       readonly name?: string;
       readonly held?: boolean;
       readonly signal?: AbortSignal;
+      readonly sequencer?: Sequencer;
     };
 
 export type FetchLike = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
@@ -29,13 +32,17 @@ function headerName(header: string): string {
   return name;
 }
 
-function tokenOf(holder: TokenHolder): FencingToken {
-  return typeof holder === 'bigint' ? holder : holder.token;
+/** The header's value: the sequencer's text form when the holder has one, the decimal token otherwise. */
+function headerValue(holder: TokenHolder): string {
+  if (typeof holder === 'bigint') return formatToken(holder);
+  if (isSequencer(holder)) return formatSequencer(holder);
+  if (holder.sequencer !== undefined) return formatSequencer(holder.sequencer);
+  return formatToken(holder.token);
 }
 
-/** `{ 'fencing-token': '<decimal>' }`, to spread into a request's headers. */
+/** `{ 'fencing-token': '<decimal>' }` (or the sequencer's `fk1:...`), to spread into a request's headers. */
 export function fencingHeaders(holder: TokenHolder, header = 'fencing-token'): Record<string, string> {
-  return { [headerName(header)]: formatToken(tokenOf(holder)) };
+  return { [headerName(header)]: headerValue(holder) };
 }
 
 /**
@@ -46,7 +53,7 @@ export function fencedFetch(fetchImpl: FetchLike = globalThis.fetch, header = 'f
   const name = headerName(header);
   return (holder, input, init) => {
     try {
-      const value = formatToken(tokenOf(holder));
+      const value = headerValue(holder);
       let signal = init?.signal ?? undefined;
       if (typeof holder === 'object') {
         // A paused holder wakes with `held` already false: do not send at all.

@@ -20,12 +20,18 @@
 // deleted when the last admission settles; a waiter is removed when it is
 // admitted, refused, or its signal aborts. Nothing outlives its request.
 import {
+  FenceAlreadyBoundError,
   InvalidArgumentError,
+  SequencerMismatchError,
   StaleTokenError,
-  assertToken,
+  fenceBinding,
+  matchesBinding,
+  resolveFencing,
   type FenceAdmission,
+  type FenceBinding,
   type FenceStore,
   type FencingToken,
+  type Sequencer,
 } from '../../src/index.js';
 
 interface Waiter {
@@ -46,6 +52,8 @@ type Fence = Waiter[] | null;
 interface StoreState {
   readonly marks: Map<string, FencingToken>;
   readonly fences: Map<string, Fence>;
+  /** The lock each bound fence is guarded by (bind()); a fence absent here was never bound. */
+  readonly bindings: Map<string, FenceBinding>;
 }
 
 const SETTLED: Promise<void> = Promise.resolve();
@@ -61,19 +69,52 @@ const SETTLED: Promise<void> = Promise.resolve();
  * is already aborted (the caller aborts that admission if it no longer wants it).
  */
 export class MemoryFenceStore implements FenceStore<undefined> {
-  readonly #state: StoreState = { marks: new Map(), fences: new Map() };
+  readonly #state: StoreState = { marks: new Map(), fences: new Map(), bindings: new Map() };
 
-  admit(resource: string, token: FencingToken, options?: { signal?: AbortSignal }): Promise<FenceAdmission<undefined>> {
+  /**
+   * Bind the fence of `resource` to one lock, once (the same binding again is
+   * a no-op; another rejects with FenceAlreadyBoundError). From then on an
+   * admission must present a Sequencer of exactly that lock: another lock,
+   * kind or source, and a bare token, reject with SequencerMismatchError and
+   * change nothing. Admissions already waiting were checked when they arrived.
+   */
+  bind(resource: string, binding: FenceBinding): Promise<FenceBinding> {
+    try {
+      if (typeof resource !== 'string' || resource.length === 0) throw new InvalidArgumentError('resource must be a non-empty string');
+      const wanted = fenceBinding(binding);
+      const recorded = this.#state.bindings.get(resource);
+      if (recorded === undefined) {
+        this.#state.bindings.set(resource, wanted);
+        return Promise.resolve(wanted);
+      }
+      if (recorded.kind !== wanted.kind || recorded.lock !== wanted.lock || recorded.source.kind !== wanted.source.kind || recorded.source.id !== wanted.source.id) {
+        throw new FenceAlreadyBoundError(resource, recorded);
+      }
+      return Promise.resolve(recorded);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  admit(resource: string, presented: FencingToken | Sequencer, options?: { signal?: AbortSignal }): Promise<FenceAdmission<undefined>> {
     if (typeof resource !== 'string' || resource.length === 0) {
       return Promise.reject(new InvalidArgumentError('resource must be a non-empty string'));
     }
+    let token: FencingToken;
+    const state = this.#state;
     try {
-      assertToken(token);
+      const fencing = resolveFencing(presented);
+      token = fencing.token;
+      // A bound fence compares the lock first: another lock's tokens are not comparable with its mark.
+      const bound = state.bindings.get(resource);
+      if (bound !== undefined && (fencing.sequencer === null || !matchesBinding(fencing.sequencer, bound))) {
+        const s = fencing.sequencer;
+        throw new SequencerMismatchError(resource, bound, s === null ? null : { kind: s.kind, lock: s.name, source: s.source, token: s.token });
+      }
     } catch (error) {
       return Promise.reject(error);
     }
     // The mark only grows: below it is stale whatever the holder does.
-    const state = this.#state;
     const mark = state.marks.get(resource);
     if (mark !== undefined && token < mark) {
       return Promise.reject(new StaleTokenError(resource, token, mark));

@@ -106,15 +106,21 @@ import { debuglog } from 'node:util';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import {
   InvalidArgumentError,
+  SequencerMismatchError,
   StaleTokenError,
   formatToken,
+  parseSequencer,
   parseToken,
   publishRefused,
   traceAdmit,
   type FenceAdmission,
   type FenceStore,
   type FencingToken,
+  type Sequencer,
 } from '../../src/index.js';
+
+/** How a sequencer's text form begins; a bare token is decimal digits, so the two never meet. */
+const SEQUENCER_PREFIX = 'fk1:';
 import { Fencing, settle } from './context.js';
 import { sendProblem } from './problem.js';
 
@@ -132,14 +138,20 @@ export interface FencingOptions<Transaction = undefined> {
    * the application's bug and answered 500.
    */
   readonly resource: string | ((req: Request) => string);
-  /** The request header carrying the token. Default 'fencing-token'. */
+  /**
+   * The request header carrying the token: a bare decimal token, or a
+   * sequencer's text form (`fk1:...`, see formatSequencer), which the store
+   * checks against the fence's binding. Default 'fencing-token'.
+   */
   readonly header?: string;
   /**
    * Check the token with the lock service before the fence may advance
    * (Chubby's CheckSequencer). Only `true` admits; anything else answers 403.
    * A throw or rejection means the lock service could not answer: 503.
+   * `sequencer` is the header's sequencer (null for a bare token), for a
+   * verify that checks the lock's name and source as well as the token.
    */
-  readonly verify?: (token: FencingToken, resource: string, req: Request) => boolean | Promise<boolean>;
+  readonly verify?: (token: FencingToken, resource: string, req: Request, sequencer: Sequencer | null) => boolean | Promise<boolean>;
   /**
    * The longest a request may hold the resource's fence, in ms from its
    * admission, before the admission is aborted, req.fencing.signal aborts and
@@ -171,6 +183,8 @@ interface Settings {
  * The middleware. Answers (application/problem+json) instead of calling the
  * handler: 428 no token; 400 a malformed, repeated or conflicting token
  * header; 403 verify refused; 409 stale (with resource, presented, current);
+ * 409 SEQUENCER_MISMATCH on a bound fence, for another lock's sequencer or a
+ * bare token (with resource, bound);
  * 503 verify threw, the store failed, or waiting would deadlock. Otherwise
  * sets req.fencing and calls next(), holding the fence until the response
  * has finished (then commit if the status is below 500, abort otherwise),
@@ -207,11 +221,14 @@ export function fencing<Transaction = undefined>(options: FencingOptions<Transac
     if (text === REPEATED) {
       return sendProblem(res, 400, 'REPEATED_TOKEN', `the ${header} header must appear once`);
     }
+    // A bare token (decimal) or a sequencer (the token with its lock: fk1:<kind>:<source kind>:<source id>:<token>:<name>).
     let token: FencingToken;
+    let presented: FencingToken | Sequencer;
     try {
-      token = parseToken(text);
+      presented = text.startsWith(SEQUENCER_PREFIX) ? parseSequencer(text) : parseToken(text);
+      token = typeof presented === 'bigint' ? presented : presented.token;
     } catch {
-      return sendProblem(res, 400, 'INVALID_TOKEN', `the ${header} header must be a decimal integer in 1..9223372036854775807`);
+      return sendProblem(res, 400, 'INVALID_TOKEN', `the ${header} header must be a decimal integer in 1..9223372036854775807 or a sequencer (${SEQUENCER_PREFIX}<kind>:<source kind>:<source id>:<token>:<name>)`);
     }
 
     let name: string;
@@ -243,10 +260,10 @@ export function fencing<Transaction = undefined>(options: FencingOptions<Transac
     // for it again would wait for ourselves.
     const held = outer?.find(settings.store, name);
     if (held !== undefined) {
-      void rejoin(settings, req, res, next, held, token);
+      void rejoin(settings, req, res, next, held, token, presented);
       return;
     }
-    void admit(settings, req, res, next, name, token, outer);
+    void admit(settings, req, res, next, name, token, outer, presented);
   };
 }
 
@@ -258,9 +275,10 @@ async function admit(
   resource: string,
   token: FencingToken,
   outer: Fencing | undefined,
+  presented: FencingToken | Sequencer,
 ): Promise<void> {
   const exchange = new Fencing(req, res, settings.store, resource, token, outer, settings.maxHoldMs);
-  if (settings.verify !== undefined && !(await verified(settings.verify, token, resource, req, res, exchange))) return;
+  if (settings.verify !== undefined && !(await verified(settings.verify, token, resource, req, res, exchange, presented))) return;
 
   const cycle = exchange.enterWait();
   if (cycle !== undefined) {
@@ -274,7 +292,7 @@ async function admit(
   let admission: FenceAdmission<unknown>;
   try {
     // (Promise.resolve: a store of the user's may hand back a thenable, and a trace needs a promise)
-    admission = await traceAdmit('express', resource, token, () => Promise.resolve(settings.store.admit(resource, token, exchange)));
+    admission = await traceAdmit('express', resource, token, () => Promise.resolve(settings.store.admit(resource, presented, exchange)));
   } catch (error) {
     exchange.leaveWait();
     if (exchange.closed) return; // the client left while waiting; the store holds nothing for it
@@ -286,6 +304,15 @@ async function admit(
         'STALE_TOKEN',
         `a larger fencing token has been admitted for ${resource}`,
         { resource, presented: formatToken(token), current: error.current === null ? null : formatToken(error.current) },
+      );
+    }
+    if (error instanceof SequencerMismatchError) {
+      return sendProblem(
+        res,
+        409,
+        'SEQUENCER_MISMATCH',
+        `the fence of ${resource} is guarded by another lock than the one this token belongs to`,
+        { resource, bound: { kind: error.bound.kind, lock: error.bound.lock, source: error.bound.source } },
       );
     }
     debug('fencing(): store.admit failed: %o', error);
@@ -304,11 +331,11 @@ async function admit(
 }
 
 /** fencing() again for a fence the request holds: pass with the same token, after this fencing()'s own verify. */
-async function rejoin(settings: Settings, req: Request, res: Response, next: NextFunction, held: Fencing, token: FencingToken): Promise<void> {
+async function rejoin(settings: Settings, req: Request, res: Response, next: NextFunction, held: Fencing, token: FencingToken, presented: FencingToken | Sequencer): Promise<void> {
   if (token !== held.token) {
     return sendProblem(res, 400, 'CONFLICTING_TOKEN', `this request already holds the fence of ${held.resource} with another fencing token`);
   }
-  if (settings.verify !== undefined && !(await verified(settings.verify, token, held.resource, req, res, held))) return;
+  if (settings.verify !== undefined && !(await verified(settings.verify, token, held.resource, req, res, held, presented))) return;
   if (held.closed) return;
   next();
 }
@@ -321,10 +348,11 @@ async function verified(
   req: Request,
   res: Response,
   exchange: Fencing,
+  presented: FencingToken | Sequencer,
 ): Promise<boolean> {
   let verdict: unknown;
   try {
-    verdict = await verify(token, resource, req);
+    verdict = await verify(token, resource, req, typeof presented === 'bigint' ? null : presented);
   } catch (error) {
     debug('fencing(): verify threw: %o', error);
     sendProblem(res, 503, 'VERIFY_UNAVAILABLE', 'the lock service could not check the fencing token; try again');

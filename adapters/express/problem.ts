@@ -5,7 +5,8 @@
 // URI to name its own problem types with, so instead of inventing one it adds
 // an extension member `code` (a stable string, like the core's error codes)
 // for clients that must tell the cases apart; the 409 also carries `resource`,
-// `presented` and `current` as decimal strings (RFC 9457 §3.2 extensions).
+// `presented` and `current` as decimal strings (RFC 9457 §3.2 extensions);
+// the SEQUENCER_MISMATCH 409 carries `resource` and `bound` (the fence's lock).
 import type { ServerResponse } from 'node:http';
 import { STATUS_CODES } from 'node:http';
 
@@ -22,6 +23,7 @@ export type ProblemCode =
   | 'CONFLICTING_TOKEN'
   | 'FENCE_DEADLOCK'
   | 'FENCE_HOLD_EXPIRED'
+  | 'SEQUENCER_MISMATCH'
   | IdempotencyProblemCode;
 
 /** The answers idempotency() gives in place of the handler's (application/problem+json with a `code`). */
@@ -47,6 +49,8 @@ export interface FencingProblem {
   readonly resource?: string;
   readonly presented?: string;
   readonly current?: string | null;
+  /** SEQUENCER_MISMATCH: the lock the fence is bound to. */
+  readonly bound?: { readonly kind: string; readonly lock: string; readonly source: { readonly kind: string; readonly id: string } };
 }
 
 /**
@@ -58,7 +62,7 @@ export function sendProblem(
   status: number,
   code: ProblemCode,
   detail: string,
-  extra?: { resource: string; presented: string; current: string | null },
+  extra?: Pick<FencingProblem, 'resource' | 'presented' | 'current' | 'bound'>,
 ): void {
   if (res.headersSent || res.writableEnded) return;
   const problem: FencingProblem = {

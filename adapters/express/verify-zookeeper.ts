@@ -11,21 +11,38 @@
  * token can still pass verify, and the fence (the store's compare) is what
  * stops it once the successor has written.
  *
+ * A request that carries a sequencer (the token with its lock) must also name
+ * this lock: kind 'lock', `lockName`, source kind 'zookeeper' and, when
+ * `options.sourceId` is given, that ensemble's id. Another lock's sequencer
+ * is refused (403) even when its token equals the holder's: tokens of one
+ * ensemble are unique across its locks, but the sequencer claims a lock,
+ * and a claim that is wrong is refused rather than read past.
+ *
  * When ZooKeeper cannot answer (session expired, closed) the lookup throws and
  * the middleware answers 503: an unavailable lock service is nobody's client
  * error, and admitting unverified tokens would undo the point of verifying.
  */
-import { observeLock, type FencingToken, type LockObserver, type ZooKeeperClient } from '../../src/index.js';
+import { observeLock, type FencingToken, type LockObserver, type Sequencer, type ZooKeeperClient } from '../../src/index.js';
 
 export interface ZooKeeperVerifier {
-  (token: FencingToken): Promise<boolean>;
+  (token: FencingToken, resource?: string, req?: unknown, sequencer?: Sequencer | null): Promise<boolean>;
   /** Stop observing the lock (the verifier then answers from ZooKeeper again on every call). */
   close(): void;
 }
 
-export function verifyWithZooKeeper(zk: ZooKeeperClient, lockName: string): ZooKeeperVerifier {
+export interface VerifyWithZooKeeperOptions {
+  /** The ensemble's identity (its sequencers' source id): a sequencer naming another source is refused. */
+  readonly sourceId?: string;
+}
+
+export function verifyWithZooKeeper(zk: ZooKeeperClient, lockName: string, options: VerifyWithZooKeeperOptions = {}): ZooKeeperVerifier {
   const observer: LockObserver = observeLock(zk, lockName);
-  const verify = async (token: FencingToken): Promise<boolean> => {
+  const sourceId = options.sourceId;
+  const verify = async (token: FencingToken, _resource?: string, _req?: unknown, sequencer?: Sequencer | null): Promise<boolean> => {
+    if (sequencer != null) {
+      if (sequencer.kind !== 'lock' || sequencer.name !== lockName || sequencer.source.kind !== 'zookeeper') return false;
+      if (sourceId !== undefined && sequencer.source.id !== sourceId) return false;
+    }
     const holder = await observer.holder();
     return holder !== null && holder.token === token;
   };

@@ -2,9 +2,9 @@
 // row's lock, or a statement a store admission's work still has in flight.
 // A statement is cancelled on the server with pg_cancel_backend(pid) from a
 // second connection; pg.Pool and Kysely both hand out only pooled ones.
-import type { FencingToken } from '../../src/index.js';
+import type { FencingToken, ResolvedFencing } from '../../src/index.js';
 import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type PgPoolClient, type Queryable, type Statement } from './database.js';
-import { advanceFence, type Advanced } from './fence-row.js';
+import { advanceCheckedFence, type Advanced } from './fence-row.js';
 import { ABANDON } from './fenced-transaction.js';
 
 const ABORTED: unique symbol = Symbol('aborted');
@@ -54,8 +54,8 @@ export class CancelledWait {
  * holds the row, the other admissions wait on it with the pool's last
  * connections, and the cancel waits for one of those.
  */
-export function advanceCancellably(db: Database, tx: Queryable, resource: string, token: FencingToken, signal: AbortSignal | undefined): Promise<Advanced> {
-  return whileCancellable(db, tx, signal, () => advanceFence(tx, resource, token));
+export function advanceCancellably(db: Database, tx: Queryable, resource: string, fencing: ResolvedFencing, signal: AbortSignal | undefined): Promise<Advanced> {
+  return whileCancellable(db, tx, signal, () => advanceCheckedFence(tx, resource, fencing));
 }
 
 /**

@@ -24,15 +24,15 @@
 // On a Kysely transaction (BEGIN already sent by Kysely): the advance and the
 // savepoint in one message, for withFence (see openFencedKysely).
 import { createHash } from 'node:crypto';
-import { StaleTokenError, type FencingToken } from '../../src/index.js';
+import type { FencingToken, ResolvedFencing, SequencerMismatchError, StaleTokenError } from '../../src/index.js';
 import { rawQuery, readBigint, sqlState, type KyselyExecutor, type PgPoolClient, type PgQueryResult } from './database.js';
 import { CancelledWait } from './cancel.js';
-import { ADVANCE, currentFence, type Advanced } from './fence-row.js';
+import { ADVANCE_CHECKED, FENCE_STATE, advanceOrFail, bindingValues, refusal, refusalFrom, type Advanced } from './fence-row.js';
 import { OPEN_SAVEPOINT, rollback } from './fenced-transaction.js';
 import { quoteLiteral, tokenLiteral } from './identifiers.js';
 
-const PREPARED_NAME = `fencekeeper_fences_advance_${createHash('sha256').update(ADVANCE).digest('hex').slice(0, 16)}`;
-const PREPARE = `PREPARE ${PREPARED_NAME} (text, int8) AS ${ADVANCE}`;
+const PREPARED_NAME = `fencekeeper_fences_advance_${createHash('sha256').update(ADVANCE_CHECKED).digest('hex').slice(0, 16)}`;
+const PREPARE = `PREPARE ${PREPARED_NAME} (text, int8, text, text, text, text) AS ${ADVANCE_CHECKED}`;
 
 /** Connections on which PREPARE has run (pg.Pool hands out the same client object for a connection). */
 const prepared = new WeakSet<PgPoolClient>();
@@ -54,9 +54,9 @@ export type Opened =
  * Every other failure, and a stale token, is answered with the transaction
  * already rolled back.
  */
-export async function openFenced(client: PgPoolClient, resource: string, token: FencingToken, send: SendMessage = sendOn(client)): Promise<Opened> {
+export async function openFenced(client: PgPoolClient, resource: string, fencing: ResolvedFencing, send: SendMessage = sendOn(client)): Promise<Opened> {
   const resourceLiteral = quoteLiteral(resource);
-  const open = `BEGIN; EXECUTE ${PREPARED_NAME}(${resourceLiteral}, ${tokenLiteral(token)}); ${OPEN_SAVEPOINT}`;
+  const open = `BEGIN; EXECUTE ${PREPARED_NAME}(${resourceLiteral}, ${tokenLiteral(fencing.token)}, ${bindingLiterals(fencing)}); ${OPEN_SAVEPOINT}`;
   for (let attempt = 1; ; attempt += 1) {
     try {
       await prepare(client);
@@ -78,7 +78,7 @@ export async function openFenced(client: PgPoolClient, resource: string, token: 
     }
     const row = answers[1]?.rows[0] as Record<string, unknown> | undefined;
     if (row !== undefined) return { ok: true, advanced: { previous: readBigint(row['previous']), pid: Number(row['pid']) } };
-    return refuse(client, resource, resourceLiteral, token);
+    return refuse(client, resource, resourceLiteral, fencing);
   }
 }
 
@@ -93,12 +93,14 @@ async function prepare(client: PgPoolClient): Promise<void> {
   prepared.add(client);
 }
 
-/** The stale path: read the mark that refused us (our row lock still holds it) and roll back, in one message. */
-async function refuse(client: PgPoolClient, resource: string, resourceLiteral: string, token: FencingToken): Promise<Opened> {
+/**
+ * The refused path: read the mark and the binding that refused us (for a
+ * stale token our row lock still holds the mark) and roll back, in one message.
+ */
+async function refuse(client: PgPoolClient, resource: string, resourceLiteral: string, fencing: ResolvedFencing): Promise<Opened> {
   try {
-    const answers = await sendOn(client)(`SELECT token::text AS token FROM fencekeeper_fences WHERE resource = ${resourceLiteral}; ROLLBACK`);
-    const current = readBigint((answers[0]?.rows[0] as Record<string, unknown> | undefined)?.['token']);
-    return { ok: false, error: new StaleTokenError(resource, token, current), broken: undefined };
+    const answers = await sendOn(client)(`${FENCE_STATE(resourceLiteral)}; ROLLBACK`);
+    return { ok: false, error: refusalFrom(resource, fencing, answers[0]?.rows[0] as Record<string, unknown> | undefined), broken: undefined };
   } catch (error) {
     return { ok: false, error, broken: await rollback(client) };
   }
@@ -111,29 +113,32 @@ export function sendOn(client: PgPoolClient): SendMessage {
   };
 }
 
+/** The presented lock's kind, name, source kind and source id as literals (NULL for a bare token). */
+function bindingLiterals(fencing: ResolvedFencing): string {
+  return bindingValues(fencing.sequencer).map((value) => (value === null ? 'NULL::text' : `${quoteLiteral(value)}::text`)).join(', ');
+}
+
 // Kysely sends BEGIN itself, and hands back no rows for a message of several
 // statements, so the fence statement's answer cannot be read when it travels
 // with the savepoint. withFence needs no row from it, only "refused or not",
-// and an error does come back: this variant of the upsert always updates on
-// conflict, and on a stale token sets the mark to NULL, which the NOT NULL
-// column refuses (SQLSTATE 23502 on fencekeeper_fences.token; a valid token
-// is never NULL, so nothing else raises it there). The error aborts the
-// transaction, which is rolled back; then the mark is read.
-const ADVANCE_OR_FAIL = (resource: string, token: string): string => `INSERT INTO fencekeeper_fences AS f (resource, token, previous_token, updated_at)
-VALUES (${resource}, ${token}, NULL, now())
-ON CONFLICT (resource) DO UPDATE
-  SET token = CASE WHEN f.token <= EXCLUDED.token THEN EXCLUDED.token END, previous_token = f.token, updated_at = now()`;
+// and an error does come back: this variant of the upsert (advanceOrFail)
+// always updates on conflict, and on a stale token or a mismatched sequencer
+// sets the mark to NULL, which the NOT NULL column refuses (SQLSTATE 23502 on
+// fencekeeper_fences.token; a valid token is never NULL, so nothing else
+// raises it there). The error aborts the transaction, which is rolled back;
+// then the mark and the binding are read.
 
 /**
  * The advance and the savepoint in one message, inside a Kysely transaction
  * (after Kysely's own BEGIN). A stale token rejects with StaleRefusal; the
  * caller lets Kysely roll back, then calls `refusal.error(db)`.
  */
-export async function openFencedKysely(trx: KyselyExecutor, resource: string, token: FencingToken): Promise<void> {
+export async function openFencedKysely(trx: KyselyExecutor, resource: string, fencing: ResolvedFencing): Promise<void> {
+  const [kind, lock, sourceKind, sourceId] = bindingLiterals(fencing).split(', ') as [string, string, string, string];
   try {
-    await trx.executeQuery(rawQuery(`${ADVANCE_OR_FAIL(quoteLiteral(resource), tokenLiteral(token))}; ${OPEN_SAVEPOINT}`, []));
+    await trx.executeQuery(rawQuery(`${advanceOrFail(quoteLiteral(resource), tokenLiteral(fencing.token), kind, lock, sourceKind, sourceId)}; ${OPEN_SAVEPOINT}`, []));
   } catch (error) {
-    if (isStaleRefusal(error)) throw new StaleRefusal(resource, token);
+    if (isStaleRefusal(error)) throw new StaleRefusal(resource, fencing);
     throw error;
   }
 }
@@ -143,12 +148,14 @@ function isStaleRefusal(error: unknown): boolean {
   return sqlState(error) === '23502' && fields?.table === 'fencekeeper_fences' && fields.column === 'token';
 }
 
-/** A stale token refused by openFencedKysely; the mark is read once the transaction is gone. */
+/** A stale token or a mismatched sequencer refused by openFencedKysely; which it was is read once the transaction is gone. */
 export class StaleRefusal {
-  constructor(readonly resource: string, readonly token: FencingToken) {}
+  constructor(readonly resource: string, readonly fencing: ResolvedFencing) {}
 
-  /** The mark now (at least the one that refused us: a mark never goes back). */
-  async error(db: KyselyExecutor): Promise<StaleTokenError> {
-    return new StaleTokenError(this.resource, this.token, await currentFence(db, this.resource));
+  get token(): FencingToken { return this.fencing.token; }
+
+  /** The mark now (at least the one that refused us: a mark never goes back), or the binding that refused us. */
+  async error(db: KyselyExecutor): Promise<StaleTokenError | SequencerMismatchError> {
+    return refusal(db, this.resource, this.fencing);
   }
 }

@@ -12,6 +12,7 @@ export { fencedUpdate, fencedInsert, fencedUpsert, fencedDelete } from './rows.j
 export type { FencedUpdateOptions, FencedInsertOptions, FencedUpsertOptions, FencedDeleteOptions } from './rows.js';
 export { fenced } from './kysely.js';
 export { PostgresFenceStore } from './store.js';
+export { bindFence, fenceBindingOf } from './bind-fence.js';
 export type { CommitFailure } from './fenced-transaction.js';
 export type { Database, Queryable, TransactionOf, PgPoolClient, KyselyExecutor } from './database.js';
 export { withEffect } from './effects.js';

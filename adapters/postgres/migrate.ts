@@ -88,7 +88,7 @@ export async function migrate(db: Database, options: MigrateOptions = {}): Promi
   });
 }
 
-async function inTransaction<T>(db: Database, body: (tx: Queryable) => Promise<T>): Promise<T> {
+export async function inTransaction<T>(db: Database, body: (tx: Queryable) => Promise<T>): Promise<T> {
   if (isKysely(db)) return (db as KyselyDatabase).transaction().execute(body);
   const client = await (db as PgPool).connect();
   const release = guardClient(client);

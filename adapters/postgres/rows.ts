@@ -14,6 +14,12 @@
 // Deletes keep the fence: fencedDelete() writes the deleting token into
 // fencekeeper_tombstones under (relation, row key), and fencedInsert() /
 // fencedUpsert() refuse to re-create a row whose tombstone is larger.
+//
+// These helpers compare numbers only: they take a bare token and do not read
+// fence bindings (bindFence), which guard fencekeeper_fences rows. A token
+// column holds tokens of whatever lock wrote it, so every writer of such a
+// table must take its tokens from one lock of one source; to have the lock
+// checked too, write the rows inside withFence on a bound fence.
 import { StaleTokenError, formatToken, publishRefused, traceFencedWrite, type FencingToken } from '../../src/index.js';
 import { readBigint, run, sqlState, statementName, type Queryable } from './database.js';
 import { assertIdentifier, checkColumnValues, checkColumns, checkKey, checkToken, quoteIdentifier, quoteTable } from './identifiers.js';

@@ -1,12 +1,12 @@
 // PostgresFenceStore: the core's FenceStore on fencekeeper_fences, for the
 // Express middleware (or anything else that admits requests by token).
-import { CommitFailedError, InvalidArgumentError, type FenceAdmission, type FenceStore, type FencingToken } from '../../src/index.js';
+import { CommitFailedError, InvalidArgumentError, resolveFencing, type FenceAdmission, type FenceStore, type Fencing, type FencingToken, type ResolvedFencing } from '../../src/index.js';
 import { CancelledWait, advanceCancellably, cancelStatement, connectCancellably, whileCancellable } from './cancel.js';
 import { openFenced, sendOn, type Opened } from './fence-open.js';
 import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type TransactionOf } from './database.js';
 import { currentFence } from './fence-row.js';
 import { OPEN_SAVEPOINT, ROLL_BACK, abandon, closeFenced, failedClose, keepAfterFailure, rollback, sender, type Ending } from './fenced-transaction.js';
-import { checkResource, checkToken } from './identifiers.js';
+import { checkResource } from './identifiers.js';
 
 /**
  * A FenceStore whose admissions are PostgreSQL transactions.
@@ -66,9 +66,9 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
     return currentFence(this.#db, resource);
   }
 
-  async admit(resource: string, token: FencingToken, options: { signal?: AbortSignal } = {}): Promise<FenceAdmission<Tx>> {
+  async admit(resource: string, presented: Fencing, options: { signal?: AbortSignal } = {}): Promise<FenceAdmission<Tx>> {
     checkResource(resource);
-    checkToken(token);
+    const token = resolveFencing(presented);
     const signal = options.signal;
     signal?.throwIfAborted();
     return isKysely(this.#db)
@@ -76,7 +76,8 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
       : this.#admitPg(this.#db as PgPool, resource, token, signal);
   }
 
-  async #admitPg(pool: PgPool, resource: string, token: FencingToken, signal: AbortSignal | undefined): Promise<FenceAdmission<Tx>> {
+  async #admitPg(pool: PgPool, resource: string, fencing: ResolvedFencing, signal: AbortSignal | undefined): Promise<FenceAdmission<Tx>> {
+    const token = fencing.token;
     const client = await connectCancellably(pool, signal);
     const release = guardClient(client);
     let opened: Opened;
@@ -84,7 +85,7 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
       if (signal?.aborted) throw signal.reason;
       // BEGIN, the advance and the savepoint in one message; cancellable while it waits for the row lock.
       const send = sendOn(client);
-      opened = await openFenced(client, resource, token, signal === undefined ? send : (text) => whileCancellable(pool, client, signal, () => send(text)));
+      opened = await openFenced(client, resource, fencing, signal === undefined ? send : (text) => whileCancellable(pool, client, signal, () => send(text)));
     } catch (error) {
       if (error instanceof CancelledWait) {
         release(new Error('fence wait aborted'));
@@ -114,7 +115,8 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
     return admission(resource, token, previous, client as unknown as Tx, () => settle('commit'), () => settle('abort'));
   }
 
-  #admitKysely(db: KyselyDatabase, resource: string, token: FencingToken, signal: AbortSignal | undefined): Promise<FenceAdmission<Tx>> {
+  #admitKysely(db: KyselyDatabase, resource: string, fencing: ResolvedFencing, signal: AbortSignal | undefined): Promise<FenceAdmission<Tx>> {
+    const token = fencing.token;
     return new Promise<FenceAdmission<Tx>>((resolve, reject) => {
       let decide: (how: Settlement) => void = () => undefined;
       const decision = new Promise<Settlement>((r) => { decide = r; });
@@ -122,7 +124,7 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
       let ended = undefined as Ending | { readonly aborted: true; readonly advanceKept: boolean } | undefined;
       const done = db.transaction().execute(async (trx) => {
         if (signal?.aborted) throw signal.reason;
-        const { previous, pid } = await advanceCancellably(db, trx, resource, token, signal);
+        const { previous, pid } = await advanceCancellably(db, trx, resource, fencing, signal);
         await run(trx, { text: OPEN_SAVEPOINT, values: [], prepared: false });
         const settle = once(async (how: Settlement): Promise<void> => {
           decide(how);

@@ -1,8 +1,8 @@
-import { InvalidArgumentError, StaleTokenError, publishRefused, traceWithFence, type FencingToken } from '../../src/index.js';
+import { InvalidArgumentError, StaleTokenError, publishRefused, resolveFencing, traceWithFence, type Fencing, type ResolvedFencing } from '../../src/index.js';
 import { guardClient, isKysely, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from './database.js';
 import { StaleRefusal, openFenced, openFencedKysely } from './fence-open.js';
 import { ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './fenced-transaction.js';
-import { checkResource, checkToken } from './identifiers.js';
+import { checkResource } from './identifiers.js';
 
 /**
  * Run `work` in one transaction that first advances the fence of `resource` to
@@ -31,23 +31,28 @@ import { checkResource, checkToken } from './identifiers.js';
  * the Kysely Transaction for a Kysely instance. Write through it, not through
  * the pool: a write on another connection is outside the fence. Do not end
  * the transaction yourself (COMMIT, ROLLBACK).
+ *
+ * `token` is a bare token, a Sequencer (the token bound to its lock), or
+ * CURRENT_LOCK: the lock of the enclosing withLock (NoCurrentLockError,
+ * before any SQL, outside every withLock).
  */
-export function withFence<P extends PgPool, T>(db: P, resource: string, token: FencingToken, work: (client: PoolClientOf<P>) => Promise<T>): Promise<T>;
-export function withFence<Trx extends KyselyExecutor, T>(db: KyselyDatabase<Trx>, resource: string, token: FencingToken, work: (trx: Trx) => Promise<T>): Promise<T>;
+export function withFence<P extends PgPool, T>(db: P, resource: string, token: Fencing, work: (client: PoolClientOf<P>) => Promise<T>): Promise<T>;
+export function withFence<Trx extends KyselyExecutor, T>(db: KyselyDatabase<Trx>, resource: string, token: Fencing, work: (trx: Trx) => Promise<T>): Promise<T>;
 /** For code generic over both flavors: `work` gets whichever the database hands out. */
-export function withFence<T>(db: Database, resource: string, token: FencingToken, work: (trx: PgPoolClient | KyselyExecutor) => Promise<T>): Promise<T>;
-export async function withFence<T>(db: Database, resource: string, token: FencingToken, work: (trx: never) => Promise<T>): Promise<T> {
+export function withFence<T>(db: Database, resource: string, token: Fencing, work: (trx: PgPoolClient | KyselyExecutor) => Promise<T>): Promise<T>;
+export async function withFence<T>(db: Database, resource: string, fencing: Fencing, work: (trx: never) => Promise<T>): Promise<T> {
   checkResource(resource);
-  checkToken(token);
+  const resolved = resolveFencing(fencing);
   if (typeof work !== 'function') throw new InvalidArgumentError('work must be a function');
   const run = work as (trx: unknown) => Promise<T>;
-  return traceWithFence('postgres', resource, token, () => fenced(db, resource, token, run));
+  return traceWithFence('postgres', resource, resolved.token, () => fenced(db, resource, resolved, run));
 }
 
-async function fenced<T>(db: Database, resource: string, token: FencingToken, run: (trx: unknown) => Promise<T>): Promise<T> {
+async function fenced<T>(db: Database, resource: string, fencing: ResolvedFencing, run: (trx: unknown) => Promise<T>): Promise<T> {
+  const token = fencing.token;
   const ended = isKysely(db)
-    ? await fenceKysely(db as KyselyDatabase, resource, token, run)
-    : await fencePg(db as PgPool, resource, token, run);
+    ? await fenceKysely(db as KyselyDatabase, resource, fencing, run)
+    : await fencePg(db as PgPool, resource, fencing, run);
   if (ended.threw) {
     await keepAfterFailure(db, ORIGIN, resource, token, ended.advanceKept, ended.error);
     throw ended.error;
@@ -78,7 +83,7 @@ function transactionEnded(ended: WorkEnded<unknown>): boolean {
   return ended.threw ? ended.advanceKept : ended.ending.committed || ended.ending.advanceKept;
 }
 
-async function fencePg<T>(pool: PgPool, resource: string, token: FencingToken, work: (trx: unknown) => Promise<T>): Promise<WorkEnded<T>> {
+async function fencePg<T>(pool: PgPool, resource: string, token: ResolvedFencing, work: (trx: unknown) => Promise<T>): Promise<WorkEnded<T>> {
   const client = await pool.connect();
   const release = guardClient(client);
   let broken: Error | undefined;
@@ -99,7 +104,7 @@ async function fencePg<T>(pool: PgPool, resource: string, token: FencingToken, w
   }
 }
 
-async function fenceKysely<T>(db: KyselyDatabase, resource: string, token: FencingToken, work: (trx: unknown) => Promise<T>): Promise<WorkEnded<T>> {
+async function fenceKysely<T>(db: KyselyDatabase, resource: string, token: ResolvedFencing, work: (trx: unknown) => Promise<T>): Promise<WorkEnded<T>> {
   let ended = undefined as WorkEnded<T> | undefined;
   try {
     await db.transaction().execute(async (trx) => {
@@ -113,7 +118,7 @@ async function fenceKysely<T>(db: KyselyDatabase, resource: string, token: Fenci
     // Before the work ran (a stale token, a lost connection): nothing to keep.
     if (error instanceof StaleRefusal) {
       const stale = await error.error(db);
-      publishRefused('postgres', stale);
+      if (stale instanceof StaleTokenError) publishRefused('postgres', stale);
       throw stale;
     }
     if (ended === undefined) throw error;

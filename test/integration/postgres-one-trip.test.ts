@@ -87,10 +87,12 @@ async function messagesOf(body: () => Promise<unknown>): Promise<{ sent: string[
   return { sent: recording.sent.slice(from), error };
 }
 
-const OPEN = /^BEGIN; EXECUTE fencekeeper_fences_advance_[0-9a-f]+\(E'.*', \d+::int8\); SAVEPOINT fencekeeper_fenced$/s;
+// The binding parameters (kind, lock, source kind, source id) follow the token: NULL for a bare token.
+const OPEN = /^BEGIN; EXECUTE fencekeeper_fences_advance_[0-9a-f]+\(E'.*', \d+::int8, (NULL::text|E'.*'::text), .*\); SAVEPOINT fencekeeper_fenced$/s;
 const CLOSE = 'SET CONSTRAINTS ALL IMMEDIATE; RELEASE SAVEPOINT fencekeeper_fenced; COMMIT';
-const KYSELY_OPEN = /^INSERT INTO fencekeeper_fences AS f .*VALUES \(E'.*', \d+::int8, NULL, now\(\)\).*; SAVEPOINT fencekeeper_fenced$/s;
-const REFUSE = /^SELECT token::text AS token FROM fencekeeper_fences WHERE resource = E'.*'; ROLLBACK$/s;
+const KYSELY_OPEN = /^INSERT INTO fencekeeper_fences AS f .*SELECT E'.*', CASE WHEN NOT EXISTS .*fencekeeper_fence_bindings.* THEN \d+::int8 END, NULL, now\(\).*; SAVEPOINT fencekeeper_fenced$/s;
+// The mark and the fence's binding, read in one statement, and the rollback.
+const REFUSE = /^SELECT \(SELECT token::text FROM fencekeeper_fences WHERE resource = E'.*'\) AS token,.*LEFT JOIN fencekeeper_fence_bindings b ON b.resource = E'.*'; ROLLBACK$/s;
 const WORK = 'UPDATE docs SET body = body WHERE id = 1';
 const work = (client: pg.PoolClient) => client.query(WORK);
 
@@ -98,7 +100,7 @@ describe('round trips (pg.Pool; Kysely as far as its API allows)', () => {
   it('a connection prepares the fence statement once, on its first fenced transaction', async () => {
     const first = await messagesOf(() => withFence(db, 'trip:first', 10n, work));
     expect(first.error).toBeUndefined();
-    expect(first.sent[0]).toMatch(/^PREPARE fencekeeper_fences_advance_[0-9a-f]+ \(text, int8\) AS INSERT INTO fencekeeper_fences/);
+    expect(first.sent[0]).toMatch(/^PREPARE fencekeeper_fences_advance_[0-9a-f]+ \(text, int8, text, text, text, text\) AS INSERT INTO fencekeeper_fences/);
     expect(first.sent.slice(1)).toHaveLength(3);
     const again = await messagesOf(() => withFence(db, 'trip:first', 10n, work));
     expect(again.sent.some((text) => text.startsWith('PREPARE'))).toBe(false);
@@ -155,7 +157,7 @@ describe('round trips (pg.Pool; Kysely as far as its API allows)', () => {
     expect(stale.error).toBeInstanceOf(StaleTokenError);
     expect((stale.error as StaleTokenError).current).toBe(50n);
     expect(ran).toBe(false);
-    expect(stale.sent).toEqual(['begin', expect.stringMatching(KYSELY_OPEN), 'rollback', expect.stringMatching(/^SELECT token::text AS token FROM fencekeeper_fences WHERE resource = \$1$/)]);
+    expect(stale.sent).toEqual(['begin', expect.stringMatching(KYSELY_OPEN), 'rollback', expect.stringMatching(/^SELECT \(SELECT token::text FROM fencekeeper_fences WHERE resource = \$1::text\) AS token,.*fencekeeper_fence_bindings/s)]);
     expect(await mark('trip:kysely')).toBe(50n);
   });
 

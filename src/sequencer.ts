@@ -1,0 +1,140 @@
+/**
+ * A sequencer: a fencing token together with what it is a token *of*.
+ *
+ * Tokens are ordered only within one lock's history at one source: a holder
+ * of `jobs/other` whose token happens to be larger must not pass the fence of
+ * a resource guarded by `jobs/reindex`, nor a grant from another ZooKeeper
+ * ensemble or another Redis. A sequencer names the kind of grant (a lock or
+ * an election: they can share a name), the lock's name, the source's stable
+ * identity and the token, so a fence that has been bound to one lock can
+ * refuse every other.
+ *
+ * Text form, for headers and metadata (strictly parsed, one spelling per value):
+ *
+ *   fk1:<kind>:<source kind>:<source id>:<token>:<name, percent-encoded>
+ *   fk1:lock:zookeeper:3f0c2a8e-6d1b-4a57-9b0e-2c7f1d5e8a90:4294967311:jobs%2Freindex
+ *
+ * The name comes last and is percent-encoded (encodeURIComponent), so it
+ * never contains the separator and the value is visible ASCII.
+ */
+import { InvalidArgumentError, InvalidTokenError } from './errors.js';
+import { assertToken, formatToken, parseToken, type FencingToken } from './token.js';
+
+export type SequencerKind = 'lock' | 'election';
+
+/** Who granted the token: shared by every client of that source, stable across restarts. */
+export interface SourceIdentity {
+  /** 'zookeeper', 'etcd', 'redis', 'redlock' (LockSource.kind). */
+  readonly kind: string;
+  /** The source's own id (a UUID kept by the source, an etcd cluster id). */
+  readonly id: string;
+}
+
+export interface Sequencer {
+  readonly kind: SequencerKind;
+  /** The lock's (or election's) name, as passed to acquireLock / campaign. */
+  readonly name: string;
+  readonly source: SourceIdentity;
+  readonly token: FencingToken;
+}
+
+/** What a fence is bound to: a sequencer without its token. */
+export interface FenceBinding {
+  readonly kind: SequencerKind;
+  /** The lock's (or election's) name. */
+  readonly lock: string;
+  readonly source: SourceIdentity;
+}
+
+const VERSION = 'fk1';
+const SOURCE_KIND = /^[a-z][a-z0-9-]{0,31}$/;
+const SOURCE_ID = /^[A-Za-z0-9_-]{1,128}$/;
+const MAX_NAME = 1024;
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/** Check the fields of a sequencer and return a frozen copy. */
+export function sequencer(fields: Sequencer): Sequencer {
+  if (typeof fields !== 'object' || fields === null) throw new InvalidArgumentError('a sequencer must be an object');
+  const kind = checkKind(fields.kind);
+  const name = checkName(fields.name);
+  const source = checkSource(fields.source);
+  const token = assertToken(fields.token);
+  return Object.freeze({ kind, name, source, token });
+}
+
+/** Check the fields of a fence binding and return a frozen copy. */
+export function fenceBinding(fields: FenceBinding): FenceBinding {
+  if (typeof fields !== 'object' || fields === null) throw new InvalidArgumentError('a fence binding must be an object');
+  return Object.freeze({ kind: checkKind(fields.kind), lock: checkName(fields.lock), source: checkSource(fields.source) });
+}
+
+/** True for a value shaped like a sequencer (the fields are checked by `sequencer()`). */
+export function isSequencer(value: unknown): value is Sequencer {
+  return typeof value === 'object' && value !== null && 'token' in value && 'source' in value && 'kind' in value && 'name' in value;
+}
+
+/** Does the sequencer belong to the lock the fence is bound to? The token is not compared. */
+export function matchesBinding(presented: Sequencer, binding: FenceBinding): boolean {
+  return presented.kind === binding.kind && presented.name === binding.lock
+    && presented.source.kind === binding.source.kind && presented.source.id === binding.source.id;
+}
+
+export function formatSequencer(value: Sequencer): string {
+  const s = sequencer(value);
+  return [VERSION, s.kind, s.source.kind, s.source.id, formatToken(s.token), encodeURIComponent(s.name)].join(':');
+}
+
+/** Parse the text form `formatSequencer` writes; anything else throws InvalidTokenError. */
+export function parseSequencer(text: string): Sequencer {
+  if (typeof text !== 'string') throw new InvalidTokenError(`a sequencer must be a string, got ${typeof text}`);
+  if (text.length > 4 * MAX_NAME) throw new InvalidTokenError('a sequencer is at most 4096 characters');
+  const parts = text.split(':');
+  if (parts.length !== 6 || parts[0] !== VERSION) {
+    throw new InvalidTokenError(`not a sequencer (${VERSION}:<kind>:<source kind>:<source id>:<token>:<name>): ${preview(text)}`);
+  }
+  const [, kind, sourceKind, sourceId, token, encodedName] = parts as [string, string, string, string, string, string];
+  let name: string;
+  try {
+    name = decodeURIComponent(encodedName);
+  } catch {
+    throw new InvalidTokenError(`a sequencer's name is not valid percent-encoding: ${preview(text)}`);
+  }
+  // One spelling per value: `%2f`, `%41` or a raw character encodeURIComponent would escape are refused.
+  if (encodeURIComponent(name) !== encodedName) throw new InvalidTokenError(`a sequencer's name is not in canonical percent-encoding: ${preview(text)}`);
+  try {
+    return sequencer({ kind: kind as SequencerKind, name, source: { kind: sourceKind, id: sourceId }, token: parseToken(token) });
+  } catch (error) {
+    if (error instanceof InvalidTokenError) throw error;
+    throw new InvalidTokenError(`not a sequencer: ${(error as Error).message}`, { cause: error });
+  }
+}
+
+function checkKind(kind: unknown): SequencerKind {
+  if (kind !== 'lock' && kind !== 'election') throw new InvalidArgumentError(`a sequencer's kind is 'lock' or 'election', got ${describe(kind)}`);
+  return kind;
+}
+
+function checkName(name: unknown): string {
+  if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME) {
+    throw new InvalidArgumentError(`a lock name must be a string of 1..${MAX_NAME} characters, got ${describe(name)}`);
+  }
+  if (name.includes('\0') || LONE_SURROGATE.test(name)) throw new InvalidArgumentError('a lock name must be well-formed Unicode without NUL');
+  return name;
+}
+
+function checkSource(source: unknown): SourceIdentity {
+  if (typeof source !== 'object' || source === null) throw new InvalidArgumentError('a sequencer\'s source must be { kind, id }');
+  const { kind, id } = source as { kind?: unknown; id?: unknown };
+  if (typeof kind !== 'string' || !SOURCE_KIND.test(kind)) throw new InvalidArgumentError(`a source kind is lowercase letters, digits and -, got ${describe(kind)}`);
+  if (typeof id !== 'string' || !SOURCE_ID.test(id)) throw new InvalidArgumentError(`a source id is 1..128 of A-Z a-z 0-9 _ -, got ${describe(id)}`);
+  return Object.freeze({ kind, id });
+}
+
+function describe(value: unknown): string {
+  if (typeof value === 'string') return preview(value);
+  return value === null ? 'null' : typeof value;
+}
+
+function preview(text: string): string {
+  return JSON.stringify(text.length > 40 ? `${text.slice(0, 40)}…` : text);
+}

@@ -1,0 +1,201 @@
+// Fences bound to their lock, in PostgreSQL (withFence and PostgresFenceStore,
+// on a pg.Pool and on Kysely): once bindFence has recorded which lock guards a
+// fence, a sequencer of another lock, kind or source is refused with
+// SEQUENCER_MISMATCH and changes nothing (the work never runs, the mark stays,
+// a row written in the work is not there), even with a larger token; a bare
+// token is refused the same way; the guarding lock's larger token advances.
+// Fences never bound keep accepting bare tokens and sequencers.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import type { Kysely } from 'kysely';
+import {
+  CURRENT_LOCK, FenceAlreadyBoundError, InvalidArgumentError, SequencerMismatchError, StaleTokenError, sequencer, withLock,
+  type FenceBinding, type Lock, type LockSource, type Sequencer,
+} from '../../src/index.js';
+import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
+import { PostgresFenceStore, bindFence, fenceBindingOf, migrate, withFence, type Database } from '../../adapters/postgres/index.js';
+import { testServers } from '../helpers/servers.js';
+import { uniqueLockName } from '../helpers/unique.js';
+import { ClientPool } from '../helpers/zookeeper.js';
+import { DATABASE_URL, FLAVORS, createSchema, dropSchema, exec, newKysely, newPool, uniqueName, waitForLockWaiters, type TestDatabase } from './postgres-helpers.js';
+
+const SOURCE = { kind: 'zookeeper', id: 'c0ffee00-0000-4000-8000-000000000001' };
+const guard = (name: string): FenceBinding => ({ kind: 'lock', lock: name, source: SOURCE });
+const seq = (name: string, token: bigint, over: Partial<Sequencer> = {}): Sequencer => sequencer({ kind: 'lock', name, source: SOURCE, token, ...over });
+
+const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
+const clients = new ClientPool();
+afterEach(() => clients.closeAll());
+afterAll(() => admin.end());
+
+describe.each(FLAVORS)('bound fences with %s', (flavor) => {
+  const schema = uniqueName(`fk_seq_${flavor}`);
+  const application = uniqueName('fk_seq');
+  let pool: pg.Pool;
+  let kysely: Kysely<TestDatabase> | undefined;
+  let db: Database;
+
+  beforeAll(async () => {
+    await createSchema(admin, schema);
+    pool = newPool(schema, application, 6);
+    if (flavor === 'kysely') kysely = newKysely(pool);
+    db = kysely ?? pool;
+    await migrate(db);
+    await pool.query('CREATE TABLE writes (resource text, token bigint)');
+  });
+  afterAll(async () => {
+    if (kysely !== undefined) await kysely.destroy();
+    else await pool.end();
+    await dropSchema(admin, schema);
+  });
+
+  async function mark(resource: string): Promise<bigint | null> {
+    const { rows } = await pool.query<{ token: string }>('SELECT token::text AS token FROM fencekeeper_fences WHERE resource = $1', [resource]);
+    return rows[0] === undefined ? null : BigInt(rows[0].token);
+  }
+  async function writes(resource: string): Promise<bigint[]> {
+    const { rows } = await pool.query<{ token: string }>('SELECT token::text AS token FROM writes WHERE resource = $1 ORDER BY token', [resource]);
+    return rows.map((row) => BigInt(row.token));
+  }
+  /** withFence writing one row in its work: the row is there only if the work committed. */
+  const fencedWrite = (resource: string, presented: bigint | Sequencer) =>
+    withFence(db, resource, presented, (trx) => exec(trx, 'INSERT INTO writes VALUES ($1, $2)', [resource, typeof presented === 'bigint' ? presented.toString() : presented.token.toString()]));
+  /** The store's admission, committed after one write. */
+  const admitted = async (resource: string, presented: bigint | Sequencer) => {
+    const admission = await new PostgresFenceStore(db).admit(resource, presented);
+    await exec(admission.transaction as never, 'INSERT INTO writes VALUES ($1, $2)', [resource, admission.token.toString()]);
+    await admission.commit();
+  };
+  const entries = [['withFence', fencedWrite], ['PostgresFenceStore', admitted]] as const;
+
+  it.each(entries)('%s: an unbound fence accepts bare tokens and sequencers of any lock', async (_, write) => {
+    const resource = uniqueName('unbound');
+    await write(resource, 5n);
+    await write(resource, seq('some/lock', 6n));
+    await write(resource, seq('another/lock', 7n, { kind: 'election' }));
+    expect(await mark(resource)).toBe(7n);
+    expect(await writes(resource)).toEqual([5n, 6n, 7n]);
+    expect(await fenceBindingOf(db, resource)).toBeNull();
+  });
+
+  it.each(entries)('%s: a bound fence refuses another lock, kind or source and a bare token, and changes nothing; its own lock advances', async (_, write) => {
+    const resource = uniqueName('bound');
+    const name = uniqueLockName('guard');
+    // Written before it was bound, with a bare token: the mark is kept.
+    await write(resource, 10n);
+    expect(await bindFence(db, resource, guard(name))).toEqual(guard(name));
+    const intruders: [string, bigint | Sequencer][] = [
+      ['another lock', seq(`${name}-other`, 100n)],
+      ['another kind', seq(name, 101n, { kind: 'election' })],
+      ['another source id', seq(name, 102n, { source: { kind: 'zookeeper', id: 'c0ffee00-0000-4000-8000-000000000002' } })],
+      ['another source kind', seq(name, 103n, { source: { kind: 'etcd', id: SOURCE.id } })],
+      ['a bare token', 104n],
+    ];
+    for (const [what, presented] of intruders) {
+      const error = await write(resource, presented).then(() => undefined, (e: unknown) => e);
+      expect(error, what).toBeInstanceOf(SequencerMismatchError);
+      expect((error as SequencerMismatchError).code).toBe('SEQUENCER_MISMATCH');
+      expect((error as SequencerMismatchError).bound).toEqual(guard(name));
+      expect((error as SequencerMismatchError).presented === null, what).toBe(typeof presented === 'bigint');
+    }
+    expect(await mark(resource)).toBe(10n);
+    expect(await writes(resource)).toEqual([10n]);
+    // The guarding lock's token, larger than the mark: advances and writes.
+    await write(resource, seq(name, 11n));
+    expect(await mark(resource)).toBe(11n);
+    // Its own smaller token is still stale.
+    await expect(write(resource, seq(name, 9n))).rejects.toBeInstanceOf(StaleTokenError);
+    expect(await writes(resource)).toEqual([10n, 11n]);
+  });
+
+  it('binding a fence that has no row yet: the first admission is checked too', async () => {
+    const resource = uniqueName('fresh');
+    const name = uniqueLockName('fresh');
+    await bindFence(db, resource, guard(name));
+    // Binding leaves no mark behind.
+    expect(await mark(resource)).toBeNull();
+    await expect(fencedWrite(resource, 3n)).rejects.toBeInstanceOf(SequencerMismatchError);
+    await expect(admitted(resource, seq('other', 3n))).rejects.toBeInstanceOf(SequencerMismatchError);
+    expect(await mark(resource)).toBeNull();
+    await admitted(resource, seq(name, 3n));
+    expect(await mark(resource)).toBe(3n);
+  });
+
+  it('bindFence waits for an admission that holds the fence; once bound, a bare token is refused', async () => {
+    const resource = uniqueName('inflight');
+    const name = uniqueLockName('inflight');
+    // The resource's very first admission: its fence row is inserted and not yet committed.
+    const admission = await new PostgresFenceStore(db).admit(resource, 4n);
+    let binding: Promise<unknown> | undefined;
+    try {
+      binding = bindFence(db, resource, guard(name));
+      // The race: bindFence is blocked on the fence row the open admission holds.
+      await waitForLockWaiters(admin, application, 1);
+      let bound = false;
+      void binding.then(() => { bound = true; }, () => undefined);
+      expect(bound).toBe(false);
+      await exec(admission.transaction as never, 'INSERT INTO writes VALUES ($1, $2)', [resource, '4']);
+    } finally {
+      await admission.commit();
+    }
+    await binding;
+    expect(await writes(resource)).toEqual([4n]);
+    await expect(fencedWrite(resource, 5n)).rejects.toBeInstanceOf(SequencerMismatchError);
+    await fencedWrite(resource, seq(name, 5n));
+    expect(await mark(resource)).toBe(5n);
+  });
+
+  it('binding is recorded once: the same binding again is a no-op, another is refused and changes nothing', async () => {
+    const resource = uniqueName('once');
+    const name = uniqueLockName('once');
+    await bindFence(db, resource, guard(name));
+    await bindFence(db, resource, guard(name));
+    const error = await bindFence(db, resource, guard(`${name}-other`)).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(FenceAlreadyBoundError);
+    expect((error as FenceAlreadyBoundError).code).toBe('FENCE_ALREADY_BOUND');
+    expect(await fenceBindingOf(db, resource)).toEqual(guard(name));
+  });
+
+  it('bad bindings are refused and bind nothing', async () => {
+    for (const bad of [null, {}, { kind: 'mutex', lock: 'a', source: SOURCE }, { kind: 'lock', lock: '', source: SOURCE }, { kind: 'lock', lock: 'a', source: { kind: 'zookeeper', id: 'no spaces' } }]) {
+      await expect(bindFence(db, 'r', bad as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+    }
+    expect(await fenceBindingOf(db, 'r')).toBeNull();
+  });
+
+  it('a real ZooKeeper lock, through withLock and CURRENT_LOCK: its sequencer passes its bound fence, a bare-token lock does not', async () => {
+    const zk = zookeeperSource(await clients.connect(testServers().zkStandalone));
+    // The source exposing `lock.sequencer`, as sources will: the lock's name and token and a source id given here.
+    const withSequencers: LockSource = {
+      kind: zk.kind,
+      description: zk.description,
+      acquireLock: async (name, options) => {
+        const lock = await zk.acquireLock(name, options);
+        const bound: Lock & { readonly sequencer: Sequencer } = {
+          name: lock.name,
+          token: lock.token,
+          get signal() { return lock.signal; },
+          get held() { return lock.held; },
+          get deadline() { return lock.deadline; },
+          release: () => lock.release(),
+          sequencer: sequencer({ kind: 'lock', name: lock.name, source: SOURCE, token: lock.token }),
+        };
+        return bound;
+      },
+      tryAcquireLock: (name, options) => zk.tryAcquireLock(name, options),
+    };
+    const name = uniqueLockName('real');
+    const resource = uniqueName('real');
+    await bindFence(db, resource, guard(name));
+    const token = await withLock(withSequencers, name, async (lock) => {
+      await withFence(db, resource, CURRENT_LOCK, async () => undefined);
+      return lock.token;
+    });
+    expect(await mark(resource)).toBe(token);
+    // The same lock from a source that does not expose sequencers: only a bare token, refused.
+    await expect(withLock(zk, name, () => withFence(db, resource, CURRENT_LOCK, async () => undefined))).rejects.toBeInstanceOf(SequencerMismatchError);
+    // A larger token of another lock of the same ensemble: refused.
+    await expect(withLock(withSequencers, `${name}-other`, () => withFence(db, resource, CURRENT_LOCK, async () => undefined))).rejects.toBeInstanceOf(SequencerMismatchError);
+    expect(await mark(resource)).toBe(token);
+  });
+});

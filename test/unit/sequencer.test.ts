@@ -1,0 +1,87 @@
+// The sequencer's text form: what formatSequencer writes parses back to the
+// same sequencer, for any name; every other spelling is refused with
+// InvalidTokenError (one spelling per value, so two headers that differ can
+// never name the same lock).
+import { describe, expect, it } from 'vitest';
+import fc from 'fast-check';
+import {
+  InvalidArgumentError, InvalidTokenError, MAX_TOKEN, formatSequencer, matchesBinding, parseSequencer, resolveFencing, sequencer,
+  CURRENT_LOCK, NoCurrentLockError,
+} from '../../src/index.js';
+import { fencingHeaders } from '../../adapters/express/index.js';
+
+const SOURCE = { kind: 'zookeeper', id: '3f0c2a8e-6d1b-4a57-9b0e-2c7f1d5e8a90' };
+const base = sequencer({ kind: 'lock', name: 'jobs/reindex', source: SOURCE, token: 4294967311n });
+
+describe('sequencer text form', () => {
+  it('writes the documented form', () => {
+    expect(formatSequencer(base)).toBe('fk1:lock:zookeeper:3f0c2a8e-6d1b-4a57-9b0e-2c7f1d5e8a90:4294967311:jobs%2Freindex');
+  });
+
+  it('round-trips any well-formed name, kind, source and token', () => {
+    const name = fc.string({ unit: 'grapheme', minLength: 1, maxLength: 60 }).filter((s) => !s.includes('\0'));
+    fc.assert(fc.property(
+      name, fc.constantFrom('lock' as const, 'election' as const), fc.constantFrom('zookeeper', 'etcd', 'redis', 'redlock'),
+      fc.stringMatching(/^[A-Za-z0-9_-]{1,40}$/), fc.bigInt({ min: 1n, max: MAX_TOKEN }),
+      (n, kind, sourceKind, id, token) => {
+        const s = sequencer({ kind, name: n, source: { kind: sourceKind, id }, token });
+        const text = formatSequencer(s);
+        expect(text).toMatch(/^[\x21-\x7e]+$/); // visible ASCII: a valid header value
+        expect(parseSequencer(text)).toEqual(s);
+      },
+    ));
+  });
+
+  it.each([
+    ['another version', 'fk2:lock:zookeeper:abc:5:a'],
+    ['a field missing', 'fk1:lock:zookeeper:abc:5'],
+    ['a field too many', 'fk1:lock:zookeeper:abc:5:a:b'],
+    ['an unknown kind', 'fk1:mutex:zookeeper:abc:5:a'],
+    ['an upper-case source kind', 'fk1:lock:ZooKeeper:abc:5:a'],
+    ['a source id with a dot', 'fk1:lock:zookeeper:a.b:5:a'],
+    ['an empty source id', 'fk1:lock:zookeeper::5:a'],
+    ['a leading zero', 'fk1:lock:zookeeper:abc:05:a'],
+    ['token 0', 'fk1:lock:zookeeper:abc:0:a'],
+    ['a token beyond 2^63-1', `fk1:lock:zookeeper:abc:${MAX_TOKEN + 1n}:a`],
+    ['lower-case percent-encoding', 'fk1:lock:zookeeper:abc:5:jobs%2freindex'],
+    ['a needless escape', 'fk1:lock:zookeeper:abc:5:%61'],
+    ['a raw character that must be escaped', 'fk1:lock:zookeeper:abc:5:jobs/reindex'],
+    ['broken percent-encoding', 'fk1:lock:zookeeper:abc:5:%E0%A4%A'],
+    ['an empty name', 'fk1:lock:zookeeper:abc:5:'],
+    ['an encoded NUL', 'fk1:lock:zookeeper:abc:5:%00'],
+    ['a bare token', '5'],
+  ])('refuses %s', (_, text) => {
+    expect(() => parseSequencer(text)).toThrow(InvalidTokenError);
+  });
+
+  it('checks fields when built, and binds on kind, name and source, never the token', () => {
+    expect(() => sequencer({ ...base, kind: 'mutex' as never })).toThrow(InvalidArgumentError);
+    expect(() => sequencer({ ...base, name: '' })).toThrow(InvalidArgumentError);
+    expect(() => sequencer({ ...base, source: { kind: 'zookeeper', id: 'a b' } })).toThrow(InvalidArgumentError);
+    const binding = { kind: 'lock' as const, lock: 'jobs/reindex', source: SOURCE };
+    expect(matchesBinding(base, binding)).toBe(true);
+    expect(matchesBinding({ ...base, token: 1n }, binding)).toBe(true);
+    expect(matchesBinding({ ...base, kind: 'election' }, binding)).toBe(false);
+    expect(matchesBinding({ ...base, name: 'jobs/other' }, binding)).toBe(false);
+    expect(matchesBinding({ ...base, source: { ...SOURCE, id: 'x' } }, binding)).toBe(false);
+    expect(matchesBinding({ ...base, source: { ...SOURCE, kind: 'etcd' } }, binding)).toBe(false);
+  });
+
+  it('resolveFencing: bare tokens, sequencers, and CURRENT_LOCK outside every scope', () => {
+    expect(resolveFencing(7n)).toEqual({ token: 7n, sequencer: null });
+    expect(resolveFencing(base)).toEqual({ token: base.token, sequencer: base });
+    expect(() => resolveFencing(CURRENT_LOCK)).toThrow(NoCurrentLockError);
+    expect(() => resolveFencing('7')).toThrow(InvalidTokenError);
+    expect(() => resolveFencing({ ...base, token: 0n })).toThrow(InvalidTokenError);
+  });
+});
+
+describe('fencingHeaders with sequencers', () => {
+  it('sends a sequencer, or a holder\'s sequencer, in its text form; a bare token or a lock without one as decimal', () => {
+    const text = formatSequencer(base);
+    expect(fencingHeaders(base)).toEqual({ 'fencing-token': text });
+    expect(fencingHeaders({ token: base.token, name: base.name, sequencer: base })).toEqual({ 'fencing-token': text });
+    expect(fencingHeaders({ token: 5n, name: 'jobs/reindex' })).toEqual({ 'fencing-token': '5' });
+    expect(fencingHeaders(5n)).toEqual({ 'fencing-token': '5' });
+  });
+});
