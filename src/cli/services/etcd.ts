@@ -16,7 +16,7 @@ import {
   type QueueEntry,
   type QueueEvent,
 } from '../lock-service.js';
-import { serviceOf } from './hold.js';
+import { serviceOf } from './source-service.js';
 
 type EtcdEntry = typeof import('../../../adapters/etcd/index.js');
 type Etcd3Module = { Etcd3: new (options: { hosts: string[] }) => import('../../../adapters/etcd/index.js').EtcdClient & { close(): void } };

@@ -9,7 +9,7 @@
 import { ConnectionLossError, InvalidArgumentError, QuorumError } from '../../index.js';
 import { UsageError, positiveInt } from '../args.js';
 import { UnreachableError, type Holding, type LockService, type LockServiceContext, type LockServiceKind, type QueueEntry, type QueueEvent } from '../lock-service.js';
-import { serviceOf } from './hold.js';
+import { serviceOf } from './source-service.js';
 
 interface Endpoint {
   readonly host: string;

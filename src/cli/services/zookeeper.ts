@@ -44,7 +44,7 @@ import {
   type QueueEntry,
   type QueueEvent,
 } from '../lock-service.js';
-import { serviceOf } from './hold.js';
+import { serviceOf } from './source-service.js';
 
 /** ZooKeeper's own flags, beside --zookeeper and --session-timeout (node:util parseArgs form). */
 export const ZOOKEEPER_OPTIONS = {
