@@ -223,7 +223,7 @@ describe('a lock with an ACL', () => {
 });
 
 describe('the client-wide defaultAcl', () => {
-  it('covers the roots the recipes create, the containers and the queue nodes, for locks and elections', async () => {
+  it('covers the containers and the queue nodes; the shared roots it creates stay open, so other identities keep their own locks', async () => {
     const chroot = `/${uniqueId('aclroot')}`;
     await admin.create(chroot, null, { acl: OPEN_ACL_UNSAFE });
     const alice = await as(ALICE, { defaultAcl: HOLDER_ACL }, `${server}${chroot}`);
@@ -232,13 +232,20 @@ describe('the client-wide defaultAcl', () => {
     const lockName = uniqueLockName('dflt');
     const lock = await acquireLock(alice, lockName);
     const leader = await campaign(alice, 'leader', { id: 'alice-1' });
-    for (const path of ['/fencekeeper', LOCKS, `${LOCKS}/${lockName}`, lock.path, ELECTIONS, `${ELECTIONS}/leader`, leader.path]) {
+    for (const path of [`${LOCKS}/${lockName}`, lock.path, `${ELECTIONS}/leader`, leader.path]) {
       expect(sorted((await alice.getACL(path)).acl), path).toEqual(sorted(STORED));
     }
-    // Outside the ACL: no other lock under the roots, no joining, no deleting.
-    expect(await codeOf(acquireLock(mallory, uniqueLockName('other'), { timeoutMs: 5000 }))).toBe('ZK_NOAUTH');
+    // The roots are every lock's: made open, as without an ACL.
+    for (const path of ['/fencekeeper', LOCKS, ELECTIONS]) {
+      expect(sorted((await alice.getACL(path)).acl), path).toEqual(sorted([...OPEN_ACL_UNSAFE]));
+    }
+    // Another identity still takes a lock of its own under them...
+    const own = await acquireLock(mallory, uniqueLockName('other'), { timeoutMs: 5000 });
+    await own.release();
+    // ...but cannot join alice's or delete her nodes; her container, not empty, stays.
     expect(await codeOf(campaign(mallory, 'leader', { id: 'mallory' }))).toBe('ZK_NOAUTH');
     expect(await codeOf(mallory.delete(leader.path))).toBe('ZK_NOAUTH');
+    expect(await codeOf(mallory.delete(`${LOCKS}/${lockName}`))).toBe('ZK_NOTEMPTY');
     expect(leader.signal.aborted).toBe(false);
     expect(lock.held).toBe(true);
     const seen = observeLeader(observer, 'leader');

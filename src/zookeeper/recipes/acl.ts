@@ -4,10 +4,20 @@
  * ZooKeeper checks a create and a delete against the PARENT's ACL, not the
  * node's own: a queue node with a strict ACL under an open parent can still
  * be deleted by anyone, who is then granted the lock. So the protection
- * lives on the lock's container (and the roots above it): the recipes create
- * those with the requested ACL, and before queueing under a container they
+ * lives on the lock's container: the recipes create it with the requested
+ * ACL, and before queueing under a container they
  * did not create (one re-created by someone else after the reaper removed
  * ours) they read its ACL and refuse it unless it is the one requested.
+ *
+ * The roots (/fencekeeper, /fencekeeper/locks, /fencekeeper/elections) are
+ * shared by every lock of every identity, so they are created open, as
+ * without an ACL: made with the first ACL'd lock's ACL they would shut every
+ * other identity's locks out of the ensemble. An open root lets anyone
+ * delete an EMPTY container (never one with a holder or a waiter in it) and
+ * re-create it with another ACL, which the check below then refuses: a
+ * denial of service, never a second holder. A deployment that wants the
+ * whole namespace closed creates the roots itself (or gives its clients a
+ * chroot it made): the recipes never change an existing node's ACL.
  *
  * Without an ACL (neither per lock nor on the client) nothing here runs:
  * every node is created open (OPEN_ACL_UNSAFE), as ZooKeeper's own default,

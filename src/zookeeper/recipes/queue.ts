@@ -82,8 +82,9 @@ async function ensureParents(zk: ZooKeeperClient, parent: string, root: string, 
   const persistent = root === parent || root.startsWith(`${parent}/`);
   const mode = persistent ? 'persistent' : 'container';
   try {
-    const { stat } = await zk.create(parent, null, acl === null ? { mode } : { mode, acl: acl.acl });
-    if (acl !== null) madeParent(zk, parent, acl, stat.czxid);
+    // The roots are every lock's, so they are made open (see ./acl.ts); the lock's container takes its ACL.
+    const { stat } = await zk.create(parent, null, acl === null || persistent ? { mode } : { mode, acl: acl.acl });
+    if (acl !== null && !persistent) madeParent(zk, parent, acl, stat.czxid);
   } catch (error) {
     if (isCode(error, 'ZK_NODEEXISTS')) return;
     const up = parent.lastIndexOf('/');
