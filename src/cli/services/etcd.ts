@@ -16,7 +16,7 @@ import {
   type QueueEntry,
   type QueueEvent,
 } from '../lock-service.js';
-import { serviceOf } from './source-service.js';
+import { followQueue, serviceOf } from './source-service.js';
 
 type EtcdEntry = typeof import('../../../adapters/etcd/index.js');
 type Etcd3Module = { Etcd3: new (options: { hosts: string[] }) => import('../../../adapters/etcd/index.js').EtcdClient & { close(): void } };
@@ -117,46 +117,21 @@ function entries(queue: readonly Entry[]): QueueEntry[] {
  * (fencekeeper/etcd's observeLock) reports a change; nothing is read while
  * the queue does not change.
  */
-async function watchQueue(entry: EtcdEntry, etcd: Etcd3Module['Etcd3']['prototype'], name: string, onChange: (event: QueueEvent) => void, signal: AbortSignal): Promise<void> {
-  const observer = entry.observeLock(etcd, name);
-  let changed = true;
-  let wake: (() => void) | null = null;
-  const poke = (): void => {
-    const w = wake;
-    wake = null;
-    w?.();
-  };
-  observer.onChange(() => {
-    changed = true;
-    poke();
-  });
-  observer.onConnection((state, detail) => onChange({ type: state, detail }));
-  signal.addEventListener('abort', poke);
-  try {
-    let shown: string | undefined;
-    for (;;) {
-      if (signal.aborted) return;
-      if (!changed) {
-        await new Promise<void>((resolve) => (wake = resolve));
-        continue;
-      }
-      changed = false;
-      let queue: QueueEntry[];
-      try {
-        queue = entries(await observer.queue());
-      } catch (error) {
-        if (signal.aborted) return;
-        throw unreachable(error);
-      }
-      const key = JSON.stringify(queue, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
-      if (key === shown) continue;
-      shown = key;
-      onChange({ type: 'queue', entries: queue });
-    }
-  } finally {
-    observer.close();
-    signal.removeEventListener('abort', poke);
-  }
+function watchQueue(entry: EtcdEntry, etcd: Etcd3Module['Etcd3']['prototype'], name: string, onChange: (event: QueueEvent) => void, signal: AbortSignal): Promise<void> {
+  let observer: ReturnType<EtcdEntry['observeLock']> | undefined;
+  return followQueue(
+    (changed) => {
+      const watching = entry.observeLock(etcd, name);
+      observer = watching;
+      watching.onChange(changed);
+      watching.onConnection((state, detail) => onChange({ type: state, detail }));
+      return () => watching.close();
+    },
+    async () => entries(await (observer as ReturnType<EtcdEntry['observeLock']>).queue()),
+    unreachable,
+    onChange,
+    signal,
+  );
 }
 
 /** A lease lost (or etcd out of reach) while we waited is the service becoming unreachable, not a bug. */

@@ -9,7 +9,7 @@
 import { ConnectionLossError, InvalidArgumentError, QuorumError } from '../../index.js';
 import { UsageError, positiveInt } from '../args.js';
 import { UnreachableError, type Holding, type LockService, type LockServiceContext, type LockServiceKind, type QueueEntry, type QueueEvent } from '../lock-service.js';
-import { serviceOf } from './source-service.js';
+import { followQueue, serviceOf } from './source-service.js';
 
 interface Endpoint {
   readonly host: string;
@@ -194,63 +194,43 @@ async function watchQueue(
   }
   const [lockKey, counterKey] = [`fencekeeper:lock:{${name}}`, `fencekeeper:token:{${name}}`];
   const channels = [lockKey, counterKey].map((k) => `__keyspace@${db ?? 0}__:${k}`);
-  let changed = true;
-  let wake: (() => void) | null = null;
-  const poke = (): void => {
-    const w = wake;
-    wake = null;
-    w?.();
-  };
   type Subscriber = {
     on(event: string, listener: (...args: unknown[]) => void): void;
     subscribe(...channels: string[]): Promise<unknown>;
     disconnect(): void;
   };
-  const subscribers = clients.map((c) => c.duplicate() as Subscriber);
-  const lost = new Set<Subscriber>();
-  for (const sub of subscribers) {
-    sub.on('error', () => {});
-    sub.on('message', () => {
-      changed = true;
-      poke();
-    });
-    sub.on('close', () => {
-      if (signal.aborted || lost.has(sub)) return;
-      lost.add(sub);
-      onChange({ type: 'disconnected', detail: 'the subscription to the lock\'s keyspace events dropped; reconnecting' });
-    });
-    sub.on('ready', () => {
-      if (!lost.delete(sub)) return;
-      onChange({ type: 'reconnected', detail: 'subscribed to the lock\'s keyspace events again' });
-      changed = true; // what changed meanwhile was not seen
-      poke();
-    });
-  }
-  signal.addEventListener('abort', poke);
-  try {
-    await Promise.all(subscribers.map((s) => s.subscribe(...channels)));
-    let shown: string | undefined;
-    for (;;) {
-      if (signal.aborted) return;
-      if (!changed) {
-        await new Promise<void>((resolve) => (wake = resolve));
-        continue;
+  return followQueue(
+    async (changed) => {
+      const subscribers = clients.map((c) => c.duplicate() as Subscriber);
+      const lost = new Set<Subscriber>();
+      for (const sub of subscribers) {
+        sub.on('error', () => {});
+        sub.on('message', changed);
+        sub.on('close', () => {
+          if (signal.aborted || lost.has(sub)) return;
+          lost.add(sub);
+          onChange({ type: 'disconnected', detail: 'the subscription to the lock\'s keyspace events dropped; reconnecting' });
+        });
+        sub.on('ready', () => {
+          if (!lost.delete(sub)) return;
+          onChange({ type: 'reconnected', detail: 'subscribed to the lock\'s keyspace events again' });
+          changed(); // what changed meanwhile was not seen
+        });
       }
-      changed = false;
-      let queue: QueueEntry[];
+      const stop = (): void => {
+        for (const s of subscribers) s.disconnect();
+      };
       try {
-        queue = await read();
+        await Promise.all(subscribers.map((s) => s.subscribe(...channels)));
       } catch (error) {
-        if (signal.aborted) return;
+        stop();
         throw unreachable(error, description);
       }
-      const key = JSON.stringify(queue, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
-      if (key === shown) continue;
-      shown = key;
-      onChange({ type: 'queue', entries: queue });
-    }
-  } finally {
-    signal.removeEventListener('abort', poke);
-    for (const s of subscribers) s.disconnect();
-  }
+      return stop;
+    },
+    read,
+    (error) => unreachable(error, description),
+    onChange,
+    signal,
+  );
 }

@@ -7,7 +7,7 @@
  */
 import { InvalidArgumentError, safetyMargin, type LockSource, type LockStatus, type LockStatusEntry } from '../../index.js';
 import { UsageError } from '../args.js';
-import type { Holding, HoldOptions, Kind, LockService, QueueEntry } from '../lock-service.js';
+import type { Holding, HoldOptions, Kind, LockService, QueueEntry, QueueEvent } from '../lock-service.js';
 
 export interface ServiceParts<Entry extends LockStatusEntry> {
   readonly source: LockSource & { lockStatus(name: string): Promise<LockStatus<Entry>> };
@@ -87,4 +87,74 @@ async function holdFrom(source: LockSource, kind: Kind, name: string, options: H
     deadline: () => lock.deadline,
     end: () => lock.release(),
   };
+}
+
+/** What followQueue's `failed` answers for an error that only needs the read sent again. */
+export const READ_AGAIN = Symbol('read again');
+
+/**
+ * The loop behind every source's `status --watch`. `start` hooks the
+ * source's change feed before the first read: it calls `changed()` on every
+ * change it is told of and `end(error)` once it can watch no more, and
+ * returns how to unhook. The loop reads the queue again after each change
+ * (`read` gets `changed` too, for a source that arms a watch with each read)
+ * and shows it only when it differs from the last one shown: a change that
+ * came and went between two reads shows nothing. `failed` maps a read's
+ * error to the one to throw, or READ_AGAIN.
+ */
+export async function followQueue(
+  start: (changed: () => void, end: (error: unknown) => void) => (() => void) | Promise<() => void>,
+  read: (changed: () => void) => Promise<QueueEntry[]>,
+  failed: (error: unknown) => unknown,
+  onChange: (event: QueueEvent) => void,
+  signal: AbortSignal,
+): Promise<void> {
+  let changed = true;
+  let ended: { readonly error: unknown } | null = null;
+  let wake: (() => void) | null = null;
+  const poke = (): void => {
+    const w = wake;
+    wake = null;
+    w?.();
+  };
+  const onChanged = (): void => {
+    changed = true;
+    poke();
+  };
+  const stop = await start(onChanged, (error) => {
+    ended ??= { error };
+    poke();
+  });
+  signal.addEventListener('abort', poke);
+  try {
+    let shown: string | undefined;
+    for (;;) {
+      if (signal.aborted) return;
+      if (ended !== null) throw (ended as { readonly error: unknown }).error;
+      if (!changed) {
+        await new Promise<void>((resolve) => (wake = resolve));
+        continue;
+      }
+      changed = false;
+      let queue: QueueEntry[];
+      try {
+        queue = await read(onChanged);
+      } catch (error) {
+        if (signal.aborted) return;
+        const verdict = failed(error);
+        if (verdict === READ_AGAIN) {
+          changed = true;
+          continue;
+        }
+        throw verdict;
+      }
+      const key = JSON.stringify(queue, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
+      if (key === shown) continue;
+      shown = key;
+      onChange({ type: 'queue', entries: queue });
+    }
+  } finally {
+    signal.removeEventListener('abort', poke);
+    stop();
+  }
 }

@@ -44,7 +44,7 @@ import {
   type QueueEntry,
   type QueueEvent,
 } from '../lock-service.js';
-import { serviceOf } from './source-service.js';
+import { READ_AGAIN, followQueue, serviceOf } from './source-service.js';
 
 /** ZooKeeper's own flags, beside --zookeeper and --session-timeout (node:util parseArgs form). */
 export const ZOOKEEPER_OPTIONS = {
@@ -246,64 +246,29 @@ function entries(queue: readonly ZooKeeperQueueEntry[]): QueueEntry[] {
  * the queue changed meanwhile, so nothing is missed and nothing is re-read
  * for nothing; a read that was in flight is sent again.
  */
-async function watchQueue(zk: ZooKeeperClient, name: string, onChange: (event: QueueEvent) => void, signal: AbortSignal): Promise<void> {
+function watchQueue(zk: ZooKeeperClient, name: string, onChange: (event: QueueEvent) => void, signal: AbortSignal): Promise<void> {
   const parent = queueParent(LOCKS_ROOT, name);
-  let changed = true;
-  let wake: (() => void) | null = null;
-  let ended: 'expired' | 'closed' | null = null;
-  const poke = (): void => {
-    const w = wake;
-    wake = null;
-    w?.();
-  };
-  const watch = (): void => {
-    changed = true;
-    poke();
-  };
-  const onState = (state: ClientState): void => {
-    if (state === 'suspended') {
-      onChange({ type: 'disconnected', detail: `lost the connection to ZooKeeper; reconnecting (the session lasts ${zk.sessionTimeoutMs} ms without one)` });
-    } else if (state === 'connected') {
-      onChange({ type: 'reconnected', detail: `connected to ZooKeeper again, session 0x${zk.sessionId.toString(16)} kept` });
-    } else if (state === 'expired' || state === 'closed') {
-      ended = state;
-      poke();
-    }
-  };
-  zk.on('state', onState);
-  signal.addEventListener('abort', poke);
-  try {
-    let shown: string | undefined;
-    for (;;) {
-      if (signal.aborted) return;
-      if (ended !== null) throw new UnreachableError(`ZooKeeper: session 0x${zk.sessionId.toString(16)} ${ended === 'expired' ? 'expired' : 'closed'}`);
-      if (!changed) {
-        await new Promise<void>((resolve) => (wake = resolve));
-        continue;
-      }
-      changed = false;
-      let queue: QueueEntry[];
-      try {
-        queue = entries(await readQueue(zk, parent, watch));
-      } catch (error) {
-        if (signal.aborted) return;
-        // In flight when the connection dropped: send it again (it waits for the reconnect).
-        if (error instanceof ConnectionLossError) {
-          changed = true;
-          continue;
+  return followQueue(
+    (_changed, end) => {
+      const onState = (state: ClientState): void => {
+        if (state === 'suspended') {
+          onChange({ type: 'disconnected', detail: `lost the connection to ZooKeeper; reconnecting (the session lasts ${zk.sessionTimeoutMs} ms without one)` });
+        } else if (state === 'connected') {
+          onChange({ type: 'reconnected', detail: `connected to ZooKeeper again, session 0x${zk.sessionId.toString(16)} kept` });
+        } else if (state === 'expired' || state === 'closed') {
+          end(new UnreachableError(`ZooKeeper: session 0x${zk.sessionId.toString(16)} ${state}`));
         }
-        throw unreachable(error);
-      }
-      // A watch that fired for a node that came and went before the listing shows nothing new.
-      const key = JSON.stringify(queue, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v));
-      if (key === shown) continue;
-      shown = key;
-      onChange({ type: 'queue', entries: queue });
-    }
-  } finally {
-    zk.off('state', onState);
-    signal.removeEventListener('abort', poke);
-  }
+      };
+      zk.on('state', onState);
+      return () => zk.off('state', onState);
+    },
+    // Each listing leaves a watch that fires on the queue's next change.
+    async (changed) => entries(await readQueue(zk, parent, changed)),
+    // In flight when the connection dropped: send it again (it waits for the reconnect).
+    (error) => (error instanceof ConnectionLossError ? READ_AGAIN : unreachable(error)),
+    onChange,
+    signal,
+  );
 }
 
 /** List the queue, leaving a watch that fires on its next change. */
