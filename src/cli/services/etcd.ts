@@ -8,14 +8,7 @@
  */
 import { InvalidArgumentError, SessionExpiredError, ClientClosedError } from '../../index.js';
 import { UsageError, positiveInt } from '../args.js';
-import {
-  UnreachableError,
-  type LockService,
-  type LockServiceAddress,
-  type LockServiceKind,
-  type QueueEntry,
-  type QueueEvent,
-} from '../lock-service.js';
+import { UnreachableError, type LockService, type LockServiceAddress, type LockServiceKind, type QueueEntry, type QueueEvent } from '../lock-service.js';
 import { followQueue, serviceOf } from './source-service.js';
 
 type EtcdEntry = typeof import('../../../adapters/etcd/index.js');

@@ -36,14 +36,7 @@ import { readEntry } from '../../zookeeper/recipes/queue.js';
 import { queueParent, sortQueue } from '../../zookeeper/recipes/queue-order.js';
 import { UsageError, positiveInt, type ParsedArgs } from '../args.js';
 import type { TlsOptions } from '../../zookeeper/tls.js';
-import {
-  UnreachableError,
-  type LockService,
-  type LockServiceAddress,
-  type LockServiceKind,
-  type QueueEntry,
-  type QueueEvent,
-} from '../lock-service.js';
+import { UnreachableError, type LockService, type LockServiceAddress, type LockServiceKind, type QueueEntry, type QueueEvent } from '../lock-service.js';
 import { READ_AGAIN, followQueue, serviceOf } from './source-service.js';
 
 /** ZooKeeper's own flags, beside --zookeeper and --session-timeout (node:util parseArgs form). */
