@@ -30,6 +30,7 @@
 import { fork } from 'node:child_process';
 import { resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { serverCpu as cpuOf } from './server-cpu.mjs';
 
 const TOKEN = '34';
 const BASELINE = process.env.BENCH_BASELINE_DIST;
@@ -117,18 +118,7 @@ async function measure() {
   const servers = { plain: await start({}), otel: await start({ BENCH_SERVE_OTEL: '1' }) };
   const serverOf = (target) => servers[target.server ?? 'plain'];
 
-  const serverCpu = (target) =>
-    new Promise((resolve) => {
-      const { child } = serverOf(target);
-      const onMessage = (message) => {
-        if (typeof message?.cpu === 'number') {
-          child.off('message', onMessage);
-          resolve(message.cpu);
-        }
-      };
-      child.on('message', onMessage);
-      child.send('cpu');
-    });
+  const serverCpu = (target) => cpuOf(serverOf(target).child);
   const run = (target, seconds) =>
     autocannon({ url: `http://127.0.0.1:${serverOf(target).port}${target.path}`, headers: target.headers, connections, duration: seconds });
 

@@ -38,6 +38,7 @@ import { tmpdir, loadavg, cpus } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { serverCpu as cpuOf } from './server-cpu.mjs';
 
 const url = process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test';
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 32);
@@ -128,16 +129,7 @@ async function measure() {
       child.once('message', resolve);
       child.once('exit', (code) => reject(new Error(`server exited (${code})`)));
     });
-    const serverCpu = () => new Promise((resolve) => {
-      const onMessage = (message) => {
-        if (typeof message?.cpu === 'number') {
-          child.off('message', onMessage);
-          resolve(message.cpu);
-        }
-      };
-      child.on('message', onMessage);
-      child.send('cpu');
-    });
+    const serverCpu = () => cpuOf(child);
     const store = async (path, duration) => {
       const cpu0 = await serverCpu();
       const result = await autocannon({ url: `http://127.0.0.1:${port}${path}`, headers: { 'fencing-token': TOKEN }, connections, duration });

@@ -4,27 +4,17 @@
 // by the send time of its last acknowledged request, before anyone else is
 // elected.
 import { performance } from 'node:perf_hooks';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { campaign, observeLeader, type ZooKeeperLeadership as Leadership } from '../../src/zookeeper/recipes/election.js';
 import { LockLostError } from '../../src/errors.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
-import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { ELECTIONS, lastReplyHeldBack, queueChildren } from './lock-helpers.js';
 import { until } from '../helpers/wait.js';
-import { ClientPool } from '../helpers/zookeeper.js';
+import { StandaloneFile } from '../helpers/zookeeper-file.js';
 
-const clients = new ClientPool();
-let server: string;
-let admin: ZooKeeperClient;
-
-beforeAll(async () => {
-  server = testServers().zkStandalone;
-  admin = await ZooKeeperClient.connect({ connectString: server, sessionTimeoutMs: 4000 });
-});
-afterEach(() => clients.closeAll());
-afterAll(() => admin.close());
+const file = new StandaloneFile();
+const { server, clients } = file;
 
 describe('campaign', () => {
   it('the first candidate is elected; resign hands over to the next, with a larger epoch', async () => {
@@ -37,9 +27,9 @@ describe('campaign', () => {
 
     const elected: Leadership[] = [];
     const second = campaign(b!, name, { id: 'b' }).then((l) => (elected.push(l), l));
-    await until(async () => (await queueChildren(admin, `${ELECTIONS}/${name}`)).length === 2, 'b queued');
+    await until(async () => (await queueChildren(file.admin, `${ELECTIONS}/${name}`)).length === 2, 'b queued');
     const third = campaign(c!, name, { id: 'c' }).then((l) => (elected.push(l), l));
-    await until(async () => (await queueChildren(admin, `${ELECTIONS}/${name}`)).length === 3, 'three candidates');
+    await until(async () => (await queueChildren(file.admin, `${ELECTIONS}/${name}`)).length === 3, 'three candidates');
     expect(elected).toEqual([]);
 
     const resigned = first.resign();
@@ -56,7 +46,7 @@ describe('campaign', () => {
     const c3 = await third;
     expect(c3.epoch > b2.epoch).toBe(true);
     await c3.resign();
-    expect(await queueChildren(admin, `${ELECTIONS}/${name}`)).toEqual([]);
+    expect(await queueChildren(file.admin, `${ELECTIONS}/${name}`)).toEqual([]);
   });
 
   it('a candidate that stops campaigning leaves no node and does not break the chain', async () => {
@@ -65,12 +55,12 @@ describe('campaign', () => {
     const leader = await campaign(a!, name, { id: 'a' });
     const ac = new AbortController();
     const quitter = campaign(b!, name, { id: 'b', signal: ac.signal });
-    await until(async () => (await queueChildren(admin, `${ELECTIONS}/${name}`)).length === 2, 'b queued');
+    await until(async () => (await queueChildren(file.admin, `${ELECTIONS}/${name}`)).length === 2, 'b queued');
     const patient = campaign(c!, name, { id: 'c' });
-    await until(async () => (await queueChildren(admin, `${ELECTIONS}/${name}`)).length === 3, 'three candidates');
+    await until(async () => (await queueChildren(file.admin, `${ELECTIONS}/${name}`)).length === 3, 'three candidates');
     ac.abort();
     await expect(quitter).rejects.toMatchObject({ name: 'AbortError' });
-    expect(await queueChildren(admin, `${ELECTIONS}/${name}`)).toHaveLength(2);
+    expect(await queueChildren(file.admin, `${ELECTIONS}/${name}`)).toHaveLength(2);
     await leader.resign();
     const next = await patient;
     expect(next.id).toBe('c');
@@ -82,7 +72,7 @@ describe('observeLeader', () => {
   it('reports id and epoch and follows each change of leader', async () => {
     const name = uniqueLockName('observeleader');
     const [a, b] = await clients.many(2, server);
-    const observer = observeLeader(admin, name);
+    const observer = observeLeader(file.admin, name);
     try {
       expect(await observer.current()).toBeNull();
       let changes = 0;
@@ -92,7 +82,7 @@ describe('observeLeader', () => {
       expect(await observer.current()).toEqual({ id: 'alpha', epoch: la.epoch, path: la.path });
       expect(changes).toBeGreaterThan(0);
       const pb = campaign(b!, name, { id: 'beta' });
-      await until(async () => (await queueChildren(admin, `${ELECTIONS}/${name}`)).length === 2, 'beta queued');
+      await until(async () => (await queueChildren(file.admin, `${ELECTIONS}/${name}`)).length === 2, 'beta queued');
       expect((await observer.current())?.id).toBe('alpha'); // a new candidate is not a new leader
       await la.resign();
       const lb = await pb;
@@ -132,7 +122,7 @@ describe('a leader cut off from ZooKeeper', () => {
         order.push('old leader stepped down');
       });
       const next = campaign(other, name, { id: 'next' }).then((l) => (order.push('next elected'), l));
-      await until(async () => (await queueChildren(admin, `${ELECTIONS}/${name}`)).length === 2, 'next queued');
+      await until(async () => (await queueChildren(file.admin, `${ELECTIONS}/${name}`)).length === 2, 'next queued');
       const reply = await lastReplyHeldBack(proxy, leaderZk, holdMs);
       expect(reply.deliveredAt - reply.forwardedBy).toBeGreaterThan(slackMs);
       expect(leader.held).toBe(true);

@@ -5,7 +5,7 @@
 // (before any create when it was never checked, and after a reap and a
 // re-creation by someone else); the check is paid once per container; the
 // default (no ACL) stays open; the client-wide defaultAcl covers the roots.
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { AclMismatchError } from '../../src/errors.js';
 import { ZooKeeperClient, digestAclId, type ConnectOptions } from '../../src/zookeeper/client.js';
 import { CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, Perms, READ_ACL_UNSAFE, type ACL } from '../../src/zookeeper/protocol.js';
@@ -13,12 +13,11 @@ import { campaign, observeLeader } from '../../src/zookeeper/recipes/election.js
 import { acquireLock, lockStatus, observeLock, tryAcquireLock } from '../../src/zookeeper/recipes/lock.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
 import { verifyWithZooKeeper } from '../../adapters/express/verify-zookeeper.js';
-import { testServers } from '../helpers/servers.js';
 import { uniqueId, uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
 import { assertBuilt, cli } from './cli-helpers.js';
-import { ClientPool } from '../helpers/zookeeper.js';
 import { ELECTIONS, LOCKS, queueChildren } from './lock-helpers.js';
+import { StandaloneFile } from '../helpers/zookeeper-file.js';
 
 const ALICE = { user: 'alice', pw: 'alice-secret' } as const;
 const MALLORY = { user: 'mallory', pw: 'mallory-secret' } as const;
@@ -30,16 +29,8 @@ const STORED = [
   { perms: Perms.READ, id: { scheme: 'world', id: 'anyone' } },
 ];
 
-const clients = new ClientPool();
-let server: string;
-let admin: ZooKeeperClient;
-
-beforeAll(async () => {
-  server = testServers().zkStandalone;
-  admin = await ZooKeeperClient.connect({ connectString: server, sessionTimeoutMs: 4000 });
-});
-afterEach(() => clients.closeAll());
-afterAll(() => admin.close());
+const file = new StandaloneFile();
+const { server, clients } = file;
 
 function as(who: { user: string; pw: string } | null, extra: Partial<ConnectOptions> = {}, connectString = server): Promise<ZooKeeperClient> {
   return clients.connect({
@@ -85,7 +76,7 @@ describe('a lock with an ACL', () => {
 
     expect(lock.held).toBe(true);
     expect(lock.signal.aborted).toBe(false);
-    expect(await queueChildren(admin, parent)).toEqual([lock.path.slice(parent.length + 1)]);
+    expect(await queueChildren(file.admin, parent)).toEqual([lock.path.slice(parent.length + 1)]);
     const status = await lockStatus(observer, name);
     expect(status.holder?.token).toBe(lock.token);
     expect(status.waiters).toEqual([]);
@@ -97,7 +88,7 @@ describe('a lock with an ACL', () => {
     verify.close();
 
     await lock.release();
-    expect(await queueChildren(admin, parent)).toEqual([]);
+    expect(await queueChildren(file.admin, parent)).toEqual([]);
   });
 
   it('with CREATOR_ALL_ACL alone, other identities cannot even read the queue', async () => {
@@ -117,8 +108,8 @@ describe('a lock with an ACL', () => {
     const mallory = await as(MALLORY);
     const getAcl = vi.spyOn(alice, 'getACL');
     const lock = await acquireLock(alice, name);
-    expect(sorted((await admin.getACL(parent)).acl)).toEqual(sorted(OPEN_ACL_UNSAFE));
-    expect(sorted((await admin.getACL(lock.path)).acl)).toEqual(sorted(OPEN_ACL_UNSAFE));
+    expect(sorted((await file.admin.getACL(parent)).acl)).toEqual(sorted(OPEN_ACL_UNSAFE));
+    expect(sorted((await file.admin.getACL(lock.path)).acl)).toEqual(sorted(OPEN_ACL_UNSAFE));
     expect(getAcl).not.toHaveBeenCalled();
     await mallory.delete(lock.path);
     await until(() => !lock.held, 'the holder told its node is gone');
@@ -141,8 +132,8 @@ describe('a lock with an ACL', () => {
       expect((error as AclMismatchError).path).toBe(parent);
     }
     // cversion counts every child ever created: none was.
-    expect((await admin.exists(parent))?.cversion).toBe(0);
-    await admin.delete(parent);
+    expect((await file.admin.exists(parent))?.cversion).toBe(0);
+    await file.admin.delete(parent);
   });
 
   it('a container reaped and re-created by someone else is checked again, and our node leaves it', async () => {
@@ -152,7 +143,7 @@ describe('a lock with an ACL', () => {
     const first = await acquireLock(alice, name, { acl: HOLDER_ACL });
     await first.release();
     // The server reaps empty containers every second (test/servers).
-    await until(async () => (await admin.exists(parent)) === null, 'the container reaped');
+    await until(async () => (await file.admin.exists(parent)) === null, 'the container reaped');
     const mallory = await as(MALLORY);
     await mallory.create(parent, null, { mode: 'container', acl: OPEN_ACL_UNSAFE });
     const getAcl = vi.spyOn(alice, 'getACL');
@@ -160,8 +151,8 @@ describe('a lock with an ACL', () => {
     expect((error as AclMismatchError | null)?.code).toBe('ACL_MISMATCH');
     // The cached check did not hide the new container: it was read again.
     expect(getAcl).toHaveBeenCalledTimes(1);
-    expect(await queueChildren(admin, parent)).toEqual([]);
-    await admin.delete(parent).catch(() => undefined);
+    expect(await queueChildren(file.admin, parent)).toEqual([]);
+    await file.admin.delete(parent).catch(() => undefined);
   });
 
   it('a container reaped and re-made by the client itself needs no ACL read', async () => {
@@ -169,7 +160,7 @@ describe('a lock with an ACL', () => {
     const parent = `${LOCKS}/${name}`;
     const alice = await as(ALICE);
     await (await acquireLock(alice, name, { acl: HOLDER_ACL })).release();
-    await until(async () => (await admin.exists(parent)) === null, 'the container reaped');
+    await until(async () => (await file.admin.exists(parent)) === null, 'the container reaped');
     const getAcl = vi.spyOn(alice, 'getACL');
     const lock = await acquireLock(alice, name, { acl: HOLDER_ACL });
     expect(getAcl).not.toHaveBeenCalled();
@@ -180,7 +171,7 @@ describe('a lock with an ACL', () => {
   it('checks an existing container once: later acquires under it read no ACL', async () => {
     const name = uniqueLockName('cached');
     const parent = `${LOCKS}/${name}`;
-    await admin.create(parent, null, { mode: 'container', acl: STORED });
+    await file.admin.create(parent, null, { mode: 'container', acl: STORED });
     const alice = await as(ALICE);
     // Another child keeps the container from being reaped between acquires.
     await alice.create(`${parent}/keep`, null, { acl: OPEN_ACL_UNSAFE });
@@ -225,7 +216,7 @@ describe('a lock with an ACL', () => {
 describe('the client-wide defaultAcl', () => {
   it('covers the containers and the queue nodes; the shared roots it creates stay open, so other identities keep their own locks', async () => {
     const chroot = `/${uniqueId('aclroot')}`;
-    await admin.create(chroot, null, { acl: OPEN_ACL_UNSAFE });
+    await file.admin.create(chroot, null, { acl: OPEN_ACL_UNSAFE });
     const alice = await as(ALICE, { defaultAcl: HOLDER_ACL }, `${server}${chroot}`);
     const mallory = await as(MALLORY, {}, `${server}${chroot}`);
     const observer = await as(null, {}, `${server}${chroot}`);
@@ -264,7 +255,7 @@ describe('the client-wide defaultAcl', () => {
     expect(await codeOf(mallory.delete(leader.path))).toBe('ZK_NOAUTH');
     expect(await codeOf(campaign(mallory, name, { id: 'mallory' }))).toBe('ZK_NOAUTH');
     expect(leader.signal.aborted).toBe(false);
-    expect(await queueChildren(admin, `${ELECTIONS}/${name}`)).toEqual([leader.path.slice(`${ELECTIONS}/${name}`.length + 1)]);
+    expect(await queueChildren(file.admin, `${ELECTIONS}/${name}`)).toEqual([leader.path.slice(`${ELECTIONS}/${name}`.length + 1)]);
     await leader.resign();
   });
 });
@@ -282,7 +273,7 @@ describe('the CLI', () => {
       const observer = await as(null);
       await until(async () => (await lockStatus(observer, name)).holder !== null, () => `the CLI holding ${name} (stderr: ${run.stderr()})`);
       // Another reader sees the hash as 'x' (no ADMIN): the entries are alice's and world READ.
-      expect(sorted((await admin.getACL(parent)).acl)).toEqual(sorted([{ perms: Perms.ALL, id: { scheme: 'digest', id: `${ALICE.user}:x` } }, ...READ_ACL_UNSAFE]));
+      expect(sorted((await file.admin.getACL(parent)).acl)).toEqual(sorted([{ perms: Perms.ALL, id: { scheme: 'digest', id: `${ALICE.user}:x` } }, ...READ_ACL_UNSAFE]));
       const mallory = await as(MALLORY);
       const holder = (await lockStatus(observer, name)).holder;
       expect(await codeOf(mallory.delete(holder?.path ?? ''))).toBe('ZK_NOAUTH');

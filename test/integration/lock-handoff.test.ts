@@ -6,26 +6,16 @@
 // node exists, so a waiter watches its own node: an operator's delete while
 // it waits ends the wait with LockLostError at once, and it is never
 // granted on a node that is gone.
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { LockLostError } from '../../src/errors.js';
 import { acquireLock, lockStatus } from '../../src/zookeeper/recipes/lock.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
-import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
-import { ClientPool } from '../helpers/zookeeper.js';
 import { LOCKS, serverWatchCount } from './lock-helpers.js';
+import { StandaloneFile } from '../helpers/zookeeper-file.js';
 
-const clients = new ClientPool();
-let server: string;
-let admin: ZooKeeperClient;
-
-beforeAll(async () => {
-  server = testServers().zkStandalone;
-  admin = await ZooKeeperClient.connect({ connectString: server, sessionTimeoutMs: 4000 });
-});
-afterEach(() => clients.closeAll());
-afterAll(() => admin.close());
+const file = new StandaloneFile();
+const { server, clients } = file;
 
 describe('handoff', () => {
   it('behind the head: granted on its deletion without listing the queue again', async () => {
@@ -33,7 +23,7 @@ describe('handoff', () => {
     const [a, b] = await clients.many(2, server);
     const holder = await acquireLock(a!, name);
     const next = acquireLock(b!, name);
-    await until(async () => (await lockStatus(admin, name)).waiters.length === 1, 'the waiter queued');
+    await until(async () => (await lockStatus(file.admin, name)).waiters.length === 1, 'the waiter queued');
     // The waiter's watches (its predecessor's and its own) are on the server.
     await until(async () => (await serverWatchCount(server, `${LOCKS}/${name}`)) >= 2, 'the waiter watches');
     const listings = vi.spyOn(b!, 'getChildren');
@@ -50,9 +40,9 @@ describe('handoff', () => {
     const holder = await acquireLock(a!, name);
     const middle = new AbortController();
     const quitter = acquireLock(b!, name, { signal: middle.signal });
-    await until(async () => (await lockStatus(admin, name)).waiters.length === 1, 'the middle waiter queued');
+    await until(async () => (await lockStatus(file.admin, name)).waiters.length === 1, 'the middle waiter queued');
     const last = acquireLock(c!, name);
-    await until(async () => (await lockStatus(admin, name)).waiters.length === 2, 'the last waiter queued');
+    await until(async () => (await lockStatus(file.admin, name)).waiters.length === 2, 'the last waiter queued');
     const listings = vi.spyOn(c!, 'getChildren');
     middle.abort(new Error('gave up'));
     await expect(quitter).rejects.toThrow('gave up');
@@ -76,10 +66,10 @@ describe('handoff', () => {
       () => 'granted',
       (error: unknown) => error,
     );
-    await until(async () => (await lockStatus(admin, name)).waiters.length === 1, 'the waiter queued');
+    await until(async () => (await lockStatus(file.admin, name)).waiters.length === 1, 'the waiter queued');
     await until(async () => (await serverWatchCount(server, `${LOCKS}/${name}`)) >= 2, 'the waiter watches');
-    const { waiters } = await lockStatus(admin, name);
-    await admin.delete(waiters[0]!.path);
+    const { waiters } = await lockStatus(file.admin, name);
+    await file.admin.delete(waiters[0]!.path);
     // Ended by its own node's watch: the holder has not moved.
     const outcome = await within(settled, 10_000, 'the waiter to hear of its node');
     expect(outcome).toBeInstanceOf(LockLostError);

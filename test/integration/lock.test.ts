@@ -4,28 +4,19 @@
 // step-down deadline, a lost create2 reply, and a reaped container parent.
 import diagnostics from 'node:diagnostics_channel';
 import { performance } from 'node:perf_hooks';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { LockLostError, LockTimeoutError } from '../../src/errors.js';
 import { acquireLock, lockStatus, observeLock, tryAcquireLock, type ZooKeeperLock as Lock } from '../../src/zookeeper/recipes/lock.js';
 import type { FencingToken } from '../../src/token.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
-import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { LOCKS, lastReplyHeldBack, queueChildren, serverWatchCount, serverWatches } from './lock-helpers.js';
 import { deferred, until, within } from '../helpers/wait.js';
-import { ClientPool, fourLetterWord } from '../helpers/zookeeper.js';
+import { fourLetterWord } from '../helpers/zookeeper.js';
+import { StandaloneFile } from '../helpers/zookeeper-file.js';
 
-const clients = new ClientPool();
-let server: string;
-let admin: ZooKeeperClient;
-
-beforeAll(async () => {
-  server = testServers().zkStandalone;
-  admin = await ZooKeeperClient.connect({ connectString: server, sessionTimeoutMs: 4000 });
-});
-afterEach(() => clients.closeAll());
-afterAll(() => admin.close());
+const file = new StandaloneFile();
+const { server, clients } = file;
 
 const parentOf = (name: string): string => `${LOCKS}/${name}`;
 
@@ -84,7 +75,7 @@ describe('mutual exclusion and token order', () => {
     expect(maxHolders).toBe(1);
     expect(grants).toHaveLength(16 * 20);
     expect(new Set(grants.map((g) => g.client)).size).toBe(16);
-    expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+    expect(await queueChildren(file.admin, parentOf(name))).toEqual([]);
   });
 
   it('one session, many concurrent acquireLock calls on the same lock', async () => {
@@ -109,7 +100,7 @@ describe('mutual exclusion and token order', () => {
     expect(maxHolders).toBe(1);
     expect(tokens).toHaveLength(80);
     for (let i = 1; i < tokens.length; i++) expect(tokens[i]! > tokens[i - 1]!).toBe(true);
-    expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+    expect(await queueChildren(file.admin, parentOf(name))).toEqual([]);
   });
 
   it('one session holding many different locks at once', async () => {
@@ -119,7 +110,7 @@ describe('mutual exclusion and token order', () => {
     expect(locks.every((l) => l.held)).toBe(true);
     expect(new Set(locks.map((l) => l.token)).size).toBe(20);
     await Promise.all(locks.map((l) => l.release()));
-    for (const n of names) expect(await queueChildren(admin, parentOf(n))).toEqual([]);
+    for (const n of names) expect(await queueChildren(file.admin, parentOf(n))).toEqual([]);
   });
 });
 
@@ -138,7 +129,7 @@ describe('fairness', () => {
         }),
       );
       // The next waiter starts only once this one's node is in the queue.
-      await until(async () => (await lockStatus(admin, name)).waiters.length === i + 1, `waiter ${i} queued`);
+      await until(async () => (await lockStatus(file.admin, name)).waiters.length === i + 1, `waiter ${i} queued`);
     }
     await holder.release();
     await Promise.all(done);
@@ -165,7 +156,7 @@ describe('no herd', () => {
     }
     // Every waiter has its node and its predecessor watch registered on the
     // server (50 exists watches + the holder's own-node watch).
-    await until(async () => (await lockStatus(admin, name)).waiters.length === 50, '50 waiters queued');
+    await until(async () => (await lockStatus(file.admin, name)).waiters.length === 50, '50 waiters queued');
     await until(async () => (await serverWatchCount(server, parent)) >= 51, 'all watches registered');
 
     const sessions = new Set([...zks, holderZk].map((z) => z.sessionId));
@@ -209,9 +200,9 @@ describe('nothing is left behind', () => {
     const [a, b] = await clients.many(2, server);
     const holder = await acquireLock(a!, name);
     await expect(acquireLock(b!, name, { timeoutMs: 100 })).rejects.toBeInstanceOf(LockTimeoutError);
-    expect(await queueChildren(admin, parentOf(name))).toEqual([holder.path.slice(parentOf(name).length + 1)]);
+    expect(await queueChildren(file.admin, parentOf(name))).toEqual([holder.path.slice(parentOf(name).length + 1)]);
     await holder.release();
-    expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+    expect(await queueChildren(file.admin, parentOf(name))).toEqual([]);
   });
 
   it('an abort while waiting removes our node and rejects with the signal\'s reason', async () => {
@@ -220,12 +211,12 @@ describe('nothing is left behind', () => {
     const holder = await acquireLock(a!, name);
     const ac = new AbortController();
     const waiting = acquireLock(b!, name, { signal: ac.signal });
-    await until(async () => (await lockStatus(admin, name)).waiters.length === 1, 'waiter queued');
+    await until(async () => (await lockStatus(file.admin, name)).waiters.length === 1, 'waiter queued');
     const why = new Error('caller gave up');
     ac.abort(why);
     await expect(waiting).rejects.toBe(why);
-    expect((await lockStatus(admin, name)).waiters).toEqual([]);
-    expect(await queueChildren(admin, parentOf(name))).toHaveLength(1);
+    expect((await lockStatus(file.admin, name)).waiters).toEqual([]);
+    expect(await queueChildren(file.admin, parentOf(name))).toHaveLength(1);
     await holder.release();
   });
 
@@ -238,7 +229,7 @@ describe('nothing is left behind', () => {
       const p = acquireLock(b!, name, { signal: ac.signal });
       ac.abort();
       await expect(p).rejects.toMatchObject({ name: 'AbortError' });
-      expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+      expect(await queueChildren(file.admin, parentOf(name))).toEqual([]);
     }
     // Held lock.
     const holder = await acquireLock(a!, name);
@@ -246,11 +237,11 @@ describe('nothing is left behind', () => {
     const p = acquireLock(b!, name, { signal: ac.signal });
     ac.abort();
     await expect(p).rejects.toMatchObject({ name: 'AbortError' });
-    expect((await lockStatus(admin, name)).waiters).toEqual([]);
+    expect((await lockStatus(file.admin, name)).waiters).toEqual([]);
     await holder.release();
     // And an already-aborted signal never creates anything.
     await expect(acquireLock(b!, name, { signal: AbortSignal.abort() })).rejects.toMatchObject({ name: 'AbortError' });
-    expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+    expect(await queueChildren(file.admin, parentOf(name))).toEqual([]);
   });
 
   it('tryAcquireLock: null while held (no node left), a lock when free', async () => {
@@ -261,13 +252,13 @@ describe('nothing is left behind', () => {
     expect(first!.held).toBe(true);
     expect(await tryAcquireLock(b!, name)).toBeNull();
     expect(await tryAcquireLock(a!, name)).toBeNull(); // the same session is no exception
-    expect(await queueChildren(admin, parentOf(name))).toEqual([first!.path.split('/').at(-1)]);
+    expect(await queueChildren(file.admin, parentOf(name))).toEqual([first!.path.split('/').at(-1)]);
     await first!.release();
     const second = await tryAcquireLock(b!, name);
     expect(second).not.toBeNull();
     expect(second!.token > first!.token).toBe(true);
     await second!.release();
-    expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+    expect(await queueChildren(file.admin, parentOf(name))).toEqual([]);
   });
 });
 
@@ -285,14 +276,14 @@ describe('how a holding ends', () => {
     const second = lock.release();
     expect(second).toBe(first);
     await Promise.all([first, second, lock.release()]);
-    expect(await admin.exists(lock.path)).toBeNull();
+    expect(await file.admin.exists(lock.path)).toBeNull();
   });
 
   it('our node deleted by another client: node_deleted', async () => {
     const zk = await clients.connect(server);
     const lock = await acquireLock(zk, uniqueLockName('deleted'));
     const aborted = nextAbort(lock.signal);
-    await admin.delete(lock.path);
+    await file.admin.delete(lock.path);
     await aborted;
     expect(lossOf(lock).reason).toBe('node_deleted');
     expect(lock.held).toBe(false);
@@ -309,7 +300,7 @@ describe('how a holding ends', () => {
     // holding reported 'node_deleted' until it could ask zk.closing.
     expect(lossOf(lock).reason).toBe('closed');
     expect(lock.held).toBe(false);
-    expect(await admin.exists(lock.path)).toBeNull();
+    expect(await file.admin.exists(lock.path)).toBeNull();
     await lock.release();
   });
 
@@ -373,7 +364,7 @@ describe('how a holding ends', () => {
         order.push('other granted');
         return l;
       });
-      await until(async () => (await lockStatus(admin, name)).waiters.length === 1, 'the other client queued');
+      await until(async () => (await lockStatus(file.admin, name)).waiters.length === 1, 'the other client queued');
       const reply = await lastReplyHeldBack(proxy, zk, STEP_DOWN.holdMs);
       // The fault happened: the last acknowledged request's reply arrived
       // far later than the request went out, and the lock was still held.
@@ -411,17 +402,17 @@ describe('lost create reply', () => {
       proxy.loseReplyTo(`${parent}/`);
       const acquiring = acquireLock(zk, name);
       await until(() => proxy.repliesLost === 1, 'the create2 reply to be dropped');
-      await until(async () => (await lockStatus(admin, name)).waiters.length === 1, 'our node in the queue');
-      const status = await lockStatus(admin, name);
+      await until(async () => (await lockStatus(file.admin, name)).waiters.length === 1, 'our node in the queue');
+      const status = await lockStatus(file.admin, name);
       expect(status.waiters[0]!.sessionId).toBe(zk.sessionId);
       await holder.release();
       const lock = await acquiring;
       expect(lock.path).toBe(status.waiters[0]!.path);
       expect(lock.token).toBe(status.waiters[0]!.token);
-      expect(await queueChildren(admin, parent)).toEqual([lock.path.slice(parent.length + 1)]);
+      expect(await queueChildren(file.admin, parent)).toEqual([lock.path.slice(parent.length + 1)]);
       expect(zk.state).toBe('connected');
       await lock.release();
-      expect(await queueChildren(admin, parent)).toEqual([]);
+      expect(await queueChildren(file.admin, parent)).toEqual([]);
     } finally {
       await proxy.close();
     }
@@ -435,15 +426,15 @@ describe('lost create reply', () => {
       const zk = await clients.connect(proxy.address, 4000);
       // Make the parent exist so the first create succeeds (an empty container is not reaped).
       const warm = await acquireLock(zk, name);
-      await admin.create(`${parent}/keep`);
+      await file.admin.create(`${parent}/keep`);
       await warm.release();
       proxy.loseReplyTo(`${parent}/`);
       const lock = await acquireLock(zk, name);
       expect(proxy.repliesLost).toBe(1);
       expect(lock.held).toBe(true);
-      expect(await queueChildren(admin, parent)).toEqual([lock.path.slice(parent.length + 1), 'keep'].sort());
+      expect(await queueChildren(file.admin, parent)).toEqual([lock.path.slice(parent.length + 1), 'keep'].sort());
       await lock.release();
-      await admin.delete(`${parent}/keep`);
+      await file.admin.delete(`${parent}/keep`);
     } finally {
       await proxy.close();
     }
@@ -457,7 +448,7 @@ describe('container parent', () => {
     const first = await acquireLock(zk, name);
     await first.release();
     // The server reaps empty containers every znode.container.checkIntervalMs (1 s in test/servers).
-    await until(async () => (await admin.exists(parentOf(name))) === null, 'the container parent reaped');
+    await until(async () => (await file.admin.exists(parentOf(name))) === null, 'the container parent reaped');
     const second = await acquireLock(zk, name);
     expect(second.held).toBe(true);
     expect(second.token > first.token).toBe(true);
@@ -470,7 +461,7 @@ describe('container parent', () => {
     const zk = await clients.connect(server);
     const first = await acquireLock(zk, name);
     await first.release();
-    await until(async () => (await admin.exists(parentOf(group))) === null, 'both containers reaped');
+    await until(async () => (await file.admin.exists(parentOf(group))) === null, 'both containers reaped');
     const second = await acquireLock(zk, name);
     expect(second.path.startsWith(`${parentOf(name)}/`)).toBe(true);
     expect(second.token > first.token).toBe(true);
@@ -482,7 +473,7 @@ describe('observeLock', () => {
   it('reports the holder and follows changes', async () => {
     const name = uniqueLockName('observe');
     const [a, b] = await clients.many(2, server);
-    const observer = observeLock(admin, name);
+    const observer = observeLock(file.admin, name);
     try {
       expect(await observer.holder()).toBeNull();
       const changed = deferred();
@@ -548,13 +539,13 @@ describe('requests per cycle', () => {
     const warm = await acquireLock(zk, name);
     // A foreign child keeps the container parent from being reaped mid-test
     // (a reaped parent costs a failed create and the parents' creates).
-    await admin.create(`${parentOf(name)}/keep`);
+    await file.admin.create(`${parentOf(name)}/keep`);
     await warm.release();
     const before = await received(zk.sessionId);
     const cycles = 20;
     for (let i = 0; i < cycles; i++) await (await acquireLock(zk, name)).release();
     expect((await received(zk.sessionId)) - before).toBe(3 * cycles);
-    await admin.delete(`${parentOf(name)}/keep`);
+    await file.admin.delete(`${parentOf(name)}/keep`);
   });
 
   it('a lock held past the turn of the event loop watches its own node', async () => {
@@ -562,7 +553,7 @@ describe('requests per cycle', () => {
     const lock = await acquireLock(zk, uniqueLockName('ownwatch'));
     await until(() => serverWatches(server, lock.path), 'the own-node watch on the server');
     const aborted = nextAbort(lock.signal);
-    await admin.delete(lock.path);
+    await file.admin.delete(lock.path);
     await aborted;
     expect(lossOf(lock).reason).toBe('node_deleted');
   });
@@ -585,7 +576,7 @@ describe('disconnections shorter than the session', () => {
       expect(lock.held).toBe(true);
       expect(lock.signal.aborted).toBe(false);
       const aborted = nextAbort(lock.signal);
-      await admin.delete(lock.path);
+      await file.admin.delete(lock.path);
       // A watch that was not re-armed never fires: fail with that, not with the test's timeout.
       await within(aborted, 20_000, 'the re-armed own-node watch to fire');
       expect(lossOf(lock).reason).toBe('node_deleted');
@@ -625,12 +616,12 @@ describe('disconnections shorter than the session', () => {
       const other = await clients.connect(server);
       const holder = await acquireLock(other, name);
       const waiting = acquireLock(zk, name);
-      await until(async () => (await lockStatus(admin, name)).waiters.length === 1, 'waiter queued');
+      await until(async () => (await lockStatus(file.admin, name)).waiters.length === 1, 'waiter queued');
       proxy.blackhole();
       await expect(waiting).rejects.toMatchObject({ code: 'SESSION_EXPIRED' });
-      await until(async () => (await lockStatus(admin, name)).waiters.length === 0, 'the server to drop the expired waiter');
+      await until(async () => (await lockStatus(file.admin, name)).waiters.length === 0, 'the server to drop the expired waiter');
       await holder.release();
-      expect(await queueChildren(admin, parentOf(name))).toEqual([]);
+      expect(await queueChildren(file.admin, parentOf(name))).toEqual([]);
     } finally {
       await proxy.close();
     }
@@ -658,9 +649,9 @@ describe('giving up while disconnected', () => {
       proxy.resume();
       await until(() => zk.state === 'connected', 'the client to reconnect');
       // The creates went out after the reconnect; the background removal follows them.
-      await until(async () => (await lockStatus(admin, name)).waiters.length === 0, 'no waiter node left');
+      await until(async () => (await lockStatus(file.admin, name)).waiters.length === 0, 'no waiter node left');
       await expect(zk.exists(parentOf(name))).resolves.not.toBeNull();
-      expect(await queueChildren(admin, parentOf(name))).toEqual([holder.path.slice(parentOf(name).length + 1)]);
+      expect(await queueChildren(file.admin, parentOf(name))).toEqual([holder.path.slice(parentOf(name).length + 1)]);
       await holder.release();
     } finally {
       await proxy.close();
