@@ -31,6 +31,7 @@ export { NoCurrentLockError, SequencerMismatchError, FenceAlreadyBoundError } fr
 export type { BoundLock } from './errors.js';
 export { sequencer, fenceBinding, isSequencer, matchesBinding, formatSequencer, parseSequencer } from './sequencer.js';
 export type { Sequencer, SequencerKind, SourceIdentity, FenceBinding } from './sequencer.js';
+export { SourceIdentityCache, grantSequencer } from './source-identity.js';
 export { withLock, currentLock, resolveFencing, CURRENT_LOCK } from './with-lock.js';
 export type { WithLockOptions, Fencing, ResolvedFencing } from './with-lock.js';
 export type { FenceStore, FenceAdmission } from './fence.js';

@@ -15,10 +15,14 @@
  *     with the largest it has seen and refuses the stale write.
  *
  * A source adds what only it has (ZooKeeper: the queue node's `path`); code
- * that must work with any source uses these interfaces alone. A `sequencer`
- * (the lock's name, the source's identity and the token, to tell which lock a
- * token belongs to) will join both as one more field.
+ * that must work with any source uses these interfaces alone.
+ *
+ * Tokens compare only within one lock's history at one source, so both also
+ * carry a `sequencer` (./sequencer.ts): the kind of grant, the name, the
+ * source's stable identity and the token. A fence bound to a lock
+ * (bindFence) admits only sequencers of that lock.
  */
+import type { Sequencer } from './sequencer.js';
 import type { FencingToken } from './token.js';
 
 export interface Lock {
@@ -44,6 +48,8 @@ export interface Lock {
    * (a supervised command's lease, an outside call's own deadline).
    */
   readonly deadline: number;
+  /** `{ kind: 'lock', name, source, token }`: pass it where a token goes to a bound fence. */
+  readonly sequencer: Sequencer;
   /** Give the lock back and abort the signal (reason 'released'). Idempotent. */
   release(): Promise<void>;
 }
@@ -58,6 +64,8 @@ export interface Leadership {
   readonly held: boolean;
   /** As Lock.deadline. */
   readonly deadline: number;
+  /** `{ kind: 'election', name, source, token: epoch }`, as Lock.sequencer. */
+  readonly sequencer: Sequencer;
   /** Step down (the next candidate is elected) and abort the signal. Idempotent. */
   resign(): Promise<void>;
 }

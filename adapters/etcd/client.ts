@@ -10,6 +10,8 @@ import { ProtocolError } from '../../src/index.js';
 export interface EtcdResponseHeader {
   readonly revision: string;
   readonly member_id?: string;
+  /** The cluster's id, fixed at its bootstrap (decimal uint64): the source identity of sequencers. */
+  readonly cluster_id?: string;
 }
 
 export interface EtcdKeyValue {

@@ -4,7 +4,7 @@
  * create revision, so every later leader's epoch is larger, across etcd
  * leader changes too; downstream systems fence on it as on a lock token.
  */
-import { traceCampaign, traceRelease, type CampaignOptions, type FencingToken, type Leadership } from '../../src/index.js';
+import { grantSequencer, traceCampaign, traceRelease, type Sequencer, type CampaignOptions, type FencingToken, type Leadership } from '../../src/index.js';
 import type { EtcdClient } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
@@ -12,6 +12,7 @@ import { joinAndWait } from './join.js';
 import { QueueObserver } from './observer.js';
 import { ELECTIONS_ROOT, queuePrefix, type QueueKey } from './queue.js';
 import type { Lease } from './session.js';
+import { etcdSourceIds } from './source-id.js';
 
 /** A leadership won in an etcd election: the core's Leadership, our id, and the key behind it. */
 export interface EtcdLeadership extends Leadership {
@@ -25,11 +26,18 @@ export interface EtcdLeadership extends Leadership {
 class HeldLeadership extends HeldKey implements EtcdLeadership {
   readonly id: string;
   readonly epoch: FencingToken;
+  readonly #etcd: EtcdClient;
+  #sequencer: Sequencer | null = null;
 
   constructor(etcd: EtcdClient, lease: Lease, name: string, id: string, node: QueueKey, revision: bigint, marginMs: number) {
     super(etcd, lease, name, `election ${name}`, node, revision, marginMs);
     this.id = id;
     this.epoch = node.token;
+    this.#etcd = etcd;
+  }
+
+  get sequencer(): Sequencer {
+    return (this.#sequencer ??= grantSequencer('election', this.name, etcdSourceIds.known(this.#etcd), this.epoch));
   }
 
   resign(): Promise<void> {
@@ -41,7 +49,8 @@ class HeldLeadership extends HeldKey implements EtcdLeadership {
 export async function campaign(etcd: EtcdClient, name: string, options: CampaignOptions = {}): Promise<EtcdLeadership> {
   const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number, id: string): HeldLeadership =>
     new HeldLeadership(etcd, lease, name, id, node, revision, marginMs);
-  return traceCampaign('etcd', name, async () => (await joinAndWait(etcd, { root: ELECTIONS_ROOT, name, mode: 'wait', options, ownerField: 'id', build })) as HeldLeadership);
+  return traceCampaign('etcd', name, async () =>
+    (await etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { root: ELECTIONS_ROOT, name, mode: 'wait', options, ownerField: 'id', build }), (leader) => leader.resign())) as HeldLeadership);
 }
 
 export interface EtcdLeaderInfo {

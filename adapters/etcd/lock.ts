@@ -9,7 +9,7 @@
  *
  * Queue and token: ./queue.ts. The lease every grant hangs on: ./session.ts.
  */
-import { traceAcquire, traceRelease, type AcquireOptions, type FencingToken, type Lock, type LockStatus, type TryAcquireOptions } from '../../src/index.js';
+import { grantSequencer, traceAcquire, traceRelease, type Sequencer, type AcquireOptions, type FencingToken, type Lock, type LockStatus, type TryAcquireOptions } from '../../src/index.js';
 import type { EtcdClient } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
@@ -17,6 +17,7 @@ import { joinAndWait } from './join.js';
 import { QueueObserver, type ConnectionListener } from './observer.js';
 import { LOCKS_ROOT, queuePrefix, readQueue, type EtcdQueueEntry, type QueueKey } from './queue.js';
 import type { Lease } from './session.js';
+import { etcdSourceIds } from './source-id.js';
 
 /** A lock granted by etcd: the core's Lock, with our key and lease. */
 export interface EtcdLock extends Lock {
@@ -28,10 +29,17 @@ export interface EtcdLock extends Lock {
 
 class HeldLock extends HeldKey implements EtcdLock {
   readonly token: FencingToken;
+  readonly #etcd: EtcdClient;
+  #sequencer: Sequencer | null = null;
 
   constructor(etcd: EtcdClient, lease: Lease, name: string, node: QueueKey, revision: bigint, marginMs: number) {
     super(etcd, lease, name, name, node, revision, marginMs);
     this.token = node.token;
+    this.#etcd = etcd;
+  }
+
+  get sequencer(): Sequencer {
+    return (this.#sequencer ??= grantSequencer('lock', this.name, etcdSourceIds.known(this.#etcd), this.token));
   }
 
   release(): Promise<void> {
@@ -43,16 +51,18 @@ class HeldLock extends HeldKey implements EtcdLock {
   }
 }
 
+const leaveGrant = (lock: HeldLock): Promise<void> => lock.release();
+
 /** Wait for the lock (fair: in the order of arrival) and return it. */
 export async function acquireLock(etcd: EtcdClient, name: string, options: AcquireOptions = {}): Promise<EtcdLock> {
   const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number): HeldLock => new HeldLock(etcd, lease, name, node, revision, marginMs);
-  return traceAcquire('etcd', name, 'wait', async () => (await joinAndWait(etcd, { root: LOCKS_ROOT, name, mode: 'wait', options, ownerField: 'owner', build })) as HeldLock);
+  return traceAcquire('etcd', name, 'wait', async () => (await etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { root: LOCKS_ROOT, name, mode: 'wait', options, ownerField: 'owner', build }), leaveGrant)) as HeldLock);
 }
 
 /** Take the lock if nobody holds it or waits for it; null otherwise (leaving nothing behind). */
 export function tryAcquireLock(etcd: EtcdClient, name: string, options: TryAcquireOptions = {}): Promise<EtcdLock | null> {
   const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number): HeldLock => new HeldLock(etcd, lease, name, node, revision, marginMs);
-  return traceAcquire('etcd', name, 'try', () => joinAndWait(etcd, { root: LOCKS_ROOT, name, mode: 'try', options, ownerField: 'owner', build }));
+  return traceAcquire('etcd', name, 'try', () => etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { root: LOCKS_ROOT, name, mode: 'try', options, ownerField: 'owner', build }), leaveGrant));
 }
 
 /** The lock's queue in grant order: the first entry holds, the rest wait. One range request. */

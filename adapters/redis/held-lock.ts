@@ -1,6 +1,6 @@
 // A granted Redis or Redlock lock: its step-down holding, the watchdog that
 // renews it at a third of the TTL, and its release.
-import { StepDownClock, traceRelease, type FencingToken, type Holding, type Lock } from '../../src/index.js';
+import { StepDownClock, grantSequencer, traceRelease, type FencingToken, type Holding, type Lock, type Sequencer, type SourceIdentity } from '../../src/index.js';
 
 /** What one renewal found: extended (the new earliest expiry), refused (the key is not ours), or no answer. */
 export type Renewal = { readonly validUntil: number } | 'refused' | 'unknown';
@@ -17,6 +17,8 @@ export interface GrantParts {
   renew(): Promise<Renewal>;
   /** Compare-and-delete wherever the key may be. */
   release(): Promise<void>;
+  /** The source's identity, known by the time the grant is handed out (read when the holder first asks for its sequencer). */
+  identity(): SourceIdentity | undefined;
 }
 
 /** What fencekeeper/redis hands out: the core's Lock. */
@@ -46,6 +48,7 @@ export function holdGrant(parts: GrantParts): RedisLock {
   const holding: Holding = parts.clock.hold({ lock: parts.name, marginMs: parts.marginMs, deadline: () => validUntil, token: parts.token });
   let timer: NodeJS.Timeout | null = null;
   let released: Promise<void> | null = null;
+  let bound: Sequencer | null = null;
   const every = Math.max(1, Math.floor(parts.ttlMs / 3));
 
   const tick = async (): Promise<void> => {
@@ -82,6 +85,9 @@ export function holdGrant(parts: GrantParts): RedisLock {
     },
     get deadline() {
       return holding.deadline;
+    },
+    get sequencer() {
+      return (bound ??= grantSequencer('lock', parts.name, parts.identity(), parts.token));
     },
     release(): Promise<void> {
       released ??= traceRelease(kindOf(parts.clock), parts.name, parts.token, async () => {

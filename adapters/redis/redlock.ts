@@ -46,6 +46,7 @@ import { clockFor, holdGrant, type RedisLock } from './held-lock.js';
 import type { CheckedOptions } from './options.js';
 import { CLAIM, RAISE, RELEASE, RENEW, WAKE_CHANNEL, lockKeys, run } from './scripts.js';
 import { grantValue, toToken } from './single.js';
+import { redlockSourceIds } from './source-id.js';
 import { acquireLoop, type Attempt } from './waiting.js';
 
 export function quorumOf(n: number): number {
@@ -237,7 +238,8 @@ export async function acquireRedlock(target: readonly RedisClient[], name: strin
       release: async () => {
         await gather(releaseEach(value), (rs) => count(rs, (r) => r !== undefined && r.ok) >= quorum);
       },
+      identity: () => redlockSourceIds.known(clients),
     });
 
-  return acquireLoop(clients, name, options, mode, attempt, (lock) => lock.release());
+  return redlockSourceIds.afterGrant(clients, acquireLoop(clients, name, options, mode, attempt, (lock) => lock.release()), (lock) => lock.release(), nodeTimeoutMs);
 }

@@ -13,6 +13,7 @@ import { now, where, type RedisClient } from './client.js';
 import { clockFor, holdGrant, type RedisLock } from './held-lock.js';
 import type { CheckedOptions } from './options.js';
 import { ACQUIRE, RELEASE, RENEW, WAKE_CHANNEL, lockKeys, run } from './scripts.js';
+import { redisSourceIds } from './source-id.js';
 import { acquireLoop, type Attempt } from './waiting.js';
 
 // A value no other grant of any lock ever carries, so the compare-and-*
@@ -71,6 +72,7 @@ export async function acquireSingle(client: RedisClient, name: string, options: 
             return r === 1 ? { validUntil: renewSentAt + ttlMs } : 'refused';
           },
           release: () => release(value),
+          identity: () => redisSourceIds.known(client),
         }),
       };
     }
@@ -79,5 +81,5 @@ export async function acquireSingle(client: RedisClient, name: string, options: 
     return { retryInMs: n === -2 ? 0 : n === -1 ? ttlMs : n + 1 };
   };
 
-  return acquireLoop([client], name, options, mode, attempt, (lock) => lock.release());
+  return redisSourceIds.afterGrant(client, acquireLoop([client], name, options, mode, attempt, (lock) => lock.release()), (lock) => lock.release(), nodeTimeoutMs);
 }

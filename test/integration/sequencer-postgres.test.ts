@@ -10,7 +10,7 @@ import pg from 'pg';
 import type { Kysely } from 'kysely';
 import {
   CURRENT_LOCK, FenceAlreadyBoundError, InvalidArgumentError, SequencerMismatchError, StaleTokenError, sequencer, withLock,
-  type FenceBinding, type Lock, type LockSource, type Sequencer,
+  type FenceBinding, type Sequencer,
 } from '../../src/index.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
 import { PostgresFenceStore, bindFence, fenceBindingOf, migrate, withFence, type Database } from '../../adapters/postgres/index.js';
@@ -163,39 +163,32 @@ describe.each(FLAVORS)('bound fences with %s', (flavor) => {
     expect(await fenceBindingOf(db, 'r')).toBeNull();
   });
 
-  it('a real ZooKeeper lock, through withLock and CURRENT_LOCK: its sequencer passes its bound fence, a bare-token lock does not', async () => {
+  it('a real ZooKeeper lock, through withLock and CURRENT_LOCK: its sequencer passes its bound fence, another lock or a bare token does not', async () => {
     const zk = zookeeperSource(await clients.connect(testServers().zkStandalone));
-    // The source exposing `lock.sequencer`, as sources will: the lock's name and token and a source id given here.
-    const withSequencers: LockSource = {
-      kind: zk.kind,
-      description: zk.description,
-      acquireLock: async (name, options) => {
-        const lock = await zk.acquireLock(name, options);
-        const bound: Lock & { readonly sequencer: Sequencer } = {
-          name: lock.name,
-          token: lock.token,
-          get signal() { return lock.signal; },
-          get held() { return lock.held; },
-          get deadline() { return lock.deadline; },
-          release: () => lock.release(),
-          sequencer: sequencer({ kind: 'lock', name: lock.name, source: SOURCE, token: lock.token }),
-        };
-        return bound;
-      },
-      tryAcquireLock: (name, options) => zk.tryAcquireLock(name, options),
-    };
     const name = uniqueLockName('real');
     const resource = uniqueName('real');
-    await bindFence(db, resource, guard(name));
-    const token = await withLock(withSequencers, name, async (lock) => {
+    // The binding is the sequencer's fields without its token: taken here from a first grant.
+    const first = await zk.acquireLock(name);
+    await first.release();
+    const { kind, name: lock, source } = first.sequencer;
+    await bindFence(db, resource, { kind, lock, source });
+    const token = await withLock(zk, name, async (held) => {
       await withFence(db, resource, CURRENT_LOCK, async () => undefined);
-      return lock.token;
+      return held.token;
     });
     expect(await mark(resource)).toBe(token);
-    // The same lock from a source that does not expose sequencers: only a bare token, refused.
-    await expect(withLock(zk, name, () => withFence(db, resource, CURRENT_LOCK, async () => undefined))).rejects.toBeInstanceOf(SequencerMismatchError);
     // A larger token of another lock of the same ensemble: refused.
-    await expect(withLock(withSequencers, `${name}-other`, () => withFence(db, resource, CURRENT_LOCK, async () => undefined))).rejects.toBeInstanceOf(SequencerMismatchError);
+    await expect(withLock(zk, `${name}-other`, () => withFence(db, resource, CURRENT_LOCK, async () => undefined))).rejects.toBeInstanceOf(SequencerMismatchError);
+    // An election of the same name (another kind, a larger epoch): refused.
+    const leader = await zk.campaign(name);
+    await expect(withFence(db, resource, leader.sequencer, async () => undefined)).rejects.toBeInstanceOf(SequencerMismatchError);
+    await leader.resign();
+    // The lock's own larger token, bare: refused.
+    const again = await zk.acquireLock(name);
+    await expect(withFence(db, resource, again.token, async () => undefined)).rejects.toBeInstanceOf(SequencerMismatchError);
     expect(await mark(resource)).toBe(token);
+    await withFence(db, resource, again.sequencer, async () => undefined);
+    expect(await mark(resource)).toBe(again.token);
+    await again.release();
   });
 });

@@ -57,9 +57,9 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
     functions: [
       'parseToken', 'formatToken', 'assertToken', 'acquireLock', 'tryAcquireLock', 'campaign',
       'lockStatus', 'observeLock', 'observeLeader', 'zookeeperSource', 'safetyMargin', 'tlsConnector',
-      'traceAcquire', 'traceRelease', 'traceCampaign', 'publishSessionState', 'publishRefused',
+      'traceAcquire', 'traceRelease', 'traceCampaign', 'publishSessionState', 'publishRefused', 'grantSequencer',
     ],
-    classes: [...ERROR_CLASSES, 'ZooKeeperClient', 'StepDownClock'],
+    classes: [...ERROR_CLASSES, 'ZooKeeperClient', 'StepDownClock', 'SourceIdentityCache'],
   },
   'fencekeeper/postgres': {
     functions: [

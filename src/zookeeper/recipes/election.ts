@@ -13,6 +13,9 @@ import { HeldNode } from './held-node.js';
 import { DEFAULT_OWNER, joinAndWait } from './join.js';
 import { QueueObserver } from './observer.js';
 import type { QueueNode } from './queue.js';
+import type { Sequencer } from '../../sequencer.js';
+import { grantSequencer } from '../../source-identity.js';
+import { zookeeperSourceIds } from './source-id.js';
 import { queueParent } from './queue-order.js';
 
 export const ELECTIONS_ROOT = '/fencekeeper/elections';
@@ -28,11 +31,18 @@ export interface ZooKeeperLeadership extends Leadership {
 class HeldLeadership extends HeldNode implements ZooKeeperLeadership {
   readonly id: string;
   readonly epoch: FencingToken;
+  readonly #zk: ZooKeeperClient;
+  #sequencer: Sequencer | null = null;
 
   constructor(zk: ZooKeeperClient, name: string, id: string, node: QueueNode, marginMs: number) {
     super(zk, name, `election ${name}`, node, marginMs);
     this.id = id;
     this.epoch = node.token;
+    this.#zk = zk;
+  }
+
+  get sequencer(): Sequencer {
+    return (this.#sequencer ??= grantSequencer('election', this.name, zookeeperSourceIds.known(this.#zk), this.epoch));
   }
 
   resign(): Promise<void> {
@@ -50,7 +60,8 @@ export async function campaign(zk: ZooKeeperClient, name: string, options: ZooKe
     ...(options.safetyMarginMs !== undefined && { safetyMarginMs: options.safetyMarginMs }),
   };
   const build = (node: QueueNode, marginMs: number): HeldLeadership => new HeldLeadership(zk, name, id, node, marginMs);
-  return traceCampaign('zookeeper', name, async () => (await joinAndWait(zk, { root: ELECTIONS_ROOT, name, mode: 'wait', options: acquire, build })) as HeldLeadership);
+  return traceCampaign('zookeeper', name, async () =>
+    (await zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { root: ELECTIONS_ROOT, name, mode: 'wait', options: acquire, build }), (leader) => leader.resign())) as HeldLeadership);
 }
 
 export interface LeaderInfo {

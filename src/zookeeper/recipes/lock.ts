@@ -21,6 +21,9 @@ import { listChildren } from './connection-loss.js';
 import { HeldNode } from './held-node.js';
 import { joinAndWait } from './join.js';
 import { QueueObserver } from './observer.js';
+import { grantSequencer } from '../../source-identity.js';
+import type { Sequencer } from '../../sequencer.js';
+import { zookeeperSourceIds } from './source-id.js';
 import { readEntry, type QueueEntry, type QueueNode } from './queue.js';
 import { queueParent, sortQueue } from './queue-order.js';
 
@@ -34,10 +37,17 @@ export interface ZooKeeperLock extends Lock {
 
 class HeldLock extends HeldNode implements ZooKeeperLock {
   readonly token: FencingToken;
+  readonly #zk: ZooKeeperClient;
+  #sequencer: Sequencer | null = null;
 
   constructor(zk: ZooKeeperClient, name: string, node: QueueNode, marginMs: number) {
     super(zk, name, name, node, marginMs);
     this.token = node.token;
+    this.#zk = zk;
+  }
+
+  get sequencer(): Sequencer {
+    return (this.#sequencer ??= grantSequencer('lock', this.name, zookeeperSourceIds.known(this.#zk), this.token));
   }
 
   release(): Promise<void> {
@@ -49,17 +59,19 @@ class HeldLock extends HeldNode implements ZooKeeperLock {
   }
 }
 
+const leaveGrant = (lock: HeldLock): Promise<void> => lock.release();
+
 /** Wait for the lock (fair: in the order of arrival) and return it. */
 export function acquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperAcquireOptions = {}): Promise<ZooKeeperLock> {
   const build = (node: QueueNode, marginMs: number): HeldLock => new HeldLock(zk, name, node, marginMs);
   // In 'wait' mode the join never answers null.
-  return traceAcquire('zookeeper', name, 'wait', () => joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'wait', options, build }) as Promise<HeldLock>);
+  return traceAcquire('zookeeper', name, 'wait', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'wait', options, build }), leaveGrant) as Promise<HeldLock>);
 }
 
 /** Take the lock if nobody holds it or waits for it; null otherwise (leaving nothing behind). */
 export function tryAcquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquireOptions = {}): Promise<ZooKeeperLock | null> {
   const build = (node: QueueNode, marginMs: number): HeldLock => new HeldLock(zk, name, node, marginMs);
-  return traceAcquire('zookeeper', name, 'try', () => joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'try', options, build }));
+  return traceAcquire('zookeeper', name, 'try', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'try', options, build }), leaveGrant));
 }
 
 /**
