@@ -27,6 +27,11 @@ export class SourceIdentityCache<Client extends object, Setting = undefined> {
     return this.#known.get(client);
   }
 
+  /** The identity, as the source sent it with a reply the grant needed anyway (etcd: every response header). */
+  learn(client: Client, identity: SourceIdentity): void {
+    if (!this.#known.has(client)) this.#known.set(client, Object.freeze({ kind: identity.kind, id: identity.id }));
+  }
+
   /** The identity, asked at most once at a time per client. */
   of(client: Client, ...setting: Setting extends undefined ? [] : [Setting]): Promise<SourceIdentity> {
     const known = this.#known.get(client);

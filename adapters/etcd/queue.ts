@@ -29,6 +29,7 @@ import { ProtocolError, type FencingToken, type LockStatusEntry } from '../../sr
 import { int64, type EtcdClient, type EtcdKeyValue, type EtcdRangeRequest, type EtcdTxnResponse } from './client.js';
 import { repeated } from './retry.js';
 import type { Lease } from './session.js';
+import { noteClusterId } from './source-id.js';
 
 export const LOCKS_ROOT = 'fencekeeper/locks/';
 export const ELECTIONS_ROOT = 'fencekeeper/elections/';
@@ -199,6 +200,7 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, given
   let found: EtcdKeyValue | undefined;
   for (let attempt = 0; ; attempt++) {
     const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
+    noteClusterId(etcd, response.header);
     if (response.succeeded) {
       const token = int64(response.header.revision, 'revision');
       const node = { key, prefix, slot, join: joinId, token };
@@ -231,6 +233,7 @@ export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan
     failure: [{ request_range: { key: keyBytes } }],
   };
   const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
+  noteClusterId(etcd, response.header);
   if (response.succeeded) {
     const token = int64(response.header.revision, 'revision');
     return { node: { key, prefix, slot, join: joinId, token }, predecessor: null, revision: token };
