@@ -24,7 +24,8 @@
  *   fencekeeper:lock:lost         LockEndedMessage: a grant ended other than by release (reason: a LossReason)
  *   fencekeeper:lock:released     LockEndedMessage: a grant ended by release or resignation
  *   fencekeeper:session:state     SessionStateMessage: a source's session, lease or client changed state
- *   fencekeeper:fence:refused     FenceRefusedMessage: a stale token was refused where the resource lives
+ *   fencekeeper:fence:refused     FenceRefusedMessage: a write was refused where the resource lives (a stale token,
+ *                                 or another lock's sequencer or a bare token on a bound fence)
  *   fencekeeper:s3:unknown-outcome UnknownOutcomeMessage: a PUT whose outcome was lost, and how the read-back settled it
  *
  * Tokens are bigint in messages (never a lossy number). `source` is a
@@ -44,7 +45,7 @@
  */
 import diagnostics from 'node:diagnostics_channel';
 import type { TracingChannel } from 'node:diagnostics_channel';
-import type { LossReason, StaleTokenError } from './errors.js';
+import type { BoundLock, LossReason, SequencerMismatchError, StaleTokenError } from './errors.js';
 import type { FencingToken } from './token.js';
 
 /** The channel names, stable. */
@@ -144,9 +145,16 @@ export interface SessionStateMessage {
 export interface FenceRefusedMessage {
   readonly adapter: string;
   readonly resource: string;
+  /** The presented token (a sequencer's token, for a sequencer). */
   readonly presented: FencingToken;
-  /** The resource's mark that refused it; null where the adapter could not read it. */
+  /** The resource's mark that refused it; null where the adapter could not read it, and for SEQUENCER_MISMATCH (the mark did not decide). */
   readonly current: FencingToken | null;
+  /** Why: STALE_TOKEN (smaller than the mark) or SEQUENCER_MISMATCH (a bound fence, and another lock's sequencer or a bare token). */
+  readonly code: 'STALE_TOKEN' | 'SEQUENCER_MISMATCH';
+  /** SEQUENCER_MISMATCH only: the lock the fence is bound to. */
+  readonly bound?: BoundLock;
+  /** SEQUENCER_MISMATCH only: the lock the presented sequencer belongs to; null for a bare token. */
+  readonly presentedLock?: BoundLock | null;
 }
 export interface UnknownOutcomeMessage {
   readonly resource: string;
@@ -267,11 +275,31 @@ export function publishSessionState(source: string, session: string, previous: s
   if (sessionState.hasSubscribers) sessionState.publish({ source, session, previous, state } satisfies SessionStateMessage);
 }
 
-/** A stale token refused by `adapter`: call it where the refusal is decided, once per refused write. */
-export function publishRefused(adapter: string, error: StaleTokenError): void {
-  if (fenceRefused.hasSubscribers) {
-    fenceRefused.publish({ adapter, resource: error.resource, presented: error.presented, current: error.current } satisfies FenceRefusedMessage);
+/**
+ * A write refused by `adapter`: call it where the refusal is decided, once
+ * per refused write. A SequencerMismatchError needs the presented token too
+ * (a bare token's error does not carry it).
+ */
+export function publishRefused(adapter: string, error: StaleTokenError): void;
+export function publishRefused(adapter: string, error: SequencerMismatchError, presented: FencingToken): void;
+export function publishRefused(adapter: string, error: StaleTokenError | SequencerMismatchError, presented?: FencingToken): void {
+  if (!fenceRefused.hasSubscribers) return;
+  if (error.code === 'SEQUENCER_MISMATCH') {
+    const mismatch = error as SequencerMismatchError;
+    const lock = mismatch.presented === null ? null : { kind: mismatch.presented.kind, lock: mismatch.presented.lock, source: mismatch.presented.source };
+    fenceRefused.publish({
+      adapter,
+      resource: mismatch.resource,
+      presented: mismatch.presented?.token ?? (presented as FencingToken),
+      current: null,
+      code: 'SEQUENCER_MISMATCH',
+      bound: mismatch.bound,
+      presentedLock: lock,
+    } satisfies FenceRefusedMessage);
+    return;
   }
+  const stale = error as StaleTokenError;
+  fenceRefused.publish({ adapter, resource: stale.resource, presented: stale.presented, current: stale.current, code: 'STALE_TOKEN' } satisfies FenceRefusedMessage);
 }
 
 export function publishUnknownOutcome(resource: string, token: FencingToken, resolution: UnknownOutcomeMessage['resolution'], attempts: number): void {

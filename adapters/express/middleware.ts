@@ -307,6 +307,7 @@ async function admit(
       );
     }
     if (error instanceof SequencerMismatchError) {
+      publishRefused('express', error, token);
       return sendProblem(
         res,
         409,

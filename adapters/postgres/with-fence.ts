@@ -1,4 +1,4 @@
-import { InvalidArgumentError, StaleTokenError, publishRefused, resolveFencing, traceWithFence, type Fencing, type ResolvedFencing } from '../../src/index.js';
+import { InvalidArgumentError, SequencerMismatchError, StaleTokenError, publishRefused, resolveFencing, traceWithFence, type Fencing, type ResolvedFencing } from '../../src/index.js';
 import { guardClient, isKysely, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from './database.js';
 import { StaleRefusal, openFenced, openFencedKysely } from './fence-open.js';
 import { ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './fenced-transaction.js';
@@ -78,6 +78,12 @@ async function runWork<T>(send: Send, trx: unknown, work: (trx: unknown) => Prom
   return { threw: false, value, ending: await closeFenced(send) };
 }
 
+/** A refusal on fencekeeper:fence:refused: a stale token, or a sequencer (or bare token) a bound fence does not take. */
+function published(error: unknown, fencing: ResolvedFencing): void {
+  if (error instanceof StaleTokenError) publishRefused('postgres', error);
+  else if (error instanceof SequencerMismatchError) publishRefused('postgres', error, fencing.token);
+}
+
 /** Did our last message end the transaction (committed, or the advance alone)? Otherwise it must still be rolled back. */
 function transactionEnded(ended: WorkEnded<unknown>): boolean {
   return ended.threw ? ended.advanceKept : ended.ending.committed || ended.ending.advanceKept;
@@ -93,7 +99,7 @@ async function fencePg<T>(pool: PgPool, resource: string, token: ResolvedFencing
     if (!opened.ok) {
       broken = opened.broken;
       // Counted here, not in openFenced: PostgresFenceStore opens the same way, and fencing() counts its refusals.
-      if (opened.error instanceof StaleTokenError) publishRefused('postgres', opened.error);
+      published(opened.error, token);
       throw opened.error;
     }
     const ended = await runWork(sender(client), client, work);
@@ -118,7 +124,7 @@ async function fenceKysely<T>(db: KyselyDatabase, resource: string, token: Resol
     // Before the work ran (a stale token, a lost connection): nothing to keep.
     if (error instanceof StaleRefusal) {
       const stale = await error.error(db);
-      if (stale instanceof StaleTokenError) publishRefused('postgres', stale);
+      published(stale, token);
       throw stale;
     }
     if (ended === undefined) throw error;

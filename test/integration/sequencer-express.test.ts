@@ -4,9 +4,10 @@
 // SEQUENCER_MISMATCH and change nothing (the handler never runs, the mark
 // stays); the guarding lock's larger token advances; a malformed sequencer
 // is a 400; unbound fences take bare tokens and sequencers as before.
+import diagnostics from 'node:diagnostics_channel';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { formatSequencer, sequencer, type FenceBinding, type FenceStore, type Sequencer } from '../../src/index.js';
+import { CHANNELS, formatSequencer, sequencer, type FenceBinding, type FenceRefusedMessage, type FenceStore, type Sequencer } from '../../src/index.js';
 import { MemoryFenceStore, fencing, verifyWithZooKeeper } from '../../adapters/express/index.js';
 import { PostgresFenceStore, bindFence, migrate } from '../../adapters/postgres/index.js';
 import { post, serve, type Served } from './express-helpers.js';
@@ -78,17 +79,28 @@ describe.each(stores)('fencing() with sequencers, %s', (_, make) => {
     await until(async () => (await bound.store.current(resource)) === 10n, 'the mark to reach 10');
     await bound.bind(resource, guard(lock));
     ran.length = 0;
-    for (const header of [
+    const published: FenceRefusedMessage[] = [];
+    const onRefused = (m: unknown): void => void published.push(m as FenceRefusedMessage);
+    diagnostics.subscribe(CHANNELS.fenceRefused, onRefused);
+    const headers = [
       seq(`${lock}-other`, 100n),
       seq(lock, 101n, { kind: 'election' }),
       seq(lock, 102n, { source: { kind: 'zookeeper', id: 'another-ensemble' } }),
       seq(lock, 103n, { source: { kind: 'redis', id: SOURCE.id } }),
       '104',
-    ]) {
+    ];
+    for (const header of headers) {
       const answer = await post(served.port, `/doc/${id}`, { [H]: header });
       expect(answer.status, header).toBe(409);
       expect(answer.body, header).toMatchObject({ code: 'SEQUENCER_MISMATCH', resource, bound: guard(lock) });
     }
+    diagnostics.unsubscribe(CHANNELS.fenceRefused, onRefused);
+    // Each refusal on fencekeeper:fence:refused, once, by fencing() whichever store decided it.
+    const mine = published.filter((m) => m.resource === resource);
+    expect(mine.map((m) => [m.adapter, m.code, m.presented, m.current])).toEqual(
+      [100n, 101n, 102n, 103n, 104n].map((t) => ['express', 'SEQUENCER_MISMATCH', t, null]),
+    );
+    expect(mine.map((m) => m.presentedLock?.kind ?? null)).toEqual(['lock', 'election', 'lock', 'lock', null]);
     expect(ran).toEqual([]);
     expect(await bound.store.current(resource)).toBe(10n);
     const own = await post(served.port, `/doc/${id}`, { [H]: seq(lock, 11n) });

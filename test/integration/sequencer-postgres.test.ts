@@ -5,12 +5,13 @@
 // a row written in the work is not there), even with a larger token; a bare
 // token is refused the same way; the guarding lock's larger token advances.
 // Fences never bound keep accepting bare tokens and sequencers.
+import diagnostics from 'node:diagnostics_channel';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import type { Kysely } from 'kysely';
 import {
   CURRENT_LOCK, FenceAlreadyBoundError, InvalidArgumentError, SequencerMismatchError, StaleTokenError, sequencer, withLock,
-  type FenceBinding, type Sequencer,
+  CHANNELS, type FenceBinding, type FenceRefusedMessage, type Sequencer,
 } from '../../src/index.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
 import { PostgresFenceStore, bindFence, fenceBindingOf, migrate, withFence, type Database } from '../../adapters/postgres/index.js';
@@ -91,12 +92,27 @@ describe.each(FLAVORS)('bound fences with %s', (flavor) => {
       ['another source kind', seq(name, 103n, { source: { kind: 'etcd', id: SOURCE.id } })],
       ['a bare token', 104n],
     ];
+    const published: FenceRefusedMessage[] = [];
+    const onRefused = (m: unknown): void => void published.push(m as FenceRefusedMessage);
+    diagnostics.subscribe(CHANNELS.fenceRefused, onRefused);
     for (const [what, presented] of intruders) {
       const error = await write(resource, presented).then(() => undefined, (e: unknown) => e);
       expect(error, what).toBeInstanceOf(SequencerMismatchError);
       expect((error as SequencerMismatchError).code).toBe('SEQUENCER_MISMATCH');
       expect((error as SequencerMismatchError).bound).toEqual(guard(name));
       expect((error as SequencerMismatchError).presented === null, what).toBe(typeof presented === 'bigint');
+    }
+    diagnostics.unsubscribe(CHANNELS.fenceRefused, onRefused);
+    // withFence publishes its refusals; the store leaves that to fencing(), its consumer.
+    const mine = published.filter((m) => m.resource === resource);
+    if (write === fencedWrite) {
+      expect(mine.map((m) => [m.code, m.presented, m.presentedLock?.lock ?? null])).toEqual(
+        intruders.map(([, p]) => ['SEQUENCER_MISMATCH', typeof p === 'bigint' ? p : p.token, typeof p === 'bigint' ? null : p.name]),
+      );
+      expect(mine.every((m) => m.adapter === 'postgres' && m.current === null)).toBe(true);
+      expect(mine[0]?.bound).toEqual(guard(name));
+    } else {
+      expect(mine).toEqual([]);
     }
     expect(await mark(resource)).toBe(10n);
     expect(await writes(resource)).toEqual([10n]);

@@ -23,7 +23,7 @@ import {
   traceWithFence,
   type TraceContext,
 } from '../../src/diagnostics.js';
-import { StaleTokenError } from '../../src/errors.js';
+import { SequencerMismatchError, StaleTokenError } from '../../src/errors.js';
 import * as core from '../../src/index.js';
 
 const helpers: [string, (fn: () => Promise<unknown>) => Promise<unknown>, Record<string, unknown>][] = [
@@ -112,10 +112,15 @@ describe('diagnostics channels', () => {
     for (const name of [CHANNELS.fenceRefused, CHANNELS.sessionState, CHANNELS.s3UnknownOutcome]) diagnostics.subscribe(name, onMessage);
     try {
       publishRefused('s3', new StaleTokenError('bucket/key', 3n, 9n));
+      const bound = { kind: 'lock', lock: 'jobs/a', source: { kind: 'zookeeper', id: 'z1' } };
+      publishRefused('postgres', new SequencerMismatchError('orders', bound, null), 7n);
+      publishRefused('express', new SequencerMismatchError('orders', bound, { kind: 'election', lock: 'jobs/a', source: bound.source, token: 8n }), 8n);
       publishSessionState('zookeeper', '0x1', 'connected', 'suspended');
       publishUnknownOutcome('bucket/key', 3n, 'landed', 2);
       expect(seen).toEqual([
-        { adapter: 's3', resource: 'bucket/key', presented: 3n, current: 9n },
+        { adapter: 's3', resource: 'bucket/key', presented: 3n, current: 9n, code: 'STALE_TOKEN' },
+        { adapter: 'postgres', resource: 'orders', presented: 7n, current: null, code: 'SEQUENCER_MISMATCH', bound, presentedLock: null },
+        { adapter: 'express', resource: 'orders', presented: 8n, current: null, code: 'SEQUENCER_MISMATCH', bound, presentedLock: { kind: 'election', lock: 'jobs/a', source: bound.source } },
         { source: 'zookeeper', session: '0x1', previous: 'connected', state: 'suspended' },
         { resource: 'bucket/key', token: 3n, resolution: 'landed', attempts: 2 },
       ]);
