@@ -114,7 +114,8 @@ export async function collectGarbage(
       Key,
       Body: pointerBody(pointer.token, writeId, next),
       ContentType: 'application/json',
-      Metadata: pointerMetadata(pointer.token, writeId, next),
+      // The binding stays with the fence: a rewrite by the collector never unbinds the key.
+      Metadata: pointerMetadata(pointer.token, writeId, next, pointer.binding),
     });
     const wire = addCondition(command, { ifMatch: pointer.etag });
     try {

@@ -3,8 +3,8 @@
 // one we judged, and settle races and unknown outcomes by reading again.
 //
 //   1. Read the fence: what this process wrote last (a cache), else a HEAD.
-//   2. Judge: another layout, a smaller token, (in place) a repeated body ->
-//      refused, nothing sent. An equal token passes (the same holder writes
+//   2. Judge: another layout, a lock the key is not bound to (./binding.ts), a
+//      smaller token, (in place) a repeated body -> refused, nothing sent. An equal token passes (the same holder writes
 //      many times); a larger one advances the fence.
 //   3. PUT with If-Match: <ETag without quotes> (If-None-Match: * for a
 //      missing key). S3 conditional writes:
@@ -31,7 +31,8 @@ import { debuglog } from 'node:util';
 import { PutObjectCommand } from '@aws-sdk/client-s3';
 import type { PutObjectCommandInput, S3Client } from '@aws-sdk/client-s3';
 import { StaleTokenError, UnknownOutcomeError, publishRefused, publishUnknownOutcome } from '../../src/index.js';
-import type { FencingToken } from '../../src/index.js';
+import type { FenceBinding, FencingToken, ResolvedFencing } from '../../src/index.js';
+import { judgeBinding } from './binding.js';
 import type { StoredFence } from './metadata.js';
 import { backoffMs, checkMaxAttempts, describeError, isAbort, sendOptions } from './requests.js';
 import { addCondition, isConditionFailure, isMissingKey, isUnknownOutcome } from './wire.js';
@@ -62,6 +63,10 @@ export interface FencedWriteOptions {
 export interface WritePlan {
   readonly resource: string;
   readonly token: FencingToken;
+  /** The token and, for a sequencer, its lock: judged against the key's binding (./binding.ts). */
+  readonly fencing: ResolvedFencing;
+  /** The binding this write makes (the `bind` option), or null. */
+  readonly bind: FenceBinding | null;
   /** The key as this process last wrote it (a cache entry), or undefined: read it first. */
   readonly believed: StoredFence | null | undefined;
   read(): Promise<StoredFence | null>;
@@ -71,10 +76,10 @@ export interface WritePlan {
   checkLayout(fence: StoredFence | null): void;
   /** Throws when the write must not go ahead for another reason (checked after the token). */
   checkWrite(fence: StoredFence | null): void;
-  /** The PUT to send, conditioned on `fence` (the pointer layout writes its data object first). */
-  prepare(fence: StoredFence | null): Promise<PutObjectCommandInput>;
-  /** The write landed: the key's new ETag, and the object read back when the read showed it. */
-  landed(etag: string | undefined, readBack: StoredFence | null): void;
+  /** The PUT to send, conditioned on `fence` and carrying `binding` (the pointer layout writes its data object first). */
+  prepare(fence: StoredFence | null, binding: FenceBinding | null): Promise<PutObjectCommandInput>;
+  /** The write landed: the key's new ETag, the object read back when the read showed it, and the binding it carries. */
+  landed(etag: string | undefined, readBack: StoredFence | null, binding: FenceBinding | null): void;
   /** What this process believed about the key is wrong or unknown now. */
   forget(): void;
   /** The call failed; `refused` is true when none of its PUTs landed or can land later. */
@@ -123,7 +128,7 @@ async function run(
       if (attempts > 0 && fence !== null && plan.isOurs(fence)) {
         debug('s3 %s: our write found after %d attempt(s)', resource, attempts);
         if (unsettled !== undefined) publishUnknownOutcome(resource, token, 'landed', attempts);
-        plan.landed(fence.etag, fence);
+        plan.landed(fence.etag, fence, fence.binding);
         return fence.etag;
       }
       if (unsettled !== undefined) publishUnknownOutcome(resource, token, 'superseded', attempts);
@@ -132,6 +137,8 @@ async function run(
     }
 
     plan.checkLayout(known);
+    // The lock before the number: on a bound key, another lock's token is no token at all.
+    const binding = judgeBinding(resource, known?.binding ?? null, plan.fencing, plan.bind);
     if (known !== null && known.token !== null && token < known.token) {
       const refused = new StaleTokenError(resource, token, known.token);
       publishRefused('s3', refused);
@@ -144,7 +151,7 @@ async function run(
       );
     }
 
-    const input = await plan.prepare(known);
+    const input = await plan.prepare(known, binding);
     if (options.beforePut !== undefined) await options.beforePut();
     signal?.throwIfAborted();
     const condition: PutCondition = known === null ? { ifNoneMatch: '*' } : { ifMatch: known.etag };
@@ -153,7 +160,7 @@ async function run(
     attempts += 1;
     try {
       const output = await client.send(command, sendOptions(signal));
-      plan.landed(output.ETag, null);
+      plan.landed(output.ETag, null, binding);
       return output.ETag ?? '';
     } catch (error) {
       plan.forget();

@@ -30,8 +30,9 @@
 // real DELETE would erase the high-water mark. fencedGetObject answers null
 // for a tombstone; readFence still reports its token.
 import type { PutObjectCommandInput, S3Client } from '@aws-sdk/client-s3';
-import { InvalidArgumentError, assertToken, formatToken, traceS3Delete, traceS3Put } from '../../src/index.js';
-import type { FencingToken } from '../../src/index.js';
+import { InvalidArgumentError, formatToken, resolveFencing, traceS3Delete, traceS3Put } from '../../src/index.js';
+import type { FenceBinding, Fencing, FencingToken } from '../../src/index.js';
+import { checkBindOption } from './binding.js';
 import { conditionalWrite } from './conditional-write.js';
 import type { FencedWriteOptions } from './conditional-write.js';
 import { inPlacePlan } from './in-place.js';
@@ -48,11 +49,23 @@ export type ObjectLayout = 'in-place' | 'pointer';
 export interface FencedObjectOptions extends FencedWriteOptions {
   /** Default 'in-place'. Use 'pointer' wherever two writes may store the same bytes. */
   readonly layout?: ObjectLayout;
+  /**
+   * Bind the key's fence to this lock with this write (./binding.ts): the
+   * write must present a sequencer of that lock. From then on the key takes
+   * only that lock's sequencers (SequencerMismatchError for any other lock's
+   * and for bare tokens). Binding again to the same lock is a no-op. Keys
+   * never bound take bare tokens and sequencers alike.
+   */
+  readonly bind?: FenceBinding;
 }
 
 export type FencedPutObjectInput = Omit<PutObjectCommandInput, 'IfMatch' | 'IfNoneMatch' | 'Body'> & {
-  /** The holder's fencing token (the lock's `token`). */
-  readonly token: FencingToken;
+  /**
+   * The holder's fencing token (the lock's `token`), its sequencer (the
+   * lock's `sequencer`: needed for a bound key), or CURRENT_LOCK (the lock of
+   * the enclosing withLock).
+   */
+  readonly token: Fencing;
   /**
    * A body the adapter can send again after a lost race: string, Buffer or
    * Uint8Array. Streams are refused (InvalidArgumentError): buffer them first.
@@ -69,7 +82,8 @@ export interface FencedWriteResult {
 }
 
 export type FencedDeleteObjectInput = ObjectLocation & {
-  readonly token: FencingToken;
+  /** As FencedPutObjectInput.token. */
+  readonly token: Fencing;
   readonly ExpectedBucketOwner?: string | undefined;
 };
 
@@ -89,9 +103,11 @@ export async function fencedPutObject(
   input: FencedPutObjectInput,
   options: FencedObjectOptions = {},
 ): Promise<FencedWriteResult> {
-  const token = assertToken((input as { token?: unknown }).token);
+  const fencing = resolveFencing((input as { token?: unknown }).token);
+  const token = fencing.token;
   const location = checkLocation(input);
   const layout = checkLayoutOption(options.layout);
+  const bind = checkBindOption(options.bind, fencing);
   checkBody(input.Body);
   checkNoConditions(input);
   for (const name of Object.keys(input.Metadata ?? {})) {
@@ -107,14 +123,14 @@ export async function fencedPutObject(
       checkPointerKey(location.Key);
       const pointerContext = pointerContextOf(input);
       const data: PutObjectCommandInput = { ...rest, ...(Metadata === undefined ? {} : { Metadata }) };
-      const plan = pointerPlan(client, { resource, location, token, readContext, pointerContext, signal: options.signal, data });
+      const plan = pointerPlan(client, { resource, location, token, fencing, bind, readContext, pointerContext, signal: options.signal, data });
       await conditionalWrite(client, plan, options);
       const written = plan.written();
       return { etag: written?.etag ?? '', token, ...(written === undefined ? {} : { dataKey: written.dataKey }) };
     }
 
     const plan = inPlacePlan(client, {
-      resource, location, token, context: readContext, signal: options.signal, tombstone: false,
+      resource, location, token, fencing, bind, context: readContext, signal: options.signal, tombstone: false,
       bodyEtag: md5Etag(input.Body),
       makeInput: (writeId) => ({
         ...rest,
@@ -139,20 +155,22 @@ export async function fencedDeleteObject(
   input: FencedDeleteObjectInput,
   options: FencedObjectOptions = {},
 ): Promise<FencedWriteResult> {
-  const token = assertToken((input as { token?: unknown }).token);
+  const fencing = resolveFencing((input as { token?: unknown }).token);
+  const token = fencing.token;
   const location = checkLocation(input);
   const layout = checkLayoutOption(options.layout);
+  const bind = checkBindOption(options.bind, fencing);
   const resource = resourceName(location.Bucket, location.Key);
   const context: ReadContext = input.ExpectedBucketOwner === undefined ? {} : { ExpectedBucketOwner: input.ExpectedBucketOwner };
   return traceS3Delete(resource, token, layout, async () => {
     if (layout === 'pointer') {
       checkPointerKey(location.Key);
-      const plan = pointerPlan(client, { resource, location, token, readContext: context, pointerContext: context, signal: options.signal, data: undefined });
+      const plan = pointerPlan(client, { resource, location, token, fencing, bind, readContext: context, pointerContext: context, signal: options.signal, data: undefined });
       return { etag: await conditionalWrite(client, plan, options), token };
     }
 
     const plan = inPlacePlan(client, {
-      resource, location, token, context, signal: options.signal, tombstone: true, bodyEtag: undefined,
+      resource, location, token, fencing, bind, context, signal: options.signal, tombstone: true, bodyEtag: undefined,
       makeInput: (writeId) => ({
         ...context,
         ...location,

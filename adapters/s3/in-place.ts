@@ -21,7 +21,8 @@
 import { randomUUID } from 'node:crypto';
 import type { PutObjectCommandInput, S3Client } from '@aws-sdk/client-s3';
 import { LayoutMismatchError, RepeatedBodyError } from '../../src/index.js';
-import type { FencingToken } from '../../src/index.js';
+import type { FenceBinding, FencingToken, ResolvedFencing } from '../../src/index.js';
+import { bindingMetadata } from './binding.js';
 import { forgetCachedFence, getCachedFence, setCachedFence } from './fence-cache.js';
 import { headFence } from './requests.js';
 import type { ObjectLocation, ReadContext } from './requests.js';
@@ -32,6 +33,8 @@ export interface InPlaceWrite {
   readonly resource: string;
   readonly location: ObjectLocation;
   readonly token: FencingToken;
+  readonly fencing: ResolvedFencing;
+  readonly bind: FenceBinding | null;
   readonly context: ReadContext;
   readonly signal: AbortSignal | undefined;
   /** The PUT, given this call's write id (the same for every attempt). */
@@ -65,6 +68,8 @@ export function inPlacePlan(client: S3Client, write: InPlaceWrite): WritePlan {
   return {
     resource,
     token,
+    fencing: write.fencing,
+    bind: write.bind,
     believed,
     read: () => headFence(client, Bucket, Key, context, signal),
     isOurs: (fence) => fence.writeId === writeId,
@@ -83,12 +88,12 @@ export function inPlacePlan(client: S3Client, write: InPlaceWrite): WritePlan {
       throw new RepeatedBodyError(resource,
         `${resource}: the body is byte for byte the object's current body (ETag ${fence.etag}). Written in place, the ETag would not change, and a paused holder that read the object earlier could still pass its If-Match and put its older token back. Make each write's body unique (embed the token or a write id), or keep this key in the pointer layout ({ layout: 'pointer' }), which is safe for any body.`);
     },
-    prepare: async () => input,
-    landed(etag, readBack) {
+    prepare: async (_fence, binding) => (binding === null ? input : { ...input, Metadata: { ...input.Metadata, ...bindingMetadata(binding) } }),
+    landed(etag, readBack, binding) {
       // RGW and AWS always return the ETag of a PUT; without it the next write
       // could not be conditioned, so do not cache.
       if (etag === undefined) forgetCachedFence(client, Bucket, Key);
-      else setCachedFence(client, Bucket, Key, readBack ?? { etag, layout: 'in-place', token, writeId, tombstone, pointer: null });
+      else setCachedFence(client, Bucket, Key, readBack ?? { etag, layout: 'in-place', token, writeId, tombstone, pointer: null, binding });
     },
     forget: () => forgetCachedFence(client, Bucket, Key),
     abandon: async () => {},

@@ -3,6 +3,8 @@
 // too, so every name here is lower case and lookups ignore case.
 import { CorruptFenceError, InvalidTokenError, formatToken, parseToken } from '../../src/index.js';
 import type { FencingToken } from '../../src/index.js';
+import type { FenceBinding } from '../../src/index.js';
+import { BINDING_METADATA, bindingMetadata, parseBinding } from './binding.js';
 import { formatDataName, isWriteId, parseDataName } from './pointer.js';
 import type { DataName, PointerState } from './pointer.js';
 
@@ -23,7 +25,7 @@ export const CARRIED_METADATA = 'fencing-carried';
 
 const RESERVED = new Set([
   TOKEN_METADATA, WRITE_ID_METADATA, TOMBSTONE_METADATA, LAYOUT_METADATA,
-  DATA_METADATA, GENERATION_METADATA, GENERATION_SINCE_METADATA, CARRIED_METADATA,
+  DATA_METADATA, GENERATION_METADATA, GENERATION_SINCE_METADATA, CARRIED_METADATA, BINDING_METADATA,
 ]);
 
 export function isReservedMetadataName(name: string): boolean {
@@ -48,6 +50,8 @@ export interface StoredFence {
   readonly tombstone: boolean;
   /** Only for layout 'pointer'. */
   readonly pointer: PointerState | null;
+  /** The lock the key's fence is bound to (./binding.ts); null: never bound. */
+  readonly binding: FenceBinding | null;
 }
 
 function lookup(metadata: Record<string, string> | undefined, name: string): string | undefined {
@@ -86,16 +90,18 @@ export function fenceFromMetadata(
   const writeId = lookup(metadata, WRITE_ID_METADATA) ?? null;
   const tombstone = lookup(metadata, TOMBSTONE_METADATA) === '1';
   const marker = lookup(metadata, LAYOUT_METADATA);
+  const boundText = lookup(metadata, BINDING_METADATA);
+  const binding = boundText === undefined ? null : parseBinding(resource, boundText);
   if (marker === undefined) {
-    return { etag, layout: token === null && !tombstone ? 'unfenced' : 'in-place', token, writeId, tombstone, pointer: null };
+    return { etag, layout: token === null && !tombstone ? 'unfenced' : 'in-place', token, writeId, tombstone, pointer: null, binding };
   }
   const corrupt = (what: string): CorruptFenceError =>
     new CorruptFenceError(resource, `${resource} is marked ${LAYOUT_METADATA}=${JSON.stringify(marker.slice(0, 40))} but ${what}; refusing to overwrite or trust it (fail closed)`);
   if (token === null) throw corrupt(`has no ${TOKEN_METADATA}`);
   if (writeId === null || !isWriteId(writeId)) throw corrupt(`its ${WRITE_ID_METADATA} is missing or malformed`);
-  if (marker === 'data') return { etag, layout: 'data', token, writeId, tombstone: false, pointer: null };
+  if (marker === 'data') return { etag, layout: 'data', token, writeId, tombstone: false, pointer: null, binding: null };
   if (marker !== 'pointer') throw corrupt('that is not a layout this adapter knows');
-  return { etag, layout: 'pointer', token, writeId, tombstone, pointer: pointerFromMetadata(token, tombstone, metadata, corrupt) };
+  return { etag, layout: 'pointer', token, writeId, tombstone, pointer: pointerFromMetadata(token, tombstone, metadata, corrupt), binding };
 }
 
 function pointerFromMetadata(
@@ -135,9 +141,10 @@ function decimal(text: string | undefined, min: number): number | null {
   return Number.isSafeInteger(value) && value >= min ? value : null;
 }
 
-/** The metadata of a pointer write (the user's metadata lives on the data object). */
-export function pointerMetadata(token: FencingToken, writeId: string, state: PointerState): Record<string, string> {
+/** The metadata of a pointer write (the user's metadata lives on the data object), its binding carried along. */
+export function pointerMetadata(token: FencingToken, writeId: string, state: PointerState, binding: FenceBinding | null): Record<string, string> {
   return {
+    ...bindingMetadata(binding),
     [TOKEN_METADATA]: formatToken(token),
     [WRITE_ID_METADATA]: writeId,
     [LAYOUT_METADATA]: 'pointer',

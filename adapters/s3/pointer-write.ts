@@ -22,7 +22,7 @@ import { debuglog } from 'node:util';
 import { DeleteObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import type { PutObjectCommandInput, S3Client } from '@aws-sdk/client-s3';
 import { LayoutMismatchError, UnknownOutcomeError, formatToken } from '../../src/index.js';
-import type { FencingToken } from '../../src/index.js';
+import type { FenceBinding, FencingToken, ResolvedFencing } from '../../src/index.js';
 import { forgetCachedFence, getCachedFence, setCachedFence } from './fence-cache.js';
 import { LAYOUT_METADATA, TOKEN_METADATA, WRITE_ID_METADATA, pointerMetadata } from './metadata.js';
 import { dataKey, pointerBody } from './pointer.js';
@@ -60,6 +60,8 @@ export interface PointerWrite {
   readonly resource: string;
   readonly location: ObjectLocation;
   readonly token: FencingToken;
+  readonly fencing: ResolvedFencing;
+  readonly bind: FenceBinding | null;
   readonly readContext: ReadContext;
   readonly pointerContext: PointerWriteContext;
   readonly signal: AbortSignal | undefined;
@@ -129,6 +131,8 @@ export function pointerPlan(client: S3Client, write: PointerWrite): PointerWrite
   return {
     resource,
     token,
+    fencing: write.fencing,
+    bind: write.bind,
     believed,
     read: () => headFence(client, Bucket, Key, readContext, signal),
     isOurs(fence) {
@@ -150,7 +154,7 @@ export function pointerPlan(client: S3Client, write: PointerWrite): PointerWrite
         `${resource} is written in place (it carries its own fence); its writers and readers expect the body there, not a pointer. Keep writing it in place, or move to a new key in the pointer layout.`);
     },
     checkWrite() {},
-    async prepare(fence) {
+    async prepare(fence, binding) {
       // A new key, or one written without fencing: the first generation.
       const generation = fence?.pointer?.generation ?? 1;
       const generationSince = fence?.pointer?.generationSince ?? Date.now();
@@ -172,16 +176,16 @@ export function pointerPlan(client: S3Client, write: PointerWrite): PointerWrite
         Key,
         Body: pointerBody(token, pointerWriteId, state),
         ContentType: 'application/json',
-        Metadata: pointerMetadata(token, pointerWriteId, state),
+        Metadata: pointerMetadata(token, pointerWriteId, state, binding),
       };
     },
-    landed(etag, readBack) {
+    landed(etag, readBack, binding) {
       landedGeneration = (readBack === null ? lastState?.data : readBack.pointer?.data)?.generation;
       if (readBack !== null) setCachedFence(client, Bucket, Key, readBack);
       else if (etag === undefined || lastState === undefined) forgetCachedFence(client, Bucket, Key);
       else {
         setCachedFence(client, Bucket, Key, {
-          etag, layout: 'pointer', token, writeId: lastPointerWriteId, tombstone: lastState.data === null, pointer: lastState,
+          etag, layout: 'pointer', token, writeId: lastPointerWriteId, tombstone: lastState.data === null, pointer: lastState, binding,
         });
       }
     },

@@ -13,11 +13,11 @@ const answer = (status: number | undefined, name = 'Error') =>
 describe('fenceFromMetadata', () => {
   it('reads the token, the write id and the tombstone flag, ignoring the case of names', () => {
     expect(fenceFromMetadata('s3://b/k', '"e"', { 'Fencing-Token': '35', 'fencing-write': 'w1', 'FENCING-TOMBSTONE': '1' }))
-      .toEqual({ etag: '"e"', layout: 'in-place', token: 35n, writeId: 'w1', tombstone: true, pointer: null });
+      .toEqual({ etag: '"e"', layout: 'in-place', token: 35n, writeId: 'w1', tombstone: true, pointer: null, binding: null });
   });
 
   it('no metadata: written unfenced, token null', () => {
-    expect(fenceFromMetadata('s3://b/k', '"e"', undefined)).toEqual({ etag: '"e"', layout: 'unfenced', token: null, writeId: null, tombstone: false, pointer: null });
+    expect(fenceFromMetadata('s3://b/k', '"e"', undefined)).toEqual({ etag: '"e"', layout: 'unfenced', token: null, writeId: null, tombstone: false, pointer: null, binding: null });
     expect(fenceFromMetadata('s3://b/k', '"e"', { owner: 'x' }).token).toBeNull();
   });
 
@@ -60,7 +60,7 @@ describe('wire', () => {
   });
 });
 
-const fence = (etag: string, token: bigint): StoredFence => ({ etag, layout: 'in-place', token, writeId: null, tombstone: false, pointer: null });
+const fence = (etag: string, token: bigint): StoredFence => ({ etag, layout: 'in-place', token, writeId: null, tombstone: false, pointer: null, binding: null });
 
 describe('fence cache', () => {
   it('is per client and per key, and forgets on demand', () => {

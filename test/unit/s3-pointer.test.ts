@@ -43,14 +43,16 @@ describe('pointer metadata', () => {
 
   it('round-trips through fenceFromMetadata, names lower-cased or not', () => {
     const pointerWrite = randomUUID();
-    const metadata = pointerMetadata(35n, pointerWrite, state);
+    const binding = { kind: 'lock', lock: 'jobs/a b', source: { kind: 'zookeeper', id: 'z-1' } } as const;
+    const metadata = pointerMetadata(35n, pointerWrite, state, binding);
     const upper = Object.fromEntries(Object.entries(metadata).map(([k, v]) => [k.toUpperCase(), v]));
     for (const m of [metadata, upper]) {
       expect(fenceFromMetadata('s3://b/k', '"e"', m)).toEqual({
-        etag: '"e"', layout: 'pointer', token: 35n, writeId: pointerWrite, tombstone: false, pointer: state,
+        etag: '"e"', layout: 'pointer', token: 35n, writeId: pointerWrite, tombstone: false, pointer: state, binding,
       });
     }
-    const tombstone = fenceFromMetadata('s3://b/k', '"e"', pointerMetadata(35n, pointerWrite, { ...state, data: null }));
+    expect(fenceFromMetadata('s3://b/k', '"e"', pointerMetadata(35n, pointerWrite, state, null)).binding).toBeNull();
+    const tombstone = fenceFromMetadata('s3://b/k', '"e"', pointerMetadata(35n, pointerWrite, { ...state, data: null }, null));
     expect(tombstone.tombstone).toBe(true);
     expect(tombstone.pointer?.data).toBeNull();
     for (const name of Object.keys(metadata)) expect(isReservedMetadataName(name)).toBe(true);
@@ -74,8 +76,11 @@ describe('pointer metadata', () => {
     ['a carried object of its own generation', { 'fencing-carried': formatDataName({ token: 35n, generation: 3, writeId }) }, CorruptFenceError],
     ['a tombstone that names data', { 'fencing-tombstone': '1' }, CorruptFenceError],
     ['a data object without a write id', { 'fencing-layout': 'data', 'fencing-write': undefined }, CorruptFenceError],
+    ['a binding that does not parse', { 'fencing-lock': 'fk1:lock:zookeeper:z-1' }, CorruptFenceError],
+    ['a binding of an unknown kind', { 'fencing-lock': 'fk1:mutex:zookeeper:z-1:a' }, CorruptFenceError],
+    ['a binding in non-canonical percent-encoding', { 'fencing-lock': 'fk1:lock:zookeeper:z-1:a%2fb' }, CorruptFenceError],
   ] as const)('fails closed on %s, naming the object', (_, change, type) => {
-    const metadata: Record<string, string | undefined> = { ...pointerMetadata(35n, randomUUID(), state), ...change };
+    const metadata: Record<string, string | undefined> = { ...pointerMetadata(35n, randomUUID(), state, null), ...change };
     const defined = Object.fromEntries(Object.entries(metadata).filter((e): e is [string, string] => e[1] !== undefined));
     expect(() => fenceFromMetadata('s3://b/key-1', '"e"', defined)).toThrow(type);
     expect(() => fenceFromMetadata('s3://b/key-1', '"e"', defined)).toThrow(/s3:\/\/b\/key-1/);
