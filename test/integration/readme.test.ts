@@ -67,6 +67,7 @@ const EXPECTED: Record<string, RegExp> = {
   'Leader election': /^leader worker-1 with epoch \d+ true$/m,
   'Locks over Redis: fencekeeper/redis': /^(redis token \d+ held true\nredlock token \d+ held true|redis run with token \d+\nredlock run with token \d+)$/m,
   'A lock over etcd: fencekeeper/etcd': /^token \d+ is the create revision of fencekeeper\/locks\/readme\/etcd-nightly\/#[0-9a-f]+-\d+, held true$/m,
+  'Scoped locks and sequencers': /^bound to lock readme\/index at zookeeper\nthe guarding lock wrote\nrefused a token of readme\/other: SEQUENCER_MISMATCH\nrefused a bare token: SEQUENCER_MISMATCH$/m,
   'The CLI': /^token \d+ for readme\/nightly\nleader with epoch \d+\nreadme\/nightly: free/m,
   'Testing your code against lock loss: fencekeeper/testing': /^\s*Tests\s+1 passed \(1\)$/m,
   'Observability: diagnostics channels and OpenTelemetry': /^fencekeeper_fence_refused_total\{fencekeeper_adapter="s3",fencekeeper_resource="s3:\/\/readme-reports\/observed\.txt",otel_scope_name="fencekeeper"\} 1$/m,
@@ -90,6 +91,10 @@ describe('README examples', () => {
       await pool.query("select to_regclass('fencekeeper_fences') is not null as ok").then(async ({ rows }) => {
         if ((rows[0] as { ok: boolean }).ok) await pool.query("delete from fencekeeper_fences where resource like 'readme/%'");
       });
+      // Bindings of earlier runs (another test ZooKeeper has another identity): bind afresh.
+      await pool.query("select to_regclass('fencekeeper_fence_bindings') is not null as ok").then(async ({ rows }) => {
+        if ((rows[0] as { ok: boolean }).ok) await pool.query("delete from fencekeeper_fence_bindings where resource like 'readme/%'");
+      });
       // The effect ledger's rows of earlier runs: the example's effect must run again.
       await pool.query("select to_regclass('fencekeeper_effects') is not null as ok").then(async ({ rows }) => {
         if ((rows[0] as { ok: boolean }).ok) await pool.query("delete from fencekeeper_effects where resource like 'readme/%'");
@@ -102,7 +107,7 @@ describe('README examples', () => {
     try {
       // The key, and the data objects its pointer named in earlier runs.
       const page = await s3.send(new ListObjectsV2Command({ Bucket: 'readme-reports', Prefix: 'daily.txt' })).catch(() => undefined);
-      for (const Key of ['daily.txt', 'observed.txt', ...(page?.Contents ?? []).map((o) => o.Key!)]) {
+      for (const Key of ['daily.txt', 'observed.txt', 'index.txt', ...(page?.Contents ?? []).map((o) => o.Key!)]) {
         await s3.send(new DeleteObjectCommand({ Bucket: 'readme-reports', Key })).catch(() => undefined);
       }
     } finally {
@@ -134,6 +139,7 @@ describe('README examples', () => {
       'Leader election',
       'Locks over Redis: fencekeeper/redis',
       'A lock over etcd: fencekeeper/etcd',
+      'Scoped locks and sequencers',
       'Testing your code against lock loss: fencekeeper/testing',
       'Observability: diagnostics channels and OpenTelemetry',
     ]);
