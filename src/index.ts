@@ -69,6 +69,7 @@ export { campaign, observeLeader } from './zookeeper/recipes/election.js';
 export type { ZooKeeperLeadership, LeaderObserver, LeaderInfo } from './zookeeper/recipes/election.js';
 export type { QueueEntry } from './zookeeper/recipes/queue.js';
 export { zookeeperSource } from './zookeeper/recipes/source.js';
+export { zookeeperSourceId } from './zookeeper/recipes/source-id.js';
 export type { ZooKeeperSource, ZooKeeperSourceOptions } from './zookeeper/recipes/source.js';
 export type { AclOption, ZooKeeperAcquireOptions, ZooKeeperTryAcquireOptions, ZooKeeperCampaignOptions } from './zookeeper/recipes/acl-options.js';
 

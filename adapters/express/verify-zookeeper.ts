@@ -12,8 +12,9 @@
  * stops it once the successor has written.
  *
  * A request that carries a sequencer (the token with its lock) must also name
- * this lock: kind 'lock', `lockName`, source kind 'zookeeper' and, when
- * `options.sourceId` is given, that ensemble's id. Another lock's sequencer
+ * this lock: kind 'lock', `lockName`, source kind 'zookeeper' and this
+ * ensemble's id (`options.sourceId`, or else the ensemble's own identity,
+ * read once through `zk` at the first sequencer). Another lock's sequencer
  * is refused (403) even when its token equals the holder's: tokens of one
  * ensemble are unique across its locks, but the sequencer claims a lock,
  * and a claim that is wrong is refused rather than read past.
@@ -22,7 +23,7 @@
  * the middleware answers 503: an unavailable lock service is nobody's client
  * error, and admitting unverified tokens would undo the point of verifying.
  */
-import { observeLock, type FencingToken, type LockObserver, type Sequencer, type ZooKeeperClient } from '../../src/index.js';
+import { observeLock, zookeeperSourceId, type FencingToken, type LockObserver, type Sequencer, type ZooKeeperClient } from '../../src/index.js';
 
 export interface ZooKeeperVerifier {
   (token: FencingToken, resource?: string, req?: unknown, sequencer?: Sequencer | null): Promise<boolean>;
@@ -31,7 +32,11 @@ export interface ZooKeeperVerifier {
 }
 
 export interface VerifyWithZooKeeperOptions {
-  /** The ensemble's identity (its sequencers' source id): a sequencer naming another source is refused. */
+  /**
+   * The ensemble's identity (its sequencers' source id): a sequencer naming
+   * another source is refused. Default: the identity `zk` reads from the
+   * ensemble (the same for every client of it).
+   */
   readonly sourceId?: string;
 }
 
@@ -41,7 +46,7 @@ export function verifyWithZooKeeper(zk: ZooKeeperClient, lockName: string, optio
   const verify = async (token: FencingToken, _resource?: string, _req?: unknown, sequencer?: Sequencer | null): Promise<boolean> => {
     if (sequencer != null) {
       if (sequencer.kind !== 'lock' || sequencer.name !== lockName || sequencer.source.kind !== 'zookeeper') return false;
-      if (sourceId !== undefined && sequencer.source.id !== sourceId) return false;
+      if (sequencer.source.id !== (sourceId ?? (await zookeeperSourceId(zk)).id)) return false;
     }
     const holder = await observer.holder();
     return holder !== null && holder.token === token;

@@ -155,4 +155,24 @@ describe('verifyWithZooKeeper checks the sequencer\'s lock as well as its token'
       await served.close();
     }
   });
+
+  it('without a sourceId option, the ensemble\'s own identity: the lock\'s real sequencer passes, the same claim with another source id is refused', async () => {
+    const zk = await clients.connect(testServers().zkStandalone);
+    const lockName = uniqueLockName('verify_own');
+    const verify = verifyWithZooKeeper(zk, lockName);
+    const app = express();
+    app.post('/r', fencing({ store: new MemoryFenceStore(), resource: 'r', verify }), (_req, res) => void res.end());
+    const served = await serve(app);
+    // The holder on another client of the same ensemble: the identity is the ensemble's, not the client's.
+    const lock = await acquireLock(await clients.connect(testServers().zkStandalone), lockName);
+    try {
+      expect((await post(served.port, '/r', { [H]: formatSequencer(lock.sequencer) })).status).toBe(200);
+      const forged = formatSequencer(sequencer({ ...lock.sequencer, source: { kind: 'zookeeper', id: SOURCE.id } }));
+      expect((await post(served.port, '/r', { [H]: forged })).status).toBe(403);
+    } finally {
+      await lock.release();
+      verify.close();
+      await served.close();
+    }
+  });
 });

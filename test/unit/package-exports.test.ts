@@ -57,7 +57,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
     functions: [
       'parseToken', 'formatToken', 'assertToken', 'acquireLock', 'tryAcquireLock', 'campaign',
       'lockStatus', 'observeLock', 'observeLeader', 'zookeeperSource', 'safetyMargin', 'tlsConnector',
-      'traceAcquire', 'traceRelease', 'traceCampaign', 'publishSessionState', 'publishRefused', 'grantSequencer',
+      'traceAcquire', 'traceRelease', 'traceCampaign', 'publishSessionState', 'publishRefused', 'grantSequencer', 'zookeeperSourceId',
     ],
     classes: [...ERROR_CLASSES, 'ZooKeeperClient', 'StepDownClock', 'SourceIdentityCache'],
   },
