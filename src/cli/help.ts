@@ -68,7 +68,8 @@ ZOOKEEPER_TLS_CA (and the other ZOOKEEPER_TLS_*), ZOOKEEPER_AUTH or ZOOKEEPER_AU
 ${EXIT_CODES}`,
   run: `usage: fencekeeper run <lock> [options] -- cmd [args...]
 
-Acquire <lock> (a name like jobs/reindex), run cmd with FENCING_TOKEN and
+Acquire <lock> (a name like jobs/reindex), run cmd with FENCING_TOKEN,
+FENCEKEEPER_SEQUENCER (the token bound to its lock: fk1:...) and
 FENCEKEEPER_LOCK in its environment, release the lock when cmd exits, and
 exit with cmd's code.
 

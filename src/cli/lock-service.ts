@@ -16,7 +16,7 @@
  * recipes (the CLI ships inside the core package, so it may reuse it
  * instead of copying it).
  */
-import type { FencingToken } from '../index.js';
+import type { FencingToken, Sequencer } from '../index.js';
 import type { ParsedArgs } from './args.js';
 
 export type Kind = 'lock' | 'election';
@@ -29,6 +29,8 @@ export class UnreachableError extends Error {
 /** A lock or a leadership, as the commands use it. */
 export interface Holding {
   readonly token: FencingToken;
+  /** The grant's sequencer (its lock, source and token), for the command's FENCEKEEPER_SEQUENCER. */
+  readonly sequencer: Sequencer;
   /** Read synchronously against the step-down deadline. */
   readonly held: boolean;
   /** Aborts when the holding ends (lost, or released). */

@@ -3,7 +3,7 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ZooKeeperClient, lockStatus, parseToken } from '../../src/index.js';
+import { ZooKeeperClient, lockStatus, parseSequencer, parseToken, zookeeperSourceId } from '../../src/index.js';
 import { ExitCode } from '../../src/cli/exit-codes.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
@@ -104,6 +104,22 @@ describe('fencekeeper CLI', () => {
     expect(token).toBe(epoch);
     expect(parseToken(token as string)).toBeGreaterThan(0n);
     expect(election).toBe(name);
+  });
+
+  it('run and elect give the command its sequencer: the token bound to its lock and the ensemble', async () => {
+    const name = uniqueLockName('cli-seq');
+    const zk = await ZooKeeperClient.connect({ connectString: connect, sessionTimeoutMs: 4000 });
+    try {
+      const { id } = await zookeeperSourceId(zk);
+      for (const [command, kind] of [['run', 'lock'], ['elect', 'election']] as const) {
+        const result = await cli([command, name, '--zookeeper', connect, '--', 'sh', '-c', 'echo "$FENCING_TOKEN $FENCEKEEPER_SEQUENCER"']).done;
+        expect(result.code).toBe(0);
+        const [token, text] = result.stdout.trim().split(' ');
+        expect(parseSequencer(text as string)).toEqual({ kind, name, source: { kind: 'zookeeper', id }, token: parseToken(token as string) });
+      }
+    } finally {
+      await zk.close();
+    }
   });
 
   it('answers usage errors with 64 and an unreachable ZooKeeper with 69', async () => {

@@ -8,7 +8,7 @@
  * ones that depend on the session timeout the server negotiates: those are
  * checked right after connecting, before anything is acquired.
  */
-import { formatToken, LockTimeoutError } from '../../index.js';
+import { formatSequencer, formatToken, LockTimeoutError } from '../../index.js';
 import { UsageError, nonNegativeInt, parse, positiveInt, splitCommand } from '../args.js';
 import { ExitCode } from '../exit-codes.js';
 import { HELP } from '../help.js';
@@ -90,7 +90,8 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
     }
 
     const token = formatToken(holding.token);
-    const env: NodeJS.ProcessEnv = { ...process.env, FENCING_TOKEN: token };
+    // The token bound to its lock, in the text form a fencing-token header or a bound fence takes.
+    const env: NodeJS.ProcessEnv = { ...process.env, FENCING_TOKEN: token, FENCEKEEPER_SEQUENCER: formatSequencer(holding.sequencer) };
     // The lock service's credentials are ours, not the command's.
     delete env.ZOOKEEPER_AUTH;
     delete env.ZOOKEEPER_AUTH_FILE;

@@ -65,6 +65,7 @@ async function holdFrom(source: LockSource, kind: Kind, name: string, options: H
     const leadership = await (source.campaign as NonNullable<LockSource['campaign']>)(name, { ...common, ...(options.id !== undefined && { id: options.id }) });
     return {
       token: leadership.epoch,
+      sequencer: leadership.sequencer,
       get held() {
         return leadership.held;
       },
@@ -80,6 +81,7 @@ async function holdFrom(source: LockSource, kind: Kind, name: string, options: H
   });
   return {
     token: lock.token,
+    sequencer: lock.sequencer,
     get held() {
       return lock.held;
     },
