@@ -81,8 +81,8 @@ export function resolveFencing(value: unknown): ResolvedFencing {
   if (value === CURRENT_LOCK) {
     const lock = currentLock();
     if (lock === undefined) throw new NoCurrentLockError();
-    // A lock from a source that exposes its sequencer is bound to it; otherwise only its number is known.
-    const bound = (lock as Lock & { readonly sequencer?: Sequencer }).sequencer;
+    // Every source's locks carry their sequencer; a Lock made by hand (a user's own source) may not: then only its number is known.
+    const bound = (lock as Omit<Lock, 'sequencer'> & { readonly sequencer?: Sequencer }).sequencer;
     return bound === undefined ? { token: assertToken(lock.token), sequencer: null } : { token: bound.token, sequencer: sequencer(bound) };
   }
   if (typeof value === 'bigint') return { token: assertToken(value), sequencer: null };
