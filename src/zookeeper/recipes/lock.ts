@@ -15,9 +15,10 @@ import type { Lock } from '../../lock.js';
 import type { ZooKeeperAcquireOptions, ZooKeeperTryAcquireOptions } from './acl-options.js';
 import type { LockStatus } from '../../lock-source.js';
 import type { FencingToken } from '../../token.js';
-import type { ZooKeeperClient } from '../client.js';
+import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
 import { joinPath } from '../paths.js';
 import { listChildren } from './connection-loss.js';
+import { fencedMulti } from './fenced-multi.js';
 import { HeldNode } from './held-node.js';
 import { joinAndWait } from './join.js';
 import { QueueObserver } from './observer.js';
@@ -30,14 +31,28 @@ export const LOCKS_ROOT = '/fencekeeper/locks';
 export interface ZooKeeperLock extends Lock {
   /** Our queue node's path (its czxid is the token). */
   readonly path: string;
+  /**
+   * Apply `ops` (the client's multi operations) only while this lock is
+   * held, in one multi with a check of our queue node: all or nothing, and
+   * nothing once the node is gone. Resolves to the ops' results; refused
+   * with LockLostError (LOCK_LOST), writing nothing, when the lock is not
+   * held (by our clock, before any I/O, or by the server). See ./fenced-multi.ts.
+   */
+  ifHeld(ops: readonly MultiOp[]): Promise<MultiResult[]>;
 }
 
 class HeldLock extends HeldNode implements ZooKeeperLock {
   readonly token: FencingToken;
+  readonly #zk: ZooKeeperClient;
 
   constructor(zk: ZooKeeperClient, name: string, node: QueueNode, marginMs: number) {
     super(zk, name, name, node, marginMs);
     this.token = node.token;
+    this.#zk = zk;
+  }
+
+  ifHeld(ops: readonly MultiOp[]): Promise<MultiResult[]> {
+    return fencedMulti(this.#zk, this, this.name, 'ifHeld', ops);
   }
 
   release(): Promise<void> {
