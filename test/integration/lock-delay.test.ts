@@ -13,7 +13,7 @@
 // servers) cannot remove it, and its record, under the test: a reaped parent
 // counts as unclean, which would hide the case; see pinParent.
 import { performance } from 'node:perf_hooks';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { LockLostError, LockTimeoutError } from '../../src/errors.js';
 import { expireSession } from '../../src/testing/expire-session.js';
 import { acquireLock, lockStatus, tryAcquireLock, type ZooKeeperLock } from '../../src/zookeeper/recipes/lock.js';
@@ -210,7 +210,7 @@ describe('an old clean-release record', () => {
       const first = await acquireLock(a!, name, { lockDelayMs: DELAY });
       await first.release();
       // The next holder follows a clean release; then its session expires.
-      await within(acquireLock(c!, name, { lockDelayMs: DELAY }), 1000 + DELAY, 'the second holder granted');
+      await within(acquireLock(c!, name, { lockDelayMs: DELAY }), 10_000, 'the second holder granted');
       await expireSession(c!);
       await until(async () => (await lockStatus(file.admin, name)).holder === null, 'the expired holder gone');
       expect(await recordOf(name)).toBe(childOf(first)); // the record still names the first, cleanly released node
@@ -230,7 +230,7 @@ describe('an old clean-release record', () => {
     const second = acquireLock(c!, name, { lockDelayMs: DELAY });
     await queued(name, 1);
     await first.release();
-    await within(second, 1000 + DELAY, 'the second holder granted');
+    await within(second, 10_000, 'the second holder granted');
     const next = grantedAt(acquireLock(b!, name, { lockDelayMs: DELAY }));
     await queued(name, 1);
     const expiredFrom = performance.now();
@@ -262,6 +262,21 @@ describe('the wait and the caller', () => {
     } finally {
       await unpin();
     }
+  });
+
+  it('a parent we may not write (no WRITE in its ACL): the release falls back to a plain delete, and the lock is free', async () => {
+    const name = uniqueLockName('delay-readonly-parent');
+    await createIfMissing('/fencekeeper', 'persistent');
+    await createIfMissing(LOCKS, 'persistent');
+    // READ | CREATE | DELETE for everyone, no WRITE: the queue works, the record cannot be written.
+    await file.admin.create(parentOf(name), null, { mode: 'container', acl: [{ perms: 1 | 4 | 8, id: { scheme: 'world', id: 'anyone' } }] });
+    const zk = await clients.connect(server);
+    const lock = await within(acquireLock(zk, name, { lockDelayMs: 200 }), 10_000, 'the first holder granted');
+    const multi = vi.spyOn(zk, 'multi');
+    await within(lock.release(), 10_000, 'the release');
+    await expect(multi.mock.results[0]!.value).rejects.toMatchObject({ code: 'ZK_NOAUTH' });
+    expect(await file.admin.exists(lock.path)).toBeNull();
+    expect((await file.admin.exists(parentOf(name)))?.version ?? 0).toBe(0);
   });
 
   it('bad lockDelayMs: INVALID_ARGUMENT before anything is created', async () => {
