@@ -5,7 +5,7 @@
  * leader changes too; downstream systems fence on it as on a lock token.
  */
 import { grantSequencer, traceCampaign, traceRelease, type Sequencer, type CampaignOptions, type FencingToken, type Leadership } from '../../src/index.js';
-import type { EtcdClient } from './client.js';
+import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
 import { joinAndWait } from './join.js';
@@ -21,6 +21,8 @@ export interface EtcdLeadership extends Leadership {
   /** Our key (its create revision is the epoch). */
   readonly key: string;
   readonly lease: bigint;
+  /** Apply `ops` only while this candidate leads: as EtcdLock.ifHeld (./fenced-txn.ts). */
+  ifLeader(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']>;
 }
 
 class HeldLeadership extends HeldKey implements EtcdLeadership {
@@ -42,6 +44,10 @@ class HeldLeadership extends HeldKey implements EtcdLeadership {
 
   resign(): Promise<void> {
     return traceRelease('etcd', this.name, this.epoch, () => this.leave());
+  }
+
+  ifLeader(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']> {
+    return this.fenced(`election ${this.name}`, 'ifLeader', ops);
   }
 }
 

@@ -8,7 +8,8 @@
  * deletes the key.
  */
 import type { Holding } from '../../src/index.js';
-import type { EtcdClient } from './client.js';
+import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
+import { fencedTxn, type FencedKey } from './fenced-txn.js';
 import { leave, type QueueKey } from './queue.js';
 import type { Lease } from './session.js';
 
@@ -53,6 +54,21 @@ export abstract class HeldKey {
 
   get deadline(): number {
     return this.#holding.deadline;
+  }
+
+  /** ifHeld / ifLeader: `ops` in one txn behind a compare of our key's create revision (./fenced-txn.ts). */
+  protected fenced(lock: string, what: string, ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']> {
+    const holding = this.#holding;
+    const key: FencedKey = {
+      key: this.key,
+      token: this.#node.token,
+      get held() {
+        return holding.held;
+      },
+      signal: holding.signal,
+      lost: () => holding.lose('node_deleted', 'its key was deleted'),
+    };
+    return fencedTxn(this.#etcd, key, lock, what, ops);
   }
 
   /** Abort the signal, then delete our key. Idempotent: every call returns the first one's promise. */

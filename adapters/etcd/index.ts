@@ -12,4 +12,4 @@ export type { EtcdSource } from './source.js';
 export { etcdSession, EtcdSession } from './session.js';
 export type { EtcdSessionOptions } from './session.js';
 export type { EtcdQueueEntry } from './queue.js';
-export type { EtcdClient } from './client.js';
+export type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';

@@ -10,7 +10,7 @@
  * Queue and token: ./queue.ts. The lease every grant hangs on: ./session.ts.
  */
 import { grantSequencer, traceAcquire, traceRelease, type Sequencer, type AcquireOptions, type FencingToken, type Lock, type LockStatus, type TryAcquireOptions } from '../../src/index.js';
-import type { EtcdClient } from './client.js';
+import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
 import { joinAndWait } from './join.js';
@@ -25,6 +25,12 @@ export interface EtcdLock extends Lock {
   readonly key: string;
   /** The lease the key hangs on: the client's session. */
   readonly lease: bigint;
+  /**
+   * Apply `ops` (etcd txn operations) only while this lock is held: one txn
+   * comparing our key's create revision. Resolves to their responses;
+   * LockLostError (LOCK_LOST), nothing written, when not held. See ./fenced-txn.ts.
+   */
+  ifHeld(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']>;
 }
 
 class HeldLock extends HeldKey implements EtcdLock {
@@ -44,6 +50,10 @@ class HeldLock extends HeldKey implements EtcdLock {
 
   release(): Promise<void> {
     return traceRelease('etcd', this.name, this.token, () => this.leave());
+  }
+
+  ifHeld(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']> {
+    return this.fenced(this.name, 'ifHeld', ops);
   }
 
   toJSON(): { name: string; token: string; key: string; held: boolean } {

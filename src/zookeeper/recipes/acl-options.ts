@@ -6,6 +6,7 @@
 import { InvalidArgumentError } from '../../errors.js';
 import type { AcquireOptions, CampaignOptions, TryAcquireOptions } from '../../lock.js';
 import type { ACL } from '../protocol.js';
+import type { LockDelayOption } from './lock-delay.js';
 
 export interface AclOption {
   /**
@@ -16,8 +17,9 @@ export interface AclOption {
   readonly acl?: readonly ACL[];
 }
 
-export type ZooKeeperAcquireOptions = AcquireOptions & AclOption;
-export type ZooKeeperTryAcquireOptions = TryAcquireOptions & AclOption;
+/** lockDelayMs: ./lock-delay.ts (locks only; an election ignores it). */
+export type ZooKeeperAcquireOptions = AcquireOptions & AclOption & LockDelayOption;
+export type ZooKeeperTryAcquireOptions = TryAcquireOptions & AclOption & LockDelayOption;
 export type ZooKeeperCampaignOptions = CampaignOptions & AclOption;
 
 /** Throws InvalidArgumentError unless `acl` is a non-empty list of well-formed entries. */

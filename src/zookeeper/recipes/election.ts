@@ -8,7 +8,8 @@ import { traceCampaign, traceRelease } from '../../diagnostics.js';
 import type { Leadership } from '../../lock.js';
 import type { ZooKeeperAcquireOptions, ZooKeeperCampaignOptions } from './acl-options.js';
 import type { FencingToken } from '../../token.js';
-import type { ZooKeeperClient } from '../client.js';
+import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
+import { fencedMulti } from './fenced-multi.js';
 import { HeldNode } from './held-node.js';
 import { DEFAULT_OWNER, joinAndWait } from './join.js';
 import { QueueObserver } from './observer.js';
@@ -26,6 +27,11 @@ export interface ZooKeeperLeadership extends Leadership {
   readonly id: string;
   /** Our node's path (its czxid is the epoch). */
   readonly path: string;
+  /**
+   * Apply `ops` only while this candidate leads: as ZooKeeperLock.ifHeld
+   * (one multi with a check of our node; LockLostError, nothing written, when not leading).
+   */
+  ifLeader(ops: readonly MultiOp[]): Promise<MultiResult[]>;
 }
 
 class HeldLeadership extends HeldNode implements ZooKeeperLeadership {
@@ -43,6 +49,10 @@ class HeldLeadership extends HeldNode implements ZooKeeperLeadership {
 
   get sequencer(): Sequencer {
     return (this.#sequencer ??= grantSequencer('election', this.name, zookeeperSourceIds.known(this.#zk), this.epoch));
+  }
+
+  ifLeader(ops: readonly MultiOp[]): Promise<MultiResult[]> {
+    return fencedMulti(this.#zk, this, `election ${this.name}`, 'ifLeader', ops);
   }
 
   resign(): Promise<void> {

@@ -76,9 +76,14 @@ export abstract class HeldNode implements OwnNode {
       } else {
         this.#holdingNow().lose('released');
       }
-      this.#leaving = leaveQueue(this.#zk, this.#node);
+      this.#leaving = this.leaveNode(this.#zk, this.#node);
     }
     return this.#leaving;
+  }
+
+  /** How our node leaves the queue: a plain delete; a lock with lock-delay marks the release clean (./lock-delay.ts). */
+  protected leaveNode(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
+    return leaveQueue(zk, node);
   }
 
   get [NODE_DONE](): boolean {

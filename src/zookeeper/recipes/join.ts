@@ -9,6 +9,7 @@ import type { ZooKeeperAcquireOptions } from './acl-options.js';
 import { checkParent, isChecked, nodeAclFor, type NodeAcl } from './acl.js';
 import type { ClientState, ZooKeeperClient } from '../client.js';
 import { sessionMargin } from './holding.js';
+import { lockDelayOf, readAfter, readBefore, waitOutUnclean, type ArrivalReads } from './lock-delay.js';
 import { abandon, enqueue, waitForTurn, withoutStrays, type QueueNode } from './queue.js';
 import { position, queueParent } from './queue-order.js';
 import { Stopper } from './stopper.js';
@@ -38,6 +39,7 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
   const marginMs = sessionMargin(zk, options.safetyMarginMs);
   if (options.owner !== undefined && typeof options.owner !== 'string') throw new InvalidArgumentError('owner must be a string');
   const acl = nodeAclFor(zk, options.acl);
+  const lockDelayMs = lockDelayOf(options);
   signal?.throwIfAborted();
   if (zk.state === 'expired') throw new SessionExpiredError();
   if (zk.state === 'closed') throw new ClientClosedError();
@@ -46,7 +48,11 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
   // and it fails the join's own requests: no Stopper until we must wait.
   let stopper = signal === undefined && timeoutMs === undefined ? null : new Stopper(zk, name, signal, timeoutMs);
 
+  // Lock-delay: the parent's stat just before our create and just after it, in the same write (./lock-delay.ts).
+  const before = lockDelayMs > 0 ? readBefore(zk, parent) : null;
   const joining = enqueue(zk, root, parent, ownerBytes(options.owner), acl);
+  const reads: ArrivalReads | null = before === null ? null : { before, after: readAfter(zk, parent) };
+  let seen: { predecessor: string } | undefined;
   let handedOver = false;
   try {
     const joined = stopper === null ? await joining : await Promise.race([joining, stopper.stopped]);
@@ -62,9 +68,14 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
     else if (mode === 'try') outcome = 'busy';
     else {
       stopper ??= new Stopper(zk, name, undefined, undefined);
-      outcome = await waitForTurn(zk, parent, node, where, stopper.stopped);
+      if (reads !== null) seen = { predecessor: where.predecessor };
+      outcome = await waitForTurn(zk, parent, node, where, stopper.stopped, seen);
     }
     if (outcome === 'busy') return null;
+    if (outcome === 'turn' && reads !== null) {
+      stopper ??= new Stopper(zk, name, undefined, undefined);
+      await Promise.race([waitOutUnclean(zk, node, lockDelayMs, seen, reads), stopper.stopped]);
+    }
     if (stopper !== null) stopper.check();
     else {
       // What a Stopper would have caught: the session ended as the grant arrived.

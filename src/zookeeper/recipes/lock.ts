@@ -15,9 +15,11 @@ import type { Lock } from '../../lock.js';
 import type { ZooKeeperAcquireOptions, ZooKeeperTryAcquireOptions } from './acl-options.js';
 import type { LockStatus } from '../../lock-source.js';
 import type { FencingToken } from '../../token.js';
-import type { ZooKeeperClient } from '../client.js';
+import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
 import { joinPath } from '../paths.js';
 import { listChildren } from './connection-loss.js';
+import { fencedMulti } from './fenced-multi.js';
+import { leaveCleanly } from './lock-delay.js';
 import { HeldNode } from './held-node.js';
 import { joinAndWait } from './join.js';
 import { QueueObserver } from './observer.js';
@@ -33,6 +35,14 @@ export const LOCKS_ROOT = '/fencekeeper/locks';
 export interface ZooKeeperLock extends Lock {
   /** Our queue node's path (its czxid is the token). */
   readonly path: string;
+  /**
+   * Apply `ops` (the client's multi operations) only while this lock is
+   * held, in one multi with a check of our queue node: all or nothing, and
+   * nothing once the node is gone. Resolves to the ops' results; refused
+   * with LockLostError (LOCK_LOST), writing nothing, when the lock is not
+   * held (by our clock, before any I/O, or by the server). See ./fenced-multi.ts.
+   */
+  ifHeld(ops: readonly MultiOp[]): Promise<MultiResult[]>;
 }
 
 class HeldLock extends HeldNode implements ZooKeeperLock {
@@ -50,6 +60,10 @@ class HeldLock extends HeldNode implements ZooKeeperLock {
     return (this.#sequencer ??= grantSequencer('lock', this.name, zookeeperSourceIds.known(this.#zk), this.token));
   }
 
+  ifHeld(ops: readonly MultiOp[]): Promise<MultiResult[]> {
+    return fencedMulti(this.#zk, this, this.name, 'ifHeld', ops);
+  }
+
   release(): Promise<void> {
     return traceRelease('zookeeper', this.name, this.token, () => this.leave());
   }
@@ -61,16 +75,36 @@ class HeldLock extends HeldNode implements ZooKeeperLock {
 
 const leaveGrant = (lock: HeldLock): Promise<void> => lock.release();
 
-/** Wait for the lock (fair: in the order of arrival) and return it. */
+/** A lock taken with lockDelayMs: its release marks itself clean, in the multi that deletes its node (./lock-delay.ts). */
+class DelayedLock extends HeldLock {
+  protected override leaveNode(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
+    return leaveCleanly(zk, node);
+  }
+}
+
+/** The holder of our node, made once joinAndWait has validated the options (lockDelayMs 0 is off). */
+function builder(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquireOptions): (node: QueueNode, marginMs: number) => HeldLock {
+  return (node, marginMs) => (options.lockDelayMs ? new DelayedLock(zk, name, node, marginMs) : new HeldLock(zk, name, node, marginMs));
+}
+
+/**
+ * Wait for the lock (fair: in the order of arrival) and return it. With
+ * `lockDelayMs`, a grant that follows an unclean end (the previous holder's
+ * session expired, its node was deleted) waits that long first (./lock-delay.ts).
+ */
 export function acquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperAcquireOptions = {}): Promise<ZooKeeperLock> {
-  const build = (node: QueueNode, marginMs: number): HeldLock => new HeldLock(zk, name, node, marginMs);
+  const build = builder(zk, name, options);
   // In 'wait' mode the join never answers null.
   return traceAcquire('zookeeper', name, 'wait', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'wait', options, build }), leaveGrant) as Promise<HeldLock>);
 }
 
-/** Take the lock if nobody holds it or waits for it; null otherwise (leaving nothing behind). */
+/**
+ * Take the lock if nobody holds it or waits for it; null otherwise (leaving
+ * nothing behind). With `lockDelayMs`, a free lock whose previous holder
+ * ended uncleanly is taken after that delay (our node keeps its place meanwhile).
+ */
 export function tryAcquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquireOptions = {}): Promise<ZooKeeperLock | null> {
-  const build = (node: QueueNode, marginMs: number): HeldLock => new HeldLock(zk, name, node, marginMs);
+  const build = builder(zk, name, options);
   return traceAcquire('zookeeper', name, 'try', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'try', options, build }), leaveGrant));
 }
 

@@ -267,6 +267,11 @@ export function leaveQueue(zk: ZooKeeperClient, node: QueueNode): Promise<void> 
 
 async function leaveUncertain(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
   await leave(zk, node.path);
+  await dropOthers(zk, node);
+}
+
+/** For an uncertain join, once our node is gone: delete any other node carrying its guid. */
+export async function dropOthers(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
   if (zk.state === 'expired' || zk.state === 'closed') return;
   try {
     const children = await listChildren(zk, node.parent);
@@ -308,7 +313,8 @@ export function leave(zk: ZooKeeperClient, path: string): Promise<void> {
  * the holding as well.
  *
  * `stop` is a promise that rejects when the caller gives up (abort,
- * timeout, session loss); the caller then removes our node.
+ * timeout, session loss); the caller then removes our node. `seen`, if
+ * given, is kept pointing at the predecessor of the latest round.
  */
 export async function waitForTurn(
   zk: ZooKeeperClient,
@@ -316,12 +322,15 @@ export async function waitForTurn(
   node: QueueNode,
   start: { readonly predecessor: string; readonly ahead: number },
   stop: Promise<never>,
+  seen?: { predecessor: string },
 ): Promise<'turn' | 'gone'> {
   const self = new WaitingNode(node.path);
   watchOwnNodeNow(zk, self);
   try {
     let { predecessor, ahead } = start;
     for (;;) {
+      // For lock-delay (./lock-delay.ts): the last predecessor we waited behind.
+      if (seen !== undefined) seen.predecessor = predecessor;
       const gone = await Promise.race([predecessorGone(zk, joinPath(parent, predecessor)), self.deleted, stop]);
       if (self.isDeleted) return 'gone';
       if (gone && ahead === 1) return 'turn';
