@@ -5,6 +5,8 @@ import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import type { Express } from 'express';
 import type { FenceAdmission, FenceStore, FencingToken } from '../../src/index.js';
+import { MemoryFenceStore, fencing } from '../../adapters/express/index.js';
+import { afterAll, beforeAll } from 'vitest';
 import { deferred, type Deferred } from '../helpers/wait.js';
 
 export interface Served {
@@ -25,6 +27,27 @@ export async function serve(app: Express | http.RequestListener): Promise<Served
         server.closeAllConnections();
         server.close(() => resolve());
       }),
+  };
+}
+
+/**
+ * `app` with one fenced route, PUT /<resource> answering 204 (a
+ * MemoryFenceStore of its own), served from the beforeAll of the file or
+ * suite this is called in (after the hooks registered before it) until its
+ * afterAll. `url` is the route's, once served.
+ */
+export function fencedPutService(app: Express, resource: string): { readonly url: string } {
+  let served: Served | undefined;
+  beforeAll(async () => {
+    app.put(`/${resource}`, fencing({ store: new MemoryFenceStore(), resource }), (_req, res) => void res.status(204).end());
+    served = await serve(app);
+  });
+  afterAll(() => served?.close());
+  return {
+    get url() {
+      if (served === undefined) throw new Error('fencedPutService: the service starts in beforeAll; read url inside a test');
+      return `http://127.0.0.1:${served.port}/${resource}`;
+    },
   };
 }
 
