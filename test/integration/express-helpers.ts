@@ -31,21 +31,43 @@ export async function serve(app: Express | http.RequestListener): Promise<Served
 }
 
 /**
- * `app` with one fenced route, PUT /<resource> answering 204 (a
- * MemoryFenceStore of its own), served from the beforeAll of the file or
- * suite this is called in (after the hooks registered before it) until its
- * afterAll. `url` is the route's, once served.
+ * `app` served (serve()) from the beforeAll of the file or suite this is
+ * called in, after the hooks registered before it, until its afterAll. Read
+ * `port` and `server` inside tests.
  */
-export function fencedPutService(app: Express, resource: string): { readonly url: string } {
+export function servedDuring(app: Express | http.RequestListener): Served {
   let served: Served | undefined;
   beforeAll(async () => {
-    app.put(`/${resource}`, fencing({ store: new MemoryFenceStore(), resource }), (_req, res) => void res.status(204).end());
     served = await serve(app);
   });
   afterAll(() => served?.close());
+  const now = (): Served => {
+    if (served === undefined) throw new Error('servedDuring: the server starts in beforeAll; use it inside a test');
+    return served;
+  };
+  return {
+    get server() {
+      return now().server;
+    },
+    get port() {
+      return now().port;
+    },
+    close: () => now().close(),
+  };
+}
+
+/**
+ * `app` with one fenced route, PUT /<resource> answering 204 (a
+ * MemoryFenceStore of its own), served as servedDuring() serves; `url` is
+ * the route's.
+ */
+export function fencedPutService(app: Express, resource: string): { readonly url: string } {
+  beforeAll(() => {
+    app.put(`/${resource}`, fencing({ store: new MemoryFenceStore(), resource }), (_req, res) => void res.status(204).end());
+  });
+  const served = servedDuring(app);
   return {
     get url() {
-      if (served === undefined) throw new Error('fencedPutService: the service starts in beforeAll; read url inside a test');
       return `http://127.0.0.1:${served.port}/${resource}`;
     },
   };
