@@ -13,7 +13,7 @@ import { migrate, PostgresFenceStore } from '../../adapters/postgres/index.js';
 import type { FenceStore } from '../../src/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueId } from '../helpers/unique.js';
-import { post, send, serve, settledYet, type Answer, type Served } from './express-helpers.js';
+import { post, send, serve, settledYet, type Answer, type Sent, type Served } from './express-helpers.js';
 import { deferred, until, type Deferred } from '../helpers/wait.js';
 
 const H = 'fencing-token';
@@ -124,6 +124,15 @@ class Replica {
     const d = deferred();
     this.gates.set(`${resource}/${note}`, d);
     return d;
+  }
+
+  /** Send `token` for `resource` behind a gate: once its handler holds the fence and waits on the gate. */
+  async enter(resource: string, token: string): Promise<{ gate: Deferred; sent: Sent }> {
+    const note = `${this.name}:${token}`;
+    const gate = this.gate(resource, note);
+    const sent = send(this.served.port, `/docs/${resource}`, { [H]: token });
+    await this.enteredFor(resource, note).promise;
+    return { gate, sent };
   }
 
   post(resource: string, token: string, headers: Record<string, string> = {}): Promise<Answer> {
@@ -245,9 +254,7 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
 
   it('the race across replicas: 35 on replica two waits on the row lock while 34 is in flight on replica one, then runs; 34 afterwards gets 409 current=35 at either replica', async () => {
     const doc = uniqueId('race');
-    const gate34 = one.gate(doc, 'one:34');
-    const first = send(one.served.port, `/docs/${doc}`, { [H]: '34' });
-    await one.enteredFor(doc, 'one:34').promise;
+    const { gate: gate34, sent: first } = await one.enter(doc, '34');
 
     const second = send(two.served.port, `/docs/${doc}`, { [H]: '35' });
     // Replica two's backend is blocked on the fence row, by replica one's transaction.
@@ -286,9 +293,7 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     expect((await one.post(doc, '34')).status).toBe(200);
     expect(await settledFence(doc)).toBe('34');
 
-    const gate35 = two.gate(doc, 'two:35');
-    const newer = send(two.served.port, `/docs/${doc}`, { [H]: '35' });
-    await two.enteredFor(doc, 'two:35').promise;
+    const { gate: gate35, sent: newer } = await two.enter(doc, '35');
     const stale = send(one.served.port, `/docs/${doc}`, { [H]: '34', 'x-note': 'stale-34' });
     const waiter = await lockWaiterOf(one);
     expect(waiter.blockedBy).toEqual([two.applicationName]);
@@ -306,9 +311,7 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
 
   it('a client that leaves while its request waits on the row lock: its backend stops waiting, it never runs, and nothing of it commits', async () => {
     const doc = uniqueId('leaves');
-    const gate34 = one.gate(doc, 'one:34');
-    const first = send(one.served.port, `/docs/${doc}`, { [H]: '34' });
-    await one.enteredFor(doc, 'one:34').promise;
+    const { gate: gate34, sent: first } = await one.enter(doc, '34');
     const leaving = send(two.served.port, `/docs/${doc}`, { [H]: '35', 'x-note': 'left-35' });
     const gone = leaving.answer.catch((error: unknown) => error);
     await lockWaiterOf(two);
@@ -337,9 +340,7 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     // send the now useless cancel, the second request waits on the row lock
     // and the pool forever.
     const doc = uniqueId('exhausted');
-    const gate34 = one.gate(doc, 'one:34');
-    const first = send(one.served.port, `/docs/${doc}`, { [H]: '34' });
-    await one.enteredFor(doc, 'one:34').promise;
+    const { gate: gate34, sent: first } = await one.enter(doc, '34');
     const leaving = send(small.served.port, `/docs/${doc}`, { [H]: '35', 'x-note': 'left-35' });
     const gone = leaving.answer.catch((error: unknown) => error);
     await lockWaiters(small, 1);
