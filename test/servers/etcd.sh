@@ -60,7 +60,7 @@ SNAPSHOT_COUNT=10000
 NODES=(single 1 2 3)
 IDS=(1 2 3)
 D=$FK_STATE_DIR/etcd
-SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+FK_CTL_NAME=FK_ETCD_CTL
 LOCK=etcd-$SINGLE_C-$CB
 TURN=etcd-$CB
 WHERE="127.0.0.1:$SINGLE_C and 127.0.0.1:$((CB + 1))-$((CB + 3))"
@@ -81,7 +81,6 @@ resolve() { node_named "${1:-}" "${IDS[@]}" || fk_die "unknown cluster node '${1
 print_env() {
   echo "FK_ETCD=http://127.0.0.1:$SINGLE_C"
   echo "FK_ETCD_CLUSTER=$(node_urls http:// "${IDS[@]}")"
-  echo "FK_ETCD_CTL=$SELF"
 }
 
 # etcdctl (API v3) against endpoints $1. The timeouts: a paused node accepts

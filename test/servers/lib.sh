@@ -194,6 +194,15 @@ fk_acquire_port() {
   fk_add_user "$D"
 }
 
+# The running script's absolute path. A script whose nodes the tests drive
+# names the variable that carries it in FK_CTL_NAME (FK_ETCD_CTL, ...):
+# fk_print_env prints it after the script's own print_env.
+FK_SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+fk_print_env() {
+  print_env
+  if [ -n "${FK_CTL_NAME:-}" ]; then echo "$FK_CTL_NAME=$FK_SELF"; fi
+}
+
 # The commands every server script has, each under the machine-wide lock $1:
 # start, stop, acquire, release (see the top of this file); anything else
 # prints the script's usage. The script defines D, do_start, do_stop,
@@ -201,9 +210,9 @@ fk_acquire_port() {
 fk_main() {
   local lock=$1; shift
   case "${1:-}" in
-    start)   fk_locked "$lock" do_start; print_env ;;
+    start)   fk_locked "$lock" do_start; fk_print_env ;;
     stop)    fk_locked "$lock" do_stop; rm -f "$D/acquired" ;;
-    acquire) fk_locked "$lock" do_acquire; print_env ;;
+    acquire) fk_locked "$lock" do_acquire; fk_print_env ;;
     release) fk_locked "$lock" fk_release "$D" do_stop ;;
     *) usage >&2; exit 2 ;;
   esac

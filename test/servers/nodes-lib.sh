@@ -142,7 +142,7 @@ fk_nodes_main() {
     heal)
       ours || fk_die "no nodes of $D to heal: this script did not start them (start or acquire first)"
       fk_locked "$LOCK" heal
-      print_env ;;
+      fk_print_env ;;
     kill)    node_arg "${2:-}"; running_pid "$N" >/dev/null; kill_node "$N" ;;
     restart)
       node_arg "${2:-}"

@@ -44,7 +44,7 @@ BASE=${FK_REDIS_BASE:-6390}
 NODES=(single 1 2 3 4 5 primary replica)
 REDLOCK=(1 2 3 4 5)
 D=$FK_STATE_DIR/redis
-SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+FK_CTL_NAME=FK_REDIS_CTL
 LOCK=redis-$BASE
 TURN=redis-$BASE
 WHERE=127.0.0.1:$BASE-$((BASE + 7))
@@ -71,7 +71,6 @@ print_env() {
   echo "FK_REDIS=redis://127.0.0.1:$BASE"
   echo "FK_REDLOCK=$(node_urls redis:// "${REDLOCK[@]}")"
   echo "FK_REDIS_PAIR=$(node_urls redis:// primary replica)"
-  echo "FK_REDIS_CTL=$SELF"
 }
 
 # One command to the node on port $1. `timeout`: a paused (SIGSTOPped) node

@@ -35,7 +35,7 @@ TICK=${FK_ZK_ENS_TICK:-500}
 IDS=(1 2 3)
 NODES=("${IDS[@]}")
 D=$FK_STATE_DIR/zk-ensemble
-SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+FK_CTL_NAME=FK_ZK_ENSEMBLE_CTL
 LOCK=zk-ensemble-$CB
 WHERE="127.0.0.1:$((CB + 1))-$((CB + 3))"
 CLUSTER=ensemble
@@ -53,7 +53,6 @@ usage() { echo "usage: $0 start|stop|status|acquire|release|leader|kill-leader|k
 print_env() {
   local i hosts=()
   echo "FK_ZK_ENSEMBLE=$(node_urls "" "${IDS[@]}")"
-  echo "FK_ZK_ENSEMBLE_CTL=$SELF"
   fk_zk_certs || return 0
   for i in "${IDS[@]}"; do
     if ! fk_zk_tls_up "$(sport "$i")"; then
