@@ -13,6 +13,7 @@
 #   restart_node N            SIGKILL N if it runs, start it with its data, wait
 #   do_start, heal, do_status, print_env, usage
 #   wait_foreign              wait until a set this script did not start serves
+#   FK_CTL_NAME               the variable that names this script for the tests (lib.sh)
 # A set with a leader (etcd.sh, zk-ensemble.sh) also defines IDS (the nodes
 # that elect one), leader_id (the leader's id, or 1), node_serves N, and
 # CLUSTER (its name, for messages), for cluster_healthy, wait_healthy and
