@@ -4,11 +4,13 @@
 // references any more takes its object with it.
 import type { ZooKeeperClient } from '../client.js';
 
-/** `of(zk)`: the object `make(zk)` made for zk on the first call, the same one on every later call. */
-export function perClient<T>(make: (zk: ZooKeeperClient) => T): (zk: ZooKeeperClient) => T {
+/** `of(zk)`: the object `make(zk)` made for zk on the first call, the same one on every later call (one lookup). */
+export function perClient<T extends object>(make: (zk: ZooKeeperClient) => T): (zk: ZooKeeperClient) => T {
   const made = new WeakMap<ZooKeeperClient, T>();
-  return (zk) => {
-    if (!made.has(zk)) made.set(zk, make(zk));
-    return made.get(zk) as T;
+  const remember = (zk: ZooKeeperClient): T => {
+    const value = make(zk);
+    made.set(zk, value);
+    return value;
   };
+  return (zk) => made.get(zk) ?? remember(zk);
 }
