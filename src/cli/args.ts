@@ -25,6 +25,13 @@ export function parse(argv: readonly string[], options: NonNullable<ParseArgsCon
   }
 }
 
+/** The database of --database-url, else of DATABASE_URL (the commands on the PostgreSQL tables); a UsageError when neither names one. */
+export function databaseUrl(values: ParsedArgs['values']): string {
+  const url = (values['database-url'] as string | undefined) ?? process.env.DATABASE_URL;
+  if (!url) throw new UsageError('no database: pass --database-url or set DATABASE_URL');
+  return url;
+}
+
 function integer(value: string, flag: string, min: number): number {
   if (!/^[0-9]+$/.test(value) || Number(value) < min || Number(value) > 0x7fffffff) {
     throw new UsageError(`${flag} must be ${min === 0 ? 'a non-negative' : 'a positive'} integer (milliseconds), got ${JSON.stringify(value)}`);

@@ -147,6 +147,13 @@ describe('redis.sh', () => {
     return [primary ?? 0, replica ?? 0];
   };
   const all = (): number[] => [single(), ...redlock(), ...pair()];
+  /** Redlock node `n` (1..5): its port, a key written there with `value` and acknowledged, and the node's pid before the fault. */
+  const written = async (n: number, prefix: string, value: string): Promise<{ port: number; key: string; pid: number }> => {
+    const port = redlock()[n - 1] ?? 0;
+    const key = uniqueId(prefix);
+    expect(await redis(port, 'set', key, value)).toBe('OK');
+    return { port, key, pid: Number(await ctl('pid', String(n))) };
+  };
 
   it('prints one single instance, five Redlock nodes and a pair, on distinct ports that are not 6379', () => {
     expect(env.FK_REDIS).toMatch(/^redis:\/\/127\.0\.0\.1:\d+$/);
@@ -195,10 +202,7 @@ describe('redis.sh', () => {
   });
 
   it('kill N ends the process, restart N brings back a write acknowledged before the kill', async () => {
-    const port = redlock()[2] ?? 0;
-    const key = uniqueId('durable');
-    expect(await redis(port, 'set', key, 'kept')).toBe('OK');
-    const pid = Number(await ctl('pid', '3'));
+    const { port, key, pid } = await written(3, 'durable', 'kept');
     await ctl('kill', '3');
     expect(await procState(pid)).toBeUndefined();
     expect(await accepts(port)).toBe(false);
@@ -220,21 +224,15 @@ describe('redis.sh', () => {
   });
 
   it('restart N on a running node is a crash and a restart from its AOF', async () => {
-    const port = redlock()[1] ?? 0;
-    const key = uniqueId('crash');
-    expect(await redis(port, 'set', key, 'kept')).toBe('OK');
-    const pid = Number(await ctl('pid', '2'));
+    const { port, key, pid } = await written(2, 'crash', 'kept');
     await ctl('restart', '2');
     expect(await procState(pid)).toBeUndefined();
     expect(await redis(port, 'get', key)).toBe('kept');
   });
 
   it('restart-empty N comes back without the data it had acknowledged', async () => {
-    const port = redlock()[3] ?? 0;
-    const key = uniqueId('lost');
-    expect(await redis(port, 'set', key, 'gone')).toBe('OK');
+    const { port, key, pid } = await written(4, 'lost', 'gone');
     expect(await redis(port, 'get', key)).toBe('gone');
-    const pid = Number(await ctl('pid', '4'));
     await ctl('restart-empty', '4');
     expect(await procState(pid)).toBeUndefined();
     expect(await redis(port, 'ping')).toBe('PONG');

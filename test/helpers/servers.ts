@@ -5,7 +5,7 @@
 // vitest's provide/inject. This module reads the environment first, then the
 // injected copy, so it works in either case and in a plain Node script.
 import { execFile } from 'node:child_process';
-import { afterAll, beforeAll, inject } from 'vitest';
+import { afterAll, afterEach, beforeAll, inject } from 'vitest';
 import { holdEnsembleForFaults } from './ensemble-lock.js';
 import { SERVER_DEFAULTS, SERVER_ENV, serversReadBy, type ProvidedServers, type TestServers } from './server-env.js';
 
@@ -104,6 +104,25 @@ export async function killEnsembleNode(n: number): Promise<void> {
  */
 export async function waitEnsembleHealthy(timeoutSeconds = 60): Promise<void> {
   await ensembleCtl(['wait-healthy', String(timeoutSeconds)]);
+}
+
+/**
+ * Leader kills for a test file: `kill()` SIGKILLs the ensemble's leader
+ * (killEnsembleLeader) and resolves with its id; after each test that killed
+ * one, the node is started again with its data and the ensemble is waited
+ * for until healthy. Register it before the file's afterEach that closes
+ * its clients: after-hooks run last-registered first, so the clients go
+ * before the node comes back.
+ */
+export function ensembleLeaderKills(): { kill(): Promise<number> } {
+  let killed: number | undefined;
+  afterEach(async () => {
+    if (killed === undefined) return;
+    await startEnsembleNode(killed);
+    killed = undefined;
+    await waitEnsembleHealthy();
+  });
+  return { kill: async () => (killed = await killEnsembleLeader()) };
 }
 
 /** Restart every node that is down, then wait until healthy (for afterEach/afterAll). */

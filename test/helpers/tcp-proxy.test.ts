@@ -57,6 +57,20 @@ function receive(socket: net.Socket, text: string, ms = 2000): Promise<string> {
   });
 }
 
+/** Write `text` and resolve with what comes back (the echo server's answer) once it has all arrived. */
+function roundTrip(socket: net.Socket, text: string): Promise<string> {
+  socket.write(text);
+  return receive(socket, text);
+}
+
+/** A fresh proxy to the echo server, and a connection through it that has carried `text` there and back. */
+async function warmConnection(text: string): Promise<net.Socket> {
+  proxy = await TcpProxy.start({ port: echoPort });
+  const socket = await connect();
+  await roundTrip(socket, text);
+  return socket;
+}
+
 /** True when nothing arrives on socket within ms. */
 async function silentFor(socket: net.Socket, ms: number): Promise<boolean> {
   let got = false;
@@ -74,8 +88,7 @@ describe('TcpProxy', () => {
     expect(proxy.port).not.toBe(echoPort);
     expect(proxy.address).toBe(`127.0.0.1:${proxy.port}`);
     const c = await connect();
-    c.write('hello');
-    expect(await receive(c, 'hello')).toBe('hello');
+    expect(await roundTrip(c, 'hello')).toBe('hello');
     const big = 'x'.repeat(1 << 20);
     c.write(big);
     expect((await receive(c, big, 5000)).length).toBe(big.length);
@@ -97,15 +110,11 @@ describe('TcpProxy', () => {
     expect(proxy.connectionCount).toBe(0);
 
     const c = await connect();
-    c.write('again');
-    expect(await receive(c, 'again')).toBe('again');
+    expect(await roundTrip(c, 'again')).toBe('again');
   });
 
   it('blackhole() holds traffic without closing anything; resume() delivers it', async () => {
-    proxy = await TcpProxy.start({ port: echoPort });
-    const a = await connect();
-    a.write('before');
-    await receive(a, 'before');
+    const a = await warmConnection('before');
 
     proxy.blackhole();
     let closed = false;
@@ -125,15 +134,11 @@ describe('TcpProxy', () => {
     expect(await gotA).toBe('during');
     expect(await gotB).toBe('late');
 
-    a.write('after');
-    expect(await receive(a, 'after')).toBe('after');
+    expect(await roundTrip(a, 'after')).toBe('after');
   });
 
   it('holdReplies() keeps what the server sent until deliverHeld(); lastForwardedAt is when the request went through', async () => {
-    proxy = await TcpProxy.start({ port: echoPort });
-    const a = await connect();
-    a.write('warm');
-    await receive(a, 'warm');
+    const a = await warmConnection('warm');
 
     proxy.holdReplies();
     const before = performance.now();
@@ -150,8 +155,7 @@ describe('TcpProxy', () => {
     expect(await got).toBe('question');
     expect(proxy.heldBytes).toBe(0);
     // Holding ended with the delivery: traffic flows as before.
-    a.write('after');
-    expect(await receive(a, 'after')).toBe('after');
+    expect(await roundTrip(a, 'after')).toBe('after');
   });
 
   it('deliverHeld() during a black hole delivers the held reply and nothing after it', async () => {
@@ -189,8 +193,7 @@ describe('TcpProxy', () => {
     try {
       proxy = await TcpProxy.start({ port: (server.address() as net.AddressInfo).port });
       const a = await connect();
-      a.write('plain');
-      expect(await receive(a, 'plain')).toBe('plain');
+      expect(await roundTrip(a, 'plain')).toBe('plain');
       proxy.loseReplyTo('MARK');
       let got = '';
       a.on('data', (chunk: string) => (got += chunk));
@@ -203,8 +206,7 @@ describe('TcpProxy', () => {
       expect(proxy.repliesLost).toBe(1);
 
       const b = await connect();
-      b.write('MARK again');
-      expect(await receive(b, 'MARK again')).toBe('MARK again');
+      expect(await roundTrip(b, 'MARK again')).toBe('MARK again');
       expect(proxy.repliesLost).toBe(1);
     } finally {
       server.close();

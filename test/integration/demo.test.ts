@@ -3,30 +3,16 @@
 // paused holder's stale write and the demo exits 0; with fencing disabled the
 // same timeline corrupts every resource and the demo exits 1. The second run
 // is the proof that the demo's verdict can fail.
-import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { serverEnvironment, testServers } from '../helpers/servers.js';
 import { holdRedisFaults } from './redis-helpers.js';
 import { uniqueLockName } from '../helpers/unique.js';
+import { assertBuilt, cli, type Run } from './cli-helpers.js';
 
-const BIN = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
-
-function demo(extra: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  if (!existsSync(BIN)) throw new Error(`${BIN} is missing: run 'npm run build' first (npm test does)`);
-  const env = {
-    ...process.env,
-    ...serverEnvironment(),
-    // Each run its own lock, so demo runs and other tests never queue behind each other.
-    DEMO_LOCK: uniqueLockName('demo'),
-  };
-  const child = spawn(process.execPath, [BIN, 'demo', ...extra], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
-  child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+function demo(extra: string[]): Promise<Run> {
+  assertBuilt();
+  // Each run its own lock, so demo runs and other tests never queue behind each other.
+  return cli(['demo', ...extra], { ...serverEnvironment(), DEMO_LOCK: uniqueLockName('demo') }).done;
 }
 
 describe('fencekeeper demo', () => {

@@ -2,13 +2,12 @@
 // pg.Pool and with Kysely: the ledger's states (absent, pending, succeeded,
 // failed), the fence on both ends (claim and record), reconcile, retryFailed,
 // results that cannot be stored as JSON, and input refused before any SQL.
-import type { Kysely } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DefiniteFailure, effectIdempotencyKey, listEffects, migrate, pendingEffects, withEffect, withFence, type Database, type EffectContext, type ReconcileContext } from '../../adapters/postgres/index.js';
 import { EffectFailedError, EffectPendingError, InvalidArgumentError, InvalidTokenError, LockLostError, StaleTokenError } from '../../src/index.js';
 import { assertBuilt, cli } from './cli-helpers.js';
-import { adminPool, DATABASE_URL, FLAVORS, createSchema, dropSchema, newKysely, newPool, uniqueName, type TestDatabase } from './postgres-helpers.js';
+import { adminPool, DATABASE_URL, FLAVORS, createSchema, dropSchema, migratedSchema, newPool, uniqueName } from './postgres-helpers.js';
 
 const admin = adminPool();
 
@@ -32,30 +31,11 @@ async function rejection(promise: Promise<unknown>): Promise<unknown> {
 }
 
 describe.each(FLAVORS)('withEffect with %s', (flavor) => {
-  const schema = uniqueName(`fk_fx_${flavor}`);
-  let pool: pg.Pool;
-  let kysely: Kysely<TestDatabase> | undefined;
-  let db: Database;
+  const { pool, db } = migratedSchema(admin, `fk_fx_${flavor}`, { flavor, max: 8, applicationName: uniqueName('fk_fx') });
   const ledger = async (resource: string) =>
     (await pool.query<{ effect_key: string; state: string; attempt: number; token: string; result: string | null; result_stored: boolean | null }>(
       'SELECT effect_key, state, attempt, token::text AS token, result, result_stored FROM fencekeeper_effects WHERE resource = $1 ORDER BY effect_key', [resource])).rows;
 
-  beforeAll(async () => {
-    await createSchema(admin, schema);
-    pool = newPool(schema, uniqueName('fk_fx'), 8);
-    if (flavor === 'kysely') {
-      kysely = newKysely(pool);
-      db = kysely;
-    } else {
-      db = pool;
-    }
-    await migrate(db);
-  });
-  afterAll(async () => {
-    if (kysely !== undefined) await kysely.destroy();
-    else await pool.end();
-    await dropSchema(admin, schema);
-  });
 
   it('runs an effect once: a later call answers the recorded result (after a JSON round trip) without running it', async () => {
     const resource = uniqueName('res');
@@ -289,31 +269,19 @@ describe.each(FLAVORS)('withEffect with %s', (flavor) => {
 });
 
 describe('withEffect refuses bad input before any SQL', () => {
-  const schema = uniqueName('fk_fx_input');
-  let pool: pg.Pool;
+  const { pool } = migratedSchema(admin, 'fk_fx_input', { max: 4, applicationName: uniqueName('fk_fx') });
   let statements = 0;
   /** The pool, counting everything sent through it. */
-  let counting: Database;
-
-  beforeAll(async () => {
-    await createSchema(admin, schema);
-    pool = newPool(schema, uniqueName('fk_fx'), 4);
-    await migrate(pool);
-    counting = {
-      query: (config: never) => {
-        statements += 1;
-        return pool.query(config);
-      },
-      connect: async () => {
-        statements += 1;
-        return pool.connect();
-      },
-    } as unknown as Database;
-  });
-  afterAll(async () => {
-    await pool.end();
-    await dropSchema(admin, schema);
-  });
+  const counting = {
+    query: (config: never) => {
+      statements += 1;
+      return pool.query(config);
+    },
+    connect: async () => {
+      statements += 1;
+      return pool.connect();
+    },
+  } as unknown as Database;
 
   const effect = async (): Promise<string> => 'x';
   const good = { resource: 'r', token: 1n, key: 'k' };

@@ -5,6 +5,8 @@ import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import type { Express } from 'express';
 import type { FenceAdmission, FenceStore, FencingToken } from '../../src/index.js';
+import { MemoryFenceStore, fencing } from '../../adapters/express/index.js';
+import { afterAll, beforeAll } from 'vitest';
 import { deferred, type Deferred } from '../helpers/wait.js';
 
 export interface Served {
@@ -25,6 +27,49 @@ export async function serve(app: Express | http.RequestListener): Promise<Served
         server.closeAllConnections();
         server.close(() => resolve());
       }),
+  };
+}
+
+/**
+ * `app` served (serve()) from the beforeAll of the file or suite this is
+ * called in, after the hooks registered before it, until its afterAll. Read
+ * `port` and `server` inside tests.
+ */
+export function servedDuring(app: Express | http.RequestListener): Served {
+  let served: Served | undefined;
+  beforeAll(async () => {
+    served = await serve(app);
+  });
+  afterAll(() => served?.close());
+  const now = (): Served => {
+    if (served === undefined) throw new Error('servedDuring: the server starts in beforeAll; use it inside a test');
+    return served;
+  };
+  return {
+    get server() {
+      return now().server;
+    },
+    get port() {
+      return now().port;
+    },
+    close: () => now().close(),
+  };
+}
+
+/**
+ * `app` with one fenced route, PUT /<resource> answering 204 (a
+ * MemoryFenceStore of its own), served as servedDuring() serves; `url` is
+ * the route's.
+ */
+export function fencedPutService(app: Express, resource: string): { readonly url: string } {
+  beforeAll(() => {
+    app.put(`/${resource}`, fencing({ store: new MemoryFenceStore(), resource }), (_req, res) => void res.status(204).end());
+  });
+  const served = servedDuring(app);
+  return {
+    get url() {
+      return `http://127.0.0.1:${served.port}/${resource}`;
+    },
   };
 }
 

@@ -13,7 +13,7 @@ import { migrate, PostgresFenceStore } from '../../adapters/postgres/index.js';
 import type { FenceStore } from '../../src/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueId } from '../helpers/unique.js';
-import { post, send, serve, settledYet, type Answer, type Served } from './express-helpers.js';
+import { post, send, serve, settledYet, type Answer, type Sent, type Served } from './express-helpers.js';
 import { deferred, until, type Deferred } from '../helpers/wait.js';
 
 const H = 'fencing-token';
@@ -126,6 +126,21 @@ class Replica {
     return d;
   }
 
+  /** Send `token` with `x-note: note` from a client the test will make leave (`sent.destroy()`); `gone` is what its answer fails with. */
+  sendLeaving(resource: string, token: string, note: string): { sent: Sent; gone: Promise<unknown> } {
+    const sent = send(this.served.port, `/docs/${resource}`, { [H]: token, 'x-note': note });
+    return { sent, gone: sent.answer.catch((error: unknown) => error) };
+  }
+
+  /** Send `token` for `resource` behind a gate: once its handler holds the fence and waits on the gate. */
+  async enter(resource: string, token: string): Promise<{ gate: Deferred; sent: Sent }> {
+    const note = `${this.name}:${token}`;
+    const gate = this.gate(resource, note);
+    const sent = send(this.served.port, `/docs/${resource}`, { [H]: token });
+    await this.enteredFor(resource, note).promise;
+    return { gate, sent };
+  }
+
   post(resource: string, token: string, headers: Record<string, string> = {}): Promise<Answer> {
     return post(this.served.port, `/docs/${resource}`, { [H]: token, ...headers });
   }
@@ -172,6 +187,12 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
       [resource],
     );
     return rows;
+  }
+
+  /** Once every admission has settled: the mark is `fence`, and the committed writes are those of `notes`, in order. */
+  async function expectSettled(resource: string, fence: string, notes: readonly string[]): Promise<void> {
+    expect(await settledFence(resource)).toBe(fence);
+    expect((await committedWrites(resource)).map((w) => w.note)).toEqual(notes);
   }
 
   /** The committed mark, read without waiting (what any other process sees now). */
@@ -245,9 +266,7 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
 
   it('the race across replicas: 35 on replica two waits on the row lock while 34 is in flight on replica one, then runs; 34 afterwards gets 409 current=35 at either replica', async () => {
     const doc = uniqueId('race');
-    const gate34 = one.gate(doc, 'one:34');
-    const first = send(one.served.port, `/docs/${doc}`, { [H]: '34' });
-    await one.enteredFor(doc, 'one:34').promise;
+    const { gate: gate34, sent: first } = await one.enter(doc, '34');
 
     const second = send(two.served.port, `/docs/${doc}`, { [H]: '35' });
     // Replica two's backend is blocked on the fence row, by replica one's transaction.
@@ -286,9 +305,7 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     expect((await one.post(doc, '34')).status).toBe(200);
     expect(await settledFence(doc)).toBe('34');
 
-    const gate35 = two.gate(doc, 'two:35');
-    const newer = send(two.served.port, `/docs/${doc}`, { [H]: '35' });
-    await two.enteredFor(doc, 'two:35').promise;
+    const { gate: gate35, sent: newer } = await two.enter(doc, '35');
     const stale = send(one.served.port, `/docs/${doc}`, { [H]: '34', 'x-note': 'stale-34' });
     const waiter = await lockWaiterOf(one);
     expect(waiter.blockedBy).toEqual([two.applicationName]);
@@ -300,17 +317,13 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     expect(refused.status).toBe(409);
     expect(refused.body).toMatchObject({ code: 'STALE_TOKEN', presented: '34', current: '35' });
     expect(one.hasEntered(doc, 'stale-34')).toBe(false);
-    expect(await settledFence(doc)).toBe('35');
-    expect((await committedWrites(doc)).map((w) => w.note)).toEqual(['one:34', 'two:35']);
+    await expectSettled(doc, '35', ['one:34', 'two:35']);
   });
 
   it('a client that leaves while its request waits on the row lock: its backend stops waiting, it never runs, and nothing of it commits', async () => {
     const doc = uniqueId('leaves');
-    const gate34 = one.gate(doc, 'one:34');
-    const first = send(one.served.port, `/docs/${doc}`, { [H]: '34' });
-    await one.enteredFor(doc, 'one:34').promise;
-    const leaving = send(two.served.port, `/docs/${doc}`, { [H]: '35', 'x-note': 'left-35' });
-    const gone = leaving.answer.catch((error: unknown) => error);
+    const { gate: gate34, sent: first } = await one.enter(doc, '34');
+    const { sent: leaving, gone } = two.sendLeaving(doc, '35', 'left-35');
     await lockWaiterOf(two);
     leaving.destroy();
     expect(await gone).toMatchObject({ code: 'ECONNRESET' });
@@ -324,8 +337,7 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     const next = await two.post(doc, '35');
     expect(next.status).toBe(200);
     expect(next.body).toMatchObject({ previous: '34' });
-    expect(await settledFence(doc)).toBe('35');
-    expect((await committedWrites(doc)).map((w) => w.note)).toEqual(['one:34', 'two:35']);
+    await expectSettled(doc, '35', ['one:34', 'two:35']);
   });
 
   it('a client that leaves while waiting on the row lock does not deadlock a replica whose pool is exhausted', async () => {
@@ -337,11 +349,8 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     // send the now useless cancel, the second request waits on the row lock
     // and the pool forever.
     const doc = uniqueId('exhausted');
-    const gate34 = one.gate(doc, 'one:34');
-    const first = send(one.served.port, `/docs/${doc}`, { [H]: '34' });
-    await one.enteredFor(doc, 'one:34').promise;
-    const leaving = send(small.served.port, `/docs/${doc}`, { [H]: '35', 'x-note': 'left-35' });
-    const gone = leaving.answer.catch((error: unknown) => error);
+    const { gate: gate34, sent: first } = await one.enter(doc, '34');
+    const { sent: leaving, gone } = small.sendLeaving(doc, '35', 'left-35');
     await lockWaiters(small, 1);
     const staying = send(small.served.port, `/docs/${doc}`, { [H]: '35', 'x-note': 'stays-35' });
     await lockWaiters(small, 2);
@@ -356,8 +365,7 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     expect(answer.status).toBe(200);
     expect(answer.body).toMatchObject({ note: 'stays-35', previous: '34' });
     expect(small.hasEntered(doc, 'left-35')).toBe(false);
-    expect(await settledFence(doc)).toBe('35');
-    expect((await committedWrites(doc)).map((w) => w.note)).toEqual(['one:34', 'stays-35']);
+    await expectSettled(doc, '35', ['one:34', 'stays-35']);
   });
 
   it('a handler that answers 500 or throws leaves no row but keeps the fence advance; a successful one commits both in one transaction', async () => {
@@ -375,8 +383,7 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     const thrown = await two.post(doc, '12', { 'x-outcome': 'throw', 'x-note': 'thrown-12' });
     expect(thrown.status).toBe(500);
     expect(thrown.body).toEqual({ thrown: true });
-    expect(await settledFence(doc)).toBe('12');
-    expect((await committedWrites(doc)).map((w) => w.note)).toEqual(['one:10']);
+    await expectSettled(doc, '12', ['one:10']);
     // The handlers did run and write: what they wrote was rolled back.
     expect(one.hasEntered(doc, 'failed-11') && two.hasEntered(doc, 'thrown-12')).toBe(true);
     // 11 is below the kept advance: refused at either replica.
@@ -392,8 +399,7 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     const answer = await ok.answer;
     expect(answer.status).toBe(200);
     expect(answer.body).toMatchObject({ token: '13', previous: '12' });
-    expect(await settledFence(doc)).toBe('13');
-    expect((await committedWrites(doc)).map((w) => w.note)).toEqual(['one:10', 'ok-13']);
+    await expectSettled(doc, '13', ['one:10', 'ok-13']);
     // One transaction: neither was visible while the handler was held, both are now.
     // (The row is written under the store's savepoint, a subtransaction, so
     // its xmin differs from the fence row's; it commits with its parent.)

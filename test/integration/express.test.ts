@@ -3,9 +3,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { NextFunction, Request, Response } from 'express';
 import { express } from './express-variants.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { fencing, MemoryFenceStore, type FencingOptions } from '../../adapters/express/index.js';
-import { post, send, serve, SpyStore, type Served } from './express-helpers.js';
+import { post, send, serve, servedDuring, SpyStore, type Answer } from './express-helpers.js';
 import { deferred, type Deferred } from '../helpers/wait.js';
 
 const H = 'fencing-token';
@@ -38,26 +38,42 @@ function gatedApp(options: Omit<FencingOptions<undefined>, 'resource'> & { resou
       aborted: f.signal.aborted,
     });
   });
+  const gate = (key: string): Deferred => {
+    const d = deferred();
+    gates.set(key, d);
+    return d;
+  };
   return {
     app,
     started,
     entered: (key: string) => entry(key).promise,
-    gate(key: string): Deferred {
-      const d = deferred();
-      gates.set(key, d);
-      return d;
+    gate,
+    /** POST `token` to `path` behind a gate: once its handler has started, waiting on the gate. */
+    async enter(port: number, path: string, token: string): Promise<{ gate: Deferred; answer: Promise<Answer> }> {
+      const opened = gate(token);
+      const answer = post(port, path, { [H]: token });
+      await entry(token).promise;
+      return { gate: opened, answer };
     },
   };
+}
+
+/** A gated app of its own over a SpyStore, served for the length of `body`. */
+async function withSpiedApp(body: (r: ReturnType<typeof gatedApp>, spy: SpyStore<undefined>, port: number) => Promise<void>): Promise<void> {
+  const spy = new SpyStore(new MemoryFenceStore());
+  const r = gatedApp({ store: spy });
+  const s = await serve(r.app);
+  try {
+    await body(r, spy, s.port);
+  } finally {
+    await s.close();
+  }
 }
 
 describe('fencing() with MemoryFenceStore', () => {
   const store = new MemoryFenceStore();
   const t = gatedApp({ store });
-  let served: Served;
-  beforeAll(async () => {
-    served = await serve(t.app);
-  });
-  afterAll(() => served.close());
+  const served = servedDuring(t.app);
 
   it('admits a first token, then equal and larger ones, and sets req.fencing', async () => {
     expect(await store.current('doc:a')).toBeNull();
@@ -121,16 +137,11 @@ describe('fencing() with MemoryFenceStore', () => {
   });
 
   it('the race: 35 waits until 34 has answered, and a 34 arriving after 35 was admitted gets 409', async () => {
-    const spy = new SpyStore(new MemoryFenceStore());
-    const r = gatedApp({ store: spy });
-    const s = await serve(r.app);
-    try {
-      const gate34 = r.gate('34');
-      const first = post(s.port, '/r/x', { [H]: '34' });
-      await r.entered('34');
+    await withSpiedApp(async (r, spy, port) => {
+      const { gate: gate34, answer: first } = await r.enter(port, '/r/x', '34');
 
       const gate35 = r.gate('35');
-      const second = post(s.port, '/r/x', { [H]: '35' });
+      const second = post(port, '/r/x', { [H]: '35' });
       await spy.until((calls) => calls.some((c) => c.token === 35n));
       // 35 has reached the store and is waiting there: its handler has not
       // started while 34's is in flight.
@@ -144,7 +155,7 @@ describe('fencing() with MemoryFenceStore', () => {
       expect(r.started).toEqual(['34', '35']);
 
       // 34 again, while 35 (admitted, not yet answered) holds the fence.
-      const late = post(s.port, '/r/x', { [H]: '34', 'x-key': 'late-34' });
+      const late = post(port, '/r/x', { [H]: '34', 'x-key': 'late-34' });
       await spy.until((calls) => calls.filter((c) => c.token === 34n).length === 2);
       gate35.resolve();
       expect((await second).status).toBe(200);
@@ -153,20 +164,13 @@ describe('fencing() with MemoryFenceStore', () => {
       expect(refused.body).toMatchObject({ presented: '34', current: '35' });
       expect(r.started).toEqual(['34', '35']);
       expect(await spy.current('doc:x')).toBe(35n);
-    } finally {
-      await s.close();
-    }
+    });
   });
 
   it('a client that leaves while waiting stops waiting and leaves nothing held', async () => {
-    const spy = new SpyStore(new MemoryFenceStore());
-    const r = gatedApp({ store: spy });
-    const s = await serve(r.app);
-    try {
-      const gate = r.gate('60');
-      const holder = post(s.port, '/r/w', { [H]: '60' });
-      await r.entered('60');
-      const waiter = send(s.port, '/r/w', { [H]: '61' });
+    await withSpiedApp(async (r, spy, port) => {
+      const { gate, answer: holder } = await r.enter(port, '/r/w', '60');
+      const waiter = send(port, '/r/w', { [H]: '61' });
       waiter.answer.catch(() => undefined);
       await spy.until((calls) => calls.some((c) => c.token === 61n));
       waiter.destroy();
@@ -175,11 +179,9 @@ describe('fencing() with MemoryFenceStore', () => {
       expect((await holder).status).toBe(200);
       expect(await spy.current('doc:w')).toBe(60n);
       // Nothing stuck: the next request is admitted, and 61 never ran.
-      expect((await post(s.port, '/r/w', { [H]: '60', 'x-key': 'after' })).status).toBe(200);
+      expect((await post(port, '/r/w', { [H]: '60', 'x-key': 'after' })).status).toBe(200);
       expect(r.started).toEqual(['60', 'after']);
-    } finally {
-      await s.close();
-    }
+    });
   });
 });
 
@@ -212,11 +214,7 @@ describe('settling: commit when the response finished below 500, abort otherwise
   app.use((_error: unknown, _req: Request, res: Response, _next: NextFunction) => {
     res.status(500).json({ crashed: true });
   });
-  let served: Served;
-  beforeAll(async () => {
-    served = await serve(app);
-  });
-  afterAll(() => served.close());
+  const served = servedDuring(app);
 
   // The fence keeps an admitted token even when its admission aborts: the
   // handler may have written somewhere before it failed (regression, found
@@ -289,11 +287,7 @@ describe('verify', () => {
       res.json({ ok: true });
     },
   );
-  let served: Served;
-  beforeAll(async () => {
-    served = await serve(app);
-  });
-  afterAll(() => served.close());
+  const served = servedDuring(app);
 
   it('runs with (token, resource, req) and admits only on true', async () => {
     expect((await post(served.port, '/v', { [H]: '1' })).status).toBe(200);
@@ -355,11 +349,7 @@ describe('the resource function', () => {
       res.json({ ok: true });
     },
   );
-  let served: Served;
-  beforeAll(async () => {
-    served = await serve(app);
-  });
-  afterAll(() => served.close());
+  const served = servedDuring(app);
 
   it('a thrown 4xx status is answered as that status', async () => {
     const answer = await post(served.port, '/res/unknown', { [H]: '1' });

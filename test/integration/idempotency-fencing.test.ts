@@ -5,31 +5,21 @@
 // back, and the retry is then told "done" about writes that never happened.
 import { express } from './express-variants.js';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { MemoryIdempotencyStore, fencing, idempotency } from '../../adapters/express/index.js';
-import { PostgresFenceStore, PostgresIdempotencyStore, migrate } from '../../adapters/postgres/index.js';
+import { PostgresFenceStore, PostgresIdempotencyStore } from '../../adapters/postgres/index.js';
 import type { IdempotencyStore } from '../../src/index.js';
 import { serve, type Served } from './express-helpers.js';
-import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
+import { adminPool, migratedSchema, uniqueName } from './postgres-helpers.js';
 
-const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
-const schema = uniqueName('fk_idemfence');
-let pool: pg.Pool;
+const { pool } = migratedSchema(adminPool(), 'fk_idemfence', { max: 8 });
 
 beforeAll(async () => {
-  await createSchema(admin, schema);
-  pool = newPool(schema, uniqueName('fk_idemfence'), 8);
-  await migrate(pool);
   await pool.query('CREATE TABLE accounts (id int PRIMARY KEY)');
   // Deferred: a bad row is accepted by its INSERT and refused at COMMIT,
   // after the response has gone out.
   await pool.query('CREATE TABLE entries (id serial PRIMARY KEY, account int NOT NULL REFERENCES accounts (id) DEFERRABLE INITIALLY DEFERRED, amount int NOT NULL)');
   await pool.query('INSERT INTO accounts VALUES (1)');
-});
-afterAll(async () => {
-  await pool?.end();
-  await dropSchema(admin, schema);
-  await admin.end();
 });
 
 interface Route {

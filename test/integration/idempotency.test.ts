@@ -6,29 +6,15 @@
 import type { Request } from 'express';
 import { express } from './express-variants.js';
 import fc from 'fast-check';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryIdempotencyStore, idempotency, type IdempotencyOptions } from '../../adapters/express/index.js';
-import { PostgresIdempotencyStore, migrate } from '../../adapters/postgres/index.js';
+import { PostgresIdempotencyStore } from '../../adapters/postgres/index.js';
 import type { IdempotencyStore } from '../../src/index.js';
 import { rawStatus, serve, type Served } from './express-helpers.js';
-import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
+import { adminPool, migratedSchema } from './postgres-helpers.js';
 import { deferred, within } from '../helpers/wait.js';
 
-const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
-const schema = uniqueName('fk_idem');
-let pool: pg.Pool;
-
-beforeAll(async () => {
-  await createSchema(admin, schema);
-  pool = newPool(schema, uniqueName('fk_idem'), 8);
-  await migrate(pool);
-});
-afterAll(async () => {
-  await pool?.end();
-  await dropSchema(admin, schema);
-  await admin.end();
-});
+const { pool } = migratedSchema(adminPool(), 'fk_idem', { max: 8 });
 
 interface Flavor {
   readonly name: string;

@@ -8,7 +8,6 @@ import { describe, expect, it } from 'vitest';
 import { LockLostError, LockTimeoutError } from '../../src/errors.js';
 import { acquireLock, lockStatus, observeLock, tryAcquireLock, type ZooKeeperLock as Lock } from '../../src/zookeeper/recipes/lock.js';
 import type { FencingToken } from '../../src/token.js';
-import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { LOCKS, lastReplyHeldBack, queueChildren, serverWatchCount, serverWatches } from './lock-helpers.js';
 import { deferred, until, within } from '../helpers/wait.js';
@@ -305,87 +304,72 @@ describe('how a holding ends', () => {
   });
 
   it('client close while disconnected: closed', async () => {
-    const proxy = await TcpProxy.to(server);
-    try {
-      const zk = await clients.connect(proxy.address, 4000);
-      const lock = await acquireLock(zk, uniqueLockName('closedoffline'));
-      proxy.cut();
-      proxy.blackhole();
-      await until(() => zk.state === 'suspended', 'the client to notice the cut');
-      await zk.close();
-      expect(lossOf(lock).reason).toBe('closed');
-      expect(lock.held).toBe(false);
-      await lock.release();
-    } finally {
-      await proxy.close();
-    }
+    const { proxy, zk } = await file.proxied();
+    const lock = await acquireLock(zk, uniqueLockName('closedoffline'));
+    proxy.cut();
+    proxy.blackhole();
+    await until(() => zk.state === 'suspended', 'the client to notice the cut');
+    await zk.close();
+    expect(lossOf(lock).reason).toBe('closed');
+    expect(lock.held).toBe(false);
+    await lock.release();
   });
 
   it('connection cut past the session timeout: deadline first, then the session expires; the next holder has a larger token', async () => {
     const name = uniqueLockName('expiry');
-    const proxy = await TcpProxy.to(server);
-    try {
-      const zk = await clients.connect(proxy.address, 2000);
-      const other = await clients.connect(server);
-      const lock = await acquireLock(zk, name);
-      const aborted = nextAbort(lock.signal);
-      const next = acquireLock(other, name);
-      proxy.blackhole();
-      await aborted;
-      expect(lossOf(lock).reason).toBe('deadline');
-      expect(lock.held).toBe(false);
-      const successor = await next; // the server expired the session and deleted the node
-      expect(successor.token > lock.token).toBe(true);
-      proxy.resume();
-      await until(() => zk.state === 'expired', 'the client to learn its session expired');
-      expect(lossOf(lock).reason).toBe('deadline');
-      expect(lock.held).toBe(false);
-      await lock.release();
-      await successor.release();
-    } finally {
-      await proxy.close();
-    }
+    const { proxy, zk } = await file.proxied(2000);
+    const other = await clients.connect(server);
+    const lock = await acquireLock(zk, name);
+    const aborted = nextAbort(lock.signal);
+    const next = acquireLock(other, name);
+    proxy.blackhole();
+    await aborted;
+    expect(lossOf(lock).reason).toBe('deadline');
+    expect(lock.held).toBe(false);
+    const successor = await next; // the server expired the session and deleted the node
+    expect(successor.token > lock.token).toBe(true);
+    proxy.resume();
+    await until(() => zk.state === 'expired', 'the client to learn its session expired');
+    expect(lossOf(lock).reason).toBe('deadline');
+    expect(lock.held).toBe(false);
+    await lock.release();
+    await successor.release();
   });
 
   it('step-down: the signal aborts at (send time of the last acknowledged request) + timeout - margin, not counted from a reply that arrived seconds late', async () => {
     const name = uniqueLockName('stepdown');
-    const proxy = await TcpProxy.to(server);
-    try {
-      const zk = await clients.connect(proxy.address, STEP_DOWN.sessionTimeoutMs);
-      expect(zk.sessionTimeoutMs).toBe(STEP_DOWN.sessionTimeoutMs);
-      const other = await clients.connect(server);
-      const lock = await acquireLock(zk, name, { safetyMarginMs: STEP_DOWN.marginMs });
-      const order: string[] = [];
-      const aborted = nextAbort(lock.signal).then((abort) => {
-        order.push('holder stepped down');
-        return { ...abort, state: zk.state };
-      });
-      const next = acquireLock(other, name).then((l) => {
-        order.push('other granted');
-        return l;
-      });
-      await until(async () => (await lockStatus(file.admin, name)).waiters.length === 1, 'the other client queued');
-      const reply = await lastReplyHeldBack(proxy, zk, STEP_DOWN.holdMs);
-      // The fault happened: the last acknowledged request's reply arrived
-      // far later than the request went out, and the lock was still held.
-      expect(reply.deliveredAt - reply.forwardedBy).toBeGreaterThan(STEP_DOWN.slackMs);
-      expect(lock.held).toBe(true);
-      const successor = await next;
-      const abort = await aborted;
-      expect(order).toEqual(['holder stepped down', 'other granted']);
-      expect(lossOf(lock).reason).toBe('deadline');
-      expect(abort.state).not.toBe('expired');
-      const { sessionTimeoutMs, marginMs, slackMs } = STEP_DOWN;
-      // Never before the deadline counted from the send (it was sent after sentAfter)...
-      expect(abort.at).toBeGreaterThanOrEqual(reply.sentAfter + sessionTimeoutMs - marginMs);
-      // ...and not later than a timer's lateness on a loaded machine after it
-      // (it was sent before forwardedBy). Counted from the reply's arrival it
-      // would be holdMs later, past this bound and past the session's expiry.
-      expect(abort.at).toBeLessThanOrEqual(reply.forwardedBy + sessionTimeoutMs - marginMs + slackMs);
-      await successor.release();
-    } finally {
-      await proxy.close();
-    }
+    const { proxy, zk } = await file.proxied(STEP_DOWN.sessionTimeoutMs);
+    expect(zk.sessionTimeoutMs).toBe(STEP_DOWN.sessionTimeoutMs);
+    const other = await clients.connect(server);
+    const lock = await acquireLock(zk, name, { safetyMarginMs: STEP_DOWN.marginMs });
+    const order: string[] = [];
+    const aborted = nextAbort(lock.signal).then((abort) => {
+      order.push('holder stepped down');
+      return { ...abort, state: zk.state };
+    });
+    const next = acquireLock(other, name).then((l) => {
+      order.push('other granted');
+      return l;
+    });
+    await until(async () => (await lockStatus(file.admin, name)).waiters.length === 1, 'the other client queued');
+    const reply = await lastReplyHeldBack(proxy, zk, STEP_DOWN.holdMs);
+    // The fault happened: the last acknowledged request's reply arrived
+    // far later than the request went out, and the lock was still held.
+    expect(reply.deliveredAt - reply.forwardedBy).toBeGreaterThan(STEP_DOWN.slackMs);
+    expect(lock.held).toBe(true);
+    const successor = await next;
+    const abort = await aborted;
+    expect(order).toEqual(['holder stepped down', 'other granted']);
+    expect(lossOf(lock).reason).toBe('deadline');
+    expect(abort.state).not.toBe('expired');
+    const { sessionTimeoutMs, marginMs, slackMs } = STEP_DOWN;
+    // Never before the deadline counted from the send (it was sent after sentAfter)...
+    expect(abort.at).toBeGreaterThanOrEqual(reply.sentAfter + sessionTimeoutMs - marginMs);
+    // ...and not later than a timer's lateness on a loaded machine after it
+    // (it was sent before forwardedBy). Counted from the reply's arrival it
+    // would be holdMs later, past this bound and past the session's expiry.
+    expect(abort.at).toBeLessThanOrEqual(reply.forwardedBy + sessionTimeoutMs - marginMs + slackMs);
+    await successor.release();
   });
 });
 
@@ -393,51 +377,41 @@ describe('lost create reply', () => {
   it('the connection drops with create2 in flight: the lock adopts its node, one node for one acquire', async () => {
     const name = uniqueLockName('lostreply');
     const parent = parentOf(name);
-    const proxy = await TcpProxy.to(server);
-    try {
-      const zk = await clients.connect(proxy.address, 4000);
-      const other = await clients.connect(server);
-      // Someone holds the lock, so our create makes a waiter, and the parent exists.
-      const holder = await acquireLock(other, name);
-      proxy.loseReplyTo(`${parent}/`);
-      const acquiring = acquireLock(zk, name);
-      await until(() => proxy.repliesLost === 1, 'the create2 reply to be dropped');
-      await until(async () => (await lockStatus(file.admin, name)).waiters.length === 1, 'our node in the queue');
-      const status = await lockStatus(file.admin, name);
-      expect(status.waiters[0]!.sessionId).toBe(zk.sessionId);
-      await holder.release();
-      const lock = await acquiring;
-      expect(lock.path).toBe(status.waiters[0]!.path);
-      expect(lock.token).toBe(status.waiters[0]!.token);
-      expect(await queueChildren(file.admin, parent)).toEqual([lock.path.slice(parent.length + 1)]);
-      expect(zk.state).toBe('connected');
-      await lock.release();
-      expect(await queueChildren(file.admin, parent)).toEqual([]);
-    } finally {
-      await proxy.close();
-    }
+    const { proxy, zk } = await file.proxied();
+    const other = await clients.connect(server);
+    // Someone holds the lock, so our create makes a waiter, and the parent exists.
+    const holder = await acquireLock(other, name);
+    proxy.loseReplyTo(`${parent}/`);
+    const acquiring = acquireLock(zk, name);
+    await until(() => proxy.repliesLost === 1, 'the create2 reply to be dropped');
+    await until(async () => (await lockStatus(file.admin, name)).waiters.length === 1, 'our node in the queue');
+    const status = await lockStatus(file.admin, name);
+    expect(status.waiters[0]!.sessionId).toBe(zk.sessionId);
+    await holder.release();
+    const lock = await acquiring;
+    expect(lock.path).toBe(status.waiters[0]!.path);
+    expect(lock.token).toBe(status.waiters[0]!.token);
+    expect(await queueChildren(file.admin, parent)).toEqual([lock.path.slice(parent.length + 1)]);
+    expect(zk.state).toBe('connected');
+    await lock.release();
+    expect(await queueChildren(file.admin, parent)).toEqual([]);
   });
 
   it('uncontended: the reply to create2 + getChildren is lost, the lock is still granted with its one node', async () => {
     const name = uniqueLockName('lostreply1');
     const parent = parentOf(name);
-    const proxy = await TcpProxy.to(server);
-    try {
-      const zk = await clients.connect(proxy.address, 4000);
-      // Make the parent exist so the first create succeeds (an empty container is not reaped).
-      const warm = await acquireLock(zk, name);
-      await file.admin.create(`${parent}/keep`);
-      await warm.release();
-      proxy.loseReplyTo(`${parent}/`);
-      const lock = await acquireLock(zk, name);
-      expect(proxy.repliesLost).toBe(1);
-      expect(lock.held).toBe(true);
-      expect(await queueChildren(file.admin, parent)).toEqual([lock.path.slice(parent.length + 1), 'keep'].sort());
-      await lock.release();
-      await file.admin.delete(`${parent}/keep`);
-    } finally {
-      await proxy.close();
-    }
+    const { proxy, zk } = await file.proxied();
+    // Make the parent exist so the first create succeeds (an empty container is not reaped).
+    const warm = await acquireLock(zk, name);
+    await file.admin.create(`${parent}/keep`);
+    await warm.release();
+    proxy.loseReplyTo(`${parent}/`);
+    const lock = await acquireLock(zk, name);
+    expect(proxy.repliesLost).toBe(1);
+    expect(lock.held).toBe(true);
+    expect(await queueChildren(file.admin, parent)).toEqual([lock.path.slice(parent.length + 1), 'keep'].sort());
+    await lock.release();
+    await file.admin.delete(`${parent}/keep`);
   });
 });
 
@@ -498,26 +472,21 @@ describe('observeLock', () => {
 
   it('an observer whose session expired does not keep answering from its cache', async () => {
     const name = uniqueLockName('observeexpired');
-    const proxy = await TcpProxy.to(server);
-    try {
-      const watcherZk = await clients.connect(proxy.address, 2000);
-      const [a, b] = await clients.many(2, server);
-      const observer = observeLock(watcherZk, name);
-      const first = await acquireLock(a!, name);
-      await until(async () => (await observer.holder())?.token === first.token, 'observer sees the holder');
-      proxy.blackhole();
-      await until(() => watcherZk.state === 'expired', 'the observer client expired');
-      const next = acquireLock(b!, name);
-      await first.release();
-      const second = await next;
-      // The cache still names `first`, who released: a verify() built on it
-      // would admit a token that is no longer the holder's.
-      await expect(observer.holder()).rejects.toMatchObject({ code: 'SESSION_EXPIRED' });
-      observer.close();
-      await second.release();
-    } finally {
-      await proxy.close();
-    }
+    const { proxy, zk: watcherZk } = await file.proxied(2000);
+    const [a, b] = await clients.many(2, server);
+    const observer = observeLock(watcherZk, name);
+    const first = await acquireLock(a!, name);
+    await until(async () => (await observer.holder())?.token === first.token, 'observer sees the holder');
+    proxy.blackhole();
+    await until(() => watcherZk.state === 'expired', 'the observer client expired');
+    const next = acquireLock(b!, name);
+    await first.release();
+    const second = await next;
+    // The cache still names `first`, who released: a verify() built on it
+    // would admit a token that is no longer the holder's.
+    await expect(observer.holder()).rejects.toMatchObject({ code: 'SESSION_EXPIRED' });
+    observer.close();
+    await second.release();
   });
 });
 
@@ -561,100 +530,80 @@ describe('requests per cycle', () => {
 
 describe('disconnections shorter than the session', () => {
   it('a holder that reconnects keeps the lock, and its own-node watch was re-armed', async () => {
-    const proxy = await TcpProxy.to(server);
-    try {
-      const zk = await clients.connect(proxy.address, 4000);
-      const lock = await acquireLock(zk, uniqueLockName('holderreconnect'));
-      // The own-node watch is registered before the cut, so it is the
-      // reconnect's setWatches that re-arms it (a watch first sent after the
-      // reconnect would pass this test without any re-arm).
-      await until(() => serverWatches(server, lock.path), 'the own-node watch on the server');
-      const states: string[] = [];
-      zk.on('state', (state: string) => states.push(state));
-      proxy.cut();
-      await until(() => states.join() === 'suspended,connected', 'the client to notice the cut and reconnect');
-      expect(lock.held).toBe(true);
-      expect(lock.signal.aborted).toBe(false);
-      const aborted = nextAbort(lock.signal);
-      await file.admin.delete(lock.path);
-      // A watch that was not re-armed never fires: fail with that, not with the test's timeout.
-      await within(aborted, 20_000, 'the re-armed own-node watch to fire');
-      expect(lossOf(lock).reason).toBe('node_deleted');
-    } finally {
-      await proxy.close();
-    }
+    const { proxy, zk } = await file.proxied();
+    const lock = await acquireLock(zk, uniqueLockName('holderreconnect'));
+    // The own-node watch is registered before the cut, so it is the
+    // reconnect's setWatches that re-arms it (a watch first sent after the
+    // reconnect would pass this test without any re-arm).
+    await until(() => serverWatches(server, lock.path), 'the own-node watch on the server');
+    const states: string[] = [];
+    zk.on('state', (state: string) => states.push(state));
+    proxy.cut();
+    await until(() => states.join() === 'suspended,connected', 'the client to notice the cut and reconnect');
+    expect(lock.held).toBe(true);
+    expect(lock.signal.aborted).toBe(false);
+    const aborted = nextAbort(lock.signal);
+    await file.admin.delete(lock.path);
+    // A watch that was not re-armed never fires: fail with that, not with the test's timeout.
+    await within(aborted, 20_000, 'the re-armed own-node watch to fire');
+    expect(lossOf(lock).reason).toBe('node_deleted');
   });
 
   it('a waiter disconnected while its predecessor leaves is granted after it reconnects (setWatches)', async () => {
     const name = uniqueLockName('waiterreconnect');
-    const proxy = await TcpProxy.to(server);
-    try {
-      const zk = await clients.connect(proxy.address, 4000);
-      const other = await clients.connect(server);
-      const holder = await acquireLock(other, name);
-      const waiting = acquireLock(zk, name);
-      await until(async () => (await serverWatchCount(server, parentOf(name))) >= 2, 'the waiter watches the holder');
-      proxy.cut();
-      proxy.blackhole(); // reconnection attempts hang until resume()
-      await until(() => zk.state === 'suspended', 'the waiter to notice the cut');
-      await holder.release();
-      proxy.resume();
-      const lock = await waiting;
-      expect(lock.held).toBe(true);
-      expect(lock.token > holder.token).toBe(true);
-      await lock.release();
-    } finally {
-      await proxy.close();
-    }
+    const { proxy, zk } = await file.proxied();
+    const other = await clients.connect(server);
+    const holder = await acquireLock(other, name);
+    const waiting = acquireLock(zk, name);
+    await until(async () => (await serverWatchCount(server, parentOf(name))) >= 2, 'the waiter watches the holder');
+    proxy.cut();
+    proxy.blackhole(); // reconnection attempts hang until resume()
+    await until(() => zk.state === 'suspended', 'the waiter to notice the cut');
+    await holder.release();
+    proxy.resume();
+    const lock = await waiting;
+    expect(lock.held).toBe(true);
+    expect(lock.token > holder.token).toBe(true);
+    await lock.release();
   });
 
   it('a waiter whose session expires rejects with SessionExpiredError and leaves no node', async () => {
     const name = uniqueLockName('waiterexpired');
-    const proxy = await TcpProxy.to(server);
-    try {
-      const zk = await clients.connect(proxy.address, 2000);
-      const other = await clients.connect(server);
-      const holder = await acquireLock(other, name);
-      const waiting = acquireLock(zk, name);
-      await until(async () => (await lockStatus(file.admin, name)).waiters.length === 1, 'waiter queued');
-      proxy.blackhole();
-      await expect(waiting).rejects.toMatchObject({ code: 'SESSION_EXPIRED' });
-      await until(async () => (await lockStatus(file.admin, name)).waiters.length === 0, 'the server to drop the expired waiter');
-      await holder.release();
-      expect(await queueChildren(file.admin, parentOf(name))).toEqual([]);
-    } finally {
-      await proxy.close();
-    }
+    const { proxy, zk } = await file.proxied(2000);
+    const other = await clients.connect(server);
+    const holder = await acquireLock(other, name);
+    const waiting = acquireLock(zk, name);
+    await until(async () => (await lockStatus(file.admin, name)).waiters.length === 1, 'waiter queued');
+    proxy.blackhole();
+    await expect(waiting).rejects.toMatchObject({ code: 'SESSION_EXPIRED' });
+    await until(async () => (await lockStatus(file.admin, name)).waiters.length === 0, 'the server to drop the expired waiter');
+    await holder.release();
+    expect(await queueChildren(file.admin, parentOf(name))).toEqual([]);
   });
 });
 
 describe('giving up while disconnected', () => {
   it('timeoutMs is honoured while the client is disconnected (it waited for the session to expire), and the node is removed after the reconnect', async () => {
     const name = uniqueLockName('timeoutoffline');
-    const proxy = await TcpProxy.to(server);
-    try {
-      const zk = await clients.connect(proxy.address, 4000);
-      const other = await clients.connect(server);
-      const holder = await acquireLock(other, name);
-      proxy.cut();
-      proxy.blackhole();
-      await until(() => zk.state === 'suspended', 'the client to notice the cut');
-      await expect(acquireLock(zk, name, { timeoutMs: 100 })).rejects.toBeInstanceOf(LockTimeoutError);
-      expect(zk.state).toBe('suspended'); // not 'expired': the caller was not kept waiting for the session's end
-      const ac = new AbortController();
-      const aborted = acquireLock(zk, name, { signal: ac.signal });
-      ac.abort();
-      await expect(aborted).rejects.toMatchObject({ name: 'AbortError' });
-      expect(zk.state).toBe('suspended');
-      proxy.resume();
-      await until(() => zk.state === 'connected', 'the client to reconnect');
-      // The creates went out after the reconnect; the background removal follows them.
-      await until(async () => (await lockStatus(file.admin, name)).waiters.length === 0, 'no waiter node left');
-      await expect(zk.exists(parentOf(name))).resolves.not.toBeNull();
-      expect(await queueChildren(file.admin, parentOf(name))).toEqual([holder.path.slice(parentOf(name).length + 1)]);
-      await holder.release();
-    } finally {
-      await proxy.close();
-    }
+    const { proxy, zk } = await file.proxied();
+    const other = await clients.connect(server);
+    const holder = await acquireLock(other, name);
+    proxy.cut();
+    proxy.blackhole();
+    await until(() => zk.state === 'suspended', 'the client to notice the cut');
+    await expect(acquireLock(zk, name, { timeoutMs: 100 })).rejects.toBeInstanceOf(LockTimeoutError);
+    expect(zk.state).toBe('suspended'); // not 'expired': the caller was not kept waiting for the session's end
+    const ac = new AbortController();
+    const aborted = acquireLock(zk, name, { signal: ac.signal });
+    ac.abort();
+    await expect(aborted).rejects.toMatchObject({ name: 'AbortError' });
+    expect(zk.state).toBe('suspended');
+    proxy.resume();
+    await until(() => zk.state === 'connected', 'the client to reconnect');
+    // The creates went out after the reconnect; the background removal follows them.
+    await until(async () => (await lockStatus(file.admin, name)).waiters.length === 0, 'no waiter node left');
+    await expect(zk.exists(parentOf(name))).resolves.not.toBeNull();
+    expect(await queueChildren(file.admin, parentOf(name))).toEqual([holder.path.slice(parentOf(name).length + 1)]);
+    await holder.release();
   });
 });

@@ -10,14 +10,10 @@
 //   - the HTTP service's process (the demo itself) counts the one request it
 //     refused, 409;
 //   - B lost nothing and refused nothing.
-import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { serverEnvironment } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
-
-const BIN = fileURLToPath(new URL('../../dist/src/cli/main.js', import.meta.url));
+import { assertBuilt, cli, type Run } from './cli-helpers.js';
 
 /** The adapters whose refusal of A's stale write is published in A's own process. */
 const REFUSED_IN_HOLDER = ['postgres', 's3'];
@@ -55,15 +51,9 @@ function total(series: readonly Series[] | undefined, name: string, where: Recor
   return (series ?? []).filter((s) => s.name === name && Object.entries(where).every(([k, v]) => s.labels[k] === v)).reduce((n, s) => n + s.value, 0);
 }
 
-function runDemo(): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  if (!existsSync(BIN)) throw new Error(`${BIN} is missing: run 'npm run build' first (npm test does)`);
-  const env = { ...process.env, ...serverEnvironment(), DEMO_LOCK: uniqueLockName('otel-demo') };
-  const child = spawn(process.execPath, [BIN, 'demo', '--metrics'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
-  child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })));
+function runDemo(): Promise<Run> {
+  assertBuilt();
+  return cli(['demo', '--metrics'], { ...serverEnvironment(), DEMO_LOCK: uniqueLockName('otel-demo') }).done;
 }
 
 describe('the paused holder, in metrics', () => {

@@ -2,14 +2,12 @@
 // OpenTelemetry's Prometheus exporter, served over HTTP and read as
 // Prometheus text, after real operations (a ZooKeeper lock held and
 // released, a stale S3 write refused, a stale HTTP request refused).
-import { once } from 'node:events';
-import { createServer, type Server } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import { MeterProvider } from '@opentelemetry/sdk-metrics';
 import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { instrument, uninstrument } from '../../adapters/opentelemetry/index.js';
-import { MemoryFenceStore, fencing } from '../../adapters/express/index.js';
 import { fencedPutObject } from '../../adapters/s3/index.js';
 import { StaleTokenError } from '../../src/errors.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
@@ -17,20 +15,13 @@ import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { TestBucket, newClient, randomPrefix } from './s3-helpers.js';
+import { fencedPutService, serve, type Served } from './express-helpers.js';
 
 const testBucket = new TestBucket('prom');
 let exporter: PrometheusExporter;
 let meterProvider: MeterProvider;
-let metricsServer: Server;
-let appServer: Server;
+let metricsServer: Served | undefined;
 let scrapeUrl: string;
-let appUrl: string;
-
-async function listen(server: Server): Promise<string> {
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  return `http://127.0.0.1:${(server.address() as { port: number }).port}`;
-}
 
 beforeAll(async () => {
   await testBucket.create();
@@ -38,19 +29,13 @@ beforeAll(async () => {
   exporter = new PrometheusExporter({ preventServerStart: true });
   meterProvider = new MeterProvider({ readers: [exporter] });
   instrument({ meterProvider });
-  metricsServer = createServer((req, res) => exporter.getMetricsRequestHandler(req, res));
-  scrapeUrl = `${await listen(metricsServer)}/metrics`;
-  const app = express();
-  app.put('/jobs', fencing({ store: new MemoryFenceStore(), resource: 'jobs' }), (_req, res) => void res.status(204).end());
-  appServer = createServer(app);
-  appUrl = `${await listen(appServer)}/jobs`;
+  metricsServer = await serve((req: IncomingMessage, res: ServerResponse) => exporter.getMetricsRequestHandler(req, res));
+  scrapeUrl = `http://127.0.0.1:${metricsServer.port}/metrics`;
 });
+const jobs = fencedPutService(express(), 'jobs');
 afterAll(async () => {
   uninstrument();
-  for (const server of [metricsServer, appServer]) {
-    server?.closeAllConnections();
-    await new Promise((r) => server?.close(r));
-  }
+  await metricsServer?.close();
   await meterProvider?.shutdown();
   await testBucket.remove();
 });
@@ -70,8 +55,8 @@ describe('Prometheus scrape', () => {
     await fencedPutObject(client, { Bucket: testBucket.name, Key, Body: 'by 8', token: 8n });
     await expect(fencedPutObject(client, { Bucket: testBucket.name, Key, Body: 'by 7', token: 7n })).rejects.toBeInstanceOf(StaleTokenError);
     client.destroy();
-    expect((await fetch(appUrl, { method: 'PUT', headers: { 'fencing-token': '8' } })).status).toBe(204);
-    expect((await fetch(appUrl, { method: 'PUT', headers: { 'fencing-token': '7' } })).status).toBe(409);
+    expect((await fetch(jobs.url, { method: 'PUT', headers: { 'fencing-token': '8' } })).status).toBe(204);
+    expect((await fetch(jobs.url, { method: 'PUT', headers: { 'fencing-token': '7' } })).status).toBe(409);
 
     const response = await fetch(scrapeUrl);
     expect(response.status).toBe(200);

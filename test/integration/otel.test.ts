@@ -6,14 +6,11 @@
 // whose reply is lost is counted by how its read-back settled it; a
 // withEffect on PostgreSQL is a span under the user's, active for the
 // effect's own code, and an effect left pending is counted.
-import { once } from 'node:events';
-import { createServer, type Server } from 'node:http';
 import { trace } from '@opentelemetry/api';
 import express from 'express';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ATTR, METRICS, instrument, uninstrument } from '../../adapters/opentelemetry/index.js';
-import { MemoryFenceStore, fencing } from '../../adapters/express/index.js';
 import { migrate, withEffect } from '../../adapters/postgres/index.js';
 import { fencedPutObject } from '../../adapters/s3/index.js';
 import { EffectPendingError, StaleTokenError } from '../../src/errors.js';
@@ -25,26 +22,19 @@ import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
 import { TestBucket, loseReplies, newClient, randomPrefix } from './s3-helpers.js';
+import { fencedPutService } from './express-helpers.js';
 
 const testBucket = new TestBucket('otel');
 let sdk: OtelSdk;
-let server: Server;
-let url: string;
 
 beforeAll(async () => {
   await testBucket.create();
   sdk = otelSdk();
   instrument({ tracerProvider: sdk.tracerProvider, meterProvider: sdk.meterProvider });
-  const app = express();
-  app.put('/orders', fencing({ store: new MemoryFenceStore(), resource: 'orders' }), (_req, res) => void res.status(204).end());
-  server = createServer(app).listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  url = `http://127.0.0.1:${(server.address() as { port: number }).port}/orders`;
 });
+const orders = fencedPutService(express(), 'orders');
 afterAll(async () => {
   uninstrument();
-  server?.closeAllConnections();
-  await new Promise((r) => server?.close(r));
   await sdk?.shutdown();
   await testBucket.remove();
 });
@@ -60,8 +50,8 @@ describe('fencekeeper/opentelemetry with real servers', () => {
       parent.end();
     });
     client.destroy();
-    expect((await fetch(url, { method: 'PUT', headers: { 'fencing-token': '10' } })).status).toBe(204);
-    expect((await fetch(url, { method: 'PUT', headers: { 'fencing-token': '5' } })).status).toBe(409);
+    expect((await fetch(orders.url, { method: 'PUT', headers: { 'fencing-token': '10' } })).status).toBe(204);
+    expect((await fetch(orders.url, { method: 'PUT', headers: { 'fencing-token': '5' } })).status).toBe(409);
 
     const collected = await sdk.collect();
     const resource = `s3://${testBucket.name}/${Key}`;

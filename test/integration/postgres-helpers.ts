@@ -4,10 +4,10 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { Kysely, PostgresDialect } from 'kysely';
-import type { Queryable } from '../../adapters/postgres/index.js';
+import { migrate, type Database, type Queryable } from '../../adapters/postgres/index.js';
 import { testServers } from '../helpers/servers.js';
 import { until } from '../helpers/wait.js';
-import { afterAll } from 'vitest';
+import { afterAll, beforeAll } from 'vitest';
 
 /** The run's PostgreSQL (the global setup's, or DATABASE_URL): never a guessed address. */
 export const DATABASE_URL = testServers().databaseUrl;
@@ -120,4 +120,42 @@ export async function createSchema(admin: pg.Pool, schema: string): Promise<void
 
 export async function dropSchema(admin: pg.Pool, schema: string): Promise<void> {
   await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+}
+
+/** A suite's own schema (migratedSchema). */
+export interface SuiteSchema {
+  readonly schema: string;
+  /** On the schema (search_path), for the suite's setup and reads. */
+  readonly pool: pg.Pool;
+  /** The kysely flavor's Kysely over `pool`; undefined in the pg flavor. */
+  readonly kysely: Kysely<TestDatabase> | undefined;
+  /** What the suite hands to fencekeeper: `kysely` in the kysely flavor, else `pool`. */
+  readonly db: Database;
+}
+
+/**
+ * A schema of the test database for the suite (or file) this is called in,
+ * with fencekeeper's tables migrated into it through `db`: created before
+ * the suite's tests, dropped after them (with `pool`, or `kysely`, ended).
+ * The pool connects on first use, so it may be made here, before the schema.
+ */
+export function migratedSchema(
+  admin: pg.Pool,
+  prefix: string,
+  options: { readonly max: number; readonly flavor?: Flavor; readonly applicationName?: string },
+): SuiteSchema {
+  const schema = uniqueName(prefix);
+  const pool = newPool(schema, options.applicationName ?? uniqueName(prefix), options.max);
+  const kysely = options.flavor === 'kysely' ? newKysely(pool) : undefined;
+  const db = kysely ?? pool;
+  beforeAll(async () => {
+    await createSchema(admin, schema);
+    await migrate(db);
+  });
+  afterAll(async () => {
+    if (kysely !== undefined) await kysely.destroy();
+    else await pool.end();
+    await dropSchema(admin, schema);
+  });
+  return { schema, pool, kysely, db };
 }

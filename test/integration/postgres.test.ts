@@ -1,45 +1,26 @@
 // fencekeeper/postgres against a real PostgreSQL, with both a pg.Pool and a
 // Kysely instance: every behaviour is run once per flavor.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import type { Kysely } from 'kysely';
 import { StaleTokenError, type FencingToken } from '../../src/index.js';
-import { PostgresFenceStore, fenced, fencedDelete, fencedInsert, fencedUpdate, fencedUpsert, migrate, withFence, type Database, type Queryable } from '../../adapters/postgres/index.js';
-import { adminPool, DATABASE_URL, FLAVORS, createSchema, dropSchema, newKysely, newPool, backendPidOf, exec, uniqueName, waitForFenceWaiter, waitForLockWaiters, type TestDatabase } from './postgres-helpers.js';
+import { PostgresFenceStore, fenced, fencedDelete, fencedInsert, fencedUpdate, fencedUpsert, migrate, withFence, type Queryable } from '../../adapters/postgres/index.js';
+import { adminPool, FLAVORS, migratedSchema, newPool, backendPidOf, exec, uniqueName, waitForFenceWaiter, waitForLockWaiters } from './postgres-helpers.js';
 
 
 const admin = adminPool();
 
 describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
-  const schema = uniqueName(`fk_pg_${flavor}`);
   const applicationName = uniqueName('fk_test');
-  let pool: pg.Pool;
-  let kysely: Kysely<TestDatabase> | undefined;
-  let db: Database;
+  const { schema, pool, kysely, db } = migratedSchema(admin, `fk_pg_${flavor}`, { flavor, max: 24, applicationName });
 
   /** Run SQL on the flavor under test's own connection pool (for reads and setup). */
   const sql = async <R extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<R[]> =>
     (await pool.query<R>(text, values)).rows;
 
   beforeAll(async () => {
-    await createSchema(admin, schema);
-    pool = newPool(schema, applicationName, 24);
-    if (flavor === 'kysely') {
-      kysely = newKysely(pool);
-      db = kysely;
-    } else {
-      db = pool;
-    }
-    await migrate(db);
     await sql(`CREATE TABLE docs (id int PRIMARY KEY, body text, fencing_token bigint)`);
     await sql(`CREATE TABLE history (seq bigserial PRIMARY KEY, commit_seq bigint, round int NOT NULL, token bigint NOT NULL)`);
     await sql(`CREATE SEQUENCE commit_order`);
-  });
-
-  afterAll(async () => {
-    if (kysely !== undefined) await kysely.destroy();
-    else await pool.end();
-    await dropSchema(admin, schema);
   });
 
   it('migrate is idempotent: a second run applies nothing', async () => {

@@ -6,10 +6,9 @@
 // is a 400; unbound fences take bare tokens and sequencers as before.
 import diagnostics from 'node:diagnostics_channel';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import pg from 'pg';
 import { CHANNELS, formatSequencer, sequencer, type FenceBinding, type FenceRefusedMessage, type FenceStore, type Sequencer } from '../../src/index.js';
 import { MemoryFenceStore, fencing, verifyWithZooKeeper } from '../../adapters/express/index.js';
-import { PostgresFenceStore, bindFence, migrate } from '../../adapters/postgres/index.js';
+import { PostgresFenceStore, bindFence } from '../../adapters/postgres/index.js';
 import { post, serve, type Served } from './express-helpers.js';
 import { until } from '../helpers/wait.js';
 import { testServers } from '../helpers/servers.js';
@@ -17,27 +16,14 @@ import { uniqueLockName } from '../helpers/unique.js';
 import { ClientPool } from '../helpers/zookeeper.js';
 import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
 import { express } from './express-variants.js';
-import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
+import { adminPool, migratedSchema, uniqueName } from './postgres-helpers.js';
 
 const H = 'fencing-token';
 const SOURCE = { kind: 'zookeeper', id: 'c0ffee00-0000-4000-8000-0000000000aa' };
 const guard = (lock: string): FenceBinding => ({ kind: 'lock', lock, source: SOURCE });
 const seq = (name: string, token: bigint, over: Partial<Sequencer> = {}): string => formatSequencer(sequencer({ kind: 'lock', name, source: SOURCE, token, ...over }));
 
-const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
-const schema = uniqueName('fk_seq_express');
-let pool: pg.Pool;
-
-beforeAll(async () => {
-  await createSchema(admin, schema);
-  pool = newPool(schema, uniqueName('fk_seq_express'), 6);
-  await migrate(pool);
-});
-afterAll(async () => {
-  await pool.end();
-  await dropSchema(admin, schema);
-  await admin.end();
-});
+const { pool } = migratedSchema(adminPool(), 'fk_seq_express', { max: 6 });
 
 type Bound = { store: FenceStore<unknown>; bind: (resource: string, binding: FenceBinding) => Promise<unknown> };
 const stores: [string, () => Bound][] = [

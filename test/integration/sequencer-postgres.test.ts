@@ -8,17 +8,16 @@
 import diagnostics from 'node:diagnostics_channel';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import type { Kysely } from 'kysely';
 import {
   CURRENT_LOCK, FenceAlreadyBoundError, InvalidArgumentError, SequencerMismatchError, StaleTokenError, sequencer, withLock,
   CHANNELS, type FenceBinding, type FenceRefusedMessage, type Sequencer,
 } from '../../src/index.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
-import { PostgresFenceStore, bindFence, fenceBindingOf, migrate, withFence, type Database } from '../../adapters/postgres/index.js';
+import { PostgresFenceStore, bindFence, fenceBindingOf, withFence } from '../../adapters/postgres/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { ClientPool } from '../helpers/zookeeper.js';
-import { DATABASE_URL, FLAVORS, createSchema, dropSchema, exec, newKysely, newPool, uniqueName, waitForLockWaiters, type TestDatabase } from './postgres-helpers.js';
+import { DATABASE_URL, FLAVORS, exec, migratedSchema, uniqueName, waitForLockWaiters } from './postgres-helpers.js';
 
 const SOURCE = { kind: 'zookeeper', id: 'c0ffee00-0000-4000-8000-000000000001' };
 const guard = (name: string): FenceBinding => ({ kind: 'lock', lock: name, source: SOURCE });
@@ -30,24 +29,11 @@ afterEach(() => clients.closeAll());
 afterAll(() => admin.end());
 
 describe.each(FLAVORS)('bound fences with %s', (flavor) => {
-  const schema = uniqueName(`fk_seq_${flavor}`);
   const application = uniqueName('fk_seq');
-  let pool: pg.Pool;
-  let kysely: Kysely<TestDatabase> | undefined;
-  let db: Database;
+  const { pool, db } = migratedSchema(admin, `fk_seq_${flavor}`, { flavor, max: 6, applicationName: application });
 
   beforeAll(async () => {
-    await createSchema(admin, schema);
-    pool = newPool(schema, application, 6);
-    if (flavor === 'kysely') kysely = newKysely(pool);
-    db = kysely ?? pool;
-    await migrate(db);
     await pool.query('CREATE TABLE writes (resource text, token bigint)');
-  });
-  afterAll(async () => {
-    if (kysely !== undefined) await kysely.destroy();
-    else await pool.end();
-    await dropSchema(admin, schema);
   });
 
   async function mark(resource: string): Promise<bigint | null> {

@@ -2,16 +2,15 @@
 // (checked by the queue being empty and by another client taking the lock at
 // once), currentLock() follows async context across awaits and concurrent
 // scopes, and CURRENT_LOCK outside every scope is refused before any SQL.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import pg from 'pg';
+import { afterEach, describe, expect, it } from 'vitest';
 import { CURRENT_LOCK, NoCurrentLockError, currentLock, withLock } from '../../src/index.js';
 import type { Lock } from '../../src/lock.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
-import { migrate, withFence, type Database } from '../../adapters/postgres/index.js';
+import { withFence, type Database } from '../../adapters/postgres/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { ClientPool } from '../helpers/zookeeper.js';
-import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
+import { adminPool, migratedSchema } from './postgres-helpers.js';
 
 const clients = new ClientPool();
 afterEach(() => clients.closeAll());
@@ -96,33 +95,19 @@ describe('withLock', () => {
 });
 
 describe('CURRENT_LOCK in withFence', () => {
-  const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
-  const schema = uniqueName('fk_withlock');
-  let pool: pg.Pool;
+  const { pool } = migratedSchema(adminPool(), 'fk_withlock', { max: 4 });
   const counter = { queries: 0 };
-  let db: Database;
-
-  beforeAll(async () => {
-    await createSchema(admin, schema);
-    pool = newPool(schema, uniqueName('fk_withlock'), 4);
-    await migrate(pool);
-    // Counts every query sent through the pool or its clients.
-    db = {
-      query: (...args: unknown[]) => { counter.queries += 1; return (pool.query as (...a: unknown[]) => unknown)(...args); },
-      connect: async () => {
-        const client = await pool.connect();
-        return {
-          query: (...args: unknown[]) => { counter.queries += 1; return (client.query as (...a: unknown[]) => unknown).apply(client, args); },
-          release: (error?: Error | boolean) => client.release(error),
-        };
-      },
-    } as unknown as Database;
-  });
-  afterAll(async () => {
-    await pool.end();
-    await dropSchema(admin, schema);
-    await admin.end();
-  });
+  // Counts every query sent through the pool or its clients.
+  const db = {
+    query: (...args: unknown[]) => { counter.queries += 1; return (pool.query as (...a: unknown[]) => unknown)(...args); },
+    connect: async () => {
+      const client = await pool.connect();
+      return {
+        query: (...args: unknown[]) => { counter.queries += 1; return (client.query as (...a: unknown[]) => unknown).apply(client, args); },
+        release: (error?: Error | boolean) => client.release(error),
+      };
+    },
+  } as unknown as Database;
 
   it('outside every withLock fails with NO_CURRENT_LOCK before any query', async () => {
     const before = counter.queries;

@@ -1,23 +1,23 @@
 // Every operation of the wire client against a real standalone ZooKeeper.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ClientClosedError, InvalidArgumentError, ZooKeeperError } from '../../src/errors.js';
 import { ZooKeeperClient, digestAclId } from '../../src/zookeeper/client.js';
 import { CREATOR_ALL_ACL, MAX_PACKET_BYTES, OPEN_ACL_UNSAFE, Perms, READ_ACL_UNSAFE } from '../../src/zookeeper/protocol.js';
 import type { WatchEvent } from '../../src/zookeeper/watches.js';
-import { testServers } from '../helpers/servers.js';
-import { RequestCounter, mkdirp, namespace, rmrf, watcherSpy } from './zk-helpers.js';
+import { StandaloneFile } from '../helpers/zookeeper-file.js';
+import { RequestCounter, fileNamespace, watcherSpy } from './zk-helpers.js';
 
-const servers = testServers();
-const pool = new ClientPool();
-const root = namespace('zkclient');
-let admin: ZooKeeperClient;
+// the admin client's session: the client's default
+const file = new StandaloneFile(10_000);
+const pool = file.clients;
+const root = fileNamespace(file, 'zkclient');
 let testIndex = 0;
 /** A fresh, existing node for one test. */
 let base: string;
 
 const connect = (extra: { sessionTimeoutMs?: number; auth?: { scheme: 'digest'; credentials: string }[]; chroot?: string } = {}) =>
   pool.connect({
-    connectString: servers.zkStandalone + (extra.chroot ?? ''),
+    connectString: file.server + (extra.chroot ?? ''),
     sessionTimeoutMs: extra.sessionTimeoutMs ?? 10_000,
     ...(extra.auth && { auth: extra.auth }),
   });
@@ -26,28 +26,14 @@ function zkCode(error: unknown): string | undefined {
   return error instanceof ZooKeeperError ? error.code : undefined;
 }
 
-beforeAll(async () => {
-  admin = await ZooKeeperClient.connect({ connectString: servers.zkStandalone });
-  await mkdirp(admin, root);
-});
-
-afterAll(async () => {
-  await rmrf(admin, root);
-  await admin.close();
-});
-
 beforeEach(async () => {
   base = `${root}/t${testIndex++}`;
-  await admin.create(base);
-});
-
-afterEach(async () => {
-  await pool.closeAll();
+  await file.admin.create(base);
 });
 
 import { beforeEach } from 'vitest';
 import { until } from '../helpers/wait.js';
-import { ClientPool, fourLetterWord } from '../helpers/zookeeper.js';
+import { fourLetterWord } from '../helpers/zookeeper.js';
 
 describe('create', () => {
   it('persistent: returns the path and a Stat whose czxid is a bigint', async () => {
@@ -60,7 +46,7 @@ describe('create', () => {
     expect(stat.ephemeralOwner).toBe(0n);
     expect(stat.dataLength).toBe(5);
     expect(stat.version).toBe(0);
-    const seen = await admin.exists(`${base}/p`);
+    const seen = await file.admin.exists(`${base}/p`);
     expect(seen?.czxid).toBe(stat.czxid);
     expect(typeof seen?.ctime).toBe('number');
   });
@@ -94,7 +80,7 @@ describe('create', () => {
     expect(typeof stat.czxid).toBe('bigint');
     // The server keeps Long.MIN_VALUE (EphemeralType.CONTAINER) but shows clients 0 (DataTree.getClientEphemeralOwner).
     expect(stat.ephemeralOwner).toBe(0n);
-    expect((await admin.exists(path))?.czxid).toBe(stat.czxid);
+    expect((await file.admin.exists(path))?.czxid).toBe(stat.czxid);
   });
 
   it('persistent_with_ttl and persistent_sequential_with_ttl', async () => {
@@ -106,7 +92,7 @@ describe('create', () => {
     expect(typeof t.stat.czxid).toBe('bigint');
     // Like a container, a TTL node shows clients ephemeralOwner 0.
     expect(t.stat.ephemeralOwner).toBe(0n);
-    expect((await admin.exists(ts.path))?.czxid).toBe(ts.stat.czxid);
+    expect((await file.admin.exists(ts.path))?.czxid).toBe(ts.stat.czxid);
   });
 
   it('ttl options are checked on the client', async () => {
@@ -269,7 +255,7 @@ describe('children, multi, ephemerals, ACLs, sync', () => {
     // it processed for us and that request's xid. A sync that sends nothing,
     // or sends something else, leaves a different record.
     const lastOperation = async (): Promise<string | undefined> => {
-      const line = (await fourLetterWord(servers.zkStandalone, 'cons')).split('\n').find((l) => l.includes(`sid=0x${zk.sessionId.toString(16)},`));
+      const line = (await fourLetterWord(file.server, 'cons')).split('\n').find((l) => l.includes(`sid=0x${zk.sessionId.toString(16)},`));
       const match = /lop=(\w+),.*lcxid=(0x[0-9a-f]+),/.exec(line ?? '');
       return match ? `${match[1]} ${match[2]}` : line;
     };
@@ -280,7 +266,7 @@ describe('children, multi, ephemerals, ACLs, sync', () => {
     await expect(zk.sync()).resolves.toBeUndefined();
     expect(await lastOperation()).toBe('SYNC 0x3');
     // Replies after it still match their requests on the same connection.
-    expect((await zk.exists(base))?.czxid).toBe((await admin.exists(base))?.czxid);
+    expect((await zk.exists(base))?.czxid).toBe((await file.admin.exists(base))?.czxid);
     expect(await lastOperation()).toBe('EXIS 0x4');
     expect(states).toEqual([]);
   });
@@ -294,7 +280,7 @@ describe('chroot', () => {
     expect(created.path).toBe('/a');
     const seq = await zk.create('/s-', null, { mode: 'ephemeral_sequential' });
     expect(seq.path).toMatch(/^\/s-\d{10}$/);
-    expect(await admin.exists(`${base}/a`)).not.toBeNull();
+    expect(await file.admin.exists(`${base}/a`)).not.toBeNull();
     expect((await zk.getChildren('/')).sort()).toEqual(['a', seq.path.slice(1)].sort());
     expect(await zk.getEphemerals('/')).toEqual([seq.path]);
     const results = await zk.multi([{ op: 'create', path: '/m' }]);
@@ -305,8 +291,8 @@ describe('chroot', () => {
     const child = watcherSpy<WatchEvent>();
     await zk.getData('/a', { watch: data.fn });
     await zk.getChildren('/', { watch: child.fn });
-    await admin.setData(`${base}/a`, 'changed');
-    await admin.create(`${base}/b`);
+    await file.admin.setData(`${base}/a`, 'changed');
+    await file.admin.create(`${base}/b`);
     expect(await data.next).toEqual({ type: 'dataChanged', path: '/a' });
     expect(await child.next).toEqual({ type: 'childrenChanged', path: '/' });
   });
@@ -340,22 +326,22 @@ describe('sessions and close', () => {
   it("the negotiated timeout is reported: the server's minimum for a tiny request, its maximum for a huge one", async () => {
     // The server's bounds as it applies them (conf): minSessionTimeout and
     // maxSessionTimeout, 2 and 20 x tickTime unless configured.
-    const conf = await fourLetterWord(servers.zkStandalone, 'conf');
+    const conf = await fourLetterWord(file.server, 'conf');
     const setting = (name: string): number => Number(new RegExp(`^${name}=(\\d+)$`, 'm').exec(conf)?.[1]);
     const [tickTime, min, max] = [setting('tickTime'), setting('minSessionTimeout'), setting('maxSessionTimeout')];
     expect(tickTime).toBeGreaterThan(0);
     expect(min).toBeGreaterThanOrEqual(2 * tickTime);
     expect(max).toBeGreaterThan(min);
 
-    const tiny = await pool.connect({ connectString: servers.zkStandalone, sessionTimeoutMs: 1, connectTimeoutMs: 10_000 });
+    const tiny = await pool.connect({ connectString: file.server, sessionTimeoutMs: 1, connectTimeoutMs: 10_000 });
     expect(tiny.sessionTimeoutMs).toBe(min);
     expect(tiny.sessionDeadline).toBe(tiny.lastAckedSendTime + min);
     expect(tiny.sessionId).not.toBe(0n);
     expect(tiny.state).toBe('connected');
-    const huge = await pool.connect({ connectString: servers.zkStandalone, sessionTimeoutMs: 0x7fffffff, connectTimeoutMs: 10_000 });
+    const huge = await pool.connect({ connectString: file.server, sessionTimeoutMs: 0x7fffffff, connectTimeoutMs: 10_000 });
     expect(huge.sessionTimeoutMs).toBe(max);
     // The server holds the same figure for each session (cons: to=).
-    const cons = await fourLetterWord(servers.zkStandalone, 'cons');
+    const cons = await fourLetterWord(file.server, 'cons');
     for (const zk of [tiny, huge]) {
       expect(cons).toMatch(new RegExp(`sid=0x${zk.sessionId.toString(16)},.*,to=${zk.sessionTimeoutMs},`));
     }
@@ -472,7 +458,7 @@ describe('pipelining', () => {
   it('requests issued in one tick leave in one socket write', async () => {
     // Count what this client's own socket writes (its connector wraps it; no timing involved).
     const wire = new RequestCounter();
-    const zk = await pool.connect({ connectString: servers.zkStandalone, sessionTimeoutMs: 30_000, connector: wire.connector });
+    const zk = await pool.connect({ connectString: file.server, sessionTimeoutMs: 30_000, connector: wire.connector });
     await zk.create(`${base}/p`);
     const [writesBefore, sentBefore] = [wire.writes, wire.sent];
     const burst: Promise<unknown>[] = [zk.create(`${base}/p/a`), zk.getChildren(`${base}/p`)];
@@ -539,10 +525,10 @@ describe('digest auth and ACLs', () => {
 
   it.each([['no colon'], [''], [42]])('bad credentials %j: InvalidArgumentError', async (credentials) => {
     await expect(
-      ZooKeeperClient.connect({ connectString: servers.zkStandalone, auth: [{ scheme: 'digest', credentials: credentials as string }] }),
+      ZooKeeperClient.connect({ connectString: file.server, auth: [{ scheme: 'digest', credentials: credentials as string }] }),
     ).rejects.toBeInstanceOf(InvalidArgumentError);
     await expect(
-      ZooKeeperClient.connect({ connectString: servers.zkStandalone, auth: [{ scheme: 'sasl' as 'digest', credentials: 'a:b' }] }),
+      ZooKeeperClient.connect({ connectString: file.server, auth: [{ scheme: 'sasl' as 'digest', credentials: 'a:b' }] }),
     ).rejects.toBeInstanceOf(InvalidArgumentError);
   });
 });

@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ZooKeeperClient, type ClientState } from '../../src/zookeeper/client.js';
 import type { WatchEvent } from '../../src/zookeeper/watches.js';
 import { ConnectionLossError, isCode, type ErrorCode } from '../../src/errors.js';
-import { ensembleLeader, killEnsembleLeader, startEnsembleNode, testServers, useEnsembleForFaults, waitEnsembleHealthy } from '../helpers/servers.js';
+import { ensembleLeader, ensembleLeaderKills, testServers, useEnsembleForFaults, waitEnsembleHealthy } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { mkdirp, namespace, rmrf, watcherSpy } from './zk-helpers.js';
 import { until } from '../helpers/wait.js';
@@ -14,10 +14,10 @@ const servers = testServers();
 const pool = new ClientPool();
 const root = namespace('zkens');
 const proxies: TcpProxy[] = [];
-let killed: number | undefined;
 let addresses: string[];
 // Other files kill leaders too: one file at a time.
 useEnsembleForFaults();
+const leaderKills = ensembleLeaderKills();
 
 beforeAll(async () => {
   addresses = servers.zkEnsemble.split(',');
@@ -48,10 +48,6 @@ async function acrossElection(write: () => Promise<unknown>, landed?: ErrorCode)
 afterEach(async () => {
   for (const p of proxies.splice(0)) await p.close();
   await pool.closeAll();
-  if (killed !== undefined) {
-    await startEnsembleNode(killed);
-    killed = undefined;
-  }
   await waitEnsembleHealthy();
 });
 
@@ -101,8 +97,7 @@ describe('SIGKILL of the ensemble leader', () => {
     await zk.exists(`${base}/doomed`, { watch: deleteWatch.fn });
 
     for (const p of proxies) p.blackhole();
-    killed = await killEnsembleLeader();
-    expect(killed).toBe(leader);
+    expect(await leaderKills.kill()).toBe(leader);
     await until(() => zk.state === 'suspended', 'the client to lose the leader');
 
     // While the client is away, another client changes every watched node.
@@ -155,7 +150,7 @@ describe('SIGKILL of the ensemble leader', () => {
     const watch = watcherSpy<WatchEvent>();
     await zk.getData(node, { watch: watch.fn });
 
-    killed = await killEnsembleLeader();
+    await leaderKills.kill();
     await until(() => states.includes('suspended') && zk.state === 'connected', 'the client to be dropped and resume', 30_000);
     expect(zk.sessionId).toBe(session);
     expect(states.slice(0, 2)).toEqual(['suspended', 'connected']);

@@ -5,7 +5,9 @@ import { ZooKeeperError } from '../../src/errors.js';
 import { ZooKeeperClient, type ConnectOptions, type Connector } from '../../src/zookeeper/client.js';
 import { connectTcp } from '../../src/zookeeper/connection.js';
 import { FrameParser } from '../../src/zookeeper/frame-parser.js';
+import { afterAll, beforeAll } from 'vitest';
 import { uniqueZnodePath } from '../helpers/unique.js';
+import type { StandaloneFile } from '../helpers/zookeeper-file.js';
 
 /** Create `path` and its missing ancestors (persistent), tolerating NODEEXISTS. */
 export async function mkdirp(zk: ZooKeeperClient, path: string): Promise<void> {
@@ -41,6 +43,17 @@ export async function rmrf(zk: ZooKeeperClient, path: string): Promise<void> {
 /** A fresh namespace for one test file, e.g. /fencekeeper-test/zkclient_3fa9... */
 export function namespace(prefix: string): string {
   return uniqueZnodePath(prefix);
+}
+
+/**
+ * A fresh namespace for the test file of `file`, created by its admin client
+ * before the file's tests and removed with everything under it after them.
+ */
+export function fileNamespace(file: StandaloneFile, prefix: string): string {
+  const root = namespace(prefix);
+  beforeAll(() => mkdirp(file.admin, root));
+  afterAll(() => rmrf(file.admin, root));
+  return root;
 }
 
 /** A promise for the next call of a watcher, and the count of its calls. */

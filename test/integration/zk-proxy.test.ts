@@ -1,41 +1,29 @@
 // Real network faults between the client and a standalone ZooKeeper, through
 // a TCP proxy owned by the test: connection resets and a black hole.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { ConnectionLossError, SessionExpiredError } from '../../src/errors.js';
 import { ZooKeeperClient, type ClientState } from '../../src/zookeeper/client.js';
 import type { WatchEvent } from '../../src/zookeeper/watches.js';
-import { testServers } from '../helpers/servers.js';
+import { StandaloneFile } from '../helpers/zookeeper-file.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
-import { RequestCounter, mkdirp, namespace, rmrf, watcherSpy } from './zk-helpers.js';
+import { RequestCounter, fileNamespace, watcherSpy } from './zk-helpers.js';
 import { until } from '../helpers/wait.js';
-import { ClientPool } from '../helpers/zookeeper.js';
 
-const servers = testServers();
-const pool = new ClientPool();
-const root = namespace('zkproxy');
-let admin: ZooKeeperClient;
+// the admin client's session: the client's default
+const file = new StandaloneFile(10_000);
+const pool = file.clients;
+const root = fileNamespace(file, 'zkproxy');
 let proxy: TcpProxy | undefined;
 const extraProxies: TcpProxy[] = [];
-
-beforeAll(async () => {
-  admin = await ZooKeeperClient.connect({ connectString: servers.zkStandalone });
-  await mkdirp(admin, root);
-});
-
-afterAll(async () => {
-  await rmrf(admin, root);
-  await admin.close();
-});
 
 afterEach(async () => {
   await proxy?.close();
   proxy = undefined;
   for (const p of extraProxies.splice(0)) await p.close();
-  await pool.closeAll();
 });
 
 async function throughProxy(sessionTimeoutMs: number, connector?: RequestCounter['connector']): Promise<{ zk: ZooKeeperClient; states: ClientState[] }> {
-  proxy = await TcpProxy.to(servers.zkStandalone);
+  proxy = await TcpProxy.to(file.server);
   const zk = await pool.connect({ connectString: proxy.address, sessionTimeoutMs, ...(connector && { connector }) });
   const states: ClientState[] = [];
   zk.on('state', (s) => states.push(s));
@@ -61,10 +49,10 @@ describe('connection reset (RST) through the proxy', () => {
     expect(states).toEqual(['suspended', 'connected']);
     expect(zk.sessionId).toBe(session);
     expect((await zk.exists(node))?.ephemeralOwner).toBe(session);
-    expect((await admin.exists(node))?.ephemeralOwner).toBe(session);
+    expect((await file.admin.exists(node))?.ephemeralOwner).toBe(session);
 
     // The watch was re-armed on the new connection.
-    await admin.setData(node, 'changed');
+    await file.admin.setData(node, 'changed');
     expect(await watched.next).toEqual({ type: 'dataChanged', path: node });
   });
 
@@ -130,7 +118,7 @@ describe('black hole longer than the session timeout', () => {
     const node = `${root}/bh-${session.toString(16)}`;
     await zk.create(node, null, { mode: 'ephemeral' });
     const gone = watcherSpy<WatchEvent>();
-    await admin.exists(node, { watch: gone.fn });
+    await file.admin.exists(node, { watch: gone.fn });
 
     proxy!.blackhole();
     // Sent into the black hole: its outcome is unknown when the client gives up on the connection.
@@ -161,7 +149,7 @@ describe('black hole longer than the session timeout', () => {
     const node = `${root}/heal-${zk.sessionId.toString(16)}`;
     await zk.create(node, null, { mode: 'ephemeral' });
     const gone = watcherSpy<WatchEvent>();
-    await admin.exists(node, { watch: gone.fn });
+    await file.admin.exists(node, { watch: gone.fn });
     proxy!.blackhole();
     await gone.next; // the server has expired the session
     proxy!.resume();
@@ -173,14 +161,14 @@ describe('black hole longer than the session timeout', () => {
   it('expires by its own clock even when every address accepts TCP but none answers (several servers)', async () => {
     // Three addresses, each a proxy to the same server, all black-holed: the
     // TCP handshake with the proxy succeeds, the ConnectRequest goes nowhere.
-    for (let i = 0; i < 3; i++) extraProxies.push(await TcpProxy.to(servers.zkStandalone));
+    for (let i = 0; i < 3; i++) extraProxies.push(await TcpProxy.to(file.server));
     const zk = await pool.connect({ connectString: extraProxies.map((p) => p.address).join(','), sessionTimeoutMs: 4000 });
     const states: ClientState[] = [];
     zk.on('state', (s) => states.push(s));
     const node = `${root}/multi-${zk.sessionId.toString(16)}`;
     await zk.create(node, null, { mode: 'ephemeral' });
     const gone = watcherSpy<WatchEvent>();
-    await admin.exists(node, { watch: gone.fn });
+    await file.admin.exists(node, { watch: gone.fn });
     for (const p of extraProxies) p.blackhole();
     const pending = new Promise<unknown>((resolve) => {
       zk.once('state', () => resolve(zk.getData(node).catch((e: unknown) => e)));
@@ -208,6 +196,6 @@ describe('close() during a disconnect', () => {
     await closing;
     expect(zk.state).toBe('closed');
     // Seen by another session at once (the session timeout is 30 s).
-    expect(await admin.exists(node)).toBeNull();
+    expect(await file.admin.exists(node)).toBeNull();
   });
 });

@@ -8,7 +8,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { acquireLock, lockStatus, type ZooKeeperLock } from '../../src/zookeeper/recipes/lock.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import type { WatchEvent } from '../../src/zookeeper/watches.js';
-import { ensembleLeader, killEnsembleLeader, startEnsembleNode, testServers, useEnsembleForFaults, waitEnsembleHealthy } from '../helpers/servers.js';
+import { ensembleLeader, ensembleLeaderKills, testServers, useEnsembleForFaults, waitEnsembleHealthy } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
 import { ClientPool } from '../helpers/zookeeper.js';
@@ -18,9 +18,9 @@ const servers = testServers();
 const pool = new ClientPool();
 const root = namespace('zktls');
 let ca: Buffer;
-let killed: number | undefined;
 // The leader kill below: one fault-injecting file at a time on the ensemble.
 useEnsembleForFaults();
+const leaderKills = ensembleLeaderKills();
 
 function tlsClient(connectString: string, sessionTimeoutMs = 10_000): Promise<ZooKeeperClient> {
   return pool.connect({ connectString, sessionTimeoutMs, tls: { ca } });
@@ -36,14 +36,7 @@ beforeAll(async () => {
   await ensembleAdmin.close();
 }, 16 * 60_000);
 
-afterEach(async () => {
-  await pool.closeAll();
-  if (killed !== undefined) {
-    await startEnsembleNode(killed);
-    killed = undefined;
-    await waitEnsembleHealthy();
-  }
-});
+afterEach(() => pool.closeAll());
 
 afterAll(async () => {
   for (const where of [servers.zkStandaloneTls, servers.zkEnsembleTls]) {
@@ -144,8 +137,7 @@ describe('a TLS ensemble loses its leader', () => {
 
     const states: string[] = [];
     holderZk.on('state', (s) => states.push(s));
-    killed = await killEnsembleLeader();
-    expect(killed).toBe(leader);
+    expect(await leaderKills.kill()).toBe(leader);
     // The fault happened: the holder lost its server, then came back on a survivor.
     await until(() => states.includes('suspended'), 'the holder to lose the leader', 20_000);
     await until(() => holderZk.state === 'connected', 'the holder to resume over TLS on a survivor', 20_000);

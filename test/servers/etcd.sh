@@ -60,10 +60,11 @@ SNAPSHOT_COUNT=10000
 NODES=(single 1 2 3)
 IDS=(1 2 3)
 D=$FK_STATE_DIR/etcd
-SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+FK_CTL_NAME=FK_ETCD_CTL
 LOCK=etcd-$SINGLE_C-$CB
 TURN=etcd-$CB
 WHERE="127.0.0.1:$SINGLE_C and 127.0.0.1:$((CB + 1))-$((CB + 3))"
+CLUSTER=cluster
 fk_safe_dir "$D"
 
 port() { if [ "$1" = single ]; then echo "$SINGLE_C"; else echo $((CB + $1)); fi; }
@@ -75,20 +76,11 @@ node_marker() { echo "--data-dir $(datadir "$1")"; }
 
 usage() { echo "usage: $0 start|stop|status|acquire|release|heal|leader|kill N|kill-leader|restart N|pause N|resume N|wait-healthy [S]|pid N|port N|hold-faults [S]|release-faults"; }
 
-resolve() {
-  local i
-  for i in "${IDS[@]}"; do
-    if [ "${1:-}" = "$i" ] || [ "${1:-}" = "$(port "$i")" ]; then echo "$i"; return 0; fi
-  done
-  fk_die "unknown cluster node '${1:-}': 1, 2, 3 or ports $(port 1)..$(port 3)"
-}
+resolve() { node_named "${1:-}" "${IDS[@]}" || fk_die "unknown cluster node '${1:-}': 1, 2, 3 or ports $(port 1)..$(port 3)"; }
 
 print_env() {
-  local i urls=()
   echo "FK_ETCD=http://127.0.0.1:$SINGLE_C"
-  for i in "${IDS[@]}"; do urls+=("http://127.0.0.1:$(port "$i")"); done
-  (IFS=,; echo "FK_ETCD_CLUSTER=${urls[*]}")
-  echo "FK_ETCD_CTL=$SELF"
+  echo "FK_ETCD_CLUSTER=$(node_urls http:// "${IDS[@]}")"
 }
 
 # etcdctl (API v3) against endpoints $1. The timeouts: a paused node accepts
@@ -100,7 +92,7 @@ ctl() {
 # A node that is down answers nothing; ask only nodes that accept connections
 # (etcdctl would spend its whole dial timeout retrying a refused connection).
 up() { fk_port_open "$(port "$1")"; }
-healthy_node() { up "$1" && ctl "127.0.0.1:$(port "$1")" endpoint health >/dev/null; }
+node_serves() { up "$1" && ctl "127.0.0.1:$(port "$1")" endpoint health >/dev/null; }
 
 # "leader term" of node $1 from `endpoint status`: true|false and the Raft term.
 # The simple format: endpoint, ID, version, db size, is leader, is learner,
@@ -150,39 +142,20 @@ launch() {
   echo $! >"$(pidfile "$n")"
 }
 
-# Wait until node $1 answers a health check (a committed read); $2 = seconds.
-wait_node() {
-  local deadline=$(( $(fk_now_ms) + ${2:-60} * 1000 ))
-  while [ "$(fk_now_ms)" -lt "$deadline" ]; do
-    healthy_node "$1" && return 0
-    node_pid "$1" >/dev/null || { fk_log "node $1 exited; last log lines:"; tail -5 "$D/$1/etcd.log" >&2; return 1; }
-    sleep 0.05
-  done
-  fk_log "node $1 not healthy after ${2:-60} s; last log lines:"; tail -5 "$D/$1/etcd.log" >&2
+# Node $1 serves (0), or its process has exited (2, no use waiting), or not yet (1).
+serves_or_exited() {
+  node_serves "$1" && return 0
+  node_pid "$1" >/dev/null || return 2
   return 1
 }
 
-# Every cluster node whose process runs (or, for a cluster we didn't start,
-# that accepts connections) is healthy, and one of them leads.
-healthy() {
-  local i any=0
-  for i in "${IDS[@]}"; do
-    if node_pid "$i" >/dev/null || { [ ! -s "$(pidfile "$i")" ] && fk_port_open "$(port "$i")"; }; then
-      any=1
-      healthy_node "$i" || return 1
-    fi
-  done
-  [ "$any" = 1 ] && leader_id >/dev/null
-}
-
-wait_healthy() {
-  local deadline=$(( $(fk_now_ms) + ${1:-60} * 1000 ))
-  while [ "$(fk_now_ms)" -lt "$deadline" ]; do
-    healthy && return 0
-    sleep 0.05
-  done
-  fk_log "cluster not healthy after ${1:-60} s:"
-  do_status >&2 || true
+# Wait until node $1 answers a health check (a committed read); $2 = seconds.
+wait_node() {
+  local rc=0
+  fk_wait_until "${2:-60}" 0.05 serves_or_exited "$1" || rc=$?
+  [ "$rc" = 0 ] && return 0
+  if [ "$rc" = 2 ]; then fk_log "node $1 exited; last log lines:"; else fk_log "node $1 not healthy after ${2:-60} s; last log lines:"; fi
+  tail -5 "$D/$1/etcd.log" >&2
   return 1
 }
 
@@ -269,11 +242,7 @@ wait_foreign() {
 
 case "${1:-}" in
   leader)  leader_id ;;
-  kill-leader)
-    L=$(leader_id) || fk_die "no leader to kill"
-    running_pid "$L" >/dev/null
-    kill_node "$L"
-    echo "$L" ;;
+  kill-leader) kill_leader ;;
   wait-healthy) wait_healthy "${2:-60}" ;;
   *) fk_nodes_main "$@" ;;
 esac

@@ -22,6 +22,21 @@ fk_die() { fk_log "$*"; exit 1; }
 fk_now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 fk_elapsed() { local ms=$(( $(fk_now_ms) - $1 )); printf '%d.%02d' $((ms / 1000)) $(((ms % 1000) / 10)); }
 
+# fk_wait_until SECONDS STEP CMD...: run CMD every STEP seconds until it
+# succeeds (0), for at most SECONDS (then 1). A CMD that answers 2 or more
+# has seen that waiting is pointless (the process it waits for died): that
+# status at once.
+fk_wait_until() {
+  local deadline=$(( $(fk_now_ms) + $1 * 1000 )) step=$2 rc
+  shift 2
+  while [ "$(fk_now_ms)" -lt "$deadline" ]; do
+    if "$@"; then return 0; else rc=$?; fi
+    [ "$rc" -lt 2 ] || return "$rc"
+    sleep "$step"
+  done
+  return 1
+}
+
 # Refuse to rm -rf anything that is not clearly a private state directory.
 fk_safe_dir() {
   case "$1" in
@@ -161,6 +176,46 @@ fk_release() {
     "$stop"
     rm -f "$dir/acquired"
   fi
+}
+
+# acquire for a server on one port ($1): whatever answers there is reused
+# once READY ($2, a command) succeeds, else exit with MESSAGE ($3); with
+# nothing there, start one (do_start) and mark it acquired.
+fk_acquire_port() {
+  mkdir -p "$D"
+  fk_live_users "$D" >/dev/null
+  if fk_port_open "$1"; then
+    "$2" || fk_die "$3"
+    fk_log "reusing the server on 127.0.0.1:$1"
+  else
+    do_start
+    : >"$D/acquired"
+  fi
+  fk_add_user "$D"
+}
+
+# The running script's absolute path. A script whose nodes the tests drive
+# names the variable that carries it in FK_CTL_NAME (FK_ETCD_CTL, ...):
+# fk_print_env prints it after the script's own print_env.
+FK_SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+fk_print_env() {
+  print_env
+  if [ -n "${FK_CTL_NAME:-}" ]; then echo "$FK_CTL_NAME=$FK_SELF"; fi
+}
+
+# The commands every server script has, each under the machine-wide lock $1:
+# start, stop, acquire, release (see the top of this file); anything else
+# prints the script's usage. The script defines D, do_start, do_stop,
+# do_acquire, print_env and usage.
+fk_main() {
+  local lock=$1; shift
+  case "${1:-}" in
+    start)   fk_locked "$lock" do_start; fk_print_env ;;
+    stop)    fk_locked "$lock" do_stop; rm -f "$D/acquired" ;;
+    acquire) fk_locked "$lock" do_acquire; fk_print_env ;;
+    release) fk_locked "$lock" fk_release "$D" do_stop ;;
+    *) usage >&2; exit 2 ;;
+  esac
 }
 
 # Debian packages of the Redis and etcd servers (redis.sh, etcd.sh). Listed

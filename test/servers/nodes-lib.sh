@@ -1,5 +1,6 @@
 # A set of server processes, one per node, driven by one script (redis.sh,
-# etcd.sh): the commands every such set has. Source me; don't run me.
+# etcd.sh, zk-ensemble.sh): the commands every such set has. Source me; don't
+# run me.
 #
 # The script defines, then ends with `case ... *) fk_nodes_main "$@" ;; esac`:
 #   D NODES LOCK TURN WHERE   state dir; node names; start/stop lock; fault turn
@@ -12,6 +13,12 @@
 #   restart_node N            SIGKILL N if it runs, start it with its data, wait
 #   do_start, heal, do_status, print_env, usage
 #   wait_foreign              wait until a set this script did not start serves
+#   FK_CTL_NAME               the variable that names this script for the tests (lib.sh)
+# A set with a leader (etcd.sh, zk-ensemble.sh) also defines IDS (the nodes
+# that elect one), leader_id (the leader's id, or 1), node_serves N, and
+# CLUSTER (its name, for messages), for cluster_healthy, wait_healthy and
+# kill_leader. zk-ensemble.sh keeps commands of its own and uses the functions
+# here, not fk_nodes_main.
 
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 . "$(dirname "${BASH_SOURCE[0]}")/faults-lib.sh"
@@ -25,6 +32,22 @@ ours() {
   [ -e "$D/acquired" ] && return 0
   for n in "${NODES[@]}"; do node_pid "$n" >/dev/null && return 0; done
   return 1
+}
+
+# The node among NODE... ($2...) that ARG ($1) names, by its name or its port; 1 if none.
+node_named() {
+  local arg=$1 n; shift
+  for n in "$@"; do
+    if [ "$arg" = "$n" ] || [ "$arg" = "$(port "$n")" ]; then echo "$n"; return 0; fi
+  done
+  return 1
+}
+
+# PREFIX127.0.0.1:PORT of each NODE... ($2...), comma-separated.
+node_urls() {
+  local prefix=$1 n urls=(); shift
+  for n in "$@"; do urls+=("${prefix}127.0.0.1:$(port "$n")"); done
+  (IFS=,; echo "${urls[*]}")
 }
 
 kill_node() {
@@ -60,6 +83,35 @@ do_stop() {
   for n in "${NODES[@]}"; do fk_stop_pidfile "$(pidfile "$n")" "$(node_marker "$n")"; done
 }
 
+# Every node of IDS whose process runs (or, for a cluster this script did not
+# start, that accepts connections) serves, and one of them leads.
+cluster_healthy() {
+  local i any=0
+  for i in "${IDS[@]}"; do
+    if node_pid "$i" >/dev/null || { [ ! -s "$(pidfile "$i")" ] && fk_port_open "$(port "$i")"; }; then
+      any=1
+      node_serves "$i" || return 1
+    fi
+  done
+  [ "$any" = 1 ] && leader_id >/dev/null
+}
+
+wait_healthy() {
+  fk_wait_until "${1:-60}" 0.05 cluster_healthy && return 0
+  fk_log "$CLUSTER not healthy after ${1:-60} s:"
+  do_status >&2 || true
+  return 1
+}
+
+# SIGKILL the leader, wait until it is gone, print its id.
+kill_leader() {
+  local l
+  l=$(leader_id) || fk_die "no leader to kill"
+  running_pid "$l" >/dev/null
+  kill_node "$l"
+  echo "$l"
+}
+
 do_acquire() {
   mkdir -p "$D"
   fk_live_users "$D" >/dev/null
@@ -80,8 +132,6 @@ do_acquire() {
   fk_add_user "$D"
 }
 
-do_release() { fk_release "$D" do_stop; }
-
 # The fault commands' node, in N.
 node_arg() { N=$(resolve "${1:-}"); }
 running_pid() { node_pid "$1" || fk_die "node $1 is not running"; }
@@ -89,15 +139,11 @@ running_pid() { node_pid "$1" || fk_die "node $1 is not running"; }
 fk_nodes_main() {
   local pid
   case "${1:-}" in
-    start)   fk_locked "$LOCK" do_start; print_env ;;
-    stop)    fk_locked "$LOCK" do_stop; rm -f "$D/acquired" ;;
     status)  do_status ;;
-    acquire) fk_locked "$LOCK" do_acquire; print_env ;;
-    release) fk_locked "$LOCK" do_release ;;
     heal)
       ours || fk_die "no nodes of $D to heal: this script did not start them (start or acquire first)"
       fk_locked "$LOCK" heal
-      print_env ;;
+      fk_print_env ;;
     kill)    node_arg "${2:-}"; running_pid "$N" >/dev/null; kill_node "$N" ;;
     restart)
       node_arg "${2:-}"
@@ -116,6 +162,6 @@ fk_nodes_main() {
     port)    node_arg "${2:-}"; port "$N" ;;
     hold-faults)    fk_hold_faults "$TURN" "${2:-600}" ;;
     release-faults) fk_release_faults "$TURN" ;;
-    *) usage >&2; exit 2 ;;
+    *) fk_main "$LOCK" "$@" ;;
   esac
 }

@@ -44,7 +44,7 @@ BASE=${FK_REDIS_BASE:-6390}
 NODES=(single 1 2 3 4 5 primary replica)
 REDLOCK=(1 2 3 4 5)
 D=$FK_STATE_DIR/redis
-SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+FK_CTL_NAME=FK_REDIS_CTL
 LOCK=redis-$BASE
 TURN=redis-$BASE
 WHERE=127.0.0.1:$BASE-$((BASE + 7))
@@ -65,21 +65,12 @@ node_marker() { conf "$1"; }
 usage() { echo "usage: $0 start|stop|status|acquire|release|heal|kill N|restart N|restart-empty N|pause N|resume N|promote|pair-reset|pid N|port N|hold-faults [S]|release-faults"; }
 
 # A node name, from a name or a port.
-resolve() {
-  local n
-  for n in "${NODES[@]}"; do
-    if [ "${1:-}" = "$n" ] || [ "${1:-}" = "$(port "$n")" ]; then echo "$n"; return 0; fi
-  done
-  fk_die "unknown node '${1:-}': one of ${NODES[*]} or ports $BASE..$((BASE + 7))"
-}
+resolve() { node_named "${1:-}" "${NODES[@]}" || fk_die "unknown node '${1:-}': one of ${NODES[*]} or ports $BASE..$((BASE + 7))"; }
 
 print_env() {
-  local n urls=()
   echo "FK_REDIS=redis://127.0.0.1:$BASE"
-  for n in "${REDLOCK[@]}"; do urls+=("redis://127.0.0.1:$(port "$n")"); done
-  (IFS=,; echo "FK_REDLOCK=${urls[*]}")
-  echo "FK_REDIS_PAIR=redis://127.0.0.1:$(port primary),redis://127.0.0.1:$(port replica)"
-  echo "FK_REDIS_CTL=$SELF"
+  echo "FK_REDLOCK=$(node_urls redis:// "${REDLOCK[@]}")"
+  echo "FK_REDIS_PAIR=$(node_urls redis:// primary replica)"
 }
 
 # One command to the node on port $1. `timeout`: a paused (SIGSTOPped) node
@@ -88,14 +79,7 @@ cli() { local p=$1; shift; timeout 2 redis-cli -h 127.0.0.1 -p "$p" "$@" 2>/dev/
 answers() { [ "$(cli "$1" ping)" = PONG ]; }
 
 # Wait until port $1 answers PONG (LOADING while it replays its AOF); $2 = seconds.
-wait_pong() {
-  local deadline=$(( $(fk_now_ms) + ${2:-30} * 1000 ))
-  while [ "$(fk_now_ms)" -lt "$deadline" ]; do
-    answers "$1" && return 0
-    sleep 0.02
-  done
-  return 1
-}
+wait_pong() { fk_wait_until "${2:-30}" 0.02 answers "$1"; }
 
 write_conf() {
   local n=$1
@@ -158,11 +142,7 @@ pair_ok() {
 }
 
 wait_link() {
-  local deadline=$(( $(fk_now_ms) + ${1:-30} * 1000 ))
-  while [ "$(fk_now_ms)" -lt "$deadline" ]; do
-    link_up && return 0
-    sleep 0.02
-  done
+  fk_wait_until "${1:-30}" 0.02 link_up && return 0
   fk_log "the replica did not sync with the primary in ${1:-30} s"
   return 1
 }

@@ -189,30 +189,15 @@ do_stop() {
   done
 }
 
-do_acquire() {
-  mkdir -p "$D"
-  fk_live_users "$D" >/dev/null
-  if fk_port_open "$PORT"; then
-    local i
-    for i in $(seq 1 300); do bucket_ready && break; sleep 0.1; done
-    bucket_ready || fk_die "$ENDPOINT answers but user $ACCESS_KEY cannot create a bucket there"
-    fk_log "reusing the S3 server on $ENDPOINT"
-  else
-    do_start
-    : >"$D/acquired"
-  fi
-  fk_add_user "$D"
-}
+# An S3 server that answers may still be starting: 30 s to serve the user.
+user_ready() { fk_wait_until 30 0.1 bucket_ready; }
+do_acquire() { fk_acquire_port "$PORT" user_ready "$ENDPOINT answers but user $ACCESS_KEY cannot create a bucket there"; }
 
-do_release() { fk_release "$D" do_stop; }
+usage() { echo "usage: $0 start|stop|status|acquire|release"; }
 
 case "${1:-}" in
-  start)   fk_locked rgw do_start; print_env ;;
-  stop)    fk_locked rgw do_stop; rm -f "$D/acquired" ;;
   status)
     for n in "${DAEMONS[@]}"; do echo "$n pid $(fk_pid_from "$D/run/$n.pid" "$CONF" || echo -)"; done
     bucket_ready && echo "S3 ready on $ENDPOINT" ;;
-  acquire) fk_locked rgw do_acquire; print_env ;;
-  release) fk_locked rgw do_release ;;
-  *) echo "usage: $0 start|stop|status|acquire|release" >&2; exit 2 ;;
+  *) fk_main rgw "$@" ;;
 esac

@@ -25,6 +25,7 @@
 set -euo pipefail
 FK_SCRIPT=zk-ensemble
 . "$(dirname "$0")/zk-lib.sh"
+. "$(dirname "$0")/nodes-lib.sh"
 
 CB=${FK_ZK_ENS_CLIENT_BASE:-2280}
 SB=${FK_ZK_ENS_SECURE_BASE:-2290}
@@ -32,22 +33,26 @@ PB=${FK_ZK_ENS_PEER_BASE:-2880}
 EB=${FK_ZK_ENS_ELECTION_BASE:-3880}
 TICK=${FK_ZK_ENS_TICK:-500}
 IDS=(1 2 3)
+NODES=("${IDS[@]}")
 D=$FK_STATE_DIR/zk-ensemble
-SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
+FK_CTL_NAME=FK_ZK_ENSEMBLE_CTL
+LOCK=zk-ensemble-$CB
+WHERE="127.0.0.1:$((CB + 1))-$((CB + 3))"
+CLUSTER=ensemble
 fk_safe_dir "$D"
 
 port() { echo $((CB + $1)); }
 sport() { echo $((SB + $1)); }
 cfg() { echo "$D/n$1/zoo.cfg"; }
 pidfile() { echo "$D/n$1/zk.pid"; }
+node_marker() { cfg "$1"; }
 check_id() { case "${1:-}" in 1|2|3) ;; *) fk_die "node id must be 1, 2 or 3, got '${1:-}'";; esac; }
+
+usage() { echo "usage: $0 start|stop|status|acquire|release|leader|kill-leader|kill-node N|start-node N|stop-node N|wait-healthy [S]"; }
 
 print_env() {
   local i hosts=()
-  for i in "${IDS[@]}"; do hosts+=("127.0.0.1:$(port "$i")"); done
-  (IFS=,; echo "FK_ZK_ENSEMBLE=${hosts[*]}")
-  echo "FK_ZK_ENSEMBLE_CTL=$SELF"
-  hosts=()
+  echo "FK_ZK_ENSEMBLE=$(node_urls "" "${IDS[@]}")"
   fk_zk_certs || return 0
   for i in "${IDS[@]}"; do
     if ! fk_zk_tls_up "$(sport "$i")"; then
@@ -73,8 +78,6 @@ write_cfg() {
   } >"$(cfg "$i")"
 }
 
-node_pid() { fk_pid_from "$(pidfile "$1")" "$(cfg "$1")"; }
-
 launch_node() {
   local i=$1
   if node_pid "$i" >/dev/null; then return 0; fi
@@ -93,29 +96,8 @@ leader_id() {
   return 1
 }
 
-# Every node whose process runs (or, for a server we didn't start, every
-# node that accepts connections) reports a Mode, and one node is the leader.
-healthy() {
-  local i any=0
-  for i in "${IDS[@]}"; do
-    if node_pid "$i" >/dev/null || { [ ! -s "$(pidfile "$i")" ] && fk_port_open "$(port "$i")"; }; then
-      any=1
-      [ -n "$(fk_zk_mode "$(port "$i")")" ] || return 1
-    fi
-  done
-  [ "$any" = 1 ] && leader_id >/dev/null
-}
-
-wait_healthy() {
-  local deadline=$(( $(fk_now_ms) + ${1:-60} * 1000 ))
-  while [ "$(fk_now_ms)" -lt "$deadline" ]; do
-    healthy && return 0
-    sleep 0.05
-  done
-  fk_log "ensemble not healthy after ${1:-60} s:"
-  do_status >&2
-  return 1
-}
+# A node serves when it reports a Mode (cluster_healthy, nodes-lib.sh).
+node_serves() { fk_zk_serving "$(port "$1")"; }
 
 do_status() {
   local i pid
@@ -141,54 +123,22 @@ do_start() {
   fk_log "quorum with leader $(leader_id) in $(fk_elapsed "$t0")s"
 }
 
-do_stop() {
+# do_acquire (nodes-lib.sh): nodes of ours from an earlier run, where a fault
+# test may have left one down, are started again with their data; a foreign
+# ensemble gets the same time to become healthy.
+heal() {
   local i
-  for i in "${IDS[@]}"; do fk_stop_pidfile "$(pidfile "$i")" "$(cfg "$i")"; done
+  fk_zk_require
+  for i in "${IDS[@]}"; do launch_node "$i"; done
+  wait_healthy 90
 }
-
-do_acquire() {
-  mkdir -p "$D"
-  fk_live_users "$D" >/dev/null
-  local i answering=0
-  for i in "${IDS[@]}"; do fk_port_open "$(port "$i")" && answering=1; done
-  if [ "$answering" = 0 ]; then
-    do_start
-    : >"$D/acquired"
-  else
-    if [ -e "$D/acquired" ]; then
-      # ours from an earlier run: a fault test may have left a node down
-      fk_zk_require
-      for i in "${IDS[@]}"; do launch_node "$i"; done
-    fi
-    wait_healthy 90
-    fk_log "reusing the ensemble on 127.0.0.1:$(port 1)-$(port 3)"
-  fi
-  fk_add_user "$D"
-}
-
-do_release() { fk_release "$D" do_stop; }
+wait_foreign() { wait_healthy 90; }
 
 case "${1:-}" in
-  start)   fk_locked "zk-ensemble-$CB" do_start; print_env ;;
-  stop)    fk_locked "zk-ensemble-$CB" do_stop; rm -f "$D/acquired" ;;
-  status)  do_status; healthy ;;
-  acquire) fk_locked "zk-ensemble-$CB" do_acquire; print_env ;;
-  release) fk_locked "zk-ensemble-$CB" do_release ;;
+  status)  do_status; cluster_healthy ;;
   leader)  leader_id ;;
-  kill-leader)
-    L=$(leader_id) || fk_die "no leader to kill"
-    P=$(node_pid "$L") || fk_die "leader node $L was not started by this script"
-    kill -KILL "$P"
-    fk_wait_gone "$P" 100 || fk_die "leader pid $P still alive after SIGKILL"
-    rm -f "$(pidfile "$L")"
-    fk_log "killed leader node $L (pid $P)"
-    echo "$L" ;;
-  kill-node)
-    check_id "${2:-}"
-    P=$(node_pid "$2") || fk_die "node $2 is not running"
-    kill -KILL "$P"
-    fk_wait_gone "$P" 100 || fk_die "pid $P still alive after SIGKILL"
-    rm -f "$(pidfile "$2")" ;;
+  kill-leader) kill_leader ;;
+  kill-node) check_id "${2:-}"; running_pid "$2" >/dev/null; kill_node "$2" ;;
   start-node)
     check_id "${2:-}"
     fk_locked "zk-ensemble-$CB-node" launch_node "$2"
@@ -196,7 +146,7 @@ case "${1:-}" in
     fk_log "node $2 serving as $(fk_zk_mode "$(port "$2")")" ;;
   stop-node)
     check_id "${2:-}"
-    fk_stop_pidfile "$(pidfile "$2")" "$(cfg "$2")" ;;
+    fk_stop_pidfile "$(pidfile "$2")" "$(node_marker "$2")" ;;
   wait-healthy) wait_healthy "${2:-60}" ;;
-  *) echo "usage: $0 start|stop|status|acquire|release|leader|kill-leader|kill-node N|start-node N|stop-node N|wait-healthy [S]" >&2; exit 2 ;;
+  *) fk_main "$LOCK" "$@" ;;
 esac

@@ -81,11 +81,7 @@ fk_zk_tls_up() {
 
 # Wait until the TLS port $1 completes a handshake; $2 = timeout in seconds.
 fk_zk_wait_tls() {
-  local deadline=$(( $(fk_now_ms) + ${2:-30} * 1000 ))
-  while [ "$(fk_now_ms)" -lt "$deadline" ]; do
-    fk_zk_tls_up "$1" && return 0
-    sleep 0.1
-  done
+  fk_wait_until "${2:-30}" 0.1 fk_zk_tls_up "$1" && return 0
   fk_log "127.0.0.1:$1 completes no TLS handshake after ${2:-30} s"
   return 1
 }
@@ -98,16 +94,10 @@ fk_zk_4lw() {
 # standalone | leader | follower | '' (not serving: down, or no quorum).
 # `ruok` answers imok before the server can serve; only srvr's Mode line means ready.
 fk_zk_mode() { fk_zk_4lw "$1" srvr | sed -n 's/^Mode: //p'; }
+fk_zk_serving() { [ -n "$(fk_zk_mode "$1")" ]; }
 
 # Wait until port $1 serves (a Mode line); $2 = timeout in seconds.
-fk_zk_wait_serving() {
-  local deadline=$(( $(fk_now_ms) + ${2:-60} * 1000 ))
-  while [ "$(fk_now_ms)" -lt "$deadline" ]; do
-    [ -n "$(fk_zk_mode "$1")" ] && return 0
-    sleep 0.05
-  done
-  return 1
-}
+fk_zk_wait_serving() { fk_wait_until "${2:-60}" 0.05 fk_zk_serving "$1"; }
 
 # Start one server JVM in its own session (so a Ctrl-C aimed at the test
 # run doesn't hit it); its PID goes to PIDFILE.  $1 = zoo.cfg  $2 = log  $3 = pidfile

@@ -58,29 +58,14 @@ do_start() {
 
 do_stop() { fk_stop_pidfile "$PIDFILE" "$CFG"; }
 
-do_acquire() {
-  mkdir -p "$D"
-  fk_live_users "$D" >/dev/null
-  if [ -n "$(fk_zk_mode "$PORT")" ]; then
-    fk_log "reusing the server on 127.0.0.1:$PORT"
-  elif fk_port_open "$PORT"; then
-    # something is starting there (another run, or a developer): give it time
-    fk_zk_wait_serving "$PORT" 60 || fk_die "127.0.0.1:$PORT is taken by something that is not serving ZooKeeper"
-    fk_log "reusing the server on 127.0.0.1:$PORT"
-  else
-    do_start
-    : >"$D/acquired"
-  fi
-  fk_add_user "$D"
-}
+# What answers on the port may still be starting (another run, or a
+# developer's server): it gets 60 s to serve.
+serving() { fk_zk_wait_serving "$PORT" 60; }
+do_acquire() { fk_acquire_port "$PORT" serving "127.0.0.1:$PORT is taken by something that is not serving ZooKeeper"; }
 
-do_release() { fk_release "$D" do_stop; }
+usage() { echo "usage: $0 start|stop|status|acquire|release"; }
 
 case "${1:-}" in
-  start)   fk_locked "zk-$PORT" do_start; print_env ;;
-  stop)    fk_locked "zk-$PORT" do_stop; rm -f "$D/acquired" ;;
   status)  out=$(fk_zk_4lw "$PORT" srvr); echo "$out"; grep -q '^Mode: ' <<<"$out" ;;
-  acquire) fk_locked "zk-$PORT" do_acquire; print_env ;;
-  release) fk_locked "zk-$PORT" do_release ;;
-  *) echo "usage: $0 start|stop|status|acquire|release" >&2; exit 2 ;;
+  *) fk_main "zk-$PORT" "$@" ;;
 esac

@@ -1,6 +1,6 @@
 /** `fencekeeper effects`: the effect ledger, or with --pending what an operator must reconcile. */
 import { formatToken } from '../../index.js';
-import { UsageError, nonNegativeInt, parse, positiveInt } from '../args.js';
+import { UsageError, databaseUrl, nonNegativeInt, parse, positiveInt } from '../args.js';
 import { ExitCode } from '../exit-codes.js';
 import { HELP } from '../help.js';
 import { err, out } from '../output.js';
@@ -22,8 +22,7 @@ export async function effectsCommand(argv: readonly string[]): Promise<number> {
     return ExitCode.ok;
   }
   if (positionals.length > 0) throw new UsageError('effects takes no arguments');
-  const url = (values['database-url'] as string | undefined) ?? process.env.DATABASE_URL;
-  if (!url) throw new UsageError('no database: pass --database-url or set DATABASE_URL');
+  const url = databaseUrl(values);
   const resource = values.resource as string | undefined;
   if (resource === '') throw new UsageError('--resource must not be empty');
   const olderThanMs = nonNegativeInt(values['older-than'] as string | undefined, '--older-than');

@@ -1,5 +1,5 @@
 /** `fencekeeper migrate`: apply the fence table's migrations to DATABASE_URL's database. */
-import { UsageError, parse } from '../args.js';
+import { UsageError, databaseUrl, parse } from '../args.js';
 import { ExitCode } from '../exit-codes.js';
 import { HELP } from '../help.js';
 import { err, out } from '../output.js';
@@ -11,8 +11,7 @@ export async function migrateCommand(argv: readonly string[]): Promise<number> {
     return ExitCode.ok;
   }
   if (positionals.length > 0) throw new UsageError('migrate takes no arguments');
-  const url = (values['database-url'] as string | undefined) ?? process.env.DATABASE_URL;
-  if (!url) throw new UsageError('no database: pass --database-url or set DATABASE_URL');
+  const url = databaseUrl(values);
   // The CLI is the top layer: it may load any adapter. pg is the PostgreSQL
   // adapter's optional peer dependency, so both load only for this command.
   const [{ default: pg }, { migrate }] = await Promise.all([import('pg'), import('../../../adapters/postgres/index.js')]);

@@ -5,7 +5,7 @@
  * its grants last, which of its errors mean "unreachable", how its queue
  * entries read, and (where it can push changes) watchQueue.
  */
-import { InvalidArgumentError, safetyMargin, type LockSource, type LockStatus, type LockStatusEntry } from '../../index.js';
+import { InvalidArgumentError, safetyMargin, type FencingToken, type Lock, type LockSource, type LockStatus, type LockStatusEntry } from '../../index.js';
 import { UsageError } from '../args.js';
 import type { Holding, HoldOptions, Kind, LockService, QueueEntry, QueueEvent } from '../lock-service.js';
 
@@ -63,31 +63,27 @@ async function holdFrom(source: LockSource, kind: Kind, name: string, options: H
   const common = { safetyMarginMs: options.safetyMarginMs, ...(options.signal !== undefined && { signal: options.signal }) };
   if (kind === 'election') {
     const leadership = await (source.campaign as NonNullable<LockSource['campaign']>)(name, { ...common, ...(options.id !== undefined && { id: options.id }) });
-    return {
-      token: leadership.epoch,
-      sequencer: leadership.sequencer,
-      get held() {
-        return leadership.held;
-      },
-      signal: leadership.signal,
-      deadline: () => leadership.deadline,
-      end: () => leadership.resign(),
-    };
+    return holding(leadership, leadership.epoch, () => leadership.resign());
   }
   const lock = await source.acquireLock(name, {
     ...common,
     ...(options.timeoutMs !== undefined && { timeoutMs: options.timeoutMs }),
     ...(options.owner !== undefined && { owner: options.owner }),
   });
+  return holding(lock, lock.token, () => lock.release());
+}
+
+/** A lock or a leadership as the CLI's Holding: `held` and `deadline` read live from `grant`, `end` gives it up. */
+function holding(grant: Pick<Lock, 'held' | 'signal' | 'deadline' | 'sequencer'>, token: FencingToken, end: () => Promise<void>): Holding {
   return {
-    token: lock.token,
-    sequencer: lock.sequencer,
+    token,
+    sequencer: grant.sequencer,
     get held() {
-      return lock.held;
+      return grant.held;
     },
-    signal: lock.signal,
-    deadline: () => lock.deadline,
-    end: () => lock.release(),
+    signal: grant.signal,
+    deadline: () => grant.deadline,
+    end,
   };
 }
 

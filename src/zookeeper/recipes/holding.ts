@@ -16,6 +16,7 @@ import type { LossReason } from '../../errors.js';
 import { StepDownClock, safetyMargin, type Holding } from '../../step-down.js';
 import type { ZooKeeperClient } from '../client.js';
 import type { WatchEvent } from '../watches.js';
+import { perClient } from './per-client.js';
 import type { FencingToken } from '../../token.js';
 
 /**
@@ -64,17 +65,8 @@ export function nextEvent(): number {
   return ++events;
 }
 
-const sessions = new WeakMap<ZooKeeperClient, SessionHoldings>();
-
 /** The holdings of `zk`'s session: made with the client's first grant, and listening to it from then on. */
-export function sessionHoldings(zk: ZooKeeperClient): SessionHoldings {
-  let session = sessions.get(zk);
-  if (session === undefined) {
-    session = new SessionHoldings(zk);
-    sessions.set(zk, session);
-  }
-  return session;
-}
+export const sessionHoldings = perClient((zk) => new SessionHoldings(zk));
 
 /** A holding on the session's clock, until the deadline, a loss, or release (`lose('released')`). */
 export function holdSession(zk: ZooKeeperClient, session: SessionHoldings, lock: string, marginMs: number, token: FencingToken): Holding {
@@ -175,16 +167,7 @@ class OwnNodeWatches {
   }
 }
 
-const ownNodeWatches = new WeakMap<ZooKeeperClient, OwnNodeWatches>();
-
-function ownNodeWatchesOf(zk: ZooKeeperClient): OwnNodeWatches {
-  let watches = ownNodeWatches.get(zk);
-  if (watches === undefined) {
-    watches = new OwnNodeWatches(zk);
-    ownNodeWatches.set(zk, watches);
-  }
-  return watches;
-}
+const ownNodeWatchesOf = perClient((zk) => new OwnNodeWatches(zk));
 
 /** A holder's watch on its node: from the next turn on, or the waiter's watch taken over. */
 export function watchOwnNode(zk: ZooKeeperClient, node: OwnNode): void {

@@ -15,6 +15,7 @@
 import { performance } from 'node:perf_hooks';
 import { ClientClosedError, LockTimeoutError, SessionExpiredError } from '../../errors.js';
 import type { ClientState, ZooKeeperClient } from '../client.js';
+import { perClient } from './per-client.js';
 
 /** One client's waits: the session's end stops them all; their timeouts share one timer. */
 class ClientWaits {
@@ -66,16 +67,7 @@ class ClientWaits {
   };
 }
 
-const clients = new WeakMap<ZooKeeperClient, ClientWaits>();
-
-function waitsOf(zk: ZooKeeperClient): ClientWaits {
-  let waits = clients.get(zk);
-  if (waits === undefined) {
-    waits = new ClientWaits(zk);
-    clients.set(zk, waits);
-  }
-  return waits;
-}
+const waitsOf = perClient((zk) => new ClientWaits(zk));
 
 /** The waits each caller's signal ends, told by one 'abort' listener per signal. */
 const bySignal = new WeakMap<AbortSignal, Set<Stopper>>();
