@@ -103,11 +103,7 @@ export async function fencedPutObject(
   input: FencedPutObjectInput,
   options: FencedObjectOptions = {},
 ): Promise<FencedWriteResult> {
-  const fencing = resolveFencing((input as { token?: unknown }).token);
-  const token = fencing.token;
-  const location = checkLocation(input);
-  const layout = checkLayoutOption(options.layout);
-  const bind = checkBindOption(options.bind, fencing);
+  const { fencing, token, location, layout, bind, resource } = checkWrite(input, options);
   checkBody(input.Body);
   checkNoConditions(input);
   for (const name of Object.keys(input.Metadata ?? {})) {
@@ -116,7 +112,6 @@ export async function fencedPutObject(
     }
   }
   const { token: _token, Metadata, ...rest } = input;
-  const resource = resourceName(location.Bucket, location.Key);
   const readContext = readContextOf(input);
   return traceS3Put(resource, token, layout, async () => {
     if (layout === 'pointer') {
@@ -155,12 +150,7 @@ export async function fencedDeleteObject(
   input: FencedDeleteObjectInput,
   options: FencedObjectOptions = {},
 ): Promise<FencedWriteResult> {
-  const fencing = resolveFencing((input as { token?: unknown }).token);
-  const token = fencing.token;
-  const location = checkLocation(input);
-  const layout = checkLayoutOption(options.layout);
-  const bind = checkBindOption(options.bind, fencing);
-  const resource = resourceName(location.Bucket, location.Key);
+  const { fencing, token, location, layout, bind, resource } = checkWrite(input, options);
   const context: ReadContext = input.ExpectedBucketOwner === undefined ? {} : { ExpectedBucketOwner: input.ExpectedBucketOwner };
   return traceS3Delete(resource, token, layout, async () => {
     if (layout === 'pointer') {
@@ -206,4 +196,13 @@ function checkNoConditions(input: object): void {
       throw new InvalidArgumentError(`${field} is set by the fence; do not pass it to fencedPutObject`);
     }
   }
+}
+
+/** The checks every fenced write starts with, before any request: the token (or sequencer), the key, the layout and the binding. */
+function checkWrite(input: { readonly Bucket?: unknown; readonly Key?: unknown }, options: FencedObjectOptions) {
+  const fencing = resolveFencing((input as { token?: unknown }).token);
+  const location = checkLocation(input);
+  const layout = checkLayoutOption(options.layout);
+  const bind = checkBindOption(options.bind, fencing);
+  return { fencing, token: fencing.token, location, layout, bind, resource: resourceName(location.Bucket, location.Key) };
 }
