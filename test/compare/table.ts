@@ -34,6 +34,7 @@ function rowsOf(s: SourceReport): Row[] {
   rows.push(
     ['paused', 'fault injected (holder stopped when the successor was granted)', String(p.injected), n],
     ['', 'held === true at its first check after SIGCONT', String(p.heldAfterResume), n],
+    ['', "successor's token <= the paused holder's (token regression)", String(p.tokenRegressions), n],
     ['', 'stale write accepted, fencing off: PG / S3 / HTTP', triple(p.fencingOff), n],
     ['', 'stale write accepted, fencing on: PG / S3 / HTTP', triple(p.fencingOn), n],
   );
