@@ -116,6 +116,10 @@ export async function pausedTrial(sut: SourceUnderTest, resources: Resources): P
     } finally {
       await close();
     }
+  } catch (error) {
+    // What the holder said on its way out is the only clue to why it went.
+    const said = holder.stderr().trim().split('\n').slice(-3).join(' | ');
+    throw said === '' ? error : new Error(`${(error as Error).message} (holder's stderr: ${said})`, { cause: error });
   } finally {
     holder.send('exit');
     await within(holder.exited, 30_000, 'the holder to exit').catch(() => holder.stop());

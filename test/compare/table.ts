@@ -14,6 +14,7 @@ const TITLE: Record<SourceKind, string> = {
 type Row = readonly [scenario: string, row: string, count: string, trials: string];
 
 const triple = (w: { postgres: number; s3: number; http: number }): string => `${w.postgres}/${w.s3}/${w.http}`;
+const sum = (w: { postgres: number; s3: number; http: number }): number => w.postgres + w.s3 + w.http;
 const ms = (x: number): string => (x < 10 ? x.toFixed(2) : x.toFixed(1));
 
 function faultRows(label: string, f: FaultScenario, secondRow: string): Row[] {
@@ -65,7 +66,7 @@ export function renderReport(report: CompareReport): string {
   if (report.sources.some((s) => s.clock !== undefined)) {
     out.push('', "The clock jump is simulated: the key's remaining TTL on one node cut to 5 ms (PEXPIRE), which is what a forward jump of that node's wall clock does to it; libfaketime recurses in clock_gettime with Debian's redis-server at start-up, and time namespaces do not shift the wall clock.");
   }
-  out.push('', "The seeds' table, measured (count/trials):");
+  out.push('', "The seeds' table, measured (count/trials; writes: trials x 3 resources):");
   const cell = (s: SourceReport, pick: (s: SourceReport) => string): string => pick(s);
   const line = (row: string, pick: (s: SourceReport) => string): string[] => [row, ...report.sources.map((s) => cell(s, pick))];
   const of = (count: number, trials: number): string => `${count}/${trials}`;
@@ -74,10 +75,12 @@ export function renderReport(report: CompareReport): string {
       ['', ...report.sources.map((s) => TITLE[s.source])],
       line('double grants at failover/restart', (s) => of(s.failover.doubleGrants, s.failover.trials)),
       line('token regressions at failover/restart', (s) => of(s.failover.tokenRegressions, s.failover.trials)),
+      line('stale writes accepted by a fence after failover/restart', (s) => of(sum(s.failover.staleAccepted), 3 * s.failover.trials)),
       line('clock jump: double grants', (s) => (s.clock === undefined ? 'not run' : of(s.clock.doubleGrants, s.clock.trials))),
       line('clock jump: token regressions', (s) => (s.clock === undefined ? 'not run' : of(s.clock.tokenRegressions, s.clock.trials))),
-      line('paused holder, no fencing: stale writes accepted', (s) => of(s.paused.fencingOff.postgres + s.paused.fencingOff.s3 + s.paused.fencingOff.http, 3 * s.paused.trials)),
-      line('paused holder, fencing: stale writes accepted', (s) => of(s.paused.fencingOn.postgres + s.paused.fencingOn.s3 + s.paused.fencingOn.http, 3 * s.paused.trials)),
+      line('clock jump: stale writes accepted by a fence', (s) => (s.clock === undefined ? 'not run' : of(sum(s.clock.staleAccepted), 3 * s.clock.trials))),
+      line('paused holder, no fencing: stale writes accepted', (s) => of(sum(s.paused.fencingOff), 3 * s.paused.trials)),
+      line('paused holder, fencing: stale writes accepted', (s) => of(sum(s.paused.fencingOn), 3 * s.paused.trials)),
       line('acquire p50 / p99 (ms)', (s) => `${ms(s.latency.p50Ms)} / ${ms(s.latency.p99Ms)}`),
       line('cycles/s', (s) => s.latency.cyclesPerSecond.toFixed(0)),
       line('verdict', (s) => s.verdict.kind),
