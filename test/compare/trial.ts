@@ -4,6 +4,7 @@
 // resources, the second first, the first (the stale holder) after it.
 import type { Lock } from '../../src/lock.js';
 import type { LockSource } from '../../src/lock-source.js';
+import { retrying } from '../helpers/wait.js';
 import type { Resources, Written } from './resources.js';
 
 export interface FaultTrial {
@@ -27,21 +28,6 @@ export interface FaultScenario {
   readonly staleAccepted: { readonly postgres: number; readonly s3: number; readonly http: number };
   /** Trials that failed (and were run again), with why. */
   readonly errors: readonly string[];
-}
-
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-/** `attempt` until it returns (errors of a source still electing a leader, or reconnecting, are retried) or `limitMs` passes. */
-export async function retrying<T>(attempt: () => Promise<T>, limitMs: number, what: string): Promise<T> {
-  const deadline = performance.now() + limitMs;
-  for (;;) {
-    try {
-      return await attempt();
-    } catch (error) {
-      if (performance.now() > deadline) throw new Error(`${what}: still failing after ${limitMs} ms: ${(error as Error).message}`, { cause: error });
-      await sleep(100);
-    }
-  }
 }
 
 /**
