@@ -21,6 +21,7 @@ function faultRows(label: string, f: FaultScenario, secondRow: string): Row[] {
   const n = String(f.trials);
   return [
     [label, 'fault injected (with its evidence)', String(f.injected), n],
+    ['', 'first holder still held the lock (lock.held) when the second asked', String(f.firstHeld), n],
     ['', secondRow, String(f.doubleGrants), n],
     ['', "second grant's token <= the first holder's (token regression)", String(f.tokenRegressions), n],
     ['', "first holder's write after the second's, old token, accepted by fenced PG / S3 / HTTP", triple(f.staleAccepted), n],

@@ -10,6 +10,8 @@ import type { Resources, Written } from './resources.js';
 export interface FaultTrial {
   /** The fault happened and did what it is there for (its evidence checked, e.g. the promoted replica lacked the key). */
   readonly injected: boolean;
+  /** The first holder still held the lock (lock.held) when the second asked: what makes a refusal mean something. */
+  readonly firstHeld: boolean;
   /** The second client was granted the lock while the first still held it (first.held true at that moment). */
   readonly doubleGrant: boolean;
   /** The second grant's token is equal to or smaller than the first's. */
@@ -23,6 +25,7 @@ export interface FaultScenario {
   readonly fault: string;
   readonly trials: number;
   readonly injected: number;
+  readonly firstHeld: number;
   readonly doubleGrants: number;
   readonly tokenRegressions: number;
   readonly staleAccepted: { readonly postgres: number; readonly s3: number; readonly http: number };
@@ -39,7 +42,8 @@ export interface FaultScenario {
  */
 export async function secondHolder(first: Lock, second: LockSource, name: string, resources: Resources): Promise<Omit<FaultTrial, 'injected'>> {
   const tried = await retrying(() => second.tryAcquireLock(name, { owner: 'second' }), 60_000, `the second client's try for ${name}`);
-  const doubleGrant = tried !== null && first.held;
+  const firstHeld = first.held;
+  const doubleGrant = tried !== null && firstHeld;
   let next = tried;
   try {
     if (next === null) {
@@ -49,7 +53,7 @@ export async function secondHolder(first: Lock, second: LockSource, name: string
     const tokenRegression = next.token <= first.token;
     await resources.writeFenced(name, next.token, 'second');
     const staleAccepted = await resources.writeFenced(name, first.token, 'first, stale');
-    return { doubleGrant, tokenRegression, staleAccepted };
+    return { firstHeld, doubleGrant, tokenRegression, staleAccepted };
   } finally {
     await next?.release().catch(() => {});
     await first.release().catch(() => {});
@@ -73,6 +77,7 @@ export async function runTrials(fault: string, trials: number, trial: (i: number
     fault,
     trials: done.length,
     injected: count((t) => t.injected),
+    firstHeld: count((t) => t.firstHeld),
     doubleGrants: count((t) => t.doubleGrant),
     tokenRegressions: count((t) => t.tokenRegression),
     staleAccepted: {

@@ -56,6 +56,8 @@ describe('npm run compare, reduced', () => {
     const by = Object.fromEntries(report.sources.map((s) => [s.source, s]));
     // Consensus: the grant survives the leader kill, and tokens keep rising.
     for (const kind of ['etcd', 'zookeeper'] as const) {
+      // Not vacuous: the second client asked while the first still held the lock (its lease or session rode out the election).
+      expect(by[kind]!.failover.firstHeld, `${kind}: the first holder held on`).toBeGreaterThan(0);
       expect(by[kind]!.failover.doubleGrants, `${kind} double grants`).toBe(0);
       expect(by[kind]!.failover.tokenRegressions, `${kind} token regressions`).toBe(0);
       expect(by[kind]!.verdict.kind).toBe('correctness lock and election');
