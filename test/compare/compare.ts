@@ -22,7 +22,7 @@ import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
 import { environmentServers } from '../helpers/server-env.js';
 import { ETCD, REDIS, REDLOCK, ZOOKEEPER, type SourceUnderTest } from '../helpers/sources.js';
-import { holdEnsemble, holdEtcd, holdRedis, type Turn } from './control.js';
+import { etcdCtl, holdEnsemble, holdEtcd, holdRedis, redisCtl, restoreEnsemble, type Turn } from './control.js';
 import {
   ETCD_FAILOVER,
   EtcdPair,
@@ -38,7 +38,7 @@ import { measureLatency, type Latency } from './latency.js';
 import { runPaused, type PausedScenario } from './paused.js';
 import { REDLOCK_CLOCK, REDLOCK_RESTART, redlockClockTrial, redlockRestartTrial } from './redlock.js';
 import { Resources } from './resources.js';
-import { runTrials, type FaultScenario } from './trial.js';
+import { runTrials, type FaultScenario, type FaultTrial } from './trial.js';
 import { verdictOf, type Verdict } from './verdict.js';
 
 export const SOURCE_KINDS = ['redis', 'redlock', 'etcd', 'zookeeper'] as const;
@@ -155,21 +155,27 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
       log(`paused holder ${kind}: ${trials} trials, ${options.pausedConcurrency} at a time`);
       return runPaused(PAUSED[kind], DEPLOYMENT[kind], trials, options.pausedConcurrency, resources, log);
     };
-    const trialsOf = (label: string, fault: string, trial: (i: number) => Promise<import('./trial.js').FaultTrial>): Promise<FaultScenario> => {
+    const trialsOf = (label: string, fault: string, trial: (i: number) => Promise<FaultTrial>, recover: () => Promise<unknown>): Promise<FaultScenario> => {
       log(`${label}: ${trials} trials`);
-      return runTrials(fault, trials, trial, log);
+      return runTrials(fault, trials, trial, recover, log);
+    };
+    // After a trial that failed half-way: every node up again (the pair re-created if it is not in sync).
+    const healRedis = (): Promise<string> => redisCtl('heal');
+    const healEtcd = async (): Promise<void> => {
+      await etcdCtl('heal');
+      await etcdCtl('wait-healthy', '60');
     };
 
     const reports = new Map<SourceKind, Omit<SourceReport, 'verdict' | 'latency' | 'deployment' | 'source'>>();
     const redisChain = async (): Promise<void> => {
       try {
         if (wanted.has('redis')) {
-          const failover = await trialsOf('redis failover', REDIS_FAILOVER, () => redisFailoverTrial(resources));
+          const failover = await trialsOf('redis failover', REDIS_FAILOVER, () => redisFailoverTrial(resources), healRedis);
           reports.set('redis', { failover, paused: await paused('redis') });
         }
         if (wanted.has('redlock')) {
-          const failover = await trialsOf('redlock restart', REDLOCK_RESTART, (i) => redlockRestartTrial(resources, i));
-          const clock = await trialsOf('redlock clock', REDLOCK_CLOCK, (i) => redlockClockTrial(resources, i));
+          const failover = await trialsOf('redlock restart', REDLOCK_RESTART, (i) => redlockRestartTrial(resources, i), healRedis);
+          const clock = await trialsOf('redlock clock', REDLOCK_CLOCK, (i) => redlockClockTrial(resources, i), healRedis);
           reports.set('redlock', { failover, clock, paused: await paused('redlock') });
         }
       } finally {
@@ -180,7 +186,7 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
       if (!wanted.has('etcd')) return;
       const pair = new EtcdPair();
       try {
-        const failover = await trialsOf('etcd leader kill', ETCD_FAILOVER, () => etcdFailoverTrial(pair, resources));
+        const failover = await trialsOf('etcd leader kill', ETCD_FAILOVER, () => etcdFailoverTrial(pair, resources), healEtcd);
         await pair.close();
         await giveBack('etcd');
         reports.set('etcd', { failover, paused: await paused('etcd') });
@@ -193,7 +199,7 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
       if (!wanted.has('zookeeper')) return;
       const pair = await ZooKeeperPair.open();
       try {
-        const failover = await trialsOf('zookeeper leader kill', ZOOKEEPER_FAILOVER, () => zookeeperFailoverTrial(pair, resources));
+        const failover = await trialsOf('zookeeper leader kill', ZOOKEEPER_FAILOVER, () => zookeeperFailoverTrial(pair, resources), restoreEnsemble);
         await pair.close();
         await giveBack('zookeeper');
         reports.set('zookeeper', { failover, paused: await paused('zookeeper') });

@@ -17,7 +17,7 @@ import { acquireLock, redisSource, type RedisLock } from '../../adapters/redis/i
 import { lockKeys } from '../../adapters/redis/scripts.js';
 import { environmentServers } from '../helpers/server-env.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import { until } from '../helpers/wait.js';
+import { retrying, until } from '../helpers/wait.js';
 import { redisCtl } from './control.js';
 import { redisClient } from './failover.js';
 import type { Resources } from './resources.js';
@@ -30,7 +30,10 @@ export const REDLOCK_CLOCK =
   '(libfaketime recurses in clock_gettime with Debian\'s redis-server; time namespaces do not shift the wall clock)';
 
 const TTL_MS = 30_000;
-const NODE_TIMEOUT_MS = 100;
+// The default for this TTL: a grant returns as soon as a majority answered, so a
+// generous timeout costs the trial nothing, and on a loaded machine 100 ms was
+// not always enough for a healthy node to answer.
+const NODE_TIMEOUT_MS = 500;
 
 /** The five nodes' clients, connected (a node that just came back may still be reconnecting). */
 async function connected(): Promise<Redis[]> {
@@ -54,13 +57,20 @@ async function grantOnThree(name: string): Promise<{ first: RedisLock; clients: 
   await redisCtl('kill', '4');
   await redisCtl('kill', '5');
   const clients = environmentServers().redlock.map(redisClient);
-  const first = await acquireLock(clients, name, { ttlMs: TTL_MS, nodeTimeoutMs: NODE_TIMEOUT_MS, timeoutMs: 10_000, owner: 'first' });
-  // Its claims to 4 and 5 wait in those clients' offline queues: drop them, so they never arrive.
-  clients[3]?.disconnect();
-  clients[4]?.disconnect();
-  await redisCtl('restart', '4');
-  await redisCtl('restart', '5');
-  return { first, clients };
+  try {
+    // Retried: a round without a majority (a node slow to answer) releases everything it claimed.
+    const first = await retrying(() => acquireLock(clients, name, { ttlMs: TTL_MS, nodeTimeoutMs: NODE_TIMEOUT_MS, timeoutMs: 10_000, owner: 'first' }), 30_000, `the first grant of ${name}`);
+    return { first, clients };
+  } catch (error) {
+    for (const c of clients) c.disconnect();
+    throw error;
+  } finally {
+    // Its claims to 4 and 5 wait in those clients' offline queues: drop them, so they never arrive.
+    clients[3]?.disconnect();
+    clients[4]?.disconnect();
+    await redisCtl('restart', '4');
+    await redisCtl('restart', '5');
+  }
 }
 
 async function trial(resources: Resources, victimIndex: number, fault: (name: string, victim: Redis, first: RedisLock) => Promise<boolean>): Promise<FaultTrial> {

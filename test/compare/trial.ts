@@ -60,8 +60,19 @@ export async function secondHolder(first: Lock, second: LockSource, name: string
   }
 }
 
-/** `trials` runs of `trial`, one after the other (each breaks and restores shared nodes); a trial that throws is run again, up to `trials` extra runs in all. */
-export async function runTrials(fault: string, trials: number, trial: (i: number) => Promise<FaultTrial>, log: (line: string) => void): Promise<FaultScenario> {
+/**
+ * `trials` runs of `trial`, one after the other (each breaks and restores
+ * shared nodes); a trial that throws is run again, up to `trials` extra runs
+ * in all, after `recover` has put the servers back as a trial expects them
+ * (a trial that failed half-way may have left a node down).
+ */
+export async function runTrials(
+  fault: string,
+  trials: number,
+  trial: (i: number) => Promise<FaultTrial>,
+  recover: () => Promise<unknown>,
+  log: (line: string) => void,
+): Promise<FaultScenario> {
   const done: FaultTrial[] = [];
   const errors: string[] = [];
   for (let i = 0; done.length < trials && errors.length <= trials; i++) {
@@ -70,6 +81,7 @@ export async function runTrials(fault: string, trials: number, trial: (i: number
     } catch (error) {
       errors.push((error as Error).message.split('\n')[0] ?? String(error));
       log(`  trial ${i + 1} failed (run again): ${errors.at(-1)}`);
+      await recover();
     }
   }
   const count = (f: (t: FaultTrial) => boolean): number => done.filter(f).length;
