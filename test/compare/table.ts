@@ -74,6 +74,7 @@ export function renderReport(report: CompareReport): string {
   out.push(
     ...align([
       ['', ...report.sources.map((s) => TITLE[s.source])],
+      line('first holder still held when the second asked', (s) => of(s.failover.firstHeld, s.failover.trials)),
       line('double grants at failover/restart', (s) => of(s.failover.doubleGrants, s.failover.trials)),
       line('token regressions at failover/restart', (s) => of(s.failover.tokenRegressions, s.failover.trials)),
       line('stale writes accepted by a fence after failover/restart', (s) => of(sum(s.failover.staleAccepted), 3 * s.failover.trials)),
