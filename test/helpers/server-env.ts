@@ -123,3 +123,18 @@ export function serversReadBy(read: (key: keyof ProvidedServers) => string): Tes
     get etcdCluster() { return read('etcdCluster').split(','); },
   };
 }
+
+/**
+ * The servers named by the environment alone (no vitest inject): for modules
+ * that scripts load too, such as test/helpers/sources.ts. Inside a vitest
+ * worker the global setup has put every address in the environment already.
+ */
+export function environmentServers(): TestServers {
+  return serversReadBy((key) => {
+    const value = process.env[SERVER_ENV[key]];
+    if (value !== undefined && value !== '') return value;
+    const fallback = SERVER_DEFAULTS[key];
+    if (fallback !== undefined) return fallback;
+    throw new Error(`${SERVER_ENV[key]} is not set (and the global setup did not start that server)`);
+  });
+}

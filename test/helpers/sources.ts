@@ -12,7 +12,9 @@ import type { LockSource } from '../../src/lock-source.js';
 import type { FencingToken } from '../../src/token.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
-import { testServers } from './servers.js';
+// The environment, not ./servers.js: that module imports 'vitest', which the
+// scripts using these sources (test/compare/run-compare.ts) cannot load.
+import { environmentServers as testServers } from './server-env.js';
 
 export interface OpenSource {
   readonly source: LockSource;

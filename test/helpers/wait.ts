@@ -28,6 +28,23 @@ export async function within<T>(promise: Promise<T>, limitMs: number, what: stri
   }
 }
 
+/**
+ * `attempt` until it resolves, or reject with its last error after `limitMs`
+ * (a source still electing a leader, a node reconnecting, a round trip that
+ * outlasted a node timeout on a loaded machine).
+ */
+export async function retrying<T>(attempt: () => Promise<T>, limitMs: number, what: string): Promise<T> {
+  const deadline = performance.now() + limitMs;
+  for (;;) {
+    try {
+      return await attempt();
+    } catch (error) {
+      if (performance.now() > deadline) throw new Error(`${what}: still failing after ${limitMs} ms: ${(error as Error).message}`, { cause: error });
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
+
 export interface Deferred<T = void> {
   promise: Promise<T>;
   resolve: (value: T) => void;

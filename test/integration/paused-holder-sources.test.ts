@@ -6,33 +6,20 @@
 // held === false, and its writes with the old token are refused by
 // withFence, fencedPutObject and fencing().
 import type { AddressInfo } from 'node:net';
-import { fileURLToPath } from 'node:url';
 import express from 'express';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryFenceStore, fencing } from '../../adapters/express/index.js';
 import { migrate, withFence } from '../../adapters/postgres/index.js';
 import { fencedPutObject } from '../../adapters/s3/index.js';
-import { spawnHolder, type HolderProcess } from '../../src/testing/index.js';
+import type { HolderProcess } from '../../src/testing/index.js';
+import { pauseSourceHolder } from '../helpers/paused-source-holder.js';
 import { serverEnvironment, testServers } from '../helpers/servers.js';
 import { SOURCES } from '../helpers/sources.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import { within } from '../helpers/wait.js';
 import { serve, type Served } from './express-helpers.js';
 import { TestBucket, newClient } from './s3-helpers.js';
 import { holdRedisFaults } from './redis-helpers.js';
-
-const FIXTURE = fileURLToPath(new URL('../fixtures/source-holder.mjs', import.meta.url));
-
-interface WriteReport {
-  held: boolean;
-  aborted: boolean;
-  reason: string | null;
-  token: bigint;
-  postgres: string;
-  s3: string;
-  http: number;
-}
 
 let served: Served;
 let url: string;
@@ -68,47 +55,26 @@ describe.each(SOURCES)('the paused holder: $kind', (sut) => {
   it('stopped past its grant: held === false at its first check, and its old token is refused by withFence, fencedPutObject and fencing()', async () => {
     const name = uniqueLockName(`paused_${sut.kind}`);
     const resource = `paused/${name}`;
-    const holder = await spawnHolder(FIXTURE, {
-      env: {
-        ...process.env,
-        ...serverEnvironment(),
-        FK_LOCK_SERVICE: sut.lockService,
-        FK_SESSION_MS: String(sut.grantMs),
-        FK_LOCK: name,
-        FK_RESOURCE: resource,
-        FK_BUCKET: bucket.name,
-        FK_URL: url + name,
+    const run = await pauseSourceHolder(sut, {
+      lock: name,
+      env: { ...serverEnvironment(), FK_RESOURCE: resource, FK_BUCKET: bucket.name, FK_URL: url + name },
+      holders,
+      async whileStopped(next) {
+        await withFence(pool, resource, next.token, async (client) => client.query({ text: 'SELECT 1' }));
+        await fencedPutObject(s3, { Bucket: bucket.name, Key: resource, Body: `from ${next.token}`, token: next.token });
+        const put = await fetch(url + name, { method: 'PUT', headers: { 'fencing-token': String(next.token) } });
+        expect(put.status).toBe(200);
       },
     });
-    holders.push(holder);
-    const { token: oldToken } = await within(holder.holding, 30_000, `the holder to get ${name} from ${sut.lockService}`);
-
-    await holder.pause();
-    const { source, close } = await sut.open();
-    try {
-      // Granted only once the source has ended the stopped holder's grant.
-      const next = await within(source.acquireLock(name, { owner: 'successor' }), sut.grantMs * 10 + 30_000, `the successor to be granted ${name}`);
-      expect(next.token > oldToken, `successor ${next.token} after ${oldToken}`).toBe(true);
-      await withFence(pool, resource, next.token, async (client) => client.query({ text: 'SELECT 1' }));
-      await fencedPutObject(s3, { Bucket: bucket.name, Key: resource, Body: `from ${next.token}`, token: next.token });
-      const put = await fetch(url + name, { method: 'PUT', headers: { 'fencing-token': String(next.token) } });
-      expect(put.status).toBe(200);
-
-      holder.send('write'); // read by the holder once it runs again
-      holder.resume();
-      const report = (await within(holder.next(), 30_000, 'the resumed holder\'s report')) as WriteReport;
-      expect(report.token).toBe(oldToken);
-      expect(report.held).toBe(false);
-      expect(report.aborted).toBe(true);
-      expect(report.postgres).toBe('STALE_TOKEN');
-      expect(report.s3).toBe('STALE_TOKEN');
-      expect(report.http).toBe(409);
-      expect(next.held).toBe(true);
-      await next.release();
-    } finally {
-      await close();
-    }
-    holder.send('exit');
-    await within(holder.exited, 30_000, 'the holder to exit');
+    expect(run.stoppedAtGrant).toBe(true);
+    expect(run.nextToken > run.oldToken, `successor ${run.nextToken} after ${run.oldToken}`).toBe(true);
+    const { report } = run;
+    expect(report.token).toBe(run.oldToken);
+    expect(report.held).toBe(false);
+    expect(report.aborted).toBe(true);
+    expect(report.postgres).toBe('STALE_TOKEN');
+    expect(report.s3).toBe('STALE_TOKEN');
+    expect(report.http).toBe(409);
+    expect(run.nextHeldAfter).toBe(true);
   });
 });
