@@ -15,6 +15,7 @@ import pg from 'pg';
 import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { serverEnvironment, testServers } from '../helpers/servers.js';
+import { holdRedisFaults } from './redis-helpers.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const WORK = `${ROOT}.tmp/readme-examples/`;
@@ -78,9 +79,13 @@ const isTestFile = (block: Block): boolean => /from 'vitest'/.test(block.code);
 
 describe('README examples', () => {
   let env: NodeJS.ProcessEnv;
+  let giveBackRedis: (() => Promise<void>) | undefined;
 
   beforeAll(async () => {
     if (!existsSync(`${ROOT}dist/src/index.js`)) throw new Error("dist/ is missing: run 'npm run build' first (npm test does)");
+    // The Redis examples need all five Redlock nodes up, as a user's would be:
+    // wait out the files that kill or pause them (the Redis set's fault turn).
+    giveBackRedis = await holdRedisFaults();
     const servers = testServers();
     // The examples use fixed names, as a user's code would. Fences from an
     // earlier run against another ZooKeeper (a throw-away test server starts
@@ -125,10 +130,11 @@ describe('README examples', () => {
       ETCD: new URL(servers.etcd).host,
       PATH: `${WORK}bin:${process.env.PATH ?? ''}`,
     };
-  });
+  }, 660_000);
   afterAll(async () => {
+    await giveBackRedis?.();
     await rm(WORK, { recursive: true, force: true });
-  });
+  }, 120_000);
 
   it('has the examples this test knows what to expect of', () => {
     expect(typescript.map((b) => b.heading)).toEqual([
