@@ -18,6 +18,7 @@ import { until } from '../helpers/wait.js';
 import { post, serve, type Served } from './express-helpers.js';
 import { express } from './express-variants.js';
 import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
+import { holdRedisFaults } from './redis-helpers.js';
 import { TestBucket, expectRejects, newClient, randomPrefix } from './s3-helpers.js';
 
 const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
@@ -26,6 +27,14 @@ const bucket = new TestBucket('seqfences');
 let pool: pg.Pool;
 const memory = new MemoryFenceStore();
 let served: Served;
+
+// Redis and Redlock must stay up for the whole file: wait out the files that
+// kill or pause their nodes (the Redis set's fault turn).
+let giveBackRedis: (() => Promise<void>) | undefined;
+beforeAll(async () => {
+  giveBackRedis = await holdRedisFaults();
+}, 660_000);
+afterAll(async () => giveBackRedis?.(), 120_000);
 
 beforeAll(async () => {
   await createSchema(admin, schema);

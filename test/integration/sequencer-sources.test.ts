@@ -7,7 +7,7 @@
 // nobody else uses) and Redlock (a UUID on every node, the majority's).
 import { Etcd3 } from 'etcd3';
 import { Redis } from 'ioredis';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { etcdSession, etcdSource } from '../../adapters/etcd/index.js';
 import { acquireLock as redisAcquire, redisSource } from '../../adapters/redis/index.js';
 import { SOURCE_ID_KEY } from '../../adapters/redis/source-id.js';
@@ -19,7 +19,7 @@ import { testServers } from '../helpers/servers.js';
 import { SOURCES } from '../helpers/sources.js';
 import { uniqueId, uniqueLockName } from '../helpers/unique.js';
 import { ClientPool } from '../helpers/zookeeper.js';
-import { hostPort } from './redis-helpers.js';
+import { holdRedisFaults, hostPort } from './redis-helpers.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const zkClients = new ClientPool();
@@ -43,6 +43,14 @@ function expectSequencer(grant: Lock | Leadership, kind: 'lock' | 'election', so
   // Made once: the same object every time it is read.
   expect(grant.sequencer).toBe(grant.sequencer);
 }
+
+// Redis and Redlock must stay up for the whole file: wait out the files that
+// kill or pause their nodes (the Redis set's fault turn).
+let giveBackRedis: (() => Promise<void>) | undefined;
+beforeAll(async () => {
+  giveBackRedis = await holdRedisFaults();
+}, 660_000);
+afterAll(async () => giveBackRedis?.(), 120_000);
 
 describe.each(SOURCES)('$kind: sequencers', (under) => {
   it('two clients, and a new client after the first closed, see the same source id; locks and elections carry it', async () => {
