@@ -49,7 +49,7 @@ export function describeFaultRun(kind: SourceKind): void {
   describe(`fault-injection run on ${kind} (holder SIGSTOP, the source's own faults, TCP cuts) against PostgreSQL, S3 and HTTP`, () => {
     it('no resource ever accepts a stale token, loses an acknowledged write or keeps a refused one; token regressions are reported', async () => {
       const lines: string[] = [];
-      const { result, history, report, crashes, missed } = await runFaultCheck({
+      const run = runFaultCheck({
         servers: testServers(),
         source: control,
         workers: 5,
@@ -59,6 +59,11 @@ export function describeFaultRun(kind: SourceKind): void {
         randomFaults: true,
         httpCuts: true,
         log: (line) => lines.push(line),
+      });
+      // What the run logged, also when it fails before its report.
+      const { result, history, report, crashes, missed } = await run.catch((error: unknown) => {
+        console.log([`fault-injection run (${kind}), failed:`, ...lines].join('\n'));
+        throw error;
       });
       console.log([`fault-injection run (${kind}):`, ...lines, '', ...report].join('\n'));
 

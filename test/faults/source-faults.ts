@@ -193,7 +193,15 @@ function etcdControl(ctl: ReturnType<typeof runner>): SourceControl {
       if (![1, 2, 3].includes(id)) throw new Error(`etcd.sh kill-leader printed ${JSON.stringify(stdout)}`);
       ctx.record({ kind: 'kill-leader', target: `etcd node ${id}`, at: Date.now(), detail: `SIGKILL (${stderr.split('\n').pop() ?? ''})` });
       await new Promise((r) => setTimeout(r, random(500, 1500)));
-      await ctl('restart', String(id));
+      try {
+        await ctl('restart', String(id));
+      } catch (error) {
+        // etcd.sh restart can take the node for gone when it looks between
+        // the fork and the exec of etcd (seen at load 14); heal starts it if
+        // it really is not running, and leaves it alone if it is.
+        ctx.log(`etcd node ${id}: ${String(error).split('\n')[0] ?? ''}; healing instead`);
+        await ctl('heal');
+      }
       await ctl('wait-healthy', '60');
       ctx.log(`etcd node ${id} restarted with its data`);
       return null;
