@@ -353,22 +353,27 @@ async function pairFaults(ctl: ReturnType<typeof runner>, servers: TestServers, 
       floating.moveTo(`127.0.0.1:${ports[to]}`);
       master = to;
       const after = await counter(to);
+      // The evidence of the lag: the promoted replica's counter is behind. A
+      // failover whose replica had every INCR is the in-sync kind, whatever was tried.
+      const lost = after < before;
       ctx.record({
         kind: 'failover',
-        ...(lagging ? { variant: 'replica held back' } : {}),
+        ...(lagging && lost ? { variant: 'replica held back' } : {}),
         target: `redis ${from} -> ${to}`,
         at: Date.now(),
         detail:
           `SIGKILL of the ${from} (token counter at least ${before}); the ${to}, ${heldFor}promoted with counter ${after}` +
-          (after < before ? `: the failover lost ${before - after} INCRs, the next grants repeat or go below tokens already handed out` : ''),
+          (lost ? `: the failover lost ${before - after} INCRs, the next grants repeat or go below tokens already handed out` : ''),
       });
+      let why: string | null = null;
+      if (lagging && !lost) why = `the promoted ${to} had every INCR (counter ${after}, at least ${before} on the ${from}): replication was not held back`;
       // The old primary comes back as the new one's replica: started from its
       // own AOF, then made to follow (the full sync drops what it had).
       await ctx.wait(random(300, 800));
       await ctl('restart', from);
       await follow(from);
       ctx.log(`redis ${from} restarted and following the ${to}`);
-      return null;
+      return why;
     },
   });
   return {
