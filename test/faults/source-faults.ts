@@ -333,9 +333,9 @@ async function pairFaults(ctl: ReturnType<typeof runner>, servers: TestServers, 
         link.blackhole();
         const grants = ctx.grants();
         const end = performance.now() + 15_000;
-        while (ctx.grants() - grants < 3 && performance.now() < end && !ctx.stopping()) await ctx.wait(20);
+        while (ctx.grants() - grants < 5 && performance.now() < end && !ctx.stopping()) await ctx.wait(20);
         const made = ctx.grants() - grants;
-        if (made < 3) {
+        if (made < 5) {
           link.resume();
           return `only ${made} grants while replication was held back for ${Math.round(performance.now() - t0)} ms`;
         }
