@@ -5,8 +5,10 @@ import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import {
   checkHistory,
+  findTokenRegressions,
   formatReport,
   reconstructS3Chain,
+  type GrantRecord,
   type AppliedWrite,
   type FaultRecord,
   type History,
@@ -218,5 +220,49 @@ describe('checkHistory', () => {
       "the nemesis could not inject a cut of a worker's ZooKeeper connections: no running worker had a connected ZooKeeper session through its proxies",
     ]);
     expect(formatReport(result, history).join('\n')).toMatch(/PROVES NOTHING: the run promised a held-then-reset s3 write and injected none/);
+  });
+  it('matches a promised fault by its variant: a failover in sync does not stand for one with the replica held back', () => {
+    const history = cleanHistory();
+    history.required = [{ kind: 'failover', variant: 'replica held back', name: 'a failover with replication held back' }];
+    history.faults = [...history.faults, { kind: 'failover', target: 'redis primary -> replica', at: 1600 }];
+    expect(checkHistory(history).vacuous).toEqual(['the run promised a failover with replication held back and injected none']);
+    history.faults = [...history.faults, { kind: 'failover', variant: 'replica held back', target: 'redis replica -> primary', at: 1700 }];
+    expect(checkHistory(history).valid).toBe(true);
+  });
+});
+
+describe('token regressions (the source, apart from the resources)', () => {
+  const grant = (cycle: string, token: bigint, invokedAt: number, grantedAt: number): GrantRecord => ({ worker: 1, cycle, token, invokedAt, grantedAt });
+
+  it('finds none in rising tokens, and does not compare grants that overlap in time', () => {
+    expect(findTokenRegressions([grant('a', 1n, 0, 10), grant('b', 2n, 20, 30), grant('c', 3n, 40, 50)])).toEqual([]);
+    // b began its acquire before a's grant came back: nothing orders them from outside
+    expect(findTokenRegressions([grant('a', 5n, 0, 10), grant('b', 4n, 5, 12)])).toEqual([]);
+  });
+
+  it('reports a token equal to or below one granted before the acquire began, against the largest earlier one', () => {
+    const a = grant('a', 10n, 0, 10);
+    const b = grant('b', 12n, 20, 30);
+    const c = grant('c', 12n, 40, 50); // repeats b's token
+    const d = grant('d', 11n, 60, 70); // below b's
+    const e = grant('e', 13n, 80, 90);
+    const found = findTokenRegressions([e, d, c, b, a]);
+    expect(found).toEqual([
+      { grant: c, earlier: b },
+      { grant: d, earlier: b },
+    ]);
+  });
+
+  it('keeps them out of the resources\' verdict but reports them', () => {
+    const history = cleanHistory();
+    history.grants = [grant('w1-0', 30n, 0, 10), grant('w2-0', 29n, 20, 30)];
+    const result = checkHistory(history);
+    expect(result.valid).toBe(true);
+    expect(result.tokenRegressions).toHaveLength(1);
+    const report = formatReport(result, history).join('\n');
+    expect(report).toMatch(/TOKEN REGRESSION w2-0 was granted token 29, not above w1-0's 30/);
+    expect(report).toMatch(/TOKENS: NOT monotonic: 1 of 2 grants/);
+    history.grants = [grant('w1-0', 29n, 0, 10), grant('w2-0', 30n, 20, 30)];
+    expect(formatReport(checkHistory(history), history).join('\n')).toMatch(/TOKENS: monotonic/);
   });
 });

@@ -31,7 +31,15 @@
 //   3. durability every acknowledged write is in the apply order; the final
 //                 state is the last applied write (and carries the largest token)
 //   4. no effect  a refused (stale) or failed write appears nowhere
-// and the run as a whole must prove something: at least one fault injected
+// Apart from the resources, the lock's own history (every grant, with its
+// token) is checked for what every source promises and the resources rely
+// on: a grant whose acquire began after another grant was made has a larger
+// token. A source that breaks it (a single Redis whose failover lost the
+// last INCRs of its counter) is reported as a finding of its own, token
+// regressions, beside the resources' verdict: the resources must still show
+// no violation while the source's tokens were monotonic, and with fencing
+// they refuse what a regressed token would have let through.
+// The run as a whole must prove something: at least one fault injected
 // and at least one stale write refused, else the check fails; every fault
 // recorded must show that it took effect (a cut names the connections it
 // reset, its victim noticed it), and every fault the run promised must be
@@ -94,7 +102,12 @@ export interface ResourceEvidence {
   readonly fence?: bigint | null;
 }
 
-export type FaultKind = 'pause' | 'kill-leader' | 'cut' | 'partition' | 'resource-cut';
+/**
+ * pause, cut, partition: of a worker; resource-cut: of one write's connection;
+ * kill-leader (ZooKeeper, etcd), failover (Redis primary to replica),
+ * node-restart, node-pause (a Redlock node): of the source's servers.
+ */
+export type FaultKind = 'pause' | 'kill-leader' | 'cut' | 'partition' | 'resource-cut' | 'failover' | 'node-restart' | 'node-pause';
 
 /**
  * A fault the nemesis injected, with what shows that it happened. The harness
@@ -103,6 +116,8 @@ export type FaultKind = 'pause' | 'kill-leader' | 'cut' | 'partition' | 'resourc
  */
 export interface FaultRecord {
   readonly kind: FaultKind;
+  /** The form of the kind where there are several (a failover with the replica held back). */
+  readonly variant?: string;
   readonly target: string;
   readonly at: number;
   readonly detail?: string;
@@ -124,6 +139,10 @@ export interface FaultRecord {
 /** A fault the run promised: at least one of this kind (of a fresh holder, through this resource) must be recorded. */
 export interface RequiredFault {
   readonly kind: FaultKind;
+  /** Only a fault of this variant counts. */
+  readonly variant?: string;
+  /** How the report names it, where the kind alone does not say. */
+  readonly name?: string;
   readonly resource?: Resource;
   /** pause only: the pause must have hit a worker right after its grant. */
   readonly freshHolder?: boolean;
@@ -136,8 +155,28 @@ export interface CycleCounts {
   readonly unfinished: number;
 }
 
+/** One grant of the lock, as the worker that got it reported it. */
+export interface GrantRecord {
+  readonly worker: number;
+  readonly cycle: string;
+  readonly token: bigint;
+  /** When the worker began the acquire (ms since the epoch, as WriteRecord's). */
+  readonly invokedAt: number;
+  /** When the grant came back to it. */
+  readonly grantedAt: number;
+}
+
+/** A grant whose token is not above that of a grant made before its acquire began. */
+export interface TokenRegression {
+  readonly grant: GrantRecord;
+  /** The earlier grant with the largest token. */
+  readonly earlier: GrantRecord;
+}
+
 export interface History {
   readonly writes: readonly WriteRecord[];
+  /** Every grant of the run; absent in histories without the lock's side. */
+  readonly grants?: readonly GrantRecord[];
   readonly resources: Readonly<Record<Resource, ResourceEvidence>>;
   readonly faults: readonly FaultRecord[];
   readonly cycles?: CycleCounts;
@@ -180,6 +219,35 @@ export interface CheckResult {
   readonly resourceCuts: Readonly<Partial<Record<Resource, number>>>;
   /** s3: the apply order reconstructed from the chain of conditional PUTs. */
   readonly s3Chain: readonly AppliedWrite[];
+  /**
+   * The source's own finding, kept out of `valid` (which is the resources'
+   * verdict and the run's proof): grants whose token did not rise. Empty:
+   * the source's tokens were monotonic over the run.
+   */
+  readonly tokenRegressions: readonly TokenRegression[];
+}
+
+/**
+ * The grants that broke token order: B is after A in real time when B's
+ * acquire began after A's grant had come back, and then B's token must be
+ * larger. Grants that overlap in time are not compared (nothing orders them
+ * from outside), so every regression reported is a real one.
+ */
+export function findTokenRegressions(grants: readonly GrantRecord[]): TokenRegression[] {
+  const byGrant = [...grants].sort((a, b) => a.grantedAt - b.grantedAt);
+  const byInvoke = [...grants].sort((a, b) => a.invokedAt - b.invokedAt);
+  const regressions: TokenRegression[] = [];
+  let best: GrantRecord | null = null;
+  let i = 0;
+  for (const grant of byInvoke) {
+    while (i < byGrant.length && (byGrant[i] as GrantRecord).grantedAt < grant.invokedAt) {
+      const earlier = byGrant[i] as GrantRecord;
+      if (best === null || earlier.token > best.token) best = earlier;
+      i++;
+    }
+    if (best !== null && grant.token <= best.token) regressions.push({ grant, earlier: best });
+  }
+  return regressions.sort((a, b) => a.grant.grantedAt - b.grant.grantedAt);
 }
 
 /**
@@ -323,10 +391,12 @@ export function checkHistory(history: History): CheckResult {
   if (history.faults.length === 0) vacuous.push('no fault was injected');
   if (totals.refused === 0) vacuous.push('no stale write was refused: the run never put a stale holder in front of a resource');
   vacuous.push(...checkFaults(history));
-  return { valid: violations.length === 0 && vacuous.length === 0, violations, vacuous, figures, totals, faultsByKind, resourceCuts, s3Chain };
+  const tokenRegressions = findTokenRegressions(history.grants ?? []);
+  return { valid: violations.length === 0 && vacuous.length === 0, violations, vacuous, figures, totals, faultsByKind, resourceCuts, s3Chain, tokenRegressions };
 }
 
 function describeRequired(r: RequiredFault): string {
+  if (r.name !== undefined) return r.name;
   if (r.kind === 'pause' && r.freshHolder === true) return 'a pause of a fresh lock holder';
   if (r.kind === 'resource-cut') return `a held-then-reset ${r.resource ?? 'resource'} write`;
   return `a ${r.kind}`;
@@ -355,6 +425,7 @@ function checkFaults(history: History): string[] {
     const count = history.faults.filter(
       (f) =>
         f.kind === r.kind &&
+        (r.variant === undefined || f.variant === r.variant) &&
         (r.resource === undefined || f.resource === r.resource) &&
         (r.freshHolder !== true || f.token !== undefined),
     ).length;
@@ -396,6 +467,20 @@ export function formatReport(result: CheckResult, history: History): string[] {
     .join(', ');
   lines.push(`faults injected: ${history.faults.length}${kinds === '' ? '' : ` (${kinds})`}`);
   lines.push(`stale writes refused: ${t.refused}`);
+  if (history.grants !== undefined) {
+    const regressions = result.tokenRegressions;
+    lines.push(`lock grants: ${history.grants.length}; token regressions: ${regressions.length}`);
+    for (const r of regressions.slice(0, 10)) {
+      const { grant: g, earlier: e } = r;
+      lines.push(`  TOKEN REGRESSION ${g.cycle} was granted token ${g.token}, not above ${e.cycle}'s ${e.token}, granted ${Math.round(g.invokedAt - e.grantedAt)} ms before ${g.cycle}'s acquire began`);
+    }
+    if (regressions.length > 10) lines.push(`  ... and ${regressions.length - 10} more`);
+    lines.push(
+      regressions.length === 0
+        ? "TOKENS: monotonic (every grant's token above every grant made before its acquire began)"
+        : `TOKENS: NOT monotonic: ${regressions.length} of ${history.grants.length} grants repeated or went below a token already handed out (a finding about the source; the resources' verdict is below)`,
+    );
+  }
   lines.push(`violations: ${result.violations.length}`);
   for (const v of result.violations) lines.push(`  VIOLATION [${v.resource}/${v.kind}] ${v.message}`);
   for (const v of result.vacuous) lines.push(`  PROVES NOTHING: ${v}`);

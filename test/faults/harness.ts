@@ -1,22 +1,29 @@
 // The fault-injection run, Jepsen-style: N worker processes
 // (test/fixtures/fault-worker.mjs) loop acquire -> write PostgreSQL, S3 and an
-// HTTP service with the token -> release, while a nemesis
-//   - SIGSTOPs workers past their session timeout (one of them right after it
-//     was granted the lock, so it wakes up as a stale holder with writes to do),
-//   - SIGKILLs the ZooKeeper leader of the 3-node ensemble and restarts it,
-//   - cuts (RST) and black-holes workers' ZooKeeper connections: each worker
-//     reaches each ensemble node through its own TcpProxy, owned here,
+// HTTP service with the token -> release, taking the lock from one token
+// source (ZooKeeper, Redis, Redlock or etcd), while a nemesis
+//   - SIGSTOPs workers past their session timeout or TTL (one of them right
+//     after it was granted the lock, so it wakes up as a stale holder with
+//     writes to do),
+//   - injects the source's own faults (source-faults.ts): the ZooKeeper or
+//     etcd leader SIGKILLed and restarted, the Redis primary killed and its
+//     replica promoted, in sync or held back, a Redlock node restarted or
+//     paused,
+//   - cuts (RST) and black-holes workers' connections to the source's
+//     servers: each worker reaches each of them through its own TcpProxy,
+//     owned here,
 //   - holds a PostgreSQL, S3 or HTTP write (HTTP unless httpCuts is off) in a
 //     black hole from the moment it starts (S3: from its PUT), then resets
 //     its connection, so the writer cannot know whether it landed (each
 //     worker reaches these through its own proxies too).
 // A fault is recorded only once it has taken effect, with its evidence: the
 // process seen stopped, the connections a reset tore down, the victim's own
-// report (its ZooKeeper client suspended, its held write ended by the reset).
+// report (its lock client lost its connection, its held write ended by the reset).
 // The first of each kind above is promised: one that cannot be injected after
 // a few tries is reported as missed, and the checker fails the run for it.
-// Every write is recorded (invoke/complete with outcome and timestamps); the
-// resources' apply orders are read at the end and checker.ts judges them.
+// Every write is recorded (invoke/complete with outcome and timestamps), and
+// every grant with its token; the resources' apply orders are read at the
+// end, and checker.ts judges them and the tokens.
 //
 // Used by fault-checker.test.ts (short run) and run-checker.ts (long run).
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
@@ -47,8 +54,8 @@ import {
   formatReport,
   type AppliedWrite,
   type CheckResult,
-  type FaultKind,
   type FaultRecord,
+  type GrantRecord,
   type History,
   type Outcome,
   type RequiredFault,
@@ -56,29 +63,26 @@ import {
   type S3Attempt,
   type WriteRecord,
 } from './checker.js';
+import type { NemesisContext, SourceControl, SourceFaults } from './source-faults.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const WORKER = `${ROOT}test/fixtures/fault-worker.mjs`;
 const DIST_ENTRIES = ['dist/src/index.js', 'dist/adapters/postgres/index.js', 'dist/adapters/s3/index.js'];
 
-/** How the nemesis drives the ensemble (test/helpers/servers.ts in the suite; the ctl script in run-checker.ts). */
-export interface EnsembleControl {
-  /** SIGKILL the leader; resolves with its id (1..3) once it is gone. */
-  killLeader(): Promise<number>;
-  /** (Re)start node n keeping its data; resolves when it serves. */
-  startNode(n: number): Promise<void>;
-}
-
 export interface RunOptions {
   readonly servers: TestServers;
-  readonly ensembleControl: EnsembleControl;
+  /** The token source and its own faults (source-faults.ts); the caller holds its fault turn. */
+  readonly source: SourceControl;
   /** Worker processes (the suite runs 5). */
   readonly workers: number;
   /** Lock cycles after which the workers are told to stop (extended until the required faults are in). */
   readonly ops: number;
   /** Hard cap on the run, whatever the counts. */
   readonly maxDurationMs: number;
-  /** Requested ZooKeeper session timeout (the ensemble's tick 500 allows 1000..10000). */
+  /**
+   * The grant's lifetime: the ZooKeeper session timeout (the ensemble's tick
+   * 500 allows 1000..10000), the Redis key's TTL, the etcd lease (whole seconds).
+   */
   readonly sessionTimeoutMs: number;
   /** After the required faults: keep injecting random faults until the end. */
   readonly randomFaults: boolean;
@@ -95,7 +99,7 @@ export interface RunOptions {
   readonly log: (line: string) => void;
 }
 
-export const DEFAULT_OPTIONS: Omit<RunOptions, 'servers' | 'ensembleControl'> = {
+export const DEFAULT_OPTIONS: Omit<RunOptions, 'servers' | 'source'> = {
   workers: 5,
   ops: 80,
   maxDurationMs: 120_000,
@@ -151,7 +155,7 @@ class WorkerProcess {
   done = false;
   paused = false;
   ready = false;
-  /** Its ZooKeeper client's state as it last reported it. */
+  /** Its lock client's connection state as it last reported it (fault-worker.mjs). */
   zkState = 'connecting';
   /** How often its client reported losing the connection (left 'connected'). */
   suspensions = 0;
@@ -242,10 +246,9 @@ function processState(pid: number | undefined): string | null {
 const random = (min: number, max: number): number => min + Math.random() * (max - min);
 const pick = <T>(items: readonly T[]): T | undefined => items[Math.floor(Math.random() * items.length)];
 
-export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptions, 'servers' | 'ensembleControl'>): Promise<RunResult> {
+export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptions, 'servers' | 'source'>): Promise<RunResult> {
   const options: RunOptions = { ...DEFAULT_OPTIONS, ...partial };
-  const { log, servers, ensembleControl } = options;
-  const ensemble = servers.zkEnsemble.split(',');
+  const { log, servers } = options;
   const run = uniqueId('faults');
   const names = { lock: `faults/${run}`, table: run, bucket: uniqueBucket('fk-faults'), key: `${run}/object.json` };
   const historyTable = `${run}_history`;
@@ -259,6 +262,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
   const workers: WorkerProcess[] = [];
   let service: HttpService | null = null;
   let httpStore: FenceStore<unknown> | null = null;
+  let source: SourceFaults | null = null;
 
   // What the run records.
   const writes = new Map<string, { invoke: WorkerLine; complete?: WorkerLine; sent: S3Attempt[] }>();
@@ -266,6 +270,8 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
   const missed: string[] = [];
   let required: readonly RequiredFault[] = [];
   const cycles = { invoked: 0, completed: 0, acquireFailed: 0 };
+  const cycleStarts = new Map<string, number>();
+  const grants: GrantRecord[] = [];
   let staleRefused = 0;
   let pauseHolder: ((worker: WorkerProcess, token: string) => void) | null = null;
   /**
@@ -288,9 +294,15 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
 
   const onLine = (line: WorkerLine): void => {
     if (line.t === 'cycle') {
-      if (line.ev === 'invoke') cycles.invoked += 1;
-      else if (line.ev === 'complete') cycles.completed += 1;
+      const cycle = String(line.cycle);
+      if (line.ev === 'invoke') {
+        cycles.invoked += 1;
+        cycleStarts.set(cycle, line.at);
+      } else if (line.ev === 'complete') cycles.completed += 1;
       else if (line.ev === 'fail') cycles.acquireFailed += 1;
+      else if (line.ev === 'acquired') {
+        grants.push({ worker: line.worker, cycle, token: BigInt(String(line.token)), invokedAt: cycleStarts.get(cycle) ?? line.at, grantedAt: line.at });
+      }
       if (line.ev === 'acquired' && pauseHolder !== null) {
         // SIGSTOP right here, in the line handler: the worker is between its
         // grant and its first write (a think time of 5+ ms).
@@ -331,6 +343,8 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
     const store: FenceStore<unknown> = options.httpStore === 'postgres' ? new PostgresFenceStore(admin) : new MemoryFenceStore();
     httpStore = store;
     service = await startHttpService(`faults/${run}/http`, store);
+    source = await options.source.faults(servers, names.lock);
+    const endpoints = source.endpoints;
 
     const viaProxy = (url: string, proxy: TcpProxy): string => {
       const rewritten = new URL(url);
@@ -342,7 +356,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       return `${parsed.hostname}:${parsed.port === '' ? (parsed.protocol === 'https:' ? '443' : parsed.protocol === 'http:' ? '80' : '5432') : parsed.port}`;
     };
     for (let i = 0; i < options.workers; i++) {
-      proxies.push(await Promise.all(ensemble.map((hostPort) => TcpProxy.to(hostPort))));
+      proxies.push(await Promise.all(endpoints.map((hostPort) => TcpProxy.to(hostPort))));
       resourceProxies.push({
         postgres: await TcpProxy.to(hostPortOf(servers.databaseUrl)),
         s3: await TcpProxy.to(hostPortOf(servers.s3.endpoint)),
@@ -352,6 +366,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
     const envFor = (i: number): NodeJS.ProcessEnv => ({
       ...process.env,
       FK_WORKER: String(i),
+      FK_SOURCE: options.source.kind,
       FK_CONNECT: (proxies[i] ?? []).map((p) => p.address).join(','),
       FK_LOCK: names.lock,
       FK_SESSION_MS: String(options.sessionTimeoutMs),
@@ -387,7 +402,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       for (const w of dead) w.signal('SIGKILL');
       await ensureDist(true);
     }
-    log(`${since()} ${options.workers} workers ready (lock ${names.lock}, table ${historyTable}, s3://${names.bucket}/${names.key}, http ${options.httpStore} store)`);
+    log(`${since()} ${options.workers} workers ready (${source.kind} lock ${names.lock}, table ${historyTable}, s3://${names.bucket}/${names.key}, http ${options.httpStore} store)`);
 
     // --- the nemesis ----------------------------------------------------------------
     // Every fault function returns null once the fault has taken effect (and
@@ -399,6 +414,8 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       log(`${since()} fault ${fault.kind} ${fault.target}: ${fault.detail ?? ''}`);
     };
     const session = options.sessionTimeoutMs;
+    const sourceFaults = source;
+    const { kind } = sourceFaults;
     const running = (): WorkerProcess[] => workers.filter((w) => w.alive && !w.paused);
     const stopRun = new AbortController();
     const stopping = (): boolean => stopRun.signal.aborted;
@@ -462,7 +479,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
     const faultCut = async (): Promise<string | null> => {
       // Only a connected client through an open connection can be cut.
       const w = pick(running().filter((c) => c.zkState === 'connected' && zkOpen(c) > 0));
-      if (w === undefined) return 'no running worker had a connected ZooKeeper session through its proxies';
+      if (w === undefined) return `no running worker had its ${kind} client connected through its proxies`;
       const open = zkOpen(w);
       const suspensions = w.suspensions;
       const at = Date.now();
@@ -475,7 +492,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
         at,
         connections: open,
         noticed,
-        detail: `TCP RST on its ZooKeeper connections (${open} open)${noticed ? '' : '; its client never reported the loss'}`,
+        detail: `TCP RST on its ${kind} connections (${open} open)${noticed ? '' : '; its client never reported the loss'}`,
       });
       return null;
     };
@@ -484,7 +501,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       if (w === undefined) return 'no worker running';
       const ms = Math.round(random(0.5, 2) * session);
       for (const p of proxies[w.id] ?? []) p.blackhole();
-      record({ kind: 'partition', target: `worker ${w.id}`, at: Date.now(), detail: `black hole on its ZooKeeper connections (${zkOpen(w)} open) for ${ms} ms` });
+      record({ kind: 'partition', target: `worker ${w.id}`, at: Date.now(), detail: `black hole on its ${kind} connections (${zkOpen(w)} open) for ${ms} ms` });
       await wait(ms);
       for (const p of proxies[w.id] ?? []) p.resume();
       return null;
@@ -544,13 +561,14 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       });
       return null;
     };
-    const faultKillLeader = async (): Promise<string | null> => {
-      const id = await ensembleControl.killLeader();
-      record({ kind: 'kill-leader', target: `zookeeper node ${id}`, at: Date.now(), detail: 'SIGKILL' });
-      await sleep(random(500, 1500));
-      await ensembleControl.startNode(id);
-      log(`${since()} zookeeper node ${id} restarted`);
-      return null;
+    // The source's own faults (source-faults.ts) get what they need of the run.
+    const nemesisContext: NemesisContext = {
+      record,
+      wait,
+      stopping,
+      log: (line) => log(`${since()} ${line}`),
+      grants: () => grants.length,
+      sessionMs: session,
     };
 
     // The guaranteed schedule: a stale holder, a cut, a leader kill, and a
@@ -559,11 +577,17 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
     // fails the run for it.
     const schedule: readonly (RequiredFault & { readonly name: string; readonly inject: () => Promise<string | null> })[] = [
       { kind: 'pause', freshHolder: true, name: 'a pause of a fresh lock holder', inject: faultPauseHolder },
-      { kind: 'cut', name: 'a cut of a worker\'s ZooKeeper connections', inject: faultCut },
-      { kind: 'kill-leader', name: 'a kill of the ZooKeeper leader', inject: faultKillLeader },
+      { kind: 'cut', name: `a cut of a worker's ${kind} connections`, inject: faultCut },
+      ...sourceFaults.required.map((f) => ({ kind: f.kind, ...(f.variant === undefined ? {} : { variant: f.variant }), name: f.name, inject: () => f.inject(nemesisContext) })),
       ...cuttable.map((resource) => ({ kind: 'resource-cut' as const, resource, name: `a held-then-reset ${resource} write`, inject: () => faultResourceCut(resource) })),
     ];
-    required = schedule.map(({ kind, resource, freshHolder }) => ({ kind, ...(resource === undefined ? {} : { resource }), ...(freshHolder === undefined ? {} : { freshHolder }) }));
+    required = schedule.map(({ kind, resource, freshHolder, variant, name }) => ({
+      kind,
+      name,
+      ...(resource === undefined ? {} : { resource }),
+      ...(freshHolder === undefined ? {} : { freshHolder }),
+      ...(variant === undefined ? {} : { variant }),
+    }));
     const attemptsPerFault = 3;
     let requiredDone = false;
     let gaveUp = false;
@@ -605,7 +629,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
           : dice < 0.55 ? await faultCut()
           : dice < 0.7 ? await faultPartition()
           : dice < 0.85 ? await faultResourceCut(pick(cuttable) as Resource)
-          : await faultKillLeader();
+          : await (pick(sourceFaults.random) as (typeof sourceFaults.random)[number]).inject(nemesisContext);
         if (why !== null && !stopping()) log(`${since()} random fault not injected: ${why}`);
       }
     })();
@@ -684,6 +708,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
     await s3.send(new DeleteBucketCommand({ Bucket: names.bucket })).catch(() => undefined);
     s3.destroy();
     await admin.end().catch(() => undefined);
+    await source?.close().catch(() => undefined);
   }
 
   async function collect(): Promise<History> {
@@ -741,6 +766,7 @@ export async function runFaultCheck(partial: Partial<RunOptions> & Pick<RunOptio
       resources,
       faults,
       cycles: { ...cycles, unfinished: cycles.invoked - cycles.completed - cycles.acquireFailed },
+      grants: [...grants],
       required,
       missed,
     };
