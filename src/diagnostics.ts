@@ -264,6 +264,11 @@ export function publishLockHeld(source: string, lock: string, token: FencingToke
   if (lockHeld.hasSubscribers) lockHeld.publish(token === undefined ? { source, lock } : ({ source, lock, token } satisfies LockHeldMessage));
 }
 
+/** Whether publishLockEnded would publish for `reason` (its message carries an error, made only then). */
+export function lockEndedObserved(reason: LossReason): boolean {
+  return (reason === 'released' ? lockReleased : lockLost).hasSubscribers;
+}
+
 /** A grant ended: on fencekeeper:lock:released for a release, on fencekeeper:lock:lost for any other reason. */
 export function publishLockEnded(source: string, lock: string, token: FencingToken | undefined, reason: LossReason, heldMs: number, error: Error): void {
   const channel = reason === 'released' ? lockReleased : lockLost;

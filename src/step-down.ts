@@ -52,7 +52,7 @@
  * long it was held (./diagnostics.ts).
  */
 import { performance } from 'node:perf_hooks';
-import { publishLockEnded, publishLockHeld } from './diagnostics.js';
+import { lockEndedObserved, publishLockEnded, publishLockHeld } from './diagnostics.js';
 import { InvalidArgumentError, LockLostError, type LossReason } from './errors.js';
 import type { FencingToken } from './token.js';
 
@@ -85,6 +85,12 @@ export interface HoldingOptions {
   readonly deadline: () => number;
   /** The grant's token, for diagnostics (fencekeeper:lock:held, :lost, :released). */
   readonly token?: FencingToken;
+  /**
+   * Called once when the holding ends, with the reason, before its signal
+   * aborts: what a source must stop then (a renewal timer) without making
+   * the signal for it.
+   */
+  readonly onEnd?: (reason: LossReason) => void;
 }
 
 export class StepDownClock {
@@ -145,14 +151,30 @@ export class StepDownClock {
   };
 }
 
+/** How a holding ended; its error is made when first needed. */
+interface Ended {
+  readonly reason: LossReason;
+  readonly detail: string | undefined;
+  error: LockLostError | null;
+}
+
 /** One grant's step-down: made by StepDownClock.hold. */
 export class Holding {
-  readonly #controller = new AbortController();
+  /**
+   * Made when someone first reads `signal` (an AbortController and its
+   * signal are an EventTarget each: on a lock that is acquired, used and
+   * released without a look at its signal they cost more than the rest of
+   * the holding). Aborted at once if the holding has ended by then.
+   */
+  #controller: AbortController | null = null;
+  /** How it ended (null: it has not). */
+  #ended: Ended | null = null;
   readonly #source: StepDownSource;
   readonly #lock: string;
   readonly #marginMs: number;
   readonly #deadline: () => number;
   readonly #onEnd: () => void;
+  readonly #onLoss: ((reason: LossReason) => void) | undefined;
   readonly #token: FencingToken | undefined;
   readonly #since = performance.now();
 
@@ -163,13 +185,23 @@ export class Holding {
     this.#marginMs = options.marginMs;
     this.#deadline = options.deadline;
     this.#onEnd = onEnd;
+    this.#onLoss = options.onEnd;
     this.#token = options.token;
     publishLockHeld(this.#kind(), this.#lock, this.#token);
   }
 
   /** Aborts with LockLostError when the grant can no longer be assumed held. */
   get signal(): AbortSignal {
+    if (this.#controller === null) {
+      this.#controller = new AbortController();
+      if (this.#ended !== null) this.#controller.abort(this.#errorOf(this.#ended));
+    }
     return this.#controller.signal;
+  }
+
+  /** Whether the holding has ended (`held` false for good), without reading the clock or the source. */
+  get ended(): boolean {
+    return this.#ended !== null;
   }
 
   /** The step-down instant on the performance.now() clock. */
@@ -178,7 +210,7 @@ export class Holding {
   }
 
   get held(): boolean {
-    if (this.#controller.signal.aborted) return false;
+    if (this.#ended !== null) return false;
     const ended = this.#source.ended?.() ?? null;
     if (ended !== null) {
       this.lose(ended);
@@ -202,26 +234,37 @@ export class Holding {
    * recorded earlier (default: now).
    */
   lose(reason: LossReason, detail?: string, at: number = performance.now()): void {
-    if (this.#controller.signal.aborted) return;
+    if (this.#ended !== null) return;
     if (reason !== 'released' && reason !== 'deadline' && at >= this.deadline) {
       reason = 'deadline';
       detail = undefined;
     }
+    const ended: Ended = { reason, detail, error: null };
+    this.#ended = ended;
     this.#onEnd();
+    this.#onLoss?.(reason);
+    // A loss other than a release gets its error now, its stack showing where it was noticed.
+    // A release's is made only for a reader (a subscriber, the signal): a lock released
+    // without either never builds one.
+    if (reason !== 'released') this.#errorOf(ended);
+    // Published before the abort: a subscriber counts the loss before any
+    // abort listener (which may release, exit, or start again) has run.
+    if (lockEndedObserved(reason)) publishLockEnded(this.#kind(), this.#lock, this.#token, reason, performance.now() - this.#since, this.#errorOf(ended));
+    this.#controller?.abort(this.#errorOf(ended));
+  }
+
+  #errorOf(ended: Ended): LockLostError {
+    if (ended.error !== null) return ended.error;
     const lock = this.#lock;
     // A release is the normal end of a holding, not a fault: its reason carries no stack (capturing one costs more than the release).
     const stackLimit = Error.stackTraceLimit;
-    if (reason === 'released') Error.stackTraceLimit = 0;
-    let error: LockLostError;
+    if (ended.reason === 'released') Error.stackTraceLimit = 0;
     try {
-      error = new LockLostError(lock, reason, `lock ${lock} lost: ${detail ?? this.#explain(reason)}`);
+      ended.error = new LockLostError(lock, ended.reason, `lock ${lock} lost: ${ended.detail ?? this.#explain(ended.reason)}`);
     } finally {
       Error.stackTraceLimit = stackLimit;
     }
-    // Published before the abort: a subscriber counts the loss before any
-    // abort listener (which may release, exit, or start again) has run.
-    publishLockEnded(this.#kind(), lock, this.#token, reason, performance.now() - this.#since, error);
-    this.#controller.abort(error);
+    return ended.error;
   }
 
   #kind(): string {

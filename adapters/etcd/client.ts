@@ -62,6 +62,8 @@ export interface EtcdRequestOp {
   request_range?: EtcdRangeRequest;
   request_put?: EtcdPutRequest;
   request_delete_range?: EtcdDeleteRequest;
+  /** A transaction within a transaction's branch (etcd 3.3 and later). */
+  request_txn?: EtcdTxnRequest;
 }
 
 export interface EtcdTxnRequest {
@@ -73,7 +75,7 @@ export interface EtcdTxnRequest {
 export interface EtcdTxnResponse {
   readonly header: EtcdResponseHeader;
   readonly succeeded: boolean;
-  readonly responses: readonly { readonly response_range?: EtcdRangeResponse }[];
+  readonly responses: readonly { readonly response_range?: EtcdRangeResponse; readonly response_txn?: Omit<EtcdTxnResponse, 'header'> }[];
 }
 
 /** etcd3's KVClient (client.kv). */

@@ -40,7 +40,7 @@ export abstract class HeldKey {
     // starts on the next one. It watches from the revision our key was seen
     // at, so a deletion meanwhile is still reported.
     setImmediate(() => {
-      if (!holding.signal.aborted) watchOwnKey(etcd, node.key, revision, holding);
+      if (!holding.ended) watchOwnKey(etcd, node.key, revision, holding);
     });
   }
 

@@ -89,7 +89,7 @@ class Stopper {
   #reject!: (reason: unknown) => void;
   readonly #signal: AbortSignal | undefined;
   readonly #timer: NodeJS.Timeout | null;
-  #lease: Lease | null = null;
+  #unwatch: (() => void) | null = null;
 
   constructor(name: string, signal: AbortSignal | undefined, timeoutMs: number | undefined) {
     this.#signal = signal;
@@ -102,13 +102,10 @@ class Stopper {
   }
 
   readonly #onAbort = (): void => this.stop(this.#signal?.reason);
-  readonly #onLeaseEnd = (): void => this.stop(this.#lease?.signal.reason);
 
   /** Stop when the lease ends too. */
   watch(lease: Lease): void {
-    this.#lease = lease;
-    if (lease.signal.aborted) this.#onLeaseEnd();
-    else lease.signal.addEventListener('abort', this.#onLeaseEnd, { once: true });
+    this.#unwatch = lease.onEnd((error) => this.stop(error));
   }
 
   stop(reason: unknown): void {
@@ -128,6 +125,6 @@ class Stopper {
   dispose(): void {
     if (this.#timer) clearTimeout(this.#timer);
     this.#signal?.removeEventListener('abort', this.#onAbort);
-    this.#lease?.signal.removeEventListener('abort', this.#onLeaseEnd);
+    this.#unwatch?.();
   }
 }

@@ -181,32 +181,54 @@ export interface Joined {
 }
 
 /**
- * Join the queue in one transaction: put our key with the lease if it does
- * not exist yet, and read the two newest keys of the queue at that revision
- * (ours and our predecessor). Uncontended, that is the whole acquire.
+ * Join the queue in one transaction: put our key with the lease if the queue
+ * is empty (we hold: nothing to read back); else, in a transaction nested in
+ * the failure branch, put it if it does not exist yet and read the two
+ * newest keys of the queue at that revision (ours and our predecessor).
+ * Uncontended, that is the whole acquire, and its request and reply are
+ * the floor's put-if-absent with the lease.
  *
- * The comparison makes the put safe to repeat: a transaction whose reply was
- * lost (and which etcd3 or we send again) finds our key instead of adding a
- * second one, and adopts it when its value names our lease and this join.
+ * The comparisons make the put safe to repeat: a transaction whose reply was
+ * lost (and which etcd3 or we send again) finds our key (the queue is not
+ * empty then, and the nested comparison fails) instead of adding a second
+ * one, and adopts it when its value names our lease and this join.
  */
 export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined> {
   const { prefix, slot, key, joinId, keyBytes, value } = plan;
-  const newest: EtcdRangeRequest = { key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Descend', limit: 2, keys_only: true };
+  const prefixBytes = Buffer.from(prefix, 'utf8');
+  const end = prefixEnd(prefix);
+  const newest: EtcdRangeRequest = { key: prefixBytes, range_end: end, sort_target: 'Create', sort_order: 'Descend', limit: 2, keys_only: true };
+  const put = { request_put: { key: keyBytes, value, lease: lease.idText } };
   const txn = {
-    compare: [{ key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
-    success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }, { request_range: newest }],
-    failure: [{ request_range: { key: keyBytes } }],
+    // Over a range, the comparison holds for every key in it; an empty range compares as a missing key (revision 0).
+    compare: [{ key: prefixBytes, range_end: end, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
+    success: [put],
+    failure: [
+      {
+        request_txn: {
+          compare: [{ key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
+          success: [put, { request_range: newest }],
+          failure: [{ request_range: { key: keyBytes } }],
+        },
+      },
+    ],
   };
   let found: EtcdKeyValue | undefined;
   for (let attempt = 0; ; attempt++) {
     const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
     noteClusterId(etcd, response.header);
+    const token = int64(response.header.revision, 'revision');
     if (response.succeeded) {
-      const token = int64(response.header.revision, 'revision');
-      const node = { key, prefix, slot, join: joinId, token };
-      return { node, predecessor: predecessorIn(rangeAt(response, 1).kvs, node), revision: token };
+      // The queue was empty: our key is the only one, and holds.
+      return { node: { key, prefix, slot, join: joinId, token }, predecessor: null, revision: token };
     }
-    found = rangeAt(response, 0).kvs[0];
+    const inner = response.responses[0]?.response_txn;
+    if (inner === undefined) throw new ProtocolError(`etcd's transaction reply lacks its nested transaction (etcd before 3.3?)`);
+    if (inner.succeeded) {
+      const node = { key, prefix, slot, join: joinId, token };
+      return { node, predecessor: predecessorIn(rangeAt(inner, 1).kvs, node), revision: token };
+    }
+    found = rangeAt(inner, 0).kvs[0];
     if (found === undefined) throw new ProtocolError(`etcd refused to create ${key}, yet nothing is there`);
     if (joinOf(found) === joinId) break;
     if (attempt >= 3) throw new ProtocolError(`the key ${key} was put again by an earlier join ${attempt + 1} times`);
@@ -284,7 +306,7 @@ function predecessorIn(newest: readonly EtcdKeyValue[], node: QueueKey): string 
   return null;
 }
 
-function rangeAt(response: EtcdTxnResponse, index: number): { readonly kvs: readonly EtcdKeyValue[] } {
+function rangeAt(response: Pick<EtcdTxnResponse, 'responses'>, index: number): { readonly kvs: readonly EtcdKeyValue[] } {
   const range = response.responses[index]?.response_range;
   if (range === undefined) throw new ProtocolError(`etcd's transaction reply lacks its range #${index}`);
   return { kvs: range.kvs ?? [] };
@@ -344,20 +366,19 @@ export async function leave(etcd: EtcdClient, lease: Lease, node: { readonly key
 
 /** `work`, or nothing once the lease has ended (the work goes on in the background). */
 export function untilLeaseEnds<T>(work: Promise<T>, lease: Lease): Promise<T | undefined> {
-  if (lease.signal.aborted) {
+  if (lease.endedReason !== null) {
     work.catch(() => undefined);
     return Promise.resolve(undefined);
   }
   return new Promise<T | undefined>((resolve, reject) => {
-    const ended = (): void => resolve(undefined);
-    lease.signal.addEventListener('abort', ended, { once: true });
+    const stop = lease.onEnd(() => resolve(undefined));
     work.then(
       (value) => {
-        lease.signal.removeEventListener('abort', ended);
+        stop();
         resolve(value);
       },
       (error: unknown) => {
-        lease.signal.removeEventListener('abort', ended);
+        stop();
         reject(error);
       },
     );

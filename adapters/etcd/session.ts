@@ -170,6 +170,8 @@ export class Lease {
   readonly #onEnd: (lease: Lease) => void;
   readonly #ended = new AbortController();
   #endedReason: LossReason | null = null;
+  /** Told when the lease ends (cheaper than a listener on `signal`: every acquire and release adds one and removes it). */
+  readonly #endListeners = new Set<(error: Error) => void>();
   #stream: EtcdDuplexStream<{ ID: string }, EtcdKeepAliveResponse> | null = null;
   #opening = false;
   /** Send times of the keepalives on the current stream not answered yet, oldest first. */
@@ -220,6 +222,19 @@ export class Lease {
   /** Aborts when the lease ends, its reason the error a waiter on it rejects with. */
   get signal(): AbortSignal {
     return this.#ended.signal;
+  }
+
+  /**
+   * Call `listener` once when the lease ends, with the error `signal` aborts
+   * with (at once if it has ended). Returns the function that stops it.
+   */
+  onEnd(listener: (error: Error) => void): () => void {
+    if (this.#endedReason !== null) {
+      listener(this.#ended.signal.reason as Error);
+      return () => undefined;
+    }
+    this.#endListeners.add(listener);
+    return () => void this.#endListeners.delete(listener);
   }
 
   /** Revoke the lease and end its grants with 'closed'. */
@@ -344,6 +359,9 @@ export class Lease {
     this.#dropStream();
     this.clock.end(reason, reason === 'closed' ? undefined : error.message);
     this.#ended.abort(error);
+    const listeners = [...this.#endListeners];
+    this.#endListeners.clear();
+    for (const listener of listeners) listener(error);
     this.#onEnd(this);
   }
 

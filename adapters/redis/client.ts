@@ -43,23 +43,21 @@ export class NodeTimeoutError extends ConnectionLossError {}
  * or by the compare-and-delete queued behind it on the same connection.
  */
 export function send(client: RedisClient, where: string, command: string, args: (string | number)[], timeoutMs: number): Promise<unknown> {
-  let timer: NodeJS.Timeout | undefined;
-  const reply = client.call(command, args);
-  const limit = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new NodeTimeoutError(`Redis at ${where} did not answer ${command} within ${timeoutMs} ms`)), timeoutMs);
+  // One promise and one timer per command (not a race of two promises): this is every command's path.
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new NodeTimeoutError(`Redis at ${where} did not answer ${command} within ${timeoutMs} ms`)), timeoutMs);
     timer.unref();
+    client.call(command, args).then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        reject(error instanceof ConnectionLossError ? error : new ConnectionLossError(`Redis at ${where}: ${(error as Error).message}`, { cause: error }));
+      },
+    );
   });
-  return Promise.race([reply, limit]).then(
-    (value) => {
-      clearTimeout(timer);
-      return value;
-    },
-    (error: unknown) => {
-      clearTimeout(timer);
-      if (error instanceof ConnectionLossError) throw error;
-      throw new ConnectionLossError(`Redis at ${where}: ${(error as Error).message}`, { cause: error });
-    },
-  );
 }
 
 /** The monotonic clock every deadline of this entry is measured on. */

@@ -45,17 +45,28 @@ export function clockFor(owner: object, name: string): StepDownClock {
 
 export function holdGrant(parts: GrantParts): RedisLock {
   let validUntil = parts.validUntil;
-  const holding: Holding = parts.clock.hold({ lock: parts.name, marginMs: parts.marginMs, deadline: () => validUntil, token: parts.token });
   let timer: NodeJS.Timeout | null = null;
   let released: Promise<void> | null = null;
   let bound: Sequencer | null = null;
   const every = Math.max(1, Math.floor(parts.ttlMs / 3));
+  // The watchdog stops when the holding ends, by its onEnd (not an abort
+  // listener: a lock whose signal nobody reads never makes one).
+  const holding: Holding = parts.clock.hold({
+    lock: parts.name,
+    marginMs: parts.marginMs,
+    deadline: () => validUntil,
+    token: parts.token,
+    onEnd: () => {
+      if (timer !== null) clearTimeout(timer);
+      timer = null;
+    },
+  });
 
   const tick = async (): Promise<void> => {
     timer = null;
-    if (holding.signal.aborted) return;
+    if (holding.ended) return;
     const renewal = await parts.renew().catch((): Renewal => 'unknown');
-    if (holding.signal.aborted) return;
+    if (holding.ended) return;
     if (renewal === 'refused') {
       holding.lose('renewal_failed');
       return;
@@ -68,10 +79,6 @@ export function holdGrant(parts: GrantParts): RedisLock {
     timer = setTimeout(() => void tick(), every);
     timer.unref();
   };
-  holding.signal.addEventListener('abort', () => {
-    if (timer !== null) clearTimeout(timer);
-    timer = null;
-  }, { once: true });
   schedule();
 
   return Object.freeze({

@@ -19,19 +19,31 @@
 //       below t (RAISE);
 //   (4) the grant stands only if a majority of all N nodes accepted (3);
 //       otherwise release everywhere.
-// Why tokens only grow, with no assumption about clocks: take two grants A
-// and B; their step-3 majorities share a node n. At n, each grant's value
-// was present from its SET (step 1) to its step 3 (values are unique to a
-// grant and step 3 checks for ours), and a key holds one value at a time,
-// so the two windows are disjoint at n: say A's comes first. A's step 3 at n
-// set the counter to t_A before B's SET at n, so B's step 1 at n read a
-// counter >= t_A, and t_B > t_A. So any two grants have distinct tokens, and a
-// grant whose step 1 began after another was granted gets the larger one.
-// The "below t" condition keeps a late or stale node (a step 3 that arrives
-// after a later grant has already raised that node's counter past t) from
-// counting for a grant whose t it has passed, and keeps counters from going
-// back. A node that times out in step 1 is not in S, so nothing it later
-// does can count for this grant.
+// Step 3 merged into step 1 (one round trip less, uncontended): when we know
+// a token t this lock had (our own last grant of it on this set of nodes),
+// step 1 proposes t + 1, and the CLAIM script that took the SET also does
+// step 3's check-and-set at once (the value there is ours: the same script
+// has just set it). If a majority of all N nodes accepted that, the grant
+// stands with t + 1 and steps 2-3 are skipped; if not (another client's
+// grants have raised the counters past it), steps 2-3 run as above, t
+// computed from the counters step 1 returned (a raised node's is the
+// proposal), and the proposal's raises count for nothing.
+//
+// Why tokens only grow, with no assumption about clocks. Call an ACCEPT of
+// token t at node n one atomic script run there (a CLAIM that raised, or a
+// RAISE that succeeded) that found the lock carrying our value and the
+// counter below t, and set the counter to t. A grant stands with t only if
+// ACCEPTs of t happened at a majority of all N nodes. Counters never go down
+// (only an ACCEPT writes one, and only upwards). Take two grants A and B that
+// stood; their majorities share a node n, where their ACCEPTs ran one after
+// the other, say A's first. B's ACCEPT at n found the counter >= t_A (set by
+// A's, never lowered) and below t_B: t_B > t_A. So any two grants have
+// distinct tokens, and a grant that began after another was granted (all of
+// its scripts ran after all of the other's ACCEPTs) gets the larger one.
+// The lock check keeps a late or stale step 3 (a node where our key has
+// expired and a later grant has set its own) from counting for us. A node
+// that times out in step 1 is not in S, so nothing it later does can count
+// for this grant.
 // Assumptions: every node keeps each write it acknowledged (appendonly yes,
 // appendfsync always: a counter written back in step 3 survives a crash) and
 // never evicts keys (maxmemory-policy noeviction). A node restarted EMPTY
@@ -94,8 +106,9 @@ function gather<T>(pending: readonly Promise<NodeReply<T>>[], enough: (replies: 
 
 const isOne = <T>(r: NodeReply<T> | undefined): boolean => r !== undefined && r.ok && r.value === 1;
 const count = <T>(replies: readonly (NodeReply<T> | undefined)[], test: (r: NodeReply<T> | undefined) => boolean): number => replies.filter(test).length;
-const granted = (r: NodeReply<unknown> | undefined): boolean => r !== undefined && r.ok && Array.isArray(r.value) && r.value[0] === 1;
-const refusedClaim = (r: NodeReply<unknown> | undefined): boolean => r !== undefined && r.ok && !(Array.isArray(r.value) && r.value[0] === 1);
+const granted = (r: NodeReply<unknown> | undefined): boolean => r !== undefined && r.ok && Array.isArray(r.value) && (r.value[0] === 1 || r.value[0] === 2);
+const raisedClaim = (r: NodeReply<unknown> | undefined): boolean => r !== undefined && r.ok && Array.isArray(r.value) && r.value[0] === 2;
+const refusedClaim = (r: NodeReply<unknown> | undefined): boolean => r !== undefined && r.ok && !granted(r);
 
 // Two client objects may still point at one server, which would then count
 // twice toward every majority. Asked once per set, at its first acquire.
@@ -130,6 +143,23 @@ function checkDistinctServers(clients: readonly RedisClient[], timeoutMs: number
   return checked;
 }
 
+/**
+ * The last token each lock was granted with on each set of clients, from
+ * our own grants: what step 1 proposes (+1) next time. Only a proposal:
+ * a stale one costs the round trip of steps 2-3, never a wrong token.
+ * Bounded: the least recently granted locks are forgotten past MAX_KNOWN.
+ */
+const lastTokens = new WeakMap<readonly RedisClient[], Map<string, bigint>>();
+const MAX_KNOWN = 1024;
+
+function remember(clients: readonly RedisClient[], name: string, token: bigint): void {
+  let known = lastTokens.get(clients);
+  if (known === undefined) lastTokens.set(clients, (known = new Map()));
+  known.delete(name);
+  known.set(name, token);
+  if (known.size > MAX_KNOWN) known.delete(known.keys().next().value as string);
+}
+
 /** The sets of clients callers pass are copied per call: one frozen copy per distinct list of client objects. */
 const sets = new WeakMap<RedisClient, Array<readonly RedisClient[]>>();
 export function canonicalSet(clients: readonly RedisClient[]): readonly RedisClient[] {
@@ -160,13 +190,25 @@ export async function acquireRedlock(target: readonly RedisClient[], name: strin
 
   const attempt = async (entries: readonly string[]): Promise<Attempt<RedisLock>> => {
     const value = grantValue(options.owner);
+    const known = lastTokens.get(clients)?.get(name);
+    const proposal = known === undefined ? '' : (known + 1n).toString();
     const start = now();
-    // Step 1: until a majority took the SET, or a majority refused it (the lock is held), or every node answered.
+    // Step 1 (and 3, where the proposal holds): until a majority raised to
+    // the proposal, or that can no longer happen and a majority took the SET
+    // (steps 2-3 then), or a majority refused it (the lock is held), or every
+    // node answered.
     const claims = await gather(
-      clients.map((c, i) => settle(run(c, where(c), CLAIM, [lockKey, counterKey, waitersKey], [value, ttlMs, entries[i] ?? ''], nodeTimeoutMs))),
-      (replies) => count(replies, granted) >= quorum || count(replies, refusedClaim) > n - quorum,
+      clients.map((c, i) => settle(run(c, where(c), CLAIM, [lockKey, counterKey, waitersKey], [value, ttlMs, entries[i] ?? '', proposal], nodeTimeoutMs))),
+      (replies) => {
+        const raisedNow = count(replies, raisedClaim);
+        if (raisedNow >= quorum) return true;
+        const open = count(replies, (r) => r === undefined);
+        if (raisedNow + open < quorum && count(replies, granted) >= quorum) return true;
+        return count(replies, refusedClaim) > n - quorum;
+      },
     );
     const taken: Array<{ index: number; counter: bigint }> = [];
+    let raised = 0;
     let refused = 0;
     let retryInMs = ttlMs;
     const failures: string[] = [];
@@ -177,16 +219,23 @@ export async function acquireRedlock(target: readonly RedisClient[], name: strin
         return;
       }
       const [ok, x] = Array.isArray(reply.value) ? (reply.value as unknown[]) : [];
-      if (ok === 1) taken.push({ index, counter: x === '0' ? 0n : toToken(x) });
-      else {
+      if (ok === 1 || ok === 2) {
+        taken.push({ index, counter: x === '0' ? 0n : toToken(x) });
+        if (ok === 2) raised++;
+      } else {
         refused++;
         if (typeof x === 'number') retryInMs = Math.min(retryInMs, x === -2 ? 0 : x === -1 ? ttlMs : x + 1);
       }
     });
-    if (taken.length >= quorum) {
+    const validUntil = start + ttlMs - drift;
+    if (raised >= quorum) {
+      // Step 4 for the proposal: a majority accepted it in step 1.
+      const t = known! + 1n;
+      if (validUntil - now() > marginMs) return { granted: grant(value, t, validUntil) };
+    } else if (taken.length >= quorum) {
       // Steps 2 and 3: S = the nodes whose SET we know took; t = their largest counter + 1, written back to S only.
       const t = taken.reduce((max, c) => (c.counter > max ? c.counter : max), 0n) + 1n;
-      const raised = await gather(
+      const raises = await gather(
         taken.map(({ index }) => {
           const c = clients[index] as RedisClient;
           return settle(run(c, where(c), RAISE, [lockKey, counterKey], [value, t.toString()], nodeTimeoutMs));
@@ -194,9 +243,7 @@ export async function acquireRedlock(target: readonly RedisClient[], name: strin
         (replies) => count(replies, isOne) >= quorum || count(replies, (r) => r !== undefined && !isOne(r)) > taken.length - quorum,
       );
       // Step 4.
-      const accepted = count(raised, isOne);
-      const validUntil = start + ttlMs - drift;
-      if (accepted >= quorum && validUntil - now() > marginMs) return { granted: grant(value, t, validUntil) };
+      if (count(raises, isOne) >= quorum && validUntil - now() > marginMs) return { granted: grant(value, t, validUntil) };
     }
     await releaseAll(value);
     // Fewer than a majority answered at all: no waiting can change that by itself.
@@ -211,8 +258,9 @@ export async function acquireRedlock(target: readonly RedisClient[], name: strin
     return { retryInMs };
   };
 
-  const grant = (value: string, token: FencingToken, validUntil: number): RedisLock =>
-    holdGrant({
+  const grant = (value: string, token: FencingToken, validUntil: number): RedisLock => {
+    remember(clients, name, token);
+    return holdGrant({
       name,
       token,
       clock: clockFor(clients[0] as RedisClient, 'Redlock'),
@@ -240,6 +288,7 @@ export async function acquireRedlock(target: readonly RedisClient[], name: strin
       },
       identity: () => redlockSourceIds.known(clients),
     });
+  };
 
   return redlockSourceIds.afterGrant(clients, acquireLoop(clients, name, options, mode, attempt, (lock) => lock.release()), (lock) => lock.release(), nodeTimeoutMs);
 }

@@ -61,13 +61,23 @@ return {0, redis.call('PTTL', KEYS[1])}
 
 /**
  * Redlock step 1 on one node: the SET NX and, only if it took, the node's
- * counter (a string, '0' when absent). {1, counter} or {0, remaining TTL}.
- * KEYS lock, counter, waiters; ARGV value, ttl, waiter entry.
+ * counter (a string, '0' when absent). With a proposed token (ARGV[4], ''
+ * for none), the same script also does step 3 at once where it can: the
+ * counter is below the proposal, so it becomes the proposal (the lock
+ * carries our value: we have just set it). {2, proposal} raised,
+ * {1, counter} set but not raised, {0, remaining TTL} refused.
+ * KEYS lock, counter, waiters; ARGV value, ttl, waiter entry, proposed token.
  */
 export const CLAIM = script(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[3] ~= '' then redis.call('LREM', KEYS[3], 0, ARGV[3]) end
-  return {1, redis.call('GET', KEYS[2]) or '0'}
+  local current = redis.call('GET', KEYS[2]) or '0'
+  local proposal = tonumber(ARGV[4] or '')
+  if proposal and tonumber(current) < proposal then
+    redis.call('SET', KEYS[2], ARGV[4])
+    return {2, ARGV[4]}
+  end
+  return {1, current}
 end
 ${ENLIST}
 return {0, redis.call('PTTL', KEYS[1])}

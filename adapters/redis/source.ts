@@ -60,20 +60,28 @@ export async function lockStatus(target: RedisTarget, name: string, options?: Pi
       ),
     ),
   );
-  // The value a majority carries is the holder's (one client: its only value).
+  // The value a majority carries is the holder's (one client: its only value),
+  // and its token the counter a majority of those nodes carry: a Redlock grant
+  // stands only where a majority set the counter to its token, and a node
+  // that took the SET without that (its counter already higher, or never
+  // raised) shows another.
   const needed = clients.length === 1 ? 1 : quorumOf(clients.length);
-  const counts = new Map<string, { count: number; token: bigint }>();
+  const counts = new Map<string, { count: number; tokens: Map<bigint, number> }>();
   for (const [value, counter] of read) {
     if (typeof value !== 'string') continue;
     const token = typeof counter === 'string' ? toToken(counter) : 0n;
-    const seen = counts.get(value) ?? { count: 0, token: 0n };
-    counts.set(value, { count: seen.count + 1, token: token > seen.token ? token : seen.token });
+    let seen = counts.get(value);
+    if (seen === undefined) counts.set(value, (seen = { count: 0, tokens: new Map() }));
+    seen.count++;
+    seen.tokens.set(token, (seen.tokens.get(token) ?? 0) + 1);
   }
-  for (const [value, { count, token }] of counts) {
+  for (const [value, { count, tokens }] of counts) {
     // A grant still being made: Redlock claims the key on the nodes first and
-    // fixes its token (the counter) after, so a key whose lock has no counter
-    // yet has no token to show; the counter's write comes a round trip later.
-    if (count < needed || token === 0n) continue;
+    // may fix its token (the counter) a round trip later, so a key whose lock
+    // has no token on a majority yet has no token to show.
+    if (count < needed) continue;
+    const token = [...tokens].find(([t, k]) => t !== 0n && k >= needed)?.[0];
+    if (token === undefined) continue;
     const space = value.indexOf(' ');
     return { name, holder: { token, owner: space < 0 ? '' : value.slice(space + 1), key: lockKey }, waiters: [] };
   }

@@ -1,8 +1,14 @@
 // etcd lock benchmark: fencekeeper/etcd vs etcd3's own Lock vs the raw floor
-// of a session lock, same etcd, same run, alternating, medians reported.
+// of a session lock, same etcd, same run, medians reported.
 //
 //   FK_ETCD=http://127.0.0.1:2389 node node_modules/vite-node/vite-node.mjs test/bench/etcd-bench.ts
 //   env: BENCH_REPS (6), BENCH_SECONDS (3 per subject and rep)
+//
+// Within a rep the subjects take turns in blocks of 25 cycles (each on its
+// own client, all opened first), a different one first each block, until
+// each has run BENCH_SECONDS: a machine whose load drifts (other work on
+// the same cores) loads all three alike, and the per-rep ratios compare
+// like with like. Printed: each rep's figures and ratios, then the medians.
 //
 // Figures only, no assertions. One client, one lock, acquire then release in
 // a loop, uncontended:
@@ -92,36 +98,64 @@ function quantile(sorted: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN;
 }
 
-async function measure(subject: Subject): Promise<Figures> {
+interface Running {
+  readonly subject: Subject;
+  readonly etcd: Etcd3;
+  readonly cycle: Cycle;
+  readonly latencies: number[];
+  ms: number;
+  cpu: number;
+}
+
+const BLOCK = 25;
+
+async function open(subject: Subject): Promise<Running> {
   const etcd = new Etcd3({ hosts: [host] });
+  const cycle = await subject.open(etcd);
+  for (let i = 0; i < 50; i++) {
+    await cycle.acquire();
+    await cycle.release();
+  }
+  return { subject, etcd, cycle, latencies: [], ms: 0, cpu: 0 };
+}
+
+async function measureRep(rep: number): Promise<Map<string, Figures>> {
+  const running: Running[] = [];
   try {
-    const cycle = await subject.open(etcd);
-    for (let i = 0; i < 50; i++) {
-      await cycle.acquire();
-      await cycle.release();
+    for (const subject of subjects) running.push(await open(subject));
+    for (let block = 0; running.some((r) => r.ms < seconds * 1000); block++) {
+      for (let i = 0; i < running.length; i++) {
+        const r = running[(i + block + rep) % running.length] as Running;
+        if (r.ms >= seconds * 1000) continue;
+        const cpu = process.cpuUsage();
+        const start = performance.now();
+        for (let n = 0; n < BLOCK; n++) {
+          const t = performance.now();
+          await r.cycle.acquire();
+          r.latencies.push(performance.now() - t);
+          await r.cycle.release();
+        }
+        r.ms += performance.now() - start;
+        const used = process.cpuUsage(cpu);
+        r.cpu += used.user + used.system;
+      }
     }
-    const latencies: number[] = [];
-    const cpu = process.cpuUsage();
-    const start = performance.now();
-    const end = start + seconds * 1000;
-    while (performance.now() < end) {
-      const t = performance.now();
-      await cycle.acquire();
-      latencies.push(performance.now() - t);
-      await cycle.release();
+    const figures = new Map<string, Figures>();
+    for (const r of running) {
+      r.latencies.sort((a, b) => a - b);
+      figures.set(r.subject.name, {
+        cyclesPerSecond: (r.latencies.length / r.ms) * 1000,
+        p50: quantile(r.latencies, 0.5),
+        p99: quantile(r.latencies, 0.99),
+        cpuMicros: r.cpu / r.latencies.length,
+      });
     }
-    const elapsed = performance.now() - start;
-    const used = process.cpuUsage(cpu);
-    latencies.sort((a, b) => a - b);
-    return {
-      cyclesPerSecond: (latencies.length / elapsed) * 1000,
-      p50: quantile(latencies, 0.5),
-      p99: quantile(latencies, 0.99),
-      cpuMicros: (used.user + used.system) / latencies.length,
-    };
+    return figures;
   } finally {
-    await etcdSession(etcd).close();
-    etcd.close();
+    for (const r of running) {
+      await etcdSession(r.etcd).close();
+      r.etcd.close();
+    }
   }
 }
 
@@ -129,14 +163,19 @@ const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floo
 
 const subjects = [floor, ours, theirs];
 const results = new Map<string, Figures[]>(subjects.map((s) => [s.name, []]));
-console.log(`etcd at ${host}; ${reps} reps x ${seconds} s per subject, alternating, each rep starting with the next subject; load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+const ratios = { floor: [] as number[], etcd3: [] as number[] };
+console.log(`etcd at ${host}; ${reps} reps x ${seconds} s per subject, in turns of ${BLOCK} cycles; load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 for (let rep = 0; rep < reps; rep++) {
-  // Each rep starts with another subject, so none always runs first (or last) on a machine whose load drifts.
-  for (const subject of [...subjects.slice(rep % subjects.length), ...subjects.slice(0, rep % subjects.length)]) {
-    const f = await measure(subject);
+  const figures = await measureRep(rep);
+  for (const subject of subjects) {
+    const f = figures.get(subject.name)!;
     results.get(subject.name)!.push(f);
     console.log(`  rep ${rep + 1} ${subject.name.padEnd(12)} ${f.cyclesPerSecond.toFixed(0).padStart(5)} cycles/s  acquire p50 ${f.p50.toFixed(2)} ms  p99 ${f.p99.toFixed(2)} ms  CPU ${f.cpuMicros.toFixed(0)} µs/cycle`);
   }
+  const o = figures.get('fencekeeper')!.cyclesPerSecond;
+  ratios.floor.push(o / figures.get('raw floor')!.cyclesPerSecond);
+  ratios.etcd3.push(o / figures.get('etcd3 Lock')!.cyclesPerSecond);
+  console.log(`  rep ${rep + 1} fencekeeper / raw floor ${ratios.floor.at(-1)!.toFixed(2)}x, / etcd3 Lock ${ratios.etcd3.at(-1)!.toFixed(2)}x; load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 }
 console.log('medians:');
 const med = new Map<string, Figures>();
@@ -147,4 +186,4 @@ for (const subject of subjects) {
   console.log(`  ${subject.name.padEnd(12)} ${m.cyclesPerSecond.toFixed(0).padStart(5)} cycles/s  acquire p50 ${m.p50.toFixed(2)} ms  p99 ${m.p99.toFixed(2)} ms  CPU ${m.cpuMicros.toFixed(0)} µs/cycle`);
 }
 const o = med.get('fencekeeper')!.cyclesPerSecond;
-console.log(`fencekeeper / raw floor ${(o / med.get('raw floor')!.cyclesPerSecond).toFixed(2)}x; fencekeeper / etcd3 Lock ${(o / med.get('etcd3 Lock')!.cyclesPerSecond).toFixed(2)}x; load average after ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+console.log(`fencekeeper / raw floor ${(o / med.get('raw floor')!.cyclesPerSecond).toFixed(2)}x (median of per-rep ratios ${median(ratios.floor).toFixed(2)}x); fencekeeper / etcd3 Lock ${(o / med.get('etcd3 Lock')!.cyclesPerSecond).toFixed(2)}x (${median(ratios.etcd3).toFixed(2)}x); load average after ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);

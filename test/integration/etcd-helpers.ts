@@ -4,7 +4,7 @@
 // and raw reads of a queue behind the source's back.
 import { Etcd3 } from 'etcd3';
 import { afterEach } from 'vitest';
-import type { EtcdClient, EtcdKeyValue, EtcdWatchBuilder, EtcdWatcher } from '../../adapters/etcd/client.js';
+import type { EtcdClient, EtcdKeyValue, EtcdTxnResponse, EtcdWatchBuilder, EtcdWatcher } from '../../adapters/etcd/client.js';
 import { etcdSession } from '../../adapters/etcd/index.js';
 import { prefixEnd, queuePrefix, LOCKS_ROOT } from '../../adapters/etcd/queue.js';
 import { testServers } from '../helpers/servers.js';
@@ -59,7 +59,7 @@ export interface Counts {
  */
 export function counting(
   etcd: EtcdClient,
-  hooks: { afterTxn?: (attempt: number) => void } = {},
+  hooks: { afterTxn?: (attempt: number, response: EtcdTxnResponse) => void } = {},
 ): { client: EtcdClient; counts: Counts } {
   const counts: Counts = { txn: 0, range: 0, deleteRange: 0, watchesMade: 0, deletesDelivered: 0 };
   const wrapBuilder = (builder: EtcdWatchBuilder): EtcdWatchBuilder => ({
@@ -93,7 +93,7 @@ export function counting(
       txn: async (r) => {
         const attempt = ++counts.txn;
         const response = await etcd.kv.txn(r);
-        hooks.afterTxn?.(attempt);
+        hooks.afterTxn?.(attempt, response);
         return response;
       },
       deleteRange: (r) => {

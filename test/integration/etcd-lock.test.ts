@@ -10,6 +10,7 @@ import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { EtcdPool, counting, lostReply, queueKeys, singleHosts } from './etcd-helpers.js';
+import type { EtcdTxnResponse } from '../../adapters/etcd/client.js';
 import { takeTurns } from '../helpers/sources.js';
 
 const pool = new EtcdPool();
@@ -147,6 +148,32 @@ describe('etcd lock', () => {
     expect(free!.token > holder.token).toBe(true);
     await free!.release();
     expect(await queueKeys(a!, name)).toEqual([]);
+  });
+
+  it('uncontended: an acquire is one transaction whose reply reads nothing back, no watch; a release one delete; a waiter\'s join reads its predecessor in the same transaction', async () => {
+    const etcd = pool.client();
+    const name = uniqueLockName('etcd_floor');
+    await etcdSession(etcd).lease();
+    const replies: EtcdTxnResponse[] = [];
+    const { client, counts } = counting(etcd, { afterTxn: (_attempt, response) => void replies.push(response) });
+    const lock = await acquireLock(client, name);
+    await lock.release();
+    expect({ txn: counts.txn, range: counts.range, deleteRange: counts.deleteRange, watchesMade: counts.watchesMade }).toEqual({ txn: 1, range: 0, deleteRange: 1, watchesMade: 0 });
+    // The queue was empty: the put alone, no range in the reply.
+    expect(replies[0]!.succeeded).toBe(true);
+    expect(replies[0]!.responses.some((r) => r.response_range !== undefined && r.response_range !== null)).toBe(false);
+
+    const holder = await acquireLock(etcd, name);
+    const waiting = acquireLock(client, name);
+    await until(async () => replies.length === 2, 'the waiter\'s join to be answered');
+    const nested = replies[1]!.responses[0]?.response_txn;
+    expect(replies[1]!.succeeded).toBe(false);
+    expect(nested?.succeeded).toBe(true);
+    expect(nested?.responses[1]?.response_range?.kvs.map((kv) => kv.key.toString())).toContain(holder.key);
+    await holder.release();
+    const next = await within(waiting, 10_000, 'the waiter\'s grant');
+    expect(next.token > holder.token).toBe(true);
+    await next.release();
   });
 
   it('a join whose reply was lost is found again and adopted, never duplicated', async () => {

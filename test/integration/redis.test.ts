@@ -214,6 +214,89 @@ describe('the quorum counter\'s write-back (step 3) on one node', () => {
   });
 });
 
+describe('the quorum counter\'s step 1 with a proposed token (step 3 merged into it) on one node', () => {
+  it('raises the counter to the proposal only where the SET took and the counter is below it', async () => {
+    const name = uniqueLockName('claim');
+    const keys = lockKeys(name);
+    const port = redlockPorts()[0]!;
+    const claim = (value: string, proposal: string): Promise<unknown> => onPort(port, 'EVAL', CLAIM.text, 3, ...keys, value, 10_000, '', proposal);
+    await onPort(port, 'SET', keys[1], '7');
+    // Below the counter: the SET takes, the counter stays (steps 2-3 must run).
+    expect(await claim('a owner', '7')).toEqual([1, '7']);
+    expect(await onPort(port, 'GET', keys[1])).toBe('7');
+    await onPort(port, 'DEL', keys[0]);
+    // Above it: both at once.
+    expect(await claim('b owner', '9')).toEqual([2, '9']);
+    expect(await onPort(port, 'GET', keys[1])).toBe('9');
+    // The key is taken: nothing, whatever the proposal.
+    const [refused] = (await claim('c owner', '100')) as unknown[];
+    expect(refused).toBe(0);
+    expect(await onPort(port, 'GET', keys[1])).toBe('9');
+    await onPort(port, 'DEL', keys[0]);
+    // No proposal: step 1 alone.
+    expect(await claim('d owner', '')).toEqual([1, '9']);
+    await onPort(port, 'DEL', ...keys);
+  });
+});
+
+describe('Redlock: step 3 merged into step 1', () => {
+  it('a set\'s next grant of a lock proposes its last token + 1: no RAISE round; a stale proposal falls back to steps 2-3 with a larger token', async () => {
+    const name = uniqueLockName('merged');
+    const sent: string[] = [];
+    const counted = pool.redlock().map((c) => counting(c, (command, args) => {
+      if (command === 'EVALSHA' || command === 'EVAL') sent.push(args[0] === CLAIM.sha || args[0] === CLAIM.text ? 'CLAIM' : args[0] === RAISE.sha || args[0] === RAISE.text ? 'RAISE' : 'other');
+    }));
+    const first = await acquireLock(counted, name, { ttlMs: 5000 });
+    await first.release();
+    // The set's first grant of the lock knows no token: steps 1, 2-3.
+    expect(sent.filter((s) => s === 'RAISE').length).toBeGreaterThanOrEqual(3);
+    sent.length = 0;
+    const second = await acquireLock(counted, name, { ttlMs: 5000 });
+    expect(second.token).toBe(first.token + 1n);
+    expect(sent.filter((s) => s === 'CLAIM')).toHaveLength(5);
+    expect(sent.filter((s) => s === 'RAISE')).toHaveLength(0);
+    expect((await lockStatus(counted, name)).holder?.token).toBe(second.token);
+    await second.release();
+    // Another set's grants raise the counters past what this set knows.
+    const other = pool.redlock();
+    let theirs = 0n;
+    for (let i = 0; i < 3; i++) {
+      const lock = await acquireLock(other, name, { ttlMs: 5000 });
+      theirs = lock.token;
+      await lock.release();
+    }
+    sent.length = 0;
+    const third = await acquireLock(counted, name, { ttlMs: 5000 });
+    expect(third.token > theirs).toBe(true);
+    expect(sent.filter((s) => s === 'RAISE').length).toBeGreaterThanOrEqual(3);
+    await third.release();
+  });
+
+  it('a proposal a minority of nodes refuses still grants with it, and lockStatus shows the token the majority carries', async () => {
+    const name = uniqueLockName('minority');
+    const clients = pool.redlock();
+    const first = await acquireLock(clients, name, { ttlMs: 5000 });
+    await first.release();
+    await until(async () => {
+      for (const port of redlockPorts()) if ((await onPort(port, 'EXISTS', lockKeys(name)[0])) !== 0) return false;
+      return true;
+    }, 'the lock key to be gone on every node', 10_000);
+    // Two nodes' counters above the next proposal (a split vote of other clients would leave that).
+    const high = first.token + 100n;
+    for (const port of redlockPorts().slice(3)) await onPort(port, 'SET', lockKeys(name)[1], high.toString());
+    const lock = await acquireLock(clients, name, { ttlMs: 5000 });
+    expect(lock.token).toBe(first.token + 1n);
+    expect((await lockStatus(clients, name)).holder?.token).toBe(lock.token);
+    await lock.release();
+    // Three nodes above it: the proposal has no majority, steps 2-3 give a token above them all.
+    for (const port of redlockPorts().slice(2)) await onPort(port, 'SET', lockKeys(name)[1], high.toString());
+    const next = await acquireLock(clients, name, { ttlMs: 5000 });
+    expect(next.token).toBe(high + 1n);
+    expect((await lockStatus(clients, name)).holder?.token).toBe(next.token);
+    await next.release();
+  });
+});
+
 describe('sources and input', () => {
   it('redisSource: kind, description, and the contract through the source alone', async () => {
     const single = redisSource(pool.single(), { ttlMs: 2000 });

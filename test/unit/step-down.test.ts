@@ -148,6 +148,46 @@ describe('StepDownClock', () => {
   });
 });
 
+describe('StepDownClock: what a holding makes only for a reader', () => {
+  it('a holding acquired and released without a look at its signal makes no AbortController; read after, the signal is aborted with the release', () => {
+    let made = 0;
+    const Real = globalThis.AbortController;
+    vi.stubGlobal('AbortController', class extends Real {
+      constructor() {
+        super();
+        made++;
+      }
+    });
+    try {
+      quietHolding(() => made);
+    } finally {
+      vi.unstubAllGlobals();
+    }
+  });
+
+  function quietHolding(made: () => number): void {
+    const ends: LossReason[] = [];
+    const holding = new StepDownClock(source).hold({ lock: 'jobs/quiet', marginMs: 0, deadline: () => performance.now() + 60_000, onEnd: (reason) => void ends.push(reason) });
+    expect(holding.held).toBe(true);
+    holding.lose('released');
+    holding.lose('deadline');
+    expect(made()).toBe(0);
+    expect(holding.ended).toBe(true);
+    expect(ends).toEqual(['released']);
+    expect(holding.signal.aborted).toBe(true);
+    expect((holding.signal.reason as LockLostError).reason).toBe('released');
+    expect(made()).toBe(1);
+  }
+
+  it('onEnd is told the reason before a signal read earlier aborts', () => {
+    const order: string[] = [];
+    const holding = new StepDownClock(source).hold({ lock: 'jobs/told', marginMs: 0, deadline: () => performance.now() + 60_000, onEnd: (reason) => void order.push(`onEnd ${reason}`) });
+    holding.signal.addEventListener('abort', () => order.push(`abort ${(holding.signal.reason as LockLostError).reason}`));
+    holding.lose('renewal_failed');
+    expect(order).toEqual(['onEnd renewal_failed', 'abort renewal_failed']);
+  });
+});
+
 describe('StepDownClock: losses after the deadline', () => {
   it('an end the source reports after the deadline passed (a paused process hears of the expiry before its timer runs) is a loss at the deadline', () => {
     let ended: LossReason | null = null;
