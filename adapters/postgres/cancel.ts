@@ -65,24 +65,38 @@ export function advanceCancellably(db: Database, tx: Queryable, resource: string
  */
 export async function whileCancellable<T>(db: Database, tx: Queryable, signal: AbortSignal | undefined, start: () => Promise<T>): Promise<T> {
   if (signal === undefined) return start();
-  const pid = await backendPid(tx);
+  // Every admission on a pg.Pool comes through here: a listener, not a
+  // Promise.race, and no await for a pid the client already knows, so an
+  // uncontended admission pays for no more than one listener.
+  const pid = knownPid(tx) ?? await queryPid(tx);
   signal.throwIfAborted();
-  const pending = start();
-  const first = await unlessAborted(pending, signal);
-  if (first !== ABORTED) return first;
+  // Once aborted, the wait still lasts until the statement has ended (see advanceCancellably).
   let ended = false;
-  const statementEnded = pending.then(
-    () => { ended = true; },
-    () => { ended = true; },
-  );
-  cancelStatement(db, pid, () => !ended);
-  await statementEnded;
-  throw new CancelledWait(signal.reason);
+  let aborted = false;
+  const onAbort = (): void => {
+    aborted = true;
+    cancelStatement(db, pid, () => !ended);
+  };
+  signal.addEventListener('abort', onAbort, { once: true });
+  let value: T;
+  try {
+    value = await start();
+  } catch (error) {
+    if (!aborted) throw error;
+  } finally {
+    ended = true;
+    signal.removeEventListener('abort', onAbort);
+  }
+  if (aborted) throw new CancelledWait(signal.reason);
+  return value!;
 }
 
-async function backendPid(tx: Queryable): Promise<number> {
+function knownPid(tx: Queryable): number | undefined {
   const known = (tx as { processID?: unknown }).processID;
-  if (typeof known === 'number' && known > 0) return known;
+  return typeof known === 'number' && known > 0 ? known : undefined;
+}
+
+async function queryPid(tx: Queryable): Promise<number> {
   const { rows } = await run(tx, { text: 'SELECT pg_backend_pid() AS pid', values: [], prepared: false });
   return Number(rows[0]?.['pid']);
 }

@@ -7,6 +7,7 @@ import { guardClient, isKysely, run, type Database, type KyselyDatabase, type Pg
 import { currentFence } from './fence-row.js';
 import { OPEN_SAVEPOINT, ROLL_BACK, abandon, closeFenced, failedClose, keepAfterFailure, rollback, sender, type Ending } from './fenced-transaction.js';
 import { checkResource } from './identifiers.js';
+import { WaitLine } from './wait-line.js';
 
 /**
  * A FenceStore whose admissions are PostgreSQL transactions.
@@ -38,6 +39,12 @@ import { checkResource } from './identifiers.js';
  * A stale token rolls back, frees the connection and rejects with
  * StaleTokenError.
  *
+ * Admissions of one store for one resource line up in the process first
+ * (wait-line.ts): one at a time is sent to wait on the row lock, so a hot
+ * resource takes two pooled connections (the holder and the next), not one
+ * per waiting request, and PostgreSQL does not wake every waiter at each
+ * commit. Aborting a wait in that line just leaves it.
+ *
  * Aborting while waiting for the row lock: the wait is a statement blocked on
  * a row lock, so the store cancels it from a second connection with
  * `pg_cancel_backend(pid)` (taken from the pool: with every connection busy the
@@ -53,6 +60,7 @@ import { checkResource } from './identifiers.js';
  */
 export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf<Db>> implements FenceStore<Tx> {
   readonly #db: PgPool | KyselyDatabase;
+  readonly #line = new WaitLine();
 
   constructor(db: Db) {
     if (!isKysely(db) && (typeof db !== 'object' || db === null || typeof (db as { connect?: unknown }).connect !== 'function')) {
@@ -71,9 +79,15 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
     const token = resolveFencing(presented);
     const signal = options.signal;
     signal?.throwIfAborted();
-    return isKysely(this.#db)
-      ? this.#admitKysely(this.#db as KyselyDatabase, resource, token, signal)
-      : this.#admitPg(this.#db as PgPool, resource, token, signal);
+    // One admission per resource on its way to the row lock; the others wait in line here (see wait-line.ts).
+    const leave = await this.#line.enter(resource, signal);
+    try {
+      return await (isKysely(this.#db)
+        ? this.#admitKysely(this.#db as KyselyDatabase, resource, token, signal)
+        : this.#admitPg(this.#db as PgPool, resource, token, signal));
+    } finally {
+      leave();
+    }
   }
 
   async #admitPg(pool: PgPool, resource: string, fencing: ResolvedFencing, signal: AbortSignal | undefined): Promise<FenceAdmission<Tx>> {

@@ -33,7 +33,8 @@
 // dist/ to compare before and after a change.
 // A script that prints figures: nothing asserts on time.
 import { execFile, fork } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
 import { tmpdir, loadavg, cpus } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -56,7 +57,10 @@ async function serve(schema) {
   const { fencing } = await import(`${dist}/adapters/express/index.js`);
   const { PostgresFenceStore } = await import(`${dist}/adapters/postgres/index.js`);
   const { default: pg } = await import('pg');
-  const pool = new pg.Pool({ connectionString: url, max: connections, options: `-c search_path=${schema}` });
+  // idleTimeoutMillis 0: the same backends serve every block, so their CPU can be read.
+  const pool = new pg.Pool({ connectionString: url, max: connections, idleTimeoutMillis: 0, options: `-c search_path=${schema}` });
+  const backends = new Set();
+  pool.on('connect', (client) => backends.add(client.processID));
   const store = new PostgresFenceStore(pool);
   const app = express();
   app.disable('x-powered-by');
@@ -71,6 +75,7 @@ async function serve(schema) {
       const { user, system } = process.cpuUsage();
       process.send({ cpu: user + system });
     }
+    if (message === 'backends') process.send({ backends: [...backends] });
   });
   process.on('disconnect', () => server.close(async () => { await pool.end(); process.exit(0); }));
 }
@@ -82,6 +87,31 @@ async function measure() {
   // The very text the store prepares on each of its connections.
   const { ADVANCE } = await import('../../dist/adapters/postgres/fence-row.js');
   const run = promisify(execFile);
+  const delay = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  const TICK_MS = 10; // USER_HZ is 100 on Linux
+  // utime + stime of PostgreSQL backends (fields 14 and 15 of /proc/<pid>/stat),
+  // by pid; a backend that is gone (the store destroys the client of an admission
+  // aborted when autocannon hangs up at the end of a block) is left out.
+  const backendTicks = (pids) => new Map(pids.flatMap((pid) => {
+    try {
+      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+      return [[pid, Number(fields[11]) + Number(fields[12])]];
+    } catch {
+      return [];
+    }
+  }));
+  /** Ticks used between two backendTicks() readings by the backends in both; NaN when none was readable (the server is not local). */
+  const ticksBetween = (before, after) => {
+    let ticks = 0;
+    let seen = 0;
+    for (const [pid, end] of after) {
+      const start = before.get(pid);
+      if (start === undefined) continue;
+      ticks += end - start;
+      seen += 1;
+    }
+    return seen === 0 ? Number.NaN : ticks;
+  };
   const { stdout: pgbenchVersion } = await run('pgbench', ['--version']).catch(() => {
     throw new Error('pgbench is not on PATH (Debian: apt-get install -y postgresql-client-15)');
   });
@@ -113,15 +143,36 @@ async function measure() {
       return [name, file];
     }));
     const parsed = new URL(url);
+    // pgbench runs under bash, whose `times` prints the CPU its children used:
+    // pgbench's own CPU per transaction. Its backends carry an application_name
+    // of this run's, so their CPU is read from /proc between 0.5 s in and
+    // 0.3 s before the end (they exit with pgbench), over that window's share of the transactions.
+    const appName = `fk_${schema}`;
     const pgbench = async (name) => {
       const args = ['-h', parsed.hostname, '-p', parsed.port || '5432', '-U', decodeURIComponent(parsed.username || 'root'), '-n', '-M', 'simple',
         '-D', 'prepped=0', '-c', String(connections), '-j', '2', '-T', String(seconds), '-f', files[name], parsed.pathname.slice(1)];
-      const { stdout } = await run('pgbench', args, { env: { ...process.env, PGOPTIONS: `-c search_path=${schema}` } });
+      const running = run('bash', ['-c', 'pgbench "$@" && times', 'pgbench', ...args], { env: { ...process.env, PGOPTIONS: `-c search_path=${schema}`, PGAPPNAME: appName } });
+      const window = (async () => {
+        await delay(500);
+        const { rows } = await admin.query('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [appName]);
+        const pids = rows.map((row) => row.pid);
+        const ticks0 = backendTicks(pids);
+        const start = performance.now();
+        await delay(seconds * 1000 - 800);
+        return { ticks: ticksBetween(ticks0, backendTicks(pids)), ms: performance.now() - start };
+      })();
+      const { stdout } = await running;
+      const backend = await window;
       const failed = /number of failed transactions: (\d+)/.exec(stdout);
       if (failed !== null && failed[1] !== '0') throw new Error(`pgbench ${name}: ${failed[1]} failed transactions\n${stdout}`);
       const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(stdout);
       if (tps === null) throw new Error(`pgbench ${name}: no tps in\n${stdout}`);
-      return Number(tps[1]);
+      const transactions = /number of transactions actually processed: (\d+)/.exec(stdout);
+      // `times`: the shell's user and system time, then its children's (pgbench's).
+      const times = [...stdout.matchAll(/(\d+)m([\d.]+)s/g)].map((m) => Number(m[1]) * 60 + Number(m[2]));
+      const clientUs = times.length >= 4 && transactions !== null ? ((times[2] + times[3]) * 1e6) / Number(transactions[1]) : Number.NaN;
+      const pgUs = (backend.ticks * TICK_MS * 1000) / (Number(tps[1]) * (backend.ms / 1000));
+      return { rps: Number(tps[1]), clientUs, pgUs };
     };
 
     child = fork(fileURLToPath(import.meta.url), ['--serve', schema], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
@@ -130,12 +181,28 @@ async function measure() {
       child.once('exit', (code) => reject(new Error(`server exited (${code})`)));
     });
     const serverCpu = () => cpuOf(child);
+    const storeBackends = () => new Promise((resolve) => {
+      const onMessage = (message) => {
+        if (Array.isArray(message?.backends)) {
+          child.off('message', onMessage);
+          resolve(message.backends);
+        }
+      };
+      child.on('message', onMessage);
+      child.send('backends');
+    });
     const store = async (path, duration) => {
+      const pids = await storeBackends();
       const cpu0 = await serverCpu();
+      const ticks0 = backendTicks(pids);
+      const client0 = process.cpuUsage();
       const result = await autocannon({ url: `http://127.0.0.1:${port}${path}`, headers: { 'fencing-token': TOKEN }, connections, duration });
+      const client = process.cpuUsage(client0);
+      const ticks = ticksBetween(ticks0, backendTicks(pids));
       const cpu1 = await serverCpu();
       if (result.non2xx !== 0 || result.errors !== 0) throw new Error(`${path}: ${result.non2xx} non-2xx answers, ${result.errors} errors`);
-      return { rps: result.requests.total / duration, cpuUs: (cpu1 - cpu0) / result.requests.total };
+      const total = result.requests.total;
+      return { rps: total / duration, cpuUs: (cpu1 - cpu0) / total, clientUs: (client.user + client.system) / total, pgUs: (ticks * TICK_MS * 1000) / total };
     };
 
     // Warm up: JIT, the pools, every connection's PREPARE.
@@ -169,10 +236,15 @@ async function measure() {
     const ratio = (a, b) => median(samples.get(a).map((s, i) => s.rps / samples.get(b)[i].rps));
     const { rows: [{ server_version: version }] } = await admin.query('SHOW server_version');
     console.log(`PostgreSQL ${version}, ${pgbenchVersion.trim()}, node ${process.version}; ${connections} HTTP connections = pool size = pgbench clients; ${rounds} rounds of ${seconds} s per block, medians`);
-    console.log('block                                        req/s or tx/s');
+    // CPU per request or transaction: the Express process, the load generator
+    // (autocannon in this process, or pgbench), PostgreSQL's backends doing the work.
+    const perOp = (name, field) => median(samples.get(name).map((s) => s[field] ?? Number.NaN));
+    const cpuSum = (name) => (Number.isNaN(perOp(name, 'cpuUs')) ? 0 : perOp(name, 'cpuUs')) + perOp(name, 'clientUs') + perOp(name, 'pgUs');
+    const us = (value) => (Number.isNaN(value) ? '-' : value.toFixed(0)).padStart(8);
+    console.log('block                                      req/s or tx/s   CPU µs per request or transaction:');
+    console.log('                                                            Express  autocannon/pgbench  PostgreSQL    sum');
     for (const [name] of blocks) {
-      const cpu = samples.get(name)[0].cpuUs === undefined ? '' : `   (Express process CPU ${median(samples.get(name).map((s) => s.cpuUs)).toFixed(0)} µs/req)`;
-      console.log(`${name.padEnd(42)} ${rps(name).toFixed(0).padStart(10)}${cpu}`);
+      console.log(`${name.padEnd(42)} ${rps(name).toFixed(0).padStart(10)}   ${us(perOp(name, 'cpuUs'))}  ${us(perOp(name, 'clientUs'))}            ${us(perOp(name, 'pgUs'))}  ${us(cpuSum(name))}`);
     }
     console.log(`store, 1 resource / two messages (same statements, same messages):  ${ratio('store, 1 resource', 'two messages (as the store sends them)').toFixed(3)}x`);
     console.log(`store, 1 resource / one message:                                   ${ratio('store, 1 resource', 'one message').toFixed(3)}x   (aim >= 0.9x of the floor of its statements in one message)`);
@@ -180,6 +252,9 @@ async function measure() {
     console.log(`store, 64 resources / two messages over 64 rows:                    ${ratio('store, 64 resources', 'two messages, 64 rows').toFixed(3)}x   (aim >= 0.8x)`);
     console.log(`store, 64 resources / Express without fencing:                     ${ratio('store, 64 resources', 'Express, no fencing (the HTTP ceiling)').toFixed(3)}x`);
     console.log(`two messages / four messages (pgbench, one row):                    ${ratio('two messages (as the store sends them)', 'four messages (as before)').toFixed(3)}x`);
+    console.log(`two messages / one message (pgbench, one row: the bound for the store, which must answer between its two):  ${ratio('two messages (as the store sends them)', 'one message').toFixed(3)}x`);
+    // With 64 resources the machine's CPU is the limit: requests per CPU-second, the store against its floor.
+    console.log(`64 resources, CPU per op: floor ${cpuSum('two messages, 64 rows').toFixed(0)} µs / store ${cpuSum('store, 64 resources').toFixed(0)} µs = ${(cpuSum('two messages, 64 rows') / cpuSum('store, 64 resources')).toFixed(3)}x   (the store's ratio when the cores are the limit)`);
     console.log(`${cpus().length} CPUs, load average ${loadavg().map((l) => l.toFixed(2)).join(' ')} (at the end; pgbench, the Express server and autocannon share these cores with PostgreSQL)`);
   } finally {
     child?.disconnect();

@@ -5,6 +5,11 @@
 //   tx           BEGIN; the plain UPDATE; COMMIT                 (a checked-out client)
 //   withFence    withFence(resource, token, the plain UPDATE)    (the same three messages as tx: BEGIN
 //                travels with the fence statement and a savepoint, and the closing message replaces COMMIT)
+//   statements   the very messages withFence sends, from a bare pg client with none of the library's
+//                code: `BEGIN; EXECUTE <fence statement>; SAVEPOINT`, the UPDATE, `SET CONSTRAINTS ALL
+//                IMMEDIATE; RELEASE SAVEPOINT; COMMIT`. statements / tx is what PostgreSQL's work for
+//                the fence costs (the bound for withFence / tx at the same round trips);
+//                withFence / statements is what the library adds on top.
 //
 //   npm run build && node test/bench/postgres-bench.mjs
 //
@@ -33,6 +38,8 @@ import pg from 'pg';
 
 const adapterPath = process.env.FK_POSTGRES_ADAPTER ?? new URL('../../dist/adapters/postgres/index.js', import.meta.url).href;
 const { migrate, fencedUpdate, withFence } = await import(adapterPath);
+// The fence statement withFence prepares on each connection (fence-open.ts), for the `statements` mode.
+const { ADVANCE_CHECKED } = await import(new URL('fence-row.js', adapterPath).href);
 
 const url = process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test';
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 8);
@@ -42,6 +49,7 @@ const rowCount = Number(process.env.BENCH_ROWS ?? 1000);
 const schema = `fk_pgbench_${randomBytes(4).toString('hex')}`;
 const TOKEN = 34n;
 
+const loadAtStart = (await import('node:os')).loadavg().map((l) => l.toFixed(1)).join(' ');
 const admin = new pg.Pool({ connectionString: url, max: 1 });
 await admin.query(`CREATE SCHEMA ${schema}`);
 // idleTimeoutMillis 0: the same backends serve every block, so their CPU can be read.
@@ -70,7 +78,23 @@ const MODES = {
   withFence: async (id, body) => {
     await withFence(pool, `docs:${id}`, TOKEN, (client) => client.query({ ...UPDATE, values: [body, id] }));
   },
+  statements: async (id, body) => {
+    const client = await pool.connect();
+    try {
+      if (!prepared.has(client)) {
+        await client.query(`PREPARE bench_fence (text, int8, text, text, text, text) AS ${ADVANCE_CHECKED}`);
+        prepared.add(client);
+      }
+      const opened = await client.query(`BEGIN; EXECUTE bench_fence(E'docs:${id}', ${TOKEN}::int8, NULL::text, NULL::text, NULL::text, NULL::text); SAVEPOINT fencekeeper_fenced`);
+      if (opened[1].rows.length !== 1) throw new Error('the bench\'s fence statement was refused');
+      await client.query({ ...UPDATE, values: [body, id] });
+      await client.query('SET CONSTRAINTS ALL IMMEDIATE; RELEASE SAVEPOINT fencekeeper_fenced; COMMIT');
+    } finally {
+      client.release();
+    }
+  },
 };
+const prepared = new WeakSet();
 
 try {
   await migrate(pool);
@@ -159,8 +183,10 @@ try {
   };
   console.log(`fencedUpdate / plain: ${ratio('fencedUpdate', 'plain')}   (aim: within 5%)`);
   console.log(`withFence / tx:       ${ratio('withFence', 'tx')}   (aim >= 0.95x; the same round trips, more work on the server)`);
+  console.log(`statements / tx:      ${ratio('statements', 'tx')}   (withFence's messages from a bare client: PostgreSQL's cost of the fence)`);
+  console.log(`withFence / statements: ${ratio('withFence', 'statements')}   (what the library adds to its own statements)`);
   console.log(`tx / plain:           ${ratio('tx', 'plain')}`);
-  console.log(`load average at the end: ${(await import('node:os')).loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+  console.log(`load average at the start: ${loadAtStart}, at the end: ${(await import('node:os')).loadavg().map((l) => l.toFixed(1)).join(' ')}`);
 } finally {
   await pool.end();
   await admin.query(`DROP SCHEMA ${schema} CASCADE`);

@@ -341,19 +341,29 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
   });
 
   it('a client that leaves while waiting on the row lock does not deadlock a replica whose pool is exhausted', async () => {
-    // Replica `small` has 2 connections, both taken by requests waiting on the
-    // row lock. The first one's client leaves: the store must cancel its wait,
-    // but the cancel needs a pooled connection and none is free. When 34 ends,
-    // the leaving request's statement gets the row lock first (FIFO) and its
-    // transaction holds it; if the store then still waits for a connection to
-    // send the now useless cancel, the second request waits on the row lock
-    // and the pool forever.
+    // Replica `small` has 2 connections, both taken by requests waiting on
+    // row locks held by `one`: `leaving` on doc's row, `blocker` on another.
+    // (A third request for doc, `staying`, waits in the store's own line
+    // without a connection: the store sends one admission per resource at a
+    // time.) `leaving`'s client leaves: the store must cancel its wait, but the
+    // cancel needs a pooled connection and none is free. When 34 ends, the
+    // leaving request's statement gets the row lock and its transaction holds
+    // it; if the store then still waits for a connection to send the now
+    // useless cancel, `staying` waits on the row and the pool until `blocker`
+    // ends, which the test lets happen only after `staying` has answered.
     const doc = uniqueId('exhausted');
-    const { gate: gate34, sent: first } = await one.enter(doc, '34');
-    const { sent: leaving, gone } = small.sendLeaving(doc, '35', 'left-35');
-    await lockWaiters(small, 1);
-    const staying = send(small.served.port, `/docs/${doc}`, { [H]: '35', 'x-note': 'stays-35' });
+    const other = uniqueId('exhausted-other');
+    const gate34 = one.gate(doc, 'one:34');
+    const gateOther = one.gate(other, 'one:other');
+    const first = send(one.served.port, `/docs/${doc}`, { [H]: '34' });
+    const holdingOther = send(one.served.port, `/docs/${other}`, { [H]: '34', 'x-note': 'one:other' });
+    await one.enteredFor(doc, 'one:34').promise;
+    await one.enteredFor(other, 'one:other').promise;
+    const leaving = send(small.served.port, `/docs/${doc}`, { [H]: '35', 'x-note': 'left-35' });
+    const gone = leaving.answer.catch((error: unknown) => error);
+    const blocker = send(small.served.port, `/docs/${other}`, { [H]: '35', 'x-note': 'blocker-35' });
     await lockWaiters(small, 2);
+    const staying = send(small.served.port, `/docs/${doc}`, { [H]: '35', 'x-note': 'stays-35' });
     leaving.destroy();
     expect(await gone).toMatchObject({ code: 'ECONNRESET' });
     // The server has seen it leave (its admission's signal has aborted) before the row is freed.
@@ -365,7 +375,15 @@ describe.each<Flavor>(['pg', 'kysely'])('two replicas sharing one PostgresFenceS
     expect(answer.status).toBe(200);
     expect(answer.body).toMatchObject({ note: 'stays-35', previous: '34' });
     expect(small.hasEntered(doc, 'left-35')).toBe(false);
-    await expectSettled(doc, '35', ['one:34', 'stays-35']);
+    expect(await settledFence(doc)).toBe('35');
+    expect((await committedWrites(doc)).map((w) => w.note)).toEqual(['one:34', 'stays-35']);
+    gateOther.resolve();
+    expect((await holdingOther.answer).status).toBe(200);
+    expect((await blocker.answer).status).toBe(200);
+    // Answered before committed (fencing() commits once the response is out): wait for the commit.
+    expect(await settledFence(other)).toBe('35');
+    await until(async () => (await committedWrites(other)).length === 2, 'blocker-35 committed');
+    expect((await committedWrites(other)).map((w) => w.note)).toEqual(['one:other', 'blocker-35']);
   });
 
   it('a handler that answers 500 or throws leaves no row but keeps the fence advance; a successful one commits both in one transaction', async () => {
