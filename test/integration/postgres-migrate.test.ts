@@ -35,9 +35,9 @@ async function describeSchema(schema: string) {
   return { tables: tables.rows.map((r) => r.table_name), ledger: ledger.rows.map((r) => r.name) };
 }
 
-const ALL = ['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql', '004_effects.sql', '005_idempotency_keys.sql', '006_fence_bindings.sql'];
+const ALL = ['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql', '004_effects.sql', '005_idempotency_keys.sql', '006_fence_bindings.sql', '007_table_bindings.sql'];
 const SCHEMA = {
-  tables: ['fencekeeper_effects', 'fencekeeper_fence_bindings', 'fencekeeper_fences', 'fencekeeper_idempotency_keys', 'fencekeeper_migrations', 'fencekeeper_tombstones'],
+  tables: ['fencekeeper_effects', 'fencekeeper_fence_bindings', 'fencekeeper_fences', 'fencekeeper_idempotency_keys', 'fencekeeper_migrations', 'fencekeeper_table_bindings', 'fencekeeper_tombstones'],
   ledger: ALL,
 };
 
