@@ -16,7 +16,7 @@ import {
   type FenceBinding, type FenceRefusedMessage, type Fencing, type Sequencer,
 } from '../../src/index.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
-import { bindTable, fencedDelete, fencedInsert, fencedUpdate, fencedUpsert, migrate, tableBindingOf, type Database } from '../../adapters/postgres/index.js';
+import { bindTable, fenced, fencedDelete, fencedInsert, fencedUpdate, fencedUpsert, migrate, tableBindingOf, type Database } from '../../adapters/postgres/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { ClientPool } from '../helpers/zookeeper.js';
@@ -190,6 +190,26 @@ describe.each(FLAVORS)('bound tables with %s', (flavor) => {
     expect(await tableBindingOf(db, name)).toBeNull();
     await expect(fencedUpdate(db, { table: name, where: { id: 1 }, set: { body: 'x' }, token: { token: 5n } as never })).rejects.toThrow();
     expect(await fencedUpdate(db, { table: name, where: { id: 1 }, set: { body: 'x' }, token: 20n })).toBe(1);
+  });
+
+  // Kysely's own update builder: only the Kysely flavor has one.
+  if (flavor === 'kysely') it('fenced() on a Kysely update carries the binding check: another lock or a bare token updates nothing, the guarding lock updates', async () => {
+    const k = kysely as unknown as Kysely<Record<string, { id: number; body: string | null; fencing_token: string | null }>>;
+    const name = await table();
+    const lock = uniqueLockName('kysely');
+    const update = (body: string, token: Fencing, target = name) =>
+      fenced(k.updateTable(target).set({ body }).where('id', '=', 1), token).executeTakeFirstOrThrow().then((r) => r.numUpdatedRows);
+    expect(await update('unbound', 20n)).toBe(1n);
+    await bindTable(db, name, guard(lock));
+    expect(await update('bare', 30n)).toBe(0n);
+    expect(await update('other lock', seq(`${lock}-other`, 31n))).toBe(0n);
+    expect(await update('other kind', seq(lock, 32n, { kind: 'election' }))).toBe(0n);
+    expect(await update('qualified, bare', 33n, `${schema}.${name}`)).toBe(0n);
+    expect(await update('aliased, bare', 34n, `${name} as d`)).toBe(0n);
+    expect((await pool.query(`SELECT body, fencing_token::text AS token FROM ${name} WHERE id = 1`)).rows).toEqual([{ body: 'unbound', token: '20' }]);
+    expect(await update('guard', seq(lock, 21n))).toBe(1n);
+    expect(await update('guard, qualified and aliased', seq(lock, 22n), `${schema}.${name} as d`)).toBe(1n);
+    expect((await pool.query(`SELECT body, fencing_token::text AS token FROM ${name} WHERE id = 1`)).rows).toEqual([{ body: 'guard, qualified and aliased', token: '22' }]);
   });
 
   it('bindTable waits for a write that began unbound, and a write that starts meanwhile is checked against the new binding', async () => {
