@@ -7,7 +7,7 @@
 import { FenceAlreadyBoundError, SequencerMismatchError, fenceBinding, matchesBinding, type FenceBinding, type ResolvedFencing } from '../../src/index.js';
 import { run, type Database } from './database.js';
 import { bindingFrom, bindingValues } from './fence-row.js';
-import { quoteTable } from './identifiers.js';
+import { quoteLiteral, quoteTable } from './identifiers.js';
 import { inTransaction } from './migrate.js';
 
 const INSERT = `INSERT INTO fencekeeper_table_bindings (relation, kind, lock, source_kind, source_id)
@@ -73,15 +73,20 @@ export async function tableBindingOf(db: Database, table: string): Promise<Fence
 
 /**
  * The condition a row helper's statement adds: true when the table is
- * unbound, or bound to exactly the presented lock. `relation` is the
- * parameter holding the quoted table name (cast to regclass on the server),
- * `presented` the first of four parameters holding the presented lock's kind,
- * name, source kind and source id, all NULL for a bare token (refused by any
- * binding). One index probe of fencekeeper_table_bindings' primary key.
+ * unbound, or bound to exactly the presented lock. `quotedTable` is the
+ * table as the statement names it (validated and quoted), written into the
+ * text as a regclass literal: PostgreSQL resolves it when it analyzes the
+ * statement, as it resolves the statement's own target, so a prepared
+ * statement does not parse the name on every execution (and a plan is
+ * re-analyzed, the literal with it, when the table or the search_path
+ * changes). `presented` is the first of four parameters holding the
+ * presented lock's kind, name, source kind and source id, all NULL for a bare
+ * token (refused by any binding). One probe of the bindings' primary key per
+ * statement (an uncorrelated subquery: an InitPlan, not once per row).
  */
-export function bindingAdmits(relation: number, presented: number): string {
+export function bindingAdmits(quotedTable: string, presented: number): string {
   const [kind, lock, sourceKind, sourceId] = [0, 1, 2, 3].map((i) => `$${presented + i}::text`) as [string, string, string, string];
-  return `NOT EXISTS (SELECT 1 FROM fencekeeper_table_bindings b WHERE b.relation = $${relation}::regclass
+  return `NOT EXISTS (SELECT 1 FROM fencekeeper_table_bindings b WHERE b.relation = ${quoteLiteral(quotedTable)}::regclass
     AND (${kind} IS NULL OR (b.kind, b.lock, b.source_kind, b.source_id) IS DISTINCT FROM (${kind}, ${lock}, ${sourceKind}, ${sourceId})))`;
 }
 

@@ -139,7 +139,7 @@ async function updateRows(db: Queryable, options: FencedUpdateOptions, fencing: 
   const values: unknown[] = [formatToken(token)];
   for (const [, value] of set) values.push(value);
   for (const [, value] of where) if (value !== null) values.push(value);
-  values.push(shape.table, ...presentedLock(resolved));
+  values.push(...presentedLock(resolved));
   const { rowCount } = await run(db, { text: shape.text, values, prepared: true, name: shape.name });
   if (rowCount > 0) return rowCount;
   await refuseIfStale(db, shape.table, where, shape.tokenColumn, resolved, o['table'] as string);
@@ -164,8 +164,7 @@ function updateShape(tableName: unknown, tokenColumnName: unknown, where: readon
     throw new InvalidArgumentError(`set must not write the token column ${tokenColumn}: it is set to the token`);
   }
   // $1 is the token, then the set values, then the non-null where values, then
-  // the table and the presented lock (bindingAdmits), in the order fencedUpdate
-  // pushes them.
+  // the presented lock (bindingAdmits), in the order fencedUpdate pushes them.
   const numbered: unknown[] = [null];
   const assignments = set.map(([column, value]) => {
     numbered.push(value);
@@ -173,8 +172,7 @@ function updateShape(tableName: unknown, tokenColumnName: unknown, where: readon
   });
   assignments.push(`${quoteIdentifier(tokenColumn)} = $1`);
   const conditions = whereClause(where, numbered);
-  const relation = numbered.length + 1;
-  const text = `UPDATE ${table} SET ${assignments.join(', ')} WHERE ${conditions} AND ${tokenPasses(tokenColumn, '$1')} AND ${bindingAdmits(relation, relation + 1)}`;
+  const text = `UPDATE ${table} SET ${assignments.join(', ')} WHERE ${conditions} AND ${tokenPasses(tokenColumn, '$1')} AND ${bindingAdmits(table, numbered.length + 1)}`;
   return { table, tokenColumn, text, name: statementName(text) };
 }
 
@@ -203,7 +201,7 @@ async function deleteRows(db: Queryable, options: FencedDeleteOptions, fencing: 
   const conditions = whereClause(where, values);
   const presented = values.push(...presentedLock(resolved)) - 3;
   const text = `WITH gone AS (
-  DELETE FROM ${table} WHERE ${conditions} AND ${tokenPasses(tokenColumn, '$1')} AND ${bindingAdmits(2, presented)}
+  DELETE FROM ${table} WHERE ${conditions} AND ${tokenPasses(tokenColumn, '$1')} AND ${bindingAdmits(table, presented)}
   RETURNING ${key.map(quoteIdentifier).join(', ')}
 )
 INSERT INTO fencekeeper_tombstones AS t (relation, row_key, token, deleted_at)
@@ -319,7 +317,7 @@ async function insertRow(db: Queryable, options: FencedInsertOptions, mode: 'ins
   const text = `INSERT INTO ${table} AS t (${target})
 SELECT ${selected}
 WHERE NOT EXISTS (SELECT 1 FROM fencekeeper_tombstones tb WHERE tb.relation = ${relationName('$2')} AND tb.row_key = ${typedKey} AND tb.token > $1)
-  AND ${bindingAdmits(2, presented)}
+  AND ${bindingAdmits(table, presented)}
 ON CONFLICT (${key.map(quoteIdentifier).join(', ')}) ${onConflict}
 RETURNING (t.xmax = 0) AS inserted, fencekeeper_check_tombstone(${relationName('$2')}, ${rowKeyOf(key, 't')}, $1) AS checked`;
 
