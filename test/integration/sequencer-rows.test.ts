@@ -212,6 +212,51 @@ describe.each(FLAVORS)('bound tables with %s', (flavor) => {
     expect((await pool.query(`SELECT body, fencing_token::text AS token FROM ${name} WHERE id = 1`)).rows).toEqual([{ body: 'guard, qualified and aliased', token: '22' }]);
   });
 
+  it('writers racing bindTable: every write that starts after it returns is refused, every write that passed is in the table', async () => {
+    const name = await table();
+    const lock = uniqueLockName('stress');
+    let bound = false;
+    let next = 20n;
+    const passed: bigint[] = [];
+    const refusedAfter: boolean[] = [];
+    let refusedBefore = 0;
+    const writer = async (): Promise<void> => {
+      for (let i = 0; i < 400 && refusedAfter.length < 20; i += 1) {
+        const startedAfterBind = bound;
+        const token = next;
+        next += 1n;
+        // Rows 1 and 2, each token larger than every earlier one: after the binding, only the binding refuses.
+        const outcome = await fencedUpdate(db, { table: name, where: { id: Number(token % 2n) + 1 }, set: { body: `w${token}` }, token }).then(() => 'written', (e: unknown) => e);
+        if (outcome === 'written') {
+          expect(startedAfterBind, `a bare write that started after bindTable returned passed (token ${token})`).toBe(false);
+          passed.push(token);
+        } else if (startedAfterBind) {
+          expect(outcome).toBeInstanceOf(SequencerMismatchError);
+          refusedAfter.push(true);
+        } else {
+          // Before the binding: a writer overtaken on its row by a larger token is stale; in flight while it committed, refused.
+          expect(outcome instanceof StaleTokenError || outcome instanceof SequencerMismatchError, String(outcome)).toBe(true);
+          refusedBefore += 1;
+        }
+      }
+    };
+    const writers = [writer(), writer(), writer()];
+    // Let the writers get going, then bind while they write.
+    while (passed.length < 30) await new Promise((resolve) => setTimeout(resolve, 5));
+    await bindTable(db, name, guard(lock));
+    bound = true;
+    await Promise.all(writers);
+    // The race happened: writes passed before the binding, and writes after it were refused.
+    expect(passed.length).toBeGreaterThanOrEqual(30);
+    expect(refusedAfter.length).toBeGreaterThanOrEqual(20);
+    // Nothing passed unrecorded: each row holds the largest token that passed for it.
+    const rows = (await state(name) as { rows: { id: number; token: string }[] }).rows;
+    for (const row of rows) {
+      const mine = passed.filter((t) => Number(t % 2n) + 1 === row.id);
+      expect(BigInt(row.token)).toBe(mine.reduce((a, b) => (b > a ? b : a), 10n));
+    }
+  });
+
   it('bindTable waits for a write that began unbound, and a write that starts meanwhile is checked against the new binding', async () => {
     const name = await table();
     const lock = uniqueLockName('race');
