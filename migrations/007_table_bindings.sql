@@ -12,7 +12,8 @@
 -- The key is the table itself (regclass: its oid, shown and dumped as its
 -- name), not the name it had when it was bound: renaming the table or moving
 -- it to another schema keeps its binding, so a rename never unbinds it
--- silently; pg_dump writes the name and a restore resolves it again. A
+-- silently; pg_dump writes the name and a restore resolves it again
+-- (pg_upgrade keeps table oids, and accepts regclass columns). A
 -- binding outlives DROP TABLE (nothing else removes a binding either): a
 -- table created later under the same name is unbound.
 CREATE TABLE IF NOT EXISTS fencekeeper_table_bindings (
