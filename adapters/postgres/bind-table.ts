@@ -35,8 +35,9 @@ const READ = 'SELECT kind, lock, source_kind, source_id FROM fencekeeper_table_b
  * write that was checked as unbound commits after bindTable returns), and
  * writes that start meanwhile wait for bindTable to commit, then see the
  * binding. A REPEATABLE READ or SERIALIZABLE transaction whose snapshot was
- * taken before the binding committed does not see it: bind before such
- * writers start.
+ * taken before the binding committed does not see it; its write to the table
+ * fails with a serialization failure (SQLSTATE 40001), and the retry, with a
+ * fresh snapshot, is checked against the binding.
  */
 export async function bindTable(db: Database, table: string, binding: FenceBinding): Promise<FenceBinding> {
   const quoted = quoteTable(table);
@@ -86,8 +87,21 @@ export async function tableBindingOf(db: Database, table: string): Promise<Fence
  */
 export function bindingAdmits(quotedTable: string, presented: number): string {
   const [kind, lock, sourceKind, sourceId] = [0, 1, 2, 3].map((i) => `$${presented + i}::text`) as [string, string, string, string];
-  return `NOT EXISTS (SELECT 1 FROM fencekeeper_table_bindings b WHERE b.relation = ${quoteLiteral(quotedTable)}::regclass
-    AND (${kind} IS NULL OR (b.kind, b.lock, b.source_kind, b.source_id) IS DISTINCT FROM (${kind}, ${lock}, ${sourceKind}, ${sourceId})))`;
+  const relation = `${quoteLiteral(quotedTable)}::regclass`;
+  return `NOT EXISTS (SELECT 1 FROM fencekeeper_table_bindings b WHERE b.relation = ${relation}
+    AND (${kind} IS NULL OR (b.kind, b.lock, b.source_kind, b.source_id) IS DISTINCT FROM (${kind}, ${lock}, ${sourceKind}, ${sourceId})))
+  AND ${bindingVisible(relation)}`;
+}
+
+/**
+ * Under REPEATABLE READ and SERIALIZABLE the check above reads the
+ * transaction's snapshot: a binding committed after it is probed for by
+ * fencekeeper_check_table_binding (migration 007), which fails the statement
+ * with 40001 then. READ COMMITTED (a fresh snapshot per statement) skips it:
+ * the OR's first arm is a setting read, no function call.
+ */
+export function bindingVisible(relation: string): string {
+  return `(current_setting('transaction_isolation') = 'read committed' OR fencekeeper_check_table_binding(${relation}))`;
 }
 
 /** The four parameters bindingAdmits reads, in its order. */

@@ -76,13 +76,14 @@ function updatedTable(builder: LooseUpdate): string {
 /** The binding check of bind-table.ts as a Kysely raw expression: the table and the presented lock are parameters. */
 function bindingAdmits(table: string, presented: readonly (string | null)[]): RawCondition {
   const [kind, lock, sourceKind, sourceId] = presented;
-  const parameters = [table, kind, kind, lock, sourceKind, sourceId].map((value) => ({ kind: 'ValueNode' as const, value }));
+  const parameters = [table, kind, kind, lock, sourceKind, sourceId, table].map((value) => ({ kind: 'ValueNode' as const, value }));
   const sqlFragments = [
     'NOT EXISTS (SELECT 1 FROM fencekeeper_table_bindings b WHERE b.relation = ',
     '::regclass AND (',
     '::text IS NULL OR (b.kind, b.lock, b.source_kind, b.source_id) IS DISTINCT FROM (',
     '::text, ', '::text, ', '::text, ',
-    '::text)))',
+    `::text))) AND (current_setting('transaction_isolation') = 'read committed' OR fencekeeper_check_table_binding(`,
+    '::regclass))',
   ];
   return { expressionType: undefined, toOperationNode: () => ({ kind: 'RawNode', sqlFragments, parameters }) };
 }

@@ -257,6 +257,52 @@ describe.each(FLAVORS)('bound tables with %s', (flavor) => {
     }
   });
 
+  it.each(['update', 'upsert', 'insert', 'delete'] as const)('REPEATABLE READ, a snapshot taken before bindTable: a bare %s fails with 40001 and writes nothing; the retry is refused', async (op) => {
+    const name = await table();
+    const lock = uniqueLockName('rr');
+    const before = await state(name);
+    const write = (trx: pg.PoolClient) => ({
+      update: () => fencedUpdate(trx, { table: name, where: { id: 1 }, set: { body: 'rr' }, token: 20n }),
+      upsert: () => fencedUpsert(trx, { table: name, values: { id: 2, body: 'rr' }, key: ['id'], token: 20n }),
+      insert: () => fencedInsert(trx, { table: name, values: { id: 5, body: 'rr' }, key: ['id'], token: 20n }),
+      delete: () => fencedDelete(trx, { table: name, where: { id: 1 }, token: 20n }),
+    })[op]();
+    const writer = await pool.connect();
+    try {
+      await writer.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      await writer.query('SELECT 1'); // the transaction's snapshot, before the binding
+      await bindTable(db, name, guard(lock));
+      const error = await write(writer).then(() => undefined, (e: unknown) => e);
+      expect((error as { code?: unknown } | undefined)?.code).toBe('40001');
+      await writer.query('ROLLBACK');
+      // The retry's snapshot sees the binding: refused by it.
+      await writer.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      await expect(write(writer)).rejects.toBeInstanceOf(SequencerMismatchError);
+      await writer.query('ROLLBACK');
+      // With the guarding lock's sequencer the same transaction writes (the probe finds the binding visible).
+      await writer.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      expect(await fencedUpdate(writer, { table: name, where: { id: 2 }, set: { body: 'guard' }, token: seq(lock, 20n) })).toBe(1);
+      await writer.query('ROLLBACK');
+    } finally {
+      writer.release();
+    }
+    expect(await state(name)).toEqual(before);
+  });
+
+  if (flavor === 'kysely') it('REPEATABLE READ, a snapshot taken before bindTable: a bare fenced() update fails with 40001 and writes nothing', async () => {
+    const k = kysely as unknown as Kysely<Record<string, { id: number; body: string | null; fencing_token: string | null }>>;
+    const name = await table();
+    const lock = uniqueLockName('rr-kysely');
+    const before = await state(name);
+    const error = await k.transaction().setIsolationLevel('repeatable read').execute(async (trx) => {
+      await trx.selectFrom(name).select('id').execute(); // the snapshot
+      await bindTable(db, name, guard(lock));
+      await fenced(trx.updateTable(name).set({ body: 'rr' }).where('id', '=', 1), 20n).execute();
+    }).then(() => undefined, (e: unknown) => e);
+    expect((error as { code?: unknown } | undefined)?.code).toBe('40001');
+    expect(await state(name)).toEqual(before);
+  });
+
   it('bindTable waits for a write that began unbound, and a write that starts meanwhile is checked against the new binding', async () => {
     const name = await table();
     const lock = uniqueLockName('race');
