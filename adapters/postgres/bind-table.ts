@@ -96,7 +96,7 @@ export function bindingAdmits(quotedTable: string, presented: number): string {
 /**
  * Under REPEATABLE READ and SERIALIZABLE the check above reads the
  * transaction's snapshot: a binding committed after it is probed for by
- * fencekeeper_check_table_binding (migration 007), which fails the statement
+ * fencekeeper_check_table_binding (migration 008), which fails the statement
  * with 40001 then. READ COMMITTED (a fresh snapshot per statement) skips it:
  * the OR's first arm is a setting read, no function call.
  */

@@ -36,7 +36,7 @@ async function describeSchema(schema: string) {
   return { tables: tables.rows.map((r) => r.table_name), ledger: ledger.rows.map((r) => r.name) };
 }
 
-const ALL = ['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql', '004_effects.sql', '005_idempotency_keys.sql', '006_fence_bindings.sql', '007_table_bindings.sql'];
+const ALL = ['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql', '004_effects.sql', '005_idempotency_keys.sql', '006_fence_bindings.sql', '007_table_bindings.sql', '008_table_binding_snapshot_isolation.sql'];
 const SCHEMA = {
   tables: ['fencekeeper_effects', 'fencekeeper_fence_bindings', 'fencekeeper_fences', 'fencekeeper_idempotency_keys', 'fencekeeper_migrations', 'fencekeeper_table_bindings', 'fencekeeper_tombstones'],
   ledger: ALL,
@@ -57,7 +57,7 @@ describe('migrate', () => {
     expect(await describeSchema(schema)).toEqual(SCHEMA);
   });
 
-  it('007 on a schema migrated up to 006, with rows already fenced: applied alone, the rows kept, their table bindable', async () => {
+  it('007 and 008 on a schema migrated up to 006, with rows already fenced: applied alone, the rows kept, their table bindable', async () => {
     const schema = await freshSchema();
     const pool = newPool(schema, 'fk_mig_007', 2);
     cleanups.push(() => pool.end());
@@ -68,10 +68,10 @@ describe('migrate', () => {
     for (const name of ALL.slice(0, 6)) await copyFile(`${root}migrations/${name}`, `${old}${name}`);
     expect((await migrate(pool, { directory: old })).applied).toEqual(ALL.slice(0, 6));
     await pool.query('CREATE TABLE docs (id int PRIMARY KEY, body text, fencing_token bigint)');
-    // Written by a release before 007 (the row helpers of this one need 007's table: migrate first).
+    // Written by a release before 007 (the row helpers of this one need 007 and 008: migrate first).
     await pool.query(`INSERT INTO docs VALUES (1, 'before 007', 8)`);
 
-    expect((await migrate(pool)).applied).toEqual(['007_table_bindings.sql']);
+    expect((await migrate(pool)).applied).toEqual(['007_table_bindings.sql', '008_table_binding_snapshot_isolation.sql']);
     expect(await describeSchema(schema)).toEqual({ ...SCHEMA, tables: ['docs', ...SCHEMA.tables] });
     expect((await pool.query('SELECT body, fencing_token::text AS token FROM docs')).rows).toEqual([{ body: 'before 007', token: '8' }]);
     // Unbound: bare tokens still pass. Bound: the lock's tokens continue from the column's, a bare token is refused.
