@@ -38,7 +38,7 @@ const REMOVE_PLACEHOLDER = 'DELETE FROM fencekeeper_fences WHERE resource = $1';
  * from it. bindFence waits for an admission holding the fence to end.
  *
  * The row helpers (fencedUpdate, fencedUpsert, ...) keep their own token
- * column and do not read this binding: they compare numbers only.
+ * column and do not read this binding: bind their table with bindTable.
  */
 export async function bindFence(db: Database, resource: string, binding: FenceBinding): Promise<FenceBinding> {
   checkResource(resource);

@@ -13,6 +13,7 @@ export type { FencedUpdateOptions, FencedInsertOptions, FencedUpsertOptions, Fen
 export { fenced } from './kysely.js';
 export { PostgresFenceStore } from './store.js';
 export { bindFence, fenceBindingOf } from './bind-fence.js';
+export { bindTable, tableBindingOf } from './bind-table.js';
 export type { CommitFailure } from './fenced-transaction.js';
 export type { Database, Queryable, TransactionOf, PgPoolClient, KyselyExecutor } from './database.js';
 export { withEffect } from './effects.js';

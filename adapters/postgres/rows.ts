@@ -15,14 +15,17 @@
 // fencekeeper_tombstones under (relation, row key), and fencedInsert() /
 // fencedUpsert() refuse to re-create a row whose tombstone is larger.
 //
-// These helpers compare numbers only: they take a bare token and do not read
-// fence bindings (bindFence), which guard fencekeeper_fences rows. A token
-// column holds tokens of whatever lock wrote it, so every writer of such a
-// table must take its tokens from one lock of one source; to have the lock
-// checked too, write the rows inside withFence on a bound fence.
-import { StaleTokenError, formatToken, publishRefused, traceFencedWrite, type FencingToken } from '../../src/index.js';
+// A token column holds tokens of whatever lock wrote it, and tokens of
+// different locks are not comparable. A table bound with bindTable() (see
+// bind-table.ts) is guarded by one lock: every statement here carries the
+// check against that binding in its WHERE, so a sequencer of another lock, or
+// a bare token, writes nothing, with no extra round trip on success (which one
+// it was is read on the refusal path only). On a table never bound they
+// compare numbers only, as before: bare tokens and sequencers alike.
+import { SequencerMismatchError, StaleTokenError, formatToken, publishRefused, resolveFencing, traceFencedWrite, type Fencing, type FencingToken, type ResolvedFencing } from '../../src/index.js';
+import { BINDING_COLUMNS, bindingAdmits, bindingJoin, presentedLock, tableMismatch } from './bind-table.js';
 import { readBigint, run, sqlState, statementName, type Queryable } from './database.js';
-import { assertIdentifier, checkColumnValues, checkColumns, checkKey, checkToken, quoteIdentifier, quoteTable } from './identifiers.js';
+import { assertIdentifier, checkColumnValues, checkColumns, checkKey, quoteIdentifier, quoteTable } from './identifiers.js';
 import { InvalidArgumentError } from '../../src/index.js';
 
 export interface FencedUpdateOptions {
@@ -32,7 +35,8 @@ export interface FencedUpdateOptions {
   readonly where: Readonly<Record<string, unknown>>;
   /** `{ column: value }` to write; the token column is written for you. */
   readonly set: Readonly<Record<string, unknown>>;
-  readonly token: FencingToken;
+  /** A bare token, a Sequencer, or CURRENT_LOCK (a table bound with bindTable takes its own lock's sequencer only). */
+  readonly token: Fencing;
   /** The table's token column; default 'fencing_token'. */
   readonly tokenColumn?: string;
 }
@@ -43,7 +47,8 @@ export interface FencedInsertOptions {
   readonly values: Readonly<Record<string, unknown>>;
   /** The columns of the unique key that identifies the row (the ON CONFLICT target and the tombstone key). */
   readonly key: readonly string[];
-  readonly token: FencingToken;
+  /** A bare token, a Sequencer, or CURRENT_LOCK (a table bound with bindTable takes its own lock's sequencer only). */
+  readonly token: Fencing;
   readonly tokenColumn?: string;
 }
 
@@ -58,7 +63,8 @@ export interface FencedDeleteOptions {
    * same key fencedInsert/fencedUpsert use for the table.
    */
   readonly key?: readonly string[];
-  readonly token: FencingToken;
+  /** A bare token, a Sequencer, or CURRENT_LOCK (a table bound with bindTable takes its own lock's sequencer only). */
+  readonly token: Fencing;
   readonly tokenColumn?: string;
 }
 
@@ -111,12 +117,13 @@ function checkOptions(options: unknown, what: string): Record<string, unknown> {
  * holding a larger token are skipped, and only "nothing updated" is an error.
  */
 export function fencedUpdate(db: Queryable, options: FencedUpdateOptions): Promise<number> {
-  return traceFencedWrite('postgres', 'update', tableOf(options), options?.token, () => updateRows(db, options));
+  return traced('update', options, (fencing) => updateRows(db, options, fencing));
 }
 
-async function updateRows(db: Queryable, options: FencedUpdateOptions): Promise<number> {
+async function updateRows(db: Queryable, options: FencedUpdateOptions, fencing: () => ResolvedFencing): Promise<number> {
   const o = checkOptions(options, 'fencedUpdate');
-  const token = checkToken(o['token']);
+  const resolved = fencing();
+  const token = resolved.token;
   const where = checkColumnValues(o['where'], 'where');
   const set = checkColumnValues(o['set'], 'set');
   // The statement's text depends only on the names (and which where values
@@ -132,9 +139,10 @@ async function updateRows(db: Queryable, options: FencedUpdateOptions): Promise<
   const values: unknown[] = [formatToken(token)];
   for (const [, value] of set) values.push(value);
   for (const [, value] of where) if (value !== null) values.push(value);
+  values.push(...presentedLock(resolved));
   const { rowCount } = await run(db, { text: shape.text, values, prepared: true, name: shape.name });
   if (rowCount > 0) return rowCount;
-  await refuseIfStale(db, shape.table, where, shape.tokenColumn, token, o['table'] as string);
+  await refuseIfStale(db, shape.table, where, shape.tokenColumn, resolved, o['table'] as string);
   return 0;
 }
 
@@ -155,15 +163,16 @@ function updateShape(tableName: unknown, tokenColumnName: unknown, where: readon
   if (set.some(([column]) => column === tokenColumn)) {
     throw new InvalidArgumentError(`set must not write the token column ${tokenColumn}: it is set to the token`);
   }
-  // $1 is the token, then the set values, then the non-null where values, in
-  // the order fencedUpdate pushes them.
+  // $1 is the token, then the set values, then the non-null where values, then
+  // the presented lock (bindingAdmits), in the order fencedUpdate pushes them.
   const numbered: unknown[] = [null];
   const assignments = set.map(([column, value]) => {
     numbered.push(value);
     return `${quoteIdentifier(column)} = $${numbered.length}`;
   });
   assignments.push(`${quoteIdentifier(tokenColumn)} = $1`);
-  const text = `UPDATE ${table} SET ${assignments.join(', ')} WHERE ${whereClause(where, numbered)} AND ${tokenPasses(tokenColumn, '$1')}`;
+  const conditions = whereClause(where, numbered);
+  const text = `UPDATE ${table} SET ${assignments.join(', ')} WHERE ${conditions} AND ${tokenPasses(tokenColumn, '$1')} AND ${bindingAdmits(table, numbered.length + 1)}`;
   return { table, tokenColumn, text, name: statementName(text) };
 }
 
@@ -176,20 +185,23 @@ function updateShape(tableName: unknown, tokenColumnName: unknown, where: readon
  * → StaleTokenError; no matching row → 0.
  */
 export function fencedDelete(db: Queryable, options: FencedDeleteOptions): Promise<number> {
-  return traceFencedWrite('postgres', 'delete', tableOf(options), options?.token, () => deleteRows(db, options));
+  return traced('delete', options, (fencing) => deleteRows(db, options, fencing));
 }
 
-async function deleteRows(db: Queryable, options: FencedDeleteOptions): Promise<number> {
+async function deleteRows(db: Queryable, options: FencedDeleteOptions, fencing: () => ResolvedFencing): Promise<number> {
   const o = checkOptions(options, 'fencedDelete');
   const table = quoteTable(o['table']);
-  const token = checkToken(o['token']);
+  const resolved = fencing();
+  const token = resolved.token;
   const tokenColumn = checkTokenColumn(o['tokenColumn']);
   const where = checkColumns(o['where'], 'where');
   const key = o['key'] === undefined ? where.map(([column]) => column) : checkKey(o['key']);
 
   const values: unknown[] = [formatToken(token), table];
+  const conditions = whereClause(where, values);
+  const presented = values.push(...presentedLock(resolved)) - 3;
   const text = `WITH gone AS (
-  DELETE FROM ${table} WHERE ${whereClause(where, values)} AND ${tokenPasses(tokenColumn, '$1')}
+  DELETE FROM ${table} WHERE ${conditions} AND ${tokenPasses(tokenColumn, '$1')} AND ${bindingAdmits(table, presented)}
   RETURNING ${key.map(quoteIdentifier).join(', ')}
 )
 INSERT INTO fencekeeper_tombstones AS t (relation, row_key, token, deleted_at)
@@ -197,7 +209,7 @@ SELECT ${relationName('$2')}, ${rowKeyOf(key, 'g')}, $1, now() FROM gone g
 ON CONFLICT (relation, row_key) DO UPDATE SET token = GREATEST(t.token, EXCLUDED.token), deleted_at = now()`;
   const { rowCount } = await run(db, { text, values, prepared: true });
   if (rowCount > 0) return rowCount;
-  await refuseIfStale(db, table, where, tokenColumn, token, o['table'] as string);
+  await refuseIfStale(db, table, where, tokenColumn, resolved, o['table'] as string);
   return 0;
 }
 
@@ -216,7 +228,7 @@ ON CONFLICT (relation, row_key) DO UPDATE SET token = GREATEST(t.token, EXCLUDED
  * fencedUpsert.
  */
 export function fencedInsert(db: Queryable, options: FencedInsertOptions): Promise<number> {
-  return traceFencedWrite('postgres', 'insert', tableOf(options), options?.token, async () => (await insertRow(db, options, 'insert')).rowCount);
+  return traced('insert', options, async (fencing) => (await insertRow(db, options, 'insert', fencing)).rowCount);
 }
 
 /**
@@ -226,10 +238,31 @@ export function fencedInsert(db: Queryable, options: FencedInsertOptions): Promi
  * a larger row token or tombstone → StaleTokenError.
  */
 export function fencedUpsert(db: Queryable, options: FencedUpsertOptions): Promise<'inserted' | 'updated'> {
-  return traceFencedWrite('postgres', 'upsert', tableOf(options), options?.token, async () => {
-    const { rows } = await insertRow(db, options, 'upsert');
+  return traced('upsert', options, async (fencing) => {
+    const { rows } = await insertRow(db, options, 'upsert', fencing);
     return rows[0]?.['inserted'] === true ? 'inserted' : 'updated';
   });
+}
+
+/**
+ * The write, traced with its token. The value passed as `token` is resolved
+ * (a bare token, a Sequencer, CURRENT_LOCK) before the trace starts, so the
+ * trace carries the number; a bad one is refused inside the traced call, after
+ * the options object itself is checked (`fencing()` throws it there).
+ */
+function traced<T>(operation: 'update' | 'delete' | 'insert' | 'upsert', options: unknown, write: (fencing: () => ResolvedFencing) => Promise<T>): Promise<T> {
+  let resolved: ResolvedFencing | undefined;
+  let failure: unknown;
+  try {
+    resolved = resolveFencing((options as { token?: unknown } | null | undefined)?.token);
+  } catch (error) {
+    failure = error;
+  }
+  const fencing = (): ResolvedFencing => {
+    if (resolved === undefined) throw failure;
+    return resolved;
+  };
+  return traceFencedWrite('postgres', operation, tableOf(options), (resolved?.token ?? (options as { token?: unknown } | null | undefined)?.token) as FencingToken, () => write(fencing));
 }
 
 /** The table as the trace names it, before validation (a bad one is refused inside the traced call). */
@@ -238,16 +271,20 @@ function tableOf(options: unknown): string {
   return typeof table === 'string' ? table : String(table);
 }
 
-/** Every refusal of a row helper is counted as one stale write refused at the resource. */
-function refused(error: StaleTokenError): StaleTokenError {
-  publishRefused('postgres', error);
+/** Every refusal of a row helper is counted as one write refused at the resource: a stale token, or a lock the table is not bound to. */
+function refused(error: StaleTokenError): StaleTokenError;
+function refused(error: SequencerMismatchError, presented: FencingToken): SequencerMismatchError;
+function refused(error: StaleTokenError | SequencerMismatchError, presented?: FencingToken): StaleTokenError | SequencerMismatchError {
+  if (error instanceof SequencerMismatchError) publishRefused('postgres', error, presented as FencingToken);
+  else publishRefused('postgres', error);
   return error;
 }
 
-async function insertRow(db: Queryable, options: FencedInsertOptions, mode: 'insert' | 'upsert'): Promise<{ rowCount: number; rows: Record<string, unknown>[] }> {
+async function insertRow(db: Queryable, options: FencedInsertOptions, mode: 'insert' | 'upsert', fencing: () => ResolvedFencing): Promise<{ rowCount: number; rows: Record<string, unknown>[] }> {
   const o = checkOptions(options, mode === 'insert' ? 'fencedInsert' : 'fencedUpsert');
   const table = quoteTable(o['table']);
-  const token = checkToken(o['token']);
+  const resolved = fencing();
+  const token = resolved.token;
   const tokenColumn = checkTokenColumn(o['tokenColumn']);
   const row = checkColumns(o['values'], 'values');
   const key = checkKey(o['key']);
@@ -270,6 +307,7 @@ async function insertRow(db: Queryable, options: FencedInsertOptions, mode: 'ins
   });
   const target = [...columns.map(({ column }) => quoteIdentifier(column)), quoteIdentifier(tokenColumn)].join(', ');
   const selected = [...columns.map(({ param }) => param), '$1'].join(', ');
+  const presented = values.push(...presentedLock(resolved)) - 3;
   const typedKey = `(SELECT ${rowKeyOf(key, 'k')} FROM jsonb_populate_record(NULL::${table}, $3::jsonb) k)`;
   const onConflict = mode === 'insert'
     ? 'DO NOTHING'
@@ -279,6 +317,7 @@ async function insertRow(db: Queryable, options: FencedInsertOptions, mode: 'ins
   const text = `INSERT INTO ${table} AS t (${target})
 SELECT ${selected}
 WHERE NOT EXISTS (SELECT 1 FROM fencekeeper_tombstones tb WHERE tb.relation = ${relationName('$2')} AND tb.row_key = ${typedKey} AND tb.token > $1)
+  AND ${bindingAdmits(table, presented)}
 ON CONFLICT (${key.map(quoteIdentifier).join(', ')}) ${onConflict}
 RETURNING (t.xmax = 0) AS inserted, fencekeeper_check_tombstone(${relationName('$2')}, ${rowKeyOf(key, 't')}, $1) AS checked`;
 
@@ -299,18 +338,21 @@ RETURNING (t.xmax = 0) AS inserted, fencekeeper_check_tombstone(${relationName('
   }
   if (result.rowCount > 0) return result;
 
-  // Nothing written: a larger tombstone or row token (stale), or, for an
-  // insert, a row that already exists with a token not larger (0).
+  // Nothing written: a lock the table is not bound to, a larger tombstone or
+  // row token (stale), or, for an insert, a row that already exists with a
+  // token not larger (0).
   const lookupValues: unknown[] = [table, keyJson(keyValues)];
   const rowWhere = whereClause(keyValues, lookupValues);
   const current = await run(db, {
     text: `SELECT GREATEST(
   (SELECT max(${quoteIdentifier(tokenColumn)}) FROM ${table} WHERE ${rowWhere}),
   (SELECT tb.token FROM fencekeeper_tombstones tb WHERE tb.relation = ${relationName('$1')} AND tb.row_key = (SELECT ${rowKeyOf(key, 'k')} FROM jsonb_populate_record(NULL::${table}, $2::jsonb) k))
-)::text AS current`,
+)::text AS current, ${BINDING_COLUMNS} FROM (SELECT 1) AS one ${bindingJoin(1)}`,
     values: lookupValues,
     prepared: false,
   });
+  const mismatch = tableMismatch(o['table'] as string, resolved, current.rows[0]);
+  if (mismatch !== null) throw refused(mismatch, token);
   const mark = readBigint(current.rows[0]?.['current']);
   if (mode === 'upsert' || (mark !== null && mark > token)) {
     throw refused(new StaleTokenError(rowResource(o['table'] as string, keyValues), token, mark));
@@ -318,11 +360,17 @@ RETURNING (t.xmax = 0) AS inserted, fencekeeper_check_tombstone(${relationName('
   return result;
 }
 
-/** The rare path of update/delete: does a matching row hold a larger token? */
-async function refuseIfStale(db: Queryable, table: string, where: readonly [string, unknown][], tokenColumn: string, token: FencingToken, tableName: string): Promise<void> {
+/** The rare path of update/delete: is the table bound to another lock, or does a matching row hold a larger token? */
+async function refuseIfStale(db: Queryable, table: string, where: readonly [string, unknown][], tokenColumn: string, fencing: ResolvedFencing, tableName: string): Promise<void> {
+  const token = fencing.token;
   const values: unknown[] = [];
-  const text = `SELECT max(${quoteIdentifier(tokenColumn)})::text AS current FROM ${table} WHERE ${whereClause(where, values)}`;
+  const conditions = whereClause(where, values);
+  values.push(table);
+  const text = `SELECT (SELECT max(${quoteIdentifier(tokenColumn)})::text FROM ${table} WHERE ${conditions}) AS current, ${BINDING_COLUMNS}
+FROM (SELECT 1) AS one ${bindingJoin(values.length)}`;
   const { rows } = await run(db, { text, values, prepared: false });
+  const mismatch = tableMismatch(tableName, fencing, rows[0]);
+  if (mismatch !== null) throw refused(mismatch, token);
   const current = readBigint(rows[0]?.['current']);
   if (current !== null && current > token) {
     throw refused(new StaleTokenError(rowResource(tableName, where), token, current));

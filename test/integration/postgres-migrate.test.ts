@@ -1,12 +1,13 @@
 // migrate(): idempotent, and safe when several callers run it at once, in one
 // process (separate pools) and from separate processes using the built package.
 import { execFile } from 'node:child_process';
-import { mkdir, rm, symlink, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, rm, symlink, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { loadMigrations, migrate, migrationsDirectory } from '../../adapters/postgres/index.js';
+import { SequencerMismatchError } from '../../src/index.js';
+import { bindTable, fencedUpdate, loadMigrations, migrate, migrationsDirectory, tableBindingOf } from '../../adapters/postgres/index.js';
 import { DATABASE_URL, createSchema, dropSchema, newKysely, newPool, uniqueName } from './postgres-helpers.js';
 
 const run = promisify(execFile);
@@ -35,9 +36,9 @@ async function describeSchema(schema: string) {
   return { tables: tables.rows.map((r) => r.table_name), ledger: ledger.rows.map((r) => r.name) };
 }
 
-const ALL = ['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql', '004_effects.sql', '005_idempotency_keys.sql', '006_fence_bindings.sql'];
+const ALL = ['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql', '004_effects.sql', '005_idempotency_keys.sql', '006_fence_bindings.sql', '007_table_bindings.sql', '008_table_binding_snapshot_isolation.sql'];
 const SCHEMA = {
-  tables: ['fencekeeper_effects', 'fencekeeper_fence_bindings', 'fencekeeper_fences', 'fencekeeper_idempotency_keys', 'fencekeeper_migrations', 'fencekeeper_tombstones'],
+  tables: ['fencekeeper_effects', 'fencekeeper_fence_bindings', 'fencekeeper_fences', 'fencekeeper_idempotency_keys', 'fencekeeper_migrations', 'fencekeeper_table_bindings', 'fencekeeper_tombstones'],
   ledger: ALL,
 };
 
@@ -54,6 +55,32 @@ describe('migrate', () => {
     expect((await migrate(pool)).applied).toEqual(ALL);
     expect((await migrate(pool)).applied).toEqual([]);
     expect(await describeSchema(schema)).toEqual(SCHEMA);
+  });
+
+  it('007 and 008 on a schema migrated up to 006, with rows already fenced: applied alone, the rows kept, their table bindable', async () => {
+    const schema = await freshSchema();
+    const pool = newPool(schema, 'fk_mig_007', 2);
+    cleanups.push(() => pool.end());
+    // The schema as a deployment made before 007 left it.
+    const old = `${root}.tmp/${uniqueName('pg-mig-006')}/`;
+    cleanups.push(() => rm(old, { recursive: true, force: true }));
+    await mkdir(old, { recursive: true });
+    for (const name of ALL.slice(0, 6)) await copyFile(`${root}migrations/${name}`, `${old}${name}`);
+    expect((await migrate(pool, { directory: old })).applied).toEqual(ALL.slice(0, 6));
+    await pool.query('CREATE TABLE docs (id int PRIMARY KEY, body text, fencing_token bigint)');
+    // Written by a release before 007 (the row helpers of this one need 007 and 008: migrate first).
+    await pool.query(`INSERT INTO docs VALUES (1, 'before 007', 8)`);
+
+    expect((await migrate(pool)).applied).toEqual(['007_table_bindings.sql', '008_table_binding_snapshot_isolation.sql']);
+    expect(await describeSchema(schema)).toEqual({ ...SCHEMA, tables: ['docs', ...SCHEMA.tables] });
+    expect((await pool.query('SELECT body, fencing_token::text AS token FROM docs')).rows).toEqual([{ body: 'before 007', token: '8' }]);
+    // Unbound: bare tokens still pass. Bound: the lock's tokens continue from the column's, a bare token is refused.
+    expect(await fencedUpdate(pool, { table: 'docs', where: { id: 1 }, set: { body: 'after 007' }, token: 9n })).toBe(1);
+    const binding = { kind: 'lock', lock: 'docs', source: { kind: 'zookeeper', id: 'c0ffee00-0000-4000-8000-00000000b001' } } as const;
+    await bindTable(pool, 'docs', binding);
+    expect(await tableBindingOf(pool, 'docs')).toEqual(binding);
+    await expect(fencedUpdate(pool, { table: 'docs', where: { id: 1 }, set: { body: 'bare' }, token: 10n })).rejects.toBeInstanceOf(SequencerMismatchError);
+    expect(await fencedUpdate(pool, { table: 'docs', where: { id: 1 }, set: { body: 'bound' }, token: { kind: 'lock', name: 'docs', source: binding.source, token: 10n } })).toBe(1);
   });
 
   it('concurrently from two pools (pg and Kysely) in one process: one schema, no error', async () => {

@@ -63,7 +63,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
   },
   'fencekeeper/postgres': {
     functions: [
-      'migrate', 'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete', 'fenced',
+      'migrate', 'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete', 'fenced', 'bindTable', 'tableBindingOf',
       'withEffect', 'pendingEffects', 'listEffects', 'effectIdempotencyKey',
     ],
     classes: ['PostgresFenceStore', 'PostgresIdempotencyStore', 'DefiniteFailure'],

@@ -7,8 +7,13 @@ import pg from 'pg';
 import { Kysely, PostgresDialect, type Transaction, type UpdateQueryBuilder, type UpdateResult } from 'kysely';
 import {
   PostgresFenceStore,
+  bindTable,
   fenced,
+  fencedDelete,
+  fencedInsert,
   fencedUpdate,
+  fencedUpsert,
+  tableBindingOf,
   migrate,
   withFence,
   type Database,
@@ -16,7 +21,7 @@ import {
   type PgPoolClient,
   type TransactionOf,
 } from '../../adapters/postgres/index.js';
-import type { FenceAdmission } from '../../src/index.js';
+import { CURRENT_LOCK, type FenceAdmission, type FenceBinding, type Fencing } from '../../src/index.js';
 
 interface DB {
   docs: { id: number; body: string; fencing_token: string };
@@ -58,5 +63,18 @@ describe('fencekeeper/postgres types', () => {
   it('fenced() keeps the Kysely update builder\'s type', () => {
     const builder = db.updateTable('docs').set({ body: 'x' }).where('id', '=', 1);
     expectTypeOf(fenced(builder, 1n)).toEqualTypeOf<UpdateQueryBuilder<DB, 'docs', 'docs', UpdateResult>>();
+    expectTypeOf(fenced(builder, CURRENT_LOCK)).toEqualTypeOf<UpdateQueryBuilder<DB, 'docs', 'docs', UpdateResult>>();
+  });
+
+  it('the row helpers and bindTable take what a bound table needs: a Sequencer, CURRENT_LOCK, a FenceBinding', () => {
+    expectTypeOf(fencedUpdate).parameter(1).toHaveProperty('token').toEqualTypeOf<Fencing>();
+    expectTypeOf(fencedUpsert).parameter(1).toHaveProperty('token').toEqualTypeOf<Fencing>();
+    expectTypeOf(fencedInsert).parameter(1).toHaveProperty('token').toEqualTypeOf<Fencing>();
+    expectTypeOf(fencedDelete).parameter(1).toHaveProperty('token').toEqualTypeOf<Fencing>();
+    expectTypeOf(bindTable).parameters.toEqualTypeOf<[Database, string, FenceBinding]>();
+    expectTypeOf(bindTable).returns.toEqualTypeOf<Promise<FenceBinding>>();
+    expectTypeOf(tableBindingOf).returns.toEqualTypeOf<Promise<FenceBinding | null>>();
+    // @ts-expect-error a token is a bigint, a Sequencer or CURRENT_LOCK, not a number
+    void fencedUpdate(pool, { table: 'docs', where: { id: 1 }, set: { body: 'x' }, token: 1 });
   });
 });

@@ -1,0 +1,156 @@
+// Benchmark: what a table binding costs the row helpers. One run, one
+// database, one connection count for every mode:
+//   plain        UPDATE docs SET body = $1 WHERE id = $2  (named prepared statement)
+//   <op>:base    the row helper of a baseline build (FK_POSTGRES_BASELINE: e.g. main's,
+//                whose statement has no binding check), on an unbound table
+//   <op>:unbound this build's row helper on a table never bound, a bare token
+//   <op>:bound   this build's row helper on a table bound to the lock, its sequencer
+// for <op> in fencedUpdate and fencedUpsert (BENCH_OPS). Each mode has its own
+// table of BENCH_ROWS rows; workers write random rows by primary key with the
+// same token (the same holder writing many times, the common case).
+//
+//   npm run build
+//   mkdir -p .tmp/base && git archive main src adapters migrations tsconfig.json tsconfig.build.json package.json | tar -x -C .tmp/base \
+//     && ln -s ../../node_modules .tmp/base/node_modules && (cd .tmp/base && node ../../node_modules/typescript/bin/tsc -p tsconfig.build.json)
+//   FK_POSTGRES_BASELINE=$PWD/.tmp/base/dist/adapters/postgres/index.js node test/bench/pg-rows-bench.mjs
+//
+// Without FK_POSTGRES_BASELINE the :base modes are left out. DATABASE_URL,
+// BENCH_CONNECTIONS (default 8), BENCH_SECONDS (per block, default 2),
+// BENCH_ROUNDS (default 5), BENCH_ROWS (default 1000). Modes take turns in
+// rotating blocks so load from elsewhere falls on all alike; the figures are
+// totals over all blocks, the median of per-round ratios, and CPU per
+// operation (the pool's server backends from /proc when the server is local,
+// and this process), which swings far less than throughput on a busy machine.
+// A script that prints figures: nothing asserts on time.
+import { readFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import pg from 'pg';
+
+const adapterPath = process.env.FK_POSTGRES_ADAPTER ?? new URL('../../dist/adapters/postgres/index.js', import.meta.url).href;
+const current = await import(adapterPath);
+const base = process.env.FK_POSTGRES_BASELINE === undefined ? undefined : await import(process.env.FK_POSTGRES_BASELINE);
+
+const url = process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test';
+const connections = Number(process.env.BENCH_CONNECTIONS ?? 8);
+const seconds = Number(process.env.BENCH_SECONDS ?? 2);
+const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
+const rowCount = Number(process.env.BENCH_ROWS ?? 1000);
+const ops = (process.env.BENCH_OPS ?? 'fencedUpdate,fencedUpsert').split(',');
+const schema = `fk_pgrows_${randomBytes(4).toString('hex')}`;
+const TOKEN = 34n;
+const BINDING = { kind: 'lock', lock: 'bench/rows', source: { kind: 'zookeeper', id: 'c0ffee00-0000-4000-8000-0000000bench' } };
+const SEQUENCER = { kind: 'lock', name: BINDING.lock, source: BINDING.source, token: TOKEN };
+
+const admin = new pg.Pool({ connectionString: url, max: 1 });
+await admin.query(`CREATE SCHEMA ${schema}`);
+// idleTimeoutMillis 0: the same backends serve every block, so their CPU can be read.
+const pool = new pg.Pool({ connectionString: url, max: connections, idleTimeoutMillis: 0, options: `-c search_path=${schema}` });
+const randomId = () => 1 + Math.floor(Math.random() * rowCount);
+
+const write = {
+  fencedUpdate: (adapter, table, token) => (id, body) => adapter.fencedUpdate(pool, { table, where: { id }, set: { body }, token }),
+  fencedUpsert: (adapter, table, token) => (id, body) => adapter.fencedUpsert(pool, { table, values: { id, body }, key: ['id'], token }),
+};
+
+const MODES = { plain: (id, body) => pool.query({ name: 'bench_plain_update', text: 'UPDATE docs_plain SET body = $1 WHERE id = $2', values: [body, id] }) };
+const tables = ['docs_plain'];
+for (const op of ops) {
+  if (base !== undefined) { MODES[`${op}:base`] = write[op](base, `docs_${op.toLowerCase()}_base`, TOKEN); tables.push(`docs_${op.toLowerCase()}_base`); }
+  MODES[`${op}:unbound`] = write[op](current, `docs_${op.toLowerCase()}_unbound`, TOKEN); tables.push(`docs_${op.toLowerCase()}_unbound`);
+  MODES[`${op}:bound`] = write[op](current, `docs_${op.toLowerCase()}_bound`, SEQUENCER); tables.push(`docs_${op.toLowerCase()}_bound`);
+}
+
+try {
+  await current.migrate(pool);
+  for (const table of tables) {
+    await pool.query(`CREATE TABLE ${table} (id int PRIMARY KEY, body text, fencing_token bigint NOT NULL DEFAULT 0)`);
+    await pool.query(`INSERT INTO ${table} (id, body, fencing_token) SELECT g, 'initial', 1 FROM generate_series(1, ${rowCount}) g`);
+    await pool.query(`VACUUM ANALYZE ${table}`);
+    if (table.endsWith('_bound')) await current.bindTable(pool, table, BINDING);
+  }
+  // Bindings of other tables, so the probe is a real index lookup rather than a scan of an empty table.
+  for (let i = 0; i < 200; i += 1) {
+    await pool.query(`CREATE TABLE other_${i} (id int PRIMARY KEY, fencing_token bigint)`);
+    await current.bindTable(pool, `other_${i}`, BINDING);
+  }
+  await pool.query('VACUUM ANALYZE fencekeeper_table_bindings');
+
+  const clients = await Promise.all(Array.from({ length: connections }, () => pool.connect()));
+  const pids = await Promise.all(clients.map(async (c) => (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid));
+  for (const c of clients) c.release();
+  const serverTicks = () => {
+    let ticks = 0;
+    for (const pid of pids) {
+      try {
+        const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+        ticks += Number(fields[11]) + Number(fields[12]); // utime + stime
+      } catch {
+        return Number.NaN; // the server is not on this machine
+      }
+    }
+    return ticks;
+  };
+  const TICK_MS = 10; // USER_HZ is 100 on Linux
+
+  const totals = Object.fromEntries(Object.keys(MODES).map((name) => [name, { ops: 0, ms: 0, serverMs: 0, clientMs: 0, rounds: [] }]));
+  const block = async (name, ms, record) => {
+    const op = MODES[name];
+    const deadline = performance.now() + ms;
+    const ticks0 = serverTicks();
+    const cpu0 = process.cpuUsage();
+    const start = performance.now();
+    let done = 0;
+    await Promise.all(Array.from({ length: connections }, async () => {
+      while (performance.now() < deadline) {
+        await op(randomId(), `b${done}`);
+        done += 1;
+      }
+    }));
+    if (!record) return;
+    const elapsed = performance.now() - start;
+    const cpu = process.cpuUsage(cpu0);
+    const total = totals[name];
+    total.ops += done;
+    total.ms += elapsed;
+    total.serverMs += (serverTicks() - ticks0) * TICK_MS;
+    total.clientMs += (cpu.user + cpu.system) / 1000;
+    total.rounds.push(done / elapsed);
+  };
+
+  const names = Object.keys(MODES);
+  for (const name of names) await block(name, 500, false); // warm up: connections, plans, caches
+  const loadBefore = loadavg();
+  for (let round = 0; round < rounds; round += 1) {
+    for (let i = 0; i < names.length; i += 1) await block(names[(i + round) % names.length], seconds * 1000, true);
+  }
+
+  const { rows: [{ server_version: version }] } = await pool.query('SHOW server_version');
+  console.log(`PostgreSQL ${version}, ${connections} connections, ${rounds} rounds x ${seconds}s per mode, ${rowCount} rows per table`);
+  console.log('mode                    tx/s   server CPU us/op   client CPU us/op   ops');
+  const summary = {};
+  for (const [name, t] of Object.entries(totals)) {
+    summary[name] = { tps: t.ops / (t.ms / 1000), serverUs: (t.serverMs * 1000) / t.ops, clientUs: (t.clientMs * 1000) / t.ops, rounds: t.rounds, ops: t.ops };
+    const s = summary[name];
+    console.log(`${name.padEnd(22)} ${s.tps.toFixed(0).padStart(6)}   ${s.serverUs.toFixed(1).padStart(16)}   ${s.clientUs.toFixed(1).padStart(16)}   ${s.ops}`);
+  }
+  const median = (values) => { const v = [...values].sort((a, b) => a - b); return v[Math.floor(v.length / 2)]; };
+  const ratio = (a, b) => {
+    const total = summary[a].tps / summary[b].tps;
+    const perRound = median(summary[a].rounds.map((r, i) => r / summary[b].rounds[i]));
+    const cpu = (summary[b].serverUs + summary[b].clientUs) / (summary[a].serverUs + summary[a].clientUs);
+    return `${total.toFixed(3)}x overall, ${perRound.toFixed(3)}x median per round, ${cpu.toFixed(3)}x by CPU per op`;
+  };
+  for (const op of ops) {
+    if (base !== undefined) console.log(`${op}: unbound / base: ${ratio(`${op}:unbound`, `${op}:base`)}`);
+    if (base !== undefined) console.log(`${op}: bound / base:   ${ratio(`${op}:bound`, `${op}:base`)}`);
+    console.log(`${op}: bound / unbound: ${ratio(`${op}:bound`, `${op}:unbound`)}`);
+  }
+  console.log(`fencedUpdate:unbound / plain: ${ratio(`${ops[0]}:unbound`, 'plain')}`);
+  console.log(`load average before the rounds: ${loadBefore.map((l) => l.toFixed(1)).join(' ')}; at the end: ${loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+} finally {
+  await pool.end();
+  await admin.query(`DROP SCHEMA ${schema} CASCADE`);
+  await admin.end();
+}
