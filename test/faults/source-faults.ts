@@ -31,6 +31,7 @@ import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { lockKeys } from '../../adapters/redis/scripts.js';
 import { holdEnsembleForFaults } from '../helpers/ensemble-lock.js';
+import { healedTurn, scriptTurn } from '../helpers/fault-turn.js';
 import { SERVER_ENV, type ProvidedServers, type TestServers } from '../helpers/server-env.js';
 import type { FaultKind, FaultRecord } from './checker.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
@@ -164,16 +165,10 @@ function zookeeperControl(ctl: ReturnType<typeof runner>): SourceControl {
     kind: 'zookeeper',
     async hold() {
       // The ensemble's turn predates the scripts' hold-faults: a directory lock other ZooKeeper fault files take too.
-      const release = await holdEnsembleForFaults();
-      await ctl('wait-healthy', '60');
-      return async () => {
-        try {
-          for (const n of [1, 2, 3]) await ctl('start-node', String(n));
-          await ctl('wait-healthy', '60');
-        } finally {
-          await release();
-        }
-      };
+      return healedTurn(holdEnsembleForFaults, () => ctl('wait-healthy', '60'), async () => {
+        for (const n of [1, 2, 3]) await ctl('start-node', String(n));
+        await ctl('wait-healthy', '60');
+      });
     },
     async faults(servers) {
       return { kind: 'zookeeper', endpoints: servers.zkEnsemble.split(','), required: [killLeader], random: [killLeader], close: async () => undefined };
@@ -210,16 +205,10 @@ function etcdControl(ctl: ReturnType<typeof runner>): SourceControl {
   return {
     kind: 'etcd',
     async hold() {
-      await ctl('hold-faults', '900');
-      await ctl('wait-healthy', '60');
-      return async () => {
-        try {
-          await ctl('heal');
-          await ctl('wait-healthy', '60');
-        } finally {
-          await ctl('release-faults');
-        }
-      };
+      return healedTurn(scriptTurn(ctl, 900), () => ctl('wait-healthy', '60'), async () => {
+        await ctl('heal');
+        await ctl('wait-healthy', '60');
+      });
     },
     async faults(servers) {
       return { kind: 'etcd', endpoints: servers.etcdCluster.map(hostPort), required: [killLeader], random: [killLeader], close: async () => undefined };
@@ -234,15 +223,8 @@ function redisControl(kind: 'redis' | 'redlock', ctl: ReturnType<typeof runner>)
     kind,
     async hold() {
       // One turn for the whole Redis set: the single node, the five, the pair.
-      await ctl('hold-faults', '900');
-      await ctl('heal');
-      return async () => {
-        try {
-          await ctl('heal'); // resumes, restarts, and re-creates the pair unless it is primary + replica in sync
-        } finally {
-          await ctl('release-faults');
-        }
-      };
+      // heal: resumes, restarts, and re-creates the pair unless it is primary + replica in sync.
+      return healedTurn(scriptTurn(ctl, 900), () => ctl('heal'));
     },
     async faults(servers, lockName) {
       return kind === 'redis' ? pairFaults(ctl, servers, lockName) : redlockFaults(ctl, servers);
