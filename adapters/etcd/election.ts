@@ -4,7 +4,7 @@
  * create revision, so every later leader's epoch is larger, across etcd
  * leader changes too; downstream systems fence on it as on a lock token.
  */
-import { grantSequencer, traceCampaign, traceRelease, type Sequencer, type CampaignOptions, type FencingToken, type Leadership } from '../../src/index.js';
+import { traceCampaign, traceRelease, type Sequencer, type CampaignOptions, type FencingToken, type Leadership } from '../../src/index.js';
 import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
@@ -28,18 +28,15 @@ export interface EtcdLeadership extends Leadership {
 class HeldLeadership extends HeldKey implements EtcdLeadership {
   readonly id: string;
   readonly epoch: FencingToken;
-  readonly #etcd: EtcdClient;
-  #sequencer: Sequencer | null = null;
 
   constructor(etcd: EtcdClient, lease: Lease, name: string, id: string, node: QueueKey, revision: bigint, marginMs: number) {
     super(etcd, lease, name, `election ${name}`, node, revision, marginMs);
     this.id = id;
     this.epoch = node.token;
-    this.#etcd = etcd;
   }
 
   get sequencer(): Sequencer {
-    return (this.#sequencer ??= grantSequencer('election', this.name, etcdSourceIds.known(this.#etcd), this.epoch));
+    return this.grantedSequencer('election');
   }
 
   resign(): Promise<void> {

@@ -7,11 +7,12 @@
  * we leave (release / resign), which aborts the signal at once and then
  * deletes the key.
  */
-import type { Holding } from '../../src/index.js';
+import { grantSequencer, type Holding, type Sequencer, type SequencerKind } from '../../src/index.js';
 import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { fencedTxn, type FencedKey } from './fenced-txn.js';
 import { leave, type QueueKey } from './queue.js';
 import type { Lease } from './session.js';
+import { etcdSourceIds } from './source-id.js';
 
 export abstract class HeldKey {
   readonly name: string;
@@ -24,6 +25,7 @@ export abstract class HeldKey {
   readonly #lease: Lease;
   readonly #holding: Holding;
   #leaving: Promise<void> | null = null;
+  #sequencer: Sequencer | null = null;
 
   /** `lock`: the name LockLostError carries ('jobs/reindex', 'election primary'). `revision`: one at which our key was seen at the head. */
   constructor(etcd: EtcdClient, lease: Lease, name: string, lock: string, node: QueueKey, revision: bigint, marginMs: number) {
@@ -42,6 +44,11 @@ export abstract class HeldKey {
     setImmediate(() => {
       if (!holding.ended) watchOwnKey(etcd, node.key, revision, holding);
     });
+  }
+
+  /** The grant's sequencer (`kind`, our name and token, the cluster's identity), made when first asked for. */
+  protected grantedSequencer(kind: SequencerKind): Sequencer {
+    return (this.#sequencer ??= grantSequencer(kind, this.name, etcdSourceIds.known(this.#etcd), this.#node.token));
   }
 
   get signal(): AbortSignal {

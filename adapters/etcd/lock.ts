@@ -9,7 +9,7 @@
  *
  * Queue and token: ./queue.ts. The lease every grant hangs on: ./session.ts.
  */
-import { grantSequencer, traceAcquire, traceRelease, type Sequencer, type AcquireOptions, type FencingToken, type Lock, type LockStatus, type TryAcquireOptions } from '../../src/index.js';
+import { traceAcquire, traceRelease, type Sequencer, type AcquireOptions, type FencingToken, type Lock, type LockStatus, type TryAcquireOptions } from '../../src/index.js';
 import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
@@ -35,17 +35,14 @@ export interface EtcdLock extends Lock {
 
 class HeldLock extends HeldKey implements EtcdLock {
   readonly token: FencingToken;
-  readonly #etcd: EtcdClient;
-  #sequencer: Sequencer | null = null;
 
   constructor(etcd: EtcdClient, lease: Lease, name: string, node: QueueKey, revision: bigint, marginMs: number) {
     super(etcd, lease, name, name, node, revision, marginMs);
     this.token = node.token;
-    this.#etcd = etcd;
   }
 
   get sequencer(): Sequencer {
-    return (this.#sequencer ??= grantSequencer('lock', this.name, etcdSourceIds.known(this.#etcd), this.token));
+    return this.grantedSequencer('lock');
   }
 
   release(): Promise<void> {

@@ -9,13 +9,11 @@ import type { Leadership } from '../../lock.js';
 import type { ZooKeeperAcquireOptions, ZooKeeperCampaignOptions } from './acl-options.js';
 import type { FencingToken } from '../../token.js';
 import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
-import { fencedMulti } from './fenced-multi.js';
 import { HeldNode } from './held-node.js';
 import { DEFAULT_OWNER, joinAndWait } from './join.js';
 import { QueueObserver } from './observer.js';
 import type { QueueNode } from './queue.js';
 import type { Sequencer } from '../../sequencer.js';
-import { grantSequencer } from '../../source-identity.js';
 import { zookeeperSourceIds } from './source-id.js';
 import { queueParent } from './queue-order.js';
 
@@ -37,22 +35,19 @@ export interface ZooKeeperLeadership extends Leadership {
 class HeldLeadership extends HeldNode implements ZooKeeperLeadership {
   readonly id: string;
   readonly epoch: FencingToken;
-  readonly #zk: ZooKeeperClient;
-  #sequencer: Sequencer | null = null;
 
   constructor(zk: ZooKeeperClient, name: string, id: string, node: QueueNode, marginMs: number) {
     super(zk, name, `election ${name}`, node, marginMs);
     this.id = id;
     this.epoch = node.token;
-    this.#zk = zk;
   }
 
   get sequencer(): Sequencer {
-    return (this.#sequencer ??= grantSequencer('election', this.name, zookeeperSourceIds.known(this.#zk), this.epoch));
+    return this.grantedSequencer('election');
   }
 
   ifLeader(ops: readonly MultiOp[]): Promise<MultiResult[]> {
-    return fencedMulti(this.#zk, this, `election ${this.name}`, 'ifLeader', ops);
+    return this.fenced('ifLeader', ops);
   }
 
   resign(): Promise<void> {

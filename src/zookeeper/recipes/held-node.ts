@@ -14,10 +14,14 @@
  */
 import { performance } from 'node:perf_hooks';
 import { holdingsObserved } from '../../diagnostics.js';
+import type { SequencerKind, Sequencer } from '../../sequencer.js';
+import { grantSequencer } from '../../source-identity.js';
 import type { Holding } from '../../step-down.js';
-import type { ZooKeeperClient } from '../client.js';
+import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
+import { fencedMulti } from './fenced-multi.js';
 import { NODE_DELETED, NODE_DONE, holdSession, nextEvent, sessionHoldings, watchOwnNode, type OwnNode, type SessionHoldings } from './holding.js';
 import { leaveQueue, type QueueNode } from './queue.js';
+import { zookeeperSourceIds } from './source-id.js';
 
 export abstract class HeldNode implements OwnNode {
   readonly name: string;
@@ -38,6 +42,7 @@ export abstract class HeldNode implements OwnNode {
   /** When our node was found deleted, on the performance.now() clock. */
   #deletedTime = Infinity;
   #leaving: Promise<void> | null = null;
+  #sequencer: Sequencer | null = null;
 
   /** `lock`: the name LockLostError carries ('jobs/reindex', 'election primary'). */
   constructor(zk: ZooKeeperClient, name: string, lock: string, node: QueueNode, marginMs: number) {
@@ -52,6 +57,16 @@ export abstract class HeldNode implements OwnNode {
     watchOwnNode(zk, this);
     // Observed (fencekeeper/opentelemetry, a diagnostics subscriber): every grant is a holding from the start.
     if (holdingsObserved()) this.#holdingNow();
+  }
+
+  /** The grant's sequencer (`kind`, our name and token, the ensemble's identity), made when first asked for. */
+  protected grantedSequencer(kind: SequencerKind): Sequencer {
+    return (this.#sequencer ??= grantSequencer(kind, this.name, zookeeperSourceIds.known(this.#zk), this.#node.token));
+  }
+
+  /** ifHeld / ifLeader: `ops` in one multi behind a check of our node (./fenced-multi.ts). */
+  protected fenced(what: 'ifHeld' | 'ifLeader', ops: readonly MultiOp[]): Promise<MultiResult[]> {
+    return fencedMulti(this.#zk, this, this.#lock, what, ops);
   }
 
   get signal(): AbortSignal {

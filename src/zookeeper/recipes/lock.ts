@@ -18,12 +18,10 @@ import type { FencingToken } from '../../token.js';
 import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
 import { joinPath } from '../paths.js';
 import { listChildren } from './connection-loss.js';
-import { fencedMulti } from './fenced-multi.js';
 import { leaveCleanly } from './lock-delay.js';
 import { HeldNode } from './held-node.js';
 import { joinAndWait } from './join.js';
 import { QueueObserver } from './observer.js';
-import { grantSequencer } from '../../source-identity.js';
 import type { Sequencer } from '../../sequencer.js';
 import { zookeeperSourceIds } from './source-id.js';
 import { readEntry, type QueueEntry, type QueueNode } from './queue.js';
@@ -47,21 +45,18 @@ export interface ZooKeeperLock extends Lock {
 
 class HeldLock extends HeldNode implements ZooKeeperLock {
   readonly token: FencingToken;
-  readonly #zk: ZooKeeperClient;
-  #sequencer: Sequencer | null = null;
 
   constructor(zk: ZooKeeperClient, name: string, node: QueueNode, marginMs: number) {
     super(zk, name, name, node, marginMs);
     this.token = node.token;
-    this.#zk = zk;
   }
 
   get sequencer(): Sequencer {
-    return (this.#sequencer ??= grantSequencer('lock', this.name, zookeeperSourceIds.known(this.#zk), this.token));
+    return this.grantedSequencer('lock');
   }
 
   ifHeld(ops: readonly MultiOp[]): Promise<MultiResult[]> {
-    return fencedMulti(this.#zk, this, this.name, 'ifHeld', ops);
+    return this.fenced('ifHeld', ops);
   }
 
   release(): Promise<void> {
