@@ -15,6 +15,7 @@ import { healedTurn, scriptTurn } from '../helpers/fault-turn.js';
 import { SERVER_ENV } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
+import { watchedKeepalives } from '../fixtures/etcd-keepalives.mjs';
 import { EtcdPool, clusterHosts } from './etcd-helpers.js';
 
 function ctl(...args: string[]): Promise<string> {
@@ -36,22 +37,12 @@ const pool = new EtcdPool();
 function observedKeepalives(etcd: Etcd3): { client: EtcdClient; streams: () => number; member: () => string | null } {
   let streams = 0;
   let member: string | null = null;
-  const client: EtcdClient = {
-    kv: etcd.kv,
-    watch: () => etcd.watch(),
-    leaseClient: {
-      leaseGrant: (r) => etcd.leaseClient.leaseGrant(r),
-      leaseRevoke: (r) => etcd.leaseClient.leaseRevoke(r),
-      leaseKeepAlive: async () => {
-        const stream = await etcd.leaseClient.leaseKeepAlive();
-        streams++;
-        stream.on('data', (response) => {
-          member = response.header.member_id;
-        });
-        return stream;
-      },
-    },
-  };
+  const client = watchedKeepalives(etcd, (stream) => {
+    streams++;
+    stream.on('data', (response) => {
+      member = response.header.member_id;
+    });
+  });
   return { client, streams: () => streams, member: () => member };
 }
 
