@@ -6,6 +6,7 @@
  */
 import { traceCampaign, traceRelease } from '../../diagnostics.js';
 import type { Leadership } from '../../lock.js';
+import type { SourceObserver } from '../../lock-source.js';
 import type { ZooKeeperAcquireOptions, ZooKeeperCampaignOptions } from './acl-options.js';
 import type { FencingToken } from '../../token.js';
 import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
@@ -13,7 +14,6 @@ import { HeldNode } from './held-node.js';
 import { DEFAULT_OWNER, joinAndWait } from './join.js';
 import { QueueObserver } from './observer.js';
 import type { QueueNode } from './queue.js';
-import type { Sequencer } from '../../sequencer.js';
 import { zookeeperSourceIds } from './source-id.js';
 import { queueParent } from './queue-order.js';
 
@@ -37,13 +37,9 @@ class HeldLeadership extends HeldNode implements ZooKeeperLeadership {
   readonly epoch: FencingToken;
 
   constructor(zk: ZooKeeperClient, name: string, id: string, node: QueueNode, marginMs: number) {
-    super(zk, name, `election ${name}`, node, marginMs);
+    super(zk, 'election', name, node, marginMs);
     this.id = id;
     this.epoch = node.token;
-  }
-
-  get sequencer(): Sequencer {
-    return this.grantedSequencer('election');
   }
 
   ifLeader(ops: readonly MultiOp[]): Promise<MultiResult[]> {
@@ -80,12 +76,8 @@ export interface LeaderInfo {
  * cache that a children watch invalidates, so repeated calls cost no round
  * trip while nothing changes.
  */
-export interface LeaderObserver {
+export interface LeaderObserver extends SourceObserver {
   current(): Promise<LeaderInfo | null>;
-  /** Called (with no arguments) whenever the leader may have changed. Returns an unsubscribe function. */
-  onChange(listener: () => void): () => void;
-  /** Stop caching and notifying; current() still answers, with a fresh read each time. */
-  close(): void;
 }
 
 export function observeLeader(zk: ZooKeeperClient, name: string): LeaderObserver {

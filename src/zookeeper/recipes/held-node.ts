@@ -29,7 +29,8 @@ export abstract class HeldNode implements OwnNode {
   readonly path: string;
   readonly #zk: ZooKeeperClient;
   readonly #node: QueueNode;
-  /** The name LockLostError carries. */
+  readonly #kind: SequencerKind;
+  /** The name LockLostError carries ('jobs/reindex', 'election primary'). */
   readonly #lock: string;
   readonly #marginMs: number;
   readonly #session: SessionHoldings;
@@ -44,11 +45,12 @@ export abstract class HeldNode implements OwnNode {
   #leaving: Promise<void> | null = null;
   #sequencer: Sequencer | null = null;
 
-  /** `lock`: the name LockLostError carries ('jobs/reindex', 'election primary'). */
-  constructor(zk: ZooKeeperClient, name: string, lock: string, node: QueueNode, marginMs: number) {
+  /** `kind`: a lock's grant or a leadership. */
+  constructor(zk: ZooKeeperClient, kind: SequencerKind, name: string, node: QueueNode, marginMs: number) {
     this.#zk = zk;
     this.#node = node;
-    this.#lock = lock;
+    this.#kind = kind;
+    this.#lock = kind === 'lock' ? name : `election ${name}`;
     this.#marginMs = marginMs;
     this.name = name;
     this.path = node.path;
@@ -59,9 +61,9 @@ export abstract class HeldNode implements OwnNode {
     if (holdingsObserved()) this.#holdingNow();
   }
 
-  /** The grant's sequencer (`kind`, our name and token, the ensemble's identity), made when first asked for. */
-  protected grantedSequencer(kind: SequencerKind): Sequencer {
-    return (this.#sequencer ??= grantSequencer(kind, this.name, zookeeperSourceIds.known(this.#zk), this.#node.token));
+  /** The grant's sequencer (our kind, name and token, the ensemble's identity), made when first asked for. */
+  get sequencer(): Sequencer {
+    return (this.#sequencer ??= grantSequencer(this.#kind, this.name, zookeeperSourceIds.known(this.#zk), this.#node.token));
   }
 
   /** ifHeld / ifLeader: `ops` in one multi behind a check of our node (./fenced-multi.ts). */
