@@ -62,6 +62,27 @@ function grantedAt<T>(acquiring: Promise<T>): Promise<{ value: T; at: number }> 
   return acquiring.then((value) => ({ value, at: performance.now() }));
 }
 
+/**
+ * A waiter queued behind a holder that `end` ends (an expiry, a plain
+ * release): its lock once granted, and how long after the end began. The
+ * grant's time is taken when it resolves, even while `end` is still running.
+ */
+async function grantAfterEnd(name: string, waiting: Promise<ZooKeeperLock>, end: () => Promise<unknown>): Promise<{ lock: ZooKeeperLock; waitedMs: number }> {
+  const next = grantedAt(waiting);
+  await queued(name, 1);
+  const from = performance.now();
+  await end();
+  const { value: lock, at } = await within(next, 30_000, 'the waiter granted');
+  return { lock, waitedMs: at - from };
+}
+
+/** An acquire by an arrival, started now: its result once granted, and how long that took. */
+async function arrival<T>(acquire: () => Promise<T>, what: string): Promise<{ value: T; waitedMs: number }> {
+  const calledAt = performance.now();
+  const { value, at } = await within(grantedAt(acquire()), 30_000, what);
+  return { value, waitedMs: at - calledAt };
+}
+
 async function queued(name: string, waiters: number): Promise<void> {
   await until(async () => (await lockStatus(file.admin, name)).waiters.length === waiters, `${waiters} waiter(s) queued`);
 }
@@ -75,13 +96,11 @@ describe('lock-delay after an unclean end', () => {
     const name = uniqueLockName('delay-expiry');
     const [a, b] = await clients.many(2, server);
     const holder = await acquireLock(a!, name, { lockDelayMs: DELAY });
-    const next = grantedAt(acquireLock(b!, name, { lockDelayMs: DELAY }));
-    await queued(name, 1);
-    const expiredFrom = performance.now();
-    await expireSession(a!);
-    expect((holder.signal.reason as LockLostError).reason).toBe('session_expired');
-    const { value: lock, at } = await within(next, 30_000, 'the waiter granted');
-    expect(at - expiredFrom).toBeGreaterThanOrEqual(DELAY);
+    const { lock, waitedMs } = await grantAfterEnd(name, acquireLock(b!, name, { lockDelayMs: DELAY }), async () => {
+      await expireSession(a!);
+      expect((holder.signal.reason as LockLostError).reason).toBe('session_expired');
+    });
+    expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
     expect(lock.held).toBe(true);
     await lock.release();
   });
@@ -94,10 +113,9 @@ describe('lock-delay after an unclean end', () => {
       await acquireLock(a!, name, { lockDelayMs: DELAY });
       await expireSession(a!);
       await until(async () => (await lockStatus(file.admin, name)).holder === null, 'the expired holder gone');
-      const calledAt = performance.now();
-      const { value: lock, at } = await within(grantedAt(tryAcquireLock(b!, name, { lockDelayMs: DELAY })), 30_000, 'the arrival granted');
+      const { value: lock, waitedMs } = await arrival(() => tryAcquireLock(b!, name, { lockDelayMs: DELAY }), 'the arrival granted');
       expect(lock).not.toBeNull();
-      expect(at - calledAt).toBeGreaterThanOrEqual(DELAY);
+      expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
       await lock!.release();
     } finally {
       await unpin();
@@ -108,14 +126,12 @@ describe('lock-delay after an unclean end', () => {
     const name = uniqueLockName('delay-plain');
     const [a, b] = await clients.many(2, server);
     const holder = await acquireLock(a!, name);
-    const next = grantedAt(acquireLock(b!, name, { lockDelayMs: DELAY }));
-    await queued(name, 1);
-    const releasedFrom = performance.now();
-    await holder.release();
-    // The default release wrote nothing to the parent.
-    expect((await file.admin.exists(parentOf(name)))!.version).toBe(0);
-    const { value: lock, at } = await within(next, 30_000, 'the waiter granted');
-    expect(at - releasedFrom).toBeGreaterThanOrEqual(DELAY);
+    const { lock, waitedMs } = await grantAfterEnd(name, acquireLock(b!, name, { lockDelayMs: DELAY }), async () => {
+      await holder.release();
+      // The default release wrote nothing to the parent.
+      expect((await file.admin.exists(parentOf(name)))!.version).toBe(0);
+    });
+    expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
     await lock.release();
   });
 });
@@ -142,9 +158,8 @@ describe('lock-delay after a clean release', () => {
   it('the first acquire of a lock (no record yet: a new or reaped container) counts as unclean and waits', async () => {
     const name = uniqueLockName('delay-first');
     const zk = await clients.connect(server);
-    const calledAt = performance.now();
-    const { value: lock, at } = await within(grantedAt(acquireLock(zk, name, { lockDelayMs: DELAY })), 30_000, 'the first acquire granted');
-    expect(at - calledAt).toBeGreaterThanOrEqual(DELAY);
+    const { value: lock, waitedMs } = await arrival(() => acquireLock(zk, name, { lockDelayMs: DELAY }), 'the first acquire granted');
+    expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
     await lock.release();
   });
 
@@ -214,9 +229,8 @@ describe('an old clean-release record', () => {
       await expireSession(c!);
       await until(async () => (await lockStatus(file.admin, name)).holder === null, 'the expired holder gone');
       expect(await recordOf(name)).toBe(childOf(first)); // the record still names the first, cleanly released node
-      const calledAt = performance.now();
-      const { value: lock, at } = await within(grantedAt(acquireLock(b!, name, { lockDelayMs: DELAY })), 30_000, 'the arrival granted');
-      expect(at - calledAt).toBeGreaterThanOrEqual(DELAY);
+      const { value: lock, waitedMs } = await arrival(() => acquireLock(b!, name, { lockDelayMs: DELAY }), 'the arrival granted');
+      expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
       await lock.release();
     } finally {
       await unpin();
@@ -231,12 +245,8 @@ describe('an old clean-release record', () => {
     await queued(name, 1);
     await first.release();
     await within(second, 10_000, 'the second holder granted');
-    const next = grantedAt(acquireLock(b!, name, { lockDelayMs: DELAY }));
-    await queued(name, 1);
-    const expiredFrom = performance.now();
-    await expireSession(c!);
-    const { value: lock, at } = await within(next, 30_000, 'the waiter granted');
-    expect(at - expiredFrom).toBeGreaterThanOrEqual(DELAY);
+    const { lock, waitedMs } = await grantAfterEnd(name, acquireLock(b!, name, { lockDelayMs: DELAY }), () => expireSession(c!));
+    expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
     expect(await recordOf(name)).toBe(childOf(first));
     await lock.release();
   });
