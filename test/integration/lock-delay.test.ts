@@ -57,6 +57,17 @@ async function pinParent(name: string): Promise<() => Promise<void>> {
   return () => file.admin.delete(`${parentOf(name)}/keeper`);
 }
 
+/** `test` on a fresh lock name whose parent is pinned (pinParent), unpinned after it, whatever its outcome. */
+async function onPinnedLock(label: string, test: (name: string) => Promise<void>): Promise<void> {
+  const name = uniqueLockName(label);
+  const unpin = await pinParent(name);
+  try {
+    await test(name);
+  } finally {
+    await unpin();
+  }
+}
+
 /** When `acquiring` resolves, on the monotonic clock. */
 function grantedAt<T>(acquiring: Promise<T>): Promise<{ value: T; at: number }> {
   return acquiring.then((value) => ({ value, at: performance.now() }));
@@ -106,9 +117,7 @@ describe('lock-delay after an unclean end', () => {
   });
 
   it('the holder expires: an arrival at the empty queue waits too (tryAcquireLock as well)', async () => {
-    const name = uniqueLockName('delay-arrival');
-    const unpin = await pinParent(name);
-    try {
+    await onPinnedLock('delay-arrival', async (name) => {
       const [a, b] = await clients.many(2, server);
       await acquireLock(a!, name, { lockDelayMs: DELAY });
       await expireSession(a!);
@@ -117,9 +126,7 @@ describe('lock-delay after an unclean end', () => {
       expect(lock).not.toBeNull();
       expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
       await lock!.release();
-    } finally {
-      await unpin();
-    }
+    });
   });
 
   it('a participant without lockDelayMs releases with a plain delete, which the next holder counts as unclean', async () => {
@@ -138,9 +145,7 @@ describe('lock-delay after an unclean end', () => {
 
 describe('lock-delay after a clean release', () => {
   it('the waiter behind a cleanly released holder does not wait; the record names the released node', async () => {
-    const name = uniqueLockName('delay-clean');
-    const unpin = await pinParent(name);
-    try {
+    await onPinnedLock('delay-clean', async (name) => {
       const [a, b] = await clients.many(2, server);
       const holder = await within(acquireLock(a!, name, { lockDelayMs: NEVER }), 10_000, 'the first holder granted');
       const next = acquireLock(b!, name, { lockDelayMs: NEVER });
@@ -150,9 +155,7 @@ describe('lock-delay after a clean release', () => {
       expect(lock.held).toBe(true);
       expect(await recordOf(name)).toBe(childOf(holder));
       await lock.release();
-    } finally {
-      await unpin();
-    }
+    });
   });
 
   it('the first acquire of a lock (no record yet: a new or reaped container) counts as unclean and waits', async () => {
@@ -164,9 +167,7 @@ describe('lock-delay after a clean release', () => {
   });
 
   it('an arrival at the empty queue after a clean release does not wait', async () => {
-    const name = uniqueLockName('delay-clean-arrival');
-    const unpin = await pinParent(name);
-    try {
+    await onPinnedLock('delay-clean-arrival', async (name) => {
       const [a, b] = await clients.many(2, server);
       const first = await within(acquireLock(a!, name, { lockDelayMs: NEVER }), 10_000, 'the first holder granted');
       await first.release();
@@ -175,9 +176,7 @@ describe('lock-delay after a clean release', () => {
       const lock = await within(acquireLock(b!, name, { lockDelayMs: NEVER }), 10_000, 'the arrival granted without a delay');
       expect(lock.held).toBe(true);
       await lock.release();
-    } finally {
-      await unpin();
-    }
+    });
   });
 
   it('a node that joined behind the waiter and expired after the clean release does not make the handoff unclean', async () => {
@@ -218,9 +217,7 @@ describe('lock-delay after a clean release', () => {
 
 describe('an old clean-release record', () => {
   it('does not excuse a later expiry, for an arrival at the empty queue', async () => {
-    const name = uniqueLockName('delay-old-arrival');
-    const unpin = await pinParent(name);
-    try {
+    await onPinnedLock('delay-old-arrival', async (name) => {
       const [a, c, b] = await clients.many(3, server);
       const first = await acquireLock(a!, name, { lockDelayMs: DELAY });
       await first.release();
@@ -232,9 +229,7 @@ describe('an old clean-release record', () => {
       const { value: lock, waitedMs } = await arrival(() => acquireLock(b!, name, { lockDelayMs: DELAY }), 'the arrival granted');
       expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
       await lock.release();
-    } finally {
-      await unpin();
-    }
+    });
   });
 
   it('does not excuse a later expiry, for a waiter', async () => {
@@ -254,9 +249,7 @@ describe('an old clean-release record', () => {
 
 describe('the wait and the caller', () => {
   it("the delay counts against timeoutMs and ends with the caller's signal, leaving nothing behind", async () => {
-    const name = uniqueLockName('delay-stop');
-    const unpin = await pinParent(name);
-    try {
+    await onPinnedLock('delay-stop', async (name) => {
       const [a, b] = await clients.many(2, server);
       await within(acquireLock(a!, name, { lockDelayMs: NEVER }), 10_000, 'the first holder granted');
       await expireSession(a!);
@@ -269,9 +262,7 @@ describe('the wait and the caller', () => {
       controller.abort(new Error('gave up'));
       await expect(trying).rejects.toThrow('gave up');
       expect(await lockStatus(file.admin, name)).toMatchObject({ holder: null, waiters: [] });
-    } finally {
-      await unpin();
-    }
+    });
   });
 
   it('a parent we may not write (no WRITE in its ACL): the release falls back to a plain delete, and the lock is free', async () => {
