@@ -235,17 +235,22 @@ function redisControl(kind: 'redis' | 'redlock', ctl: ReturnType<typeof runner>)
 function redlockFaults(ctl: ReturnType<typeof runner>, servers: TestServers): SourceFaults {
   const nodes = servers.redlock.map(hostPort);
   // redis.sh names the five nodes 1..5 in FK_REDLOCK's order; one at a time, so never a majority.
-  const pickNode = (): number => 1 + Math.floor(Math.random() * nodes.length);
+  // The node a fault takes, picked at random, and its process id before the fault.
+  const pickNode = async (): Promise<{ n: number; pid: string }> => {
+    const n = 1 + Math.floor(Math.random() * nodes.length);
+    return { n, pid: await pidOf(n) };
+  };
+  const pidOf = async (n: number): Promise<string> => (await ctl('pid', String(n))).stdout;
+  const target = (n: number): string => `redlock node ${n} (${nodes[n - 1] ?? '?'})`;
   const restart: ServerFault = {
     kind: 'node-restart',
     name: 'a restart of a Redlock node from its AOF',
     async inject(ctx) {
-      const n = pickNode();
-      const before = (await ctl('pid', String(n))).stdout;
+      const { n, pid: before } = await pickNode();
       await ctl('restart', String(n));
-      const after = (await ctl('pid', String(n))).stdout;
+      const after = await pidOf(n);
       if (after === before) return `node ${n} kept pid ${before}: it was not restarted`;
-      ctx.record({ kind: 'node-restart', target: `redlock node ${n} (${nodes[n - 1] ?? '?'})`, at: Date.now(), detail: `SIGKILL of pid ${before}, started again from its AOF as pid ${after}` });
+      ctx.record({ kind: 'node-restart', target: target(n), at: Date.now(), detail: `SIGKILL of pid ${before}, started again from its AOF as pid ${after}` });
       return null;
     },
   };
@@ -253,12 +258,11 @@ function redlockFaults(ctl: ReturnType<typeof runner>, servers: TestServers): So
     kind: 'node-pause',
     name: 'a pause of a Redlock node',
     async inject(ctx) {
-      const n = pickNode();
-      const pid = (await ctl('pid', String(n))).stdout;
+      const { n, pid } = await pickNode();
       const ms = Math.round(random(0.5, 2) * ctx.sessionMs);
       await ctl('pause', String(n)); // returns once the kernel shows it stopped
       try {
-        ctx.record({ kind: 'node-pause', target: `redlock node ${n} (${nodes[n - 1] ?? '?'})`, at: Date.now(), detail: `SIGSTOP of pid ${pid} (seen stopped) for ${ms} ms` });
+        ctx.record({ kind: 'node-pause', target: target(n), at: Date.now(), detail: `SIGSTOP of pid ${pid} (seen stopped) for ${ms} ms` });
         await ctx.wait(ms);
       } finally {
         await ctl('resume', String(n));
