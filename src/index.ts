@@ -39,7 +39,7 @@ export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, Idempoten
 
 // The lock contract every token source implements
 export type { Lock, Leadership, AcquireOptions, TryAcquireOptions, CampaignOptions } from './lock.js';
-export type { LockSource, LockStatus, LockStatusEntry } from './lock-source.js';
+export type { LockSource, LockStatus, LockStatusEntry, SourceObserver } from './lock-source.js';
 export { StepDownClock, safetyMargin } from './step-down.js';
 export type { StepDownSource, Holding, HoldingOptions } from './step-down.js';
 

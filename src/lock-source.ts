@@ -43,6 +43,18 @@ export interface LockStatusEntry {
   readonly owner: string;
 }
 
+/**
+ * What every observer of a lock or an election has, whatever its source
+ * (observeLock, observeLeader): reads answered from a cache that the source
+ * keeps fresh, a call when what it watches may have changed, and a stop.
+ */
+export interface SourceObserver {
+  /** Called (with no arguments) whenever what it watches may have changed. Returns an unsubscribe function. */
+  onChange(listener: () => void): () => void;
+  /** Stop caching and notifying; its reads still answer, with a fresh read each time. */
+  close(): void;
+}
+
 export interface LockStatus<Entry extends LockStatusEntry = LockStatusEntry> {
   readonly name: string;
   readonly holder: Entry | null;

@@ -4,7 +4,7 @@
  * create revision, so every later leader's epoch is larger, across etcd
  * leader changes too; downstream systems fence on it as on a lock token.
  */
-import { grantSequencer, traceCampaign, traceRelease, type Sequencer, type CampaignOptions, type FencingToken, type Leadership } from '../../src/index.js';
+import { traceCampaign, traceRelease, type CampaignOptions, type FencingToken, type Leadership, type SourceObserver } from '../../src/index.js';
 import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
@@ -28,18 +28,11 @@ export interface EtcdLeadership extends Leadership {
 class HeldLeadership extends HeldKey implements EtcdLeadership {
   readonly id: string;
   readonly epoch: FencingToken;
-  readonly #etcd: EtcdClient;
-  #sequencer: Sequencer | null = null;
 
   constructor(etcd: EtcdClient, lease: Lease, name: string, id: string, node: QueueKey, revision: bigint, marginMs: number) {
-    super(etcd, lease, name, `election ${name}`, node, revision, marginMs);
+    super(etcd, lease, 'election', name, node, revision, marginMs);
     this.id = id;
     this.epoch = node.token;
-    this.#etcd = etcd;
-  }
-
-  get sequencer(): Sequencer {
-    return (this.#sequencer ??= grantSequencer('election', this.name, etcdSourceIds.known(this.#etcd), this.epoch));
   }
 
   resign(): Promise<void> {
@@ -47,7 +40,7 @@ class HeldLeadership extends HeldKey implements EtcdLeadership {
   }
 
   ifLeader(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']> {
-    return this.fenced(`election ${this.name}`, 'ifLeader', ops);
+    return this.fenced('ifLeader', ops);
   }
 }
 
@@ -70,12 +63,8 @@ export interface EtcdLeaderInfo {
  * cache that a watch on the election's prefix invalidates, so repeated calls
  * cost no request while nothing changes.
  */
-export interface EtcdLeaderObserver {
+export interface EtcdLeaderObserver extends SourceObserver {
   current(): Promise<EtcdLeaderInfo | null>;
-  /** Called (with no arguments) whenever the leader may have changed. Returns an unsubscribe function. */
-  onChange(listener: () => void): () => void;
-  /** Stop caching and notifying; current() still answers, with a fresh read each time. */
-  close(): void;
 }
 
 export function observeLeader(etcd: EtcdClient, name: string): EtcdLeaderObserver {

@@ -7,11 +7,12 @@
  * we leave (release / resign), which aborts the signal at once and then
  * deletes the key.
  */
-import type { Holding } from '../../src/index.js';
+import { grantSequencer, type Holding, type Sequencer, type SequencerKind } from '../../src/index.js';
 import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { fencedTxn, type FencedKey } from './fenced-txn.js';
 import { leave, type QueueKey } from './queue.js';
 import type { Lease } from './session.js';
+import { etcdSourceIds } from './source-id.js';
 
 export abstract class HeldKey {
   readonly name: string;
@@ -22,11 +23,18 @@ export abstract class HeldKey {
   readonly #etcd: EtcdClient;
   readonly #node: QueueKey;
   readonly #lease: Lease;
+  readonly #kind: SequencerKind;
+  /** The name LockLostError carries ('jobs/reindex', 'election primary'). */
+  readonly #lock: string;
   readonly #holding: Holding;
   #leaving: Promise<void> | null = null;
+  #sequencer: Sequencer | null = null;
 
-  /** `lock`: the name LockLostError carries ('jobs/reindex', 'election primary'). `revision`: one at which our key was seen at the head. */
-  constructor(etcd: EtcdClient, lease: Lease, name: string, lock: string, node: QueueKey, revision: bigint, marginMs: number) {
+  /** `kind`: a lock's grant or a leadership. `revision`: one at which our key was seen at the head. */
+  constructor(etcd: EtcdClient, lease: Lease, kind: SequencerKind, name: string, node: QueueKey, revision: bigint, marginMs: number) {
+    const lock = kind === 'lock' ? name : `election ${name}`;
+    this.#kind = kind;
+    this.#lock = lock;
     this.#etcd = etcd;
     this.#node = node;
     this.#lease = lease;
@@ -44,6 +52,11 @@ export abstract class HeldKey {
     });
   }
 
+  /** The grant's sequencer (our kind, name and token, the cluster's identity), made when first asked for. */
+  get sequencer(): Sequencer {
+    return (this.#sequencer ??= grantSequencer(this.#kind, this.name, etcdSourceIds.known(this.#etcd), this.#node.token));
+  }
+
   get signal(): AbortSignal {
     return this.#holding.signal;
   }
@@ -57,7 +70,7 @@ export abstract class HeldKey {
   }
 
   /** ifHeld / ifLeader: `ops` in one txn behind a compare of our key's create revision (./fenced-txn.ts). */
-  protected fenced(lock: string, what: string, ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']> {
+  protected fenced(what: 'ifHeld' | 'ifLeader', ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']> {
     const holding = this.#holding;
     const key: FencedKey = {
       key: this.key,
@@ -68,7 +81,7 @@ export abstract class HeldKey {
       signal: holding.signal,
       lost: () => holding.lose('node_deleted', 'its key was deleted'),
     };
-    return fencedTxn(this.#etcd, key, lock, what, ops);
+    return fencedTxn(this.#etcd, key, this.#lock, what, ops);
   }
 
   /** Abort the signal, then delete our key. Idempotent: every call returns the first one's promise. */

@@ -9,7 +9,7 @@
  *
  * Queue and token: ./queue.ts. The lease every grant hangs on: ./session.ts.
  */
-import { grantSequencer, traceAcquire, traceRelease, type Sequencer, type AcquireOptions, type FencingToken, type Lock, type LockStatus, type TryAcquireOptions } from '../../src/index.js';
+import { traceAcquire, traceRelease, type AcquireOptions, type FencingToken, type Lock, type LockStatus, type SourceObserver, type TryAcquireOptions } from '../../src/index.js';
 import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
@@ -35,17 +35,10 @@ export interface EtcdLock extends Lock {
 
 class HeldLock extends HeldKey implements EtcdLock {
   readonly token: FencingToken;
-  readonly #etcd: EtcdClient;
-  #sequencer: Sequencer | null = null;
 
   constructor(etcd: EtcdClient, lease: Lease, name: string, node: QueueKey, revision: bigint, marginMs: number) {
-    super(etcd, lease, name, name, node, revision, marginMs);
+    super(etcd, lease, 'lock', name, node, revision, marginMs);
     this.token = node.token;
-    this.#etcd = etcd;
-  }
-
-  get sequencer(): Sequencer {
-    return (this.#sequencer ??= grantSequencer('lock', this.name, etcdSourceIds.known(this.#etcd), this.token));
   }
 
   release(): Promise<void> {
@@ -53,7 +46,7 @@ class HeldLock extends HeldKey implements EtcdLock {
   }
 
   ifHeld(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']> {
-    return this.fenced(this.name, 'ifHeld', ops);
+    return this.fenced('ifHeld', ops);
   }
 
   toJSON(): { name: string; token: string; key: string; held: boolean } {
@@ -88,17 +81,13 @@ export async function lockStatus(etcd: EtcdClient, name: string): Promise<LockSt
  * waits, and a call whenever that may have changed (`fencekeeper status
  * --watch`, a resource admitting only the current holder's token).
  */
-export interface EtcdLockObserver {
+export interface EtcdLockObserver extends SourceObserver {
   /** The holder (null: free), from the cache while the queue has not changed. */
   holder(): Promise<EtcdQueueEntry | null>;
   /** The whole queue in grant order, from the cache while it has not changed. */
   queue(): Promise<EtcdQueueEntry[]>;
-  /** Called (with no arguments) whenever the queue may have changed. Returns an unsubscribe function. */
-  onChange(listener: () => void): () => void;
   /** Told when the watch loses its connection and when it is back (changes meanwhile are reported after). */
   onConnection(listener: ConnectionListener): () => void;
-  /** Stop caching and notifying; holder() and queue() still answer, with a fresh read each time. */
-  close(): void;
 }
 
 export function observeLock(etcd: EtcdClient, name: string): EtcdLockObserver {

@@ -34,7 +34,7 @@ import { StaleTokenError, UnknownOutcomeError, publishRefused, publishUnknownOut
 import type { FenceBinding, FencingToken, ResolvedFencing } from '../../src/index.js';
 import { judgeBinding } from './binding.js';
 import type { StoredFence } from './metadata.js';
-import { backoffMs, checkMaxAttempts, describeError, isAbort, sendOptions } from './requests.js';
+import { backoffMs, checkMaxAttempts, describeError, isAbort, sendOptions, type ObjectLocation } from './requests.js';
 import { addCondition, isConditionFailure, isMissingKey, isUnknownOutcome } from './wire.js';
 import type { PutCondition } from './wire.js';
 
@@ -60,13 +60,26 @@ export interface FencedWriteOptions {
 }
 
 /** One fenced write, as the loop drives it; each layout fills it in. */
-export interface WritePlan {
+/** One fenced write to one key, as fencedPutObject / fencedDeleteObject resolved it: what every layout's plan starts from. */
+export interface FencedWrite {
   readonly resource: string;
+  readonly location: ObjectLocation;
   readonly token: FencingToken;
   /** The token and, for a sequencer, its lock: judged against the key's binding (./binding.ts). */
   readonly fencing: ResolvedFencing;
   /** The binding this write makes (the `bind` option), or null. */
   readonly bind: FenceBinding | null;
+  readonly signal: AbortSignal | undefined;
+}
+
+type Planned = Pick<FencedWrite, 'resource' | 'token' | 'fencing' | 'bind'>;
+
+/** What a plan keeps of its write: the key's name, the token and lock it is judged with, the binding it makes. */
+export function planned(write: FencedWrite): Planned {
+  return { resource: write.resource, token: write.token, fencing: write.fencing, bind: write.bind };
+}
+
+export interface WritePlan extends Planned {
   /** The key as this process last wrote it (a cache entry), or undefined: read it first. */
   readonly believed: StoredFence | null | undefined;
   read(): Promise<StoredFence | null>;

@@ -21,22 +21,15 @@
 import { randomUUID } from 'node:crypto';
 import type { PutObjectCommandInput, S3Client } from '@aws-sdk/client-s3';
 import { LayoutMismatchError, RepeatedBodyError } from '../../src/index.js';
-import type { FenceBinding, FencingToken, ResolvedFencing } from '../../src/index.js';
 import { bindingMetadata } from './binding.js';
 import { forgetCachedFence, getCachedFence, setCachedFence } from './fence-cache.js';
 import { headFence } from './requests.js';
-import type { ObjectLocation, ReadContext } from './requests.js';
-import type { WritePlan } from './conditional-write.js';
+import type { ReadContext } from './requests.js';
+import { planned, type FencedWrite, type WritePlan } from './conditional-write.js';
 import { unquoteEtag } from './wire.js';
 
-export interface InPlaceWrite {
-  readonly resource: string;
-  readonly location: ObjectLocation;
-  readonly token: FencingToken;
-  readonly fencing: ResolvedFencing;
-  readonly bind: FenceBinding | null;
+export interface InPlaceWrite extends FencedWrite {
   readonly context: ReadContext;
-  readonly signal: AbortSignal | undefined;
   /** The PUT, given this call's write id (the same for every attempt). */
   readonly makeInput: (writeId: string) => PutObjectCommandInput;
   /** The MD5 of the body, to compare with the current object's ETag; undefined for a tombstone (unique by construction). */
@@ -66,10 +59,7 @@ export function inPlacePlan(client: S3Client, write: InPlaceWrite): WritePlan {
   const believed = own !== undefined && own.token !== null && (token < own.token || (token === own.token && !repeatsOwn)) ? own : undefined;
 
   return {
-    resource,
-    token,
-    fencing: write.fencing,
-    bind: write.bind,
+    ...planned(write),
     believed,
     read: () => headFence(client, Bucket, Key, context, signal),
     isOurs: (fence) => fence.writeId === writeId,

@@ -22,14 +22,13 @@ import { debuglog } from 'node:util';
 import { DeleteObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import type { PutObjectCommandInput, S3Client } from '@aws-sdk/client-s3';
 import { LayoutMismatchError, UnknownOutcomeError, formatToken } from '../../src/index.js';
-import type { FenceBinding, FencingToken, ResolvedFencing } from '../../src/index.js';
 import { forgetCachedFence, getCachedFence, setCachedFence } from './fence-cache.js';
 import { LAYOUT_METADATA, TOKEN_METADATA, WRITE_ID_METADATA, pointerMetadata } from './metadata.js';
 import { dataKey, pointerBody } from './pointer.js';
 import type { DataName, PointerState } from './pointer.js';
 import { backoffMs, describeError, headFence, isAbort, sendOptions } from './requests.js';
-import type { ObjectLocation, ReadContext } from './requests.js';
-import type { WritePlan } from './conditional-write.js';
+import type { ReadContext } from './requests.js';
+import { planned, type FencedWrite, type WritePlan } from './conditional-write.js';
 import { addCondition, httpStatus, isConditionFailure, isUnknownOutcome } from './wire.js';
 
 const debug = debuglog('fencekeeper');
@@ -56,15 +55,9 @@ export function pointerContextOf(input: PointerWriteContext): PointerWriteContex
   return context as PointerWriteContext;
 }
 
-export interface PointerWrite {
-  readonly resource: string;
-  readonly location: ObjectLocation;
-  readonly token: FencingToken;
-  readonly fencing: ResolvedFencing;
-  readonly bind: FenceBinding | null;
+export interface PointerWrite extends FencedWrite {
   readonly readContext: ReadContext;
   readonly pointerContext: PointerWriteContext;
-  readonly signal: AbortSignal | undefined;
   /** The data object's PUT without Bucket/Key/metadata of the fence; undefined for a fenced delete (a tombstone pointer). */
   readonly data: PutObjectCommandInput | undefined;
 }
@@ -129,10 +122,7 @@ export function pointerPlan(client: S3Client, write: PointerWrite): PointerWrite
   }
 
   return {
-    resource,
-    token,
-    fencing: write.fencing,
-    bind: write.bind,
+    ...planned(write),
     believed,
     read: () => headFence(client, Bucket, Key, readContext, signal),
     isOurs(fence) {

@@ -11,10 +11,10 @@
 // machine loads both alike; medians over rounds of cycles/s and client CPU per cycle
 // (process.cpuUsage), and the median of the per-round ratios. Prints figures; asserts nothing.
 import { loadavg } from 'node:os';
-import { performance } from 'node:perf_hooks';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, type ACL } from '../../src/zookeeper/protocol.js';
 import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
+import { closedLoop, median, type LoopFigures } from './closed-loop.js';
 
 const SERVER = process.env.FK_ZK_STANDALONE ?? '127.0.0.1:2181';
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -24,33 +24,16 @@ const ACL_: readonly ACL[] = [...CREATOR_ALL_ACL, ...READ_ACL_UNSAFE];
 const tag = `aclbench_${process.pid}_${Date.now().toString(36)}`;
 
 type Variant = 'open' | 'acl';
-interface Figures { rate: number; cpuUs: number }
+type Figures = LoopFigures;
 
-async function block(zk: ZooKeeperClient, variant: Variant, k: number): Promise<Figures> {
+function block(zk: ZooKeeperClient, variant: Variant, k: number): Promise<Figures> {
   const options = variant === 'acl' ? { acl: ACL_ } : {};
-  const end = performance.now() + BLOCK_MS;
-  let cycles = 0;
-  const cpu0 = process.cpuUsage();
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: k }, async (_, i) => {
-      const name = `${tag}/${variant}-${i}`;
-      while (performance.now() < end) {
-        const lock = await acquireLock(zk, name, options);
-        await lock.release();
-        cycles++;
-      }
-    }),
-  );
-  const elapsed = performance.now() - t0;
-  const cpu = process.cpuUsage(cpu0);
-  return { rate: (cycles * 1000) / elapsed, cpuUs: (cpu.user + cpu.system) / cycles };
+  const names = Array.from({ length: k }, (_, i) => `${tag}/${variant}-${i}`);
+  return closedLoop(k, BLOCK_MS, async (i) => {
+    const lock = await acquireLock(zk, names[i] as string, options);
+    await lock.release();
+  });
 }
-
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)] as number;
-};
 
 async function main(): Promise<void> {
   const zk = await ZooKeeperClient.connect({ connectString: SERVER, auth: [{ scheme: 'digest', credentials: 'bench:bench' }] });

@@ -13,9 +13,9 @@
 // Prints cycles/s (median over rounds), the median per-round ratio delayed/plain, client CPU
 // per cycle (process.cpuUsage) and the load average. Asserts nothing.
 import { loadavg } from 'node:os';
-import { performance } from 'node:perf_hooks';
 import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { closedLoop, median, type LoopFigures } from './closed-loop.js';
 
 const SERVER = process.env.FK_ZK_STANDALONE ?? '127.0.0.1:2181';
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 9);
@@ -29,28 +29,15 @@ const clients: Record<Variant, ZooKeeperClient> = {
   delayed: await ZooKeeperClient.connect({ connectString: SERVER, sessionTimeoutMs: 10_000 }),
 };
 
-async function block(variant: Variant, k: number): Promise<{ rate: number; cpuUs: number }> {
+function block(variant: Variant, k: number): Promise<LoopFigures> {
   const zk = clients[variant];
   const options = variant === 'delayed' ? { lockDelayMs: 1 } : {};
-  const end = performance.now() + BLOCK_MS;
-  let cycles = 0;
-  const cpu = process.cpuUsage();
-  const start = performance.now();
-  await Promise.all(
-    Array.from({ length: k }, async (_, i) => {
-      while (performance.now() < end) {
-        const lock = await acquireLock(zk, `${tag}/${variant}-${k}-${i}`, options);
-        await lock.release();
-        cycles++;
-      }
-    }),
-  );
-  const elapsed = performance.now() - start;
-  const used = process.cpuUsage(cpu);
-  return { rate: cycles / (elapsed / 1000), cpuUs: (used.user + used.system) / cycles };
+  return closedLoop(k, BLOCK_MS, async (i) => {
+    const lock = await acquireLock(zk, `${tag}/${variant}-${k}-${i}`, options);
+    await lock.release();
+  });
 }
 
-const median = (values: number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
 const figures = new Map(KS.map((k) => [k, { plain: [] as number[], delayed: [] as number[], ratio: [] as number[], cpuPlain: [] as number[], cpuDelayed: [] as number[] }]));
 const loads: number[] = [];
 for (const k of KS) {

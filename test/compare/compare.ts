@@ -182,32 +182,27 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
         await giveBack('redis');
       }
     };
-    const etcdChain = async (): Promise<void> => {
-      if (!wanted.has('etcd')) return;
-      const pair = new EtcdPair();
+    // A cluster's chain: its leader-kill trials on one pair of clients, closed
+    // before the turn is given back, then the paused holder (which takes no turn).
+    const leaderKillChain = async <P extends { close(): Promise<void> }>(
+      kind: 'etcd' | 'zookeeper', open: () => Promise<P>, fault: string, trial: (pair: P) => Promise<FaultTrial>, recover: () => Promise<unknown>,
+    ): Promise<void> => {
+      if (!wanted.has(kind)) return;
+      const pair = await open();
       try {
-        const failover = await trialsOf('etcd leader kill', ETCD_FAILOVER, () => etcdFailoverTrial(pair, resources), healEtcd);
+        const failover = await trialsOf(`${kind} leader kill`, fault, () => trial(pair), recover);
         await pair.close();
-        await giveBack('etcd');
-        reports.set('etcd', { failover, paused: await paused('etcd') });
+        await giveBack(kind);
+        reports.set(kind, { failover, paused: await paused(kind) });
       } finally {
         await pair.close();
-        await giveBack('etcd');
+        await giveBack(kind);
       }
     };
-    const zookeeperChain = async (): Promise<void> => {
-      if (!wanted.has('zookeeper')) return;
-      const pair = await ZooKeeperPair.open();
-      try {
-        const failover = await trialsOf('zookeeper leader kill', ZOOKEEPER_FAILOVER, () => zookeeperFailoverTrial(pair, resources), restoreEnsemble);
-        await pair.close();
-        await giveBack('zookeeper');
-        reports.set('zookeeper', { failover, paused: await paused('zookeeper') });
-      } finally {
-        await pair.close();
-        await giveBack('zookeeper');
-      }
-    };
+    const etcdChain = (): Promise<void> =>
+      leaderKillChain('etcd', async () => new EtcdPair(), ETCD_FAILOVER, (pair) => etcdFailoverTrial(pair, resources), healEtcd);
+    const zookeeperChain = (): Promise<void> =>
+      leaderKillChain('zookeeper', () => ZooKeeperPair.open(), ZOOKEEPER_FAILOVER, (pair) => zookeeperFailoverTrial(pair, resources), restoreEnsemble);
     const chains = await Promise.allSettled([redisChain(), etcdChain(), zookeeperChain()]);
     const failed = chains.flatMap((c) => (c.status === 'rejected' ? [c.reason as unknown] : []));
     if (failed.length > 0) throw new AggregateError(failed, failed.map((e) => (e instanceof Error ? e.message : String(e))).join('\n'));

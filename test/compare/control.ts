@@ -4,6 +4,7 @@
 // vitest here: the script loads this module outside a test worker.
 import { execFile } from 'node:child_process';
 import { holdEnsembleForFaults } from '../helpers/ensemble-lock.js';
+import { healedTurn, scriptTurn } from '../helpers/fault-turn.js';
 import { SERVER_ENV } from '../helpers/server-env.js';
 
 type Script = 'redisCtl' | 'etcdCtl' | 'zkEnsembleCtl';
@@ -36,43 +37,13 @@ export function memberId(text: string, what: string): number {
 export type Turn = () => Promise<void>;
 
 /** The Redis set's turn (single, Redlock, pair), healed on both ends. */
-export async function holdRedis(): Promise<Turn> {
-  await redisCtl('hold-faults', '600');
-  await redisCtl('heal');
-  return async () => {
-    try {
-      await redisCtl('heal');
-    } finally {
-      await redisCtl('release-faults');
-    }
-  };
-}
+export const holdRedis = (): Promise<Turn> => healedTurn(scriptTurn(redisCtl, 600), () => redisCtl('heal'));
 
 /** The etcd cluster's turn, healthy on both ends. */
-export async function holdEtcd(): Promise<Turn> {
-  await etcdCtl('hold-faults', '600');
-  await etcdCtl('heal');
-  return async () => {
-    try {
-      await etcdCtl('heal');
-    } finally {
-      await etcdCtl('release-faults');
-    }
-  };
-}
+export const holdEtcd = (): Promise<Turn> => healedTurn(scriptTurn(etcdCtl, 600), () => etcdCtl('heal'));
 
 /** The ZooKeeper ensemble's turn (the lock directory the leader-killing test files take), every node up on both ends. */
-export async function holdEnsemble(): Promise<Turn> {
-  const release = await holdEnsembleForFaults();
-  await restoreEnsemble();
-  return async () => {
-    try {
-      await restoreEnsemble();
-    } finally {
-      await release();
-    }
-  };
-}
+export const holdEnsemble = (): Promise<Turn> => healedTurn(holdEnsembleForFaults, restoreEnsemble);
 
 export async function restoreEnsemble(): Promise<void> {
   for (const n of [1, 2, 3]) await zkCtl('start-node', String(n));

@@ -13,6 +13,8 @@ import { redisSource } from '../../adapters/redis/index.js';
 import { lockKeys } from '../../adapters/redis/scripts.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
+import type { Lock } from '../../src/lock.js';
+import type { LockSource } from '../../src/lock-source.js';
 import { environmentServers } from '../helpers/server-env.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { etcdCtl, memberId, redisCtl, zkCtl } from './control.js';
@@ -100,19 +102,7 @@ export async function etcdFailoverTrial(pair: EtcdPair, resources: Resources): P
   const name = uniqueLockName('cmp_etcd');
   await etcdCtl('wait-healthy', '60');
   const first = await pair.firstSource.acquireLock(name, { owner: 'first' });
-  await resources.writeFenced(name, first.token, 'first');
-  const leader = memberId(await etcdCtl('leader'), 'etcd leader');
-  const killed = memberId(await etcdCtl('kill-leader'), 'etcd kill-leader');
-  try {
-    await etcdCtl('wait-healthy', '60');
-    // The evidence: the killed member was the leader, and another one leads now.
-    const injected = killed === leader && memberId(await etcdCtl('leader'), 'etcd leader') !== killed;
-    const rest = await secondHolder(first, pair.secondSource, name, resources);
-    return { injected, ...rest };
-  } finally {
-    await etcdCtl('restart', String(killed));
-    await etcdCtl('wait-healthy', '60');
-  }
+  return leaderKilled({ ctl: etcdCtl, what: 'etcd', restart: 'restart' }, name, first, () => pair.secondSource, resources);
 }
 
 /** The ensemble's clients for a scenario: the first holder's session and the second's. */
@@ -143,16 +133,33 @@ export const ZOOKEEPER_FAILOVER = '3-node ensemble: leader SIGKILLed while the l
 export async function zookeeperFailoverTrial(pair: ZooKeeperPair, resources: Resources): Promise<FaultTrial> {
   const name = uniqueLockName('cmp_zk');
   const first = await zookeeperSource(pair.first).acquireLock(name, { owner: 'first' });
+  return leaderKilled({ ctl: zkCtl, what: 'ZooKeeper', restart: 'start-node' }, name, first, () => zookeeperSource(pair.second), resources);
+}
+
+/** A 3-node cluster as its script drives it: `restart` brings a killed member back with its data. */
+interface Cluster {
+  readonly ctl: (...args: string[]) => Promise<string>;
+  readonly what: string;
+  readonly restart: 'restart' | 'start-node';
+}
+
+/**
+ * The first holder writes, the cluster's leader is SIGKILLed, and the second
+ * source tries for the lock; the killed member is restarted after the trial.
+ * The evidence: the killed member was the leader, and another one leads now.
+ */
+async function leaderKilled(cluster: Cluster, name: string, first: Lock, second: () => LockSource, resources: Resources): Promise<FaultTrial> {
+  const { ctl, what } = cluster;
   await resources.writeFenced(name, first.token, 'first');
-  const leader = memberId(await zkCtl('leader'), 'ZooKeeper leader');
-  const killed = memberId(await zkCtl('kill-leader'), 'ZooKeeper kill-leader');
+  const leader = memberId(await ctl('leader'), `${what} leader`);
+  const killed = memberId(await ctl('kill-leader'), `${what} kill-leader`);
   try {
-    await zkCtl('wait-healthy', '60');
-    const injected = killed === leader && memberId(await zkCtl('leader'), 'ZooKeeper leader') !== killed;
-    const rest = await secondHolder(first, zookeeperSource(pair.second), name, resources);
+    await ctl('wait-healthy', '60');
+    const injected = killed === leader && memberId(await ctl('leader'), `${what} leader`) !== killed;
+    const rest = await secondHolder(first, second(), name, resources);
     return { injected, ...rest };
   } finally {
-    await zkCtl('start-node', String(killed));
-    await zkCtl('wait-healthy', '60');
+    await ctl(cluster.restart, String(killed));
+    await ctl('wait-healthy', '60');
   }
 }

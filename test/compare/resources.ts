@@ -14,7 +14,7 @@ import { StaleTokenError } from '../../src/errors.js';
 import type { FencingToken } from '../../src/token.js';
 import { environmentServers } from '../helpers/server-env.js';
 import { uniqueBucket, uniqueTable } from '../helpers/unique.js';
-import { serve, type Served } from '../integration/express-helpers.js';
+import { serve, type Served } from '../helpers/serve.js';
 
 /** Where a write went and whether the resource took it. */
 export interface Written {

@@ -22,16 +22,10 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { TestProject } from 'vitest/node';
+import { positive } from '../helpers/script-options.js';
 import setupServers from '../setup/global-setup.js';
 import { SOURCE_KINDS, runCompare, type SourceKind } from './compare.js';
 import { renderReport, reportJson } from './table.js';
-
-function positive(name: string, text: string | undefined, fallback: number): number {
-  if (text === undefined) return fallback;
-  const value = Number(text);
-  if (!Number.isInteger(value) || value < 1) throw new Error(`--${name} wants a positive integer, got ${JSON.stringify(text)}`);
-  return value;
-}
 
 function sourcesOf(text: string | undefined): SourceKind[] {
   if (text === undefined) return [...SOURCE_KINDS];

@@ -29,7 +29,6 @@
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { once } from 'node:events';
-import { createServer, type Server } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -46,6 +45,7 @@ import {
 import { fencing, MemoryFenceStore } from '../../adapters/express/index.js';
 import { migrate, PostgresFenceStore } from '../../adapters/postgres/index.js';
 import type { FenceStore } from '../../src/index.js';
+import { serve } from '../helpers/serve.js';
 import type { TestServers } from '../helpers/server-env.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueBucket, uniqueId } from '../helpers/unique.js';
@@ -215,20 +215,10 @@ async function startHttpService(resource: string, store: FenceStore<unknown>): P
     log.push({ id: writeId, token: req.fencing.token });
     res.status(204).end();
   });
-  const server: Server = createServer(app);
+  const { server, port, close } = await serve(app);
+  // The workers' fetch keeps its connections alive: idle ones stay a minute, not Node's default 5 s.
   server.keepAliveTimeout = 60_000;
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error('the HTTP service did not listen');
-  return {
-    url: `http://127.0.0.1:${address.port}/faults/resource`,
-    log,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
+  return { url: `http://127.0.0.1:${port}/faults/resource`, log, close };
 }
 
 /** The state letter of /proc/PID/stat (R, S, T for stopped, Z...), or null when the process is gone. */

@@ -49,17 +49,11 @@
 // (restart, resume, re-pair) before giving it back.
 import { parseArgs } from 'node:util';
 import type { TestProject } from 'vitest/node';
+import { positive } from '../helpers/script-options.js';
 import setupServers from '../setup/global-setup.js';
 import { runFaultCheck } from './harness.js';
 import { scriptServers } from './script-servers.js';
 import { SOURCE_KINDS, isSourceKind, sourceControl } from './source-faults.js';
-
-function positive(name: string, text: string | undefined, fallback: number): number {
-  if (text === undefined) return fallback;
-  const value = Number(text);
-  if (!Number.isInteger(value) || value < 1) throw new Error(`--${name} wants a positive integer, got ${JSON.stringify(text)}`);
-  return value;
-}
 
 async function main(): Promise<number> {
   const { values } = parseArgs({

@@ -31,6 +31,7 @@ import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { lockKeys } from '../../adapters/redis/scripts.js';
 import { holdEnsembleForFaults } from '../helpers/ensemble-lock.js';
+import { healedTurn, scriptTurn } from '../helpers/fault-turn.js';
 import { SERVER_ENV, type ProvidedServers, type TestServers } from '../helpers/server-env.js';
 import type { FaultKind, FaultRecord } from './checker.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
@@ -164,16 +165,10 @@ function zookeeperControl(ctl: ReturnType<typeof runner>): SourceControl {
     kind: 'zookeeper',
     async hold() {
       // The ensemble's turn predates the scripts' hold-faults: a directory lock other ZooKeeper fault files take too.
-      const release = await holdEnsembleForFaults();
-      await ctl('wait-healthy', '60');
-      return async () => {
-        try {
-          for (const n of [1, 2, 3]) await ctl('start-node', String(n));
-          await ctl('wait-healthy', '60');
-        } finally {
-          await release();
-        }
-      };
+      return healedTurn(holdEnsembleForFaults, () => ctl('wait-healthy', '60'), async () => {
+        for (const n of [1, 2, 3]) await ctl('start-node', String(n));
+        await ctl('wait-healthy', '60');
+      });
     },
     async faults(servers) {
       return { kind: 'zookeeper', endpoints: servers.zkEnsemble.split(','), required: [killLeader], random: [killLeader], close: async () => undefined };
@@ -210,16 +205,10 @@ function etcdControl(ctl: ReturnType<typeof runner>): SourceControl {
   return {
     kind: 'etcd',
     async hold() {
-      await ctl('hold-faults', '900');
-      await ctl('wait-healthy', '60');
-      return async () => {
-        try {
-          await ctl('heal');
-          await ctl('wait-healthy', '60');
-        } finally {
-          await ctl('release-faults');
-        }
-      };
+      return healedTurn(scriptTurn(ctl, 900), () => ctl('wait-healthy', '60'), async () => {
+        await ctl('heal');
+        await ctl('wait-healthy', '60');
+      });
     },
     async faults(servers) {
       return { kind: 'etcd', endpoints: servers.etcdCluster.map(hostPort), required: [killLeader], random: [killLeader], close: async () => undefined };
@@ -234,15 +223,8 @@ function redisControl(kind: 'redis' | 'redlock', ctl: ReturnType<typeof runner>)
     kind,
     async hold() {
       // One turn for the whole Redis set: the single node, the five, the pair.
-      await ctl('hold-faults', '900');
-      await ctl('heal');
-      return async () => {
-        try {
-          await ctl('heal'); // resumes, restarts, and re-creates the pair unless it is primary + replica in sync
-        } finally {
-          await ctl('release-faults');
-        }
-      };
+      // heal: resumes, restarts, and re-creates the pair unless it is primary + replica in sync.
+      return healedTurn(scriptTurn(ctl, 900), () => ctl('heal'));
     },
     async faults(servers, lockName) {
       return kind === 'redis' ? pairFaults(ctl, servers, lockName) : redlockFaults(ctl, servers);
@@ -253,17 +235,22 @@ function redisControl(kind: 'redis' | 'redlock', ctl: ReturnType<typeof runner>)
 function redlockFaults(ctl: ReturnType<typeof runner>, servers: TestServers): SourceFaults {
   const nodes = servers.redlock.map(hostPort);
   // redis.sh names the five nodes 1..5 in FK_REDLOCK's order; one at a time, so never a majority.
-  const pickNode = (): number => 1 + Math.floor(Math.random() * nodes.length);
+  // The node a fault takes, picked at random, and its process id before the fault.
+  const pickNode = async (): Promise<{ n: number; pid: string }> => {
+    const n = 1 + Math.floor(Math.random() * nodes.length);
+    return { n, pid: await pidOf(n) };
+  };
+  const pidOf = async (n: number): Promise<string> => (await ctl('pid', String(n))).stdout;
+  const target = (n: number): string => `redlock node ${n} (${nodes[n - 1] ?? '?'})`;
   const restart: ServerFault = {
     kind: 'node-restart',
     name: 'a restart of a Redlock node from its AOF',
     async inject(ctx) {
-      const n = pickNode();
-      const before = (await ctl('pid', String(n))).stdout;
+      const { n, pid: before } = await pickNode();
       await ctl('restart', String(n));
-      const after = (await ctl('pid', String(n))).stdout;
+      const after = await pidOf(n);
       if (after === before) return `node ${n} kept pid ${before}: it was not restarted`;
-      ctx.record({ kind: 'node-restart', target: `redlock node ${n} (${nodes[n - 1] ?? '?'})`, at: Date.now(), detail: `SIGKILL of pid ${before}, started again from its AOF as pid ${after}` });
+      ctx.record({ kind: 'node-restart', target: target(n), at: Date.now(), detail: `SIGKILL of pid ${before}, started again from its AOF as pid ${after}` });
       return null;
     },
   };
@@ -271,12 +258,11 @@ function redlockFaults(ctl: ReturnType<typeof runner>, servers: TestServers): So
     kind: 'node-pause',
     name: 'a pause of a Redlock node',
     async inject(ctx) {
-      const n = pickNode();
-      const pid = (await ctl('pid', String(n))).stdout;
+      const { n, pid } = await pickNode();
       const ms = Math.round(random(0.5, 2) * ctx.sessionMs);
       await ctl('pause', String(n)); // returns once the kernel shows it stopped
       try {
-        ctx.record({ kind: 'node-pause', target: `redlock node ${n} (${nodes[n - 1] ?? '?'})`, at: Date.now(), detail: `SIGSTOP of pid ${pid} (seen stopped) for ${ms} ms` });
+        ctx.record({ kind: 'node-pause', target: target(n), at: Date.now(), detail: `SIGSTOP of pid ${pid} (seen stopped) for ${ms} ms` });
         await ctx.wait(ms);
       } finally {
         await ctl('resume', String(n));

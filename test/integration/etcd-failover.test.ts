@@ -11,9 +11,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Etcd3 } from 'etcd3';
 import type { EtcdClient } from '../../adapters/etcd/client.js';
 import { acquireLock, etcdSession, lockStatus, type EtcdLock } from '../../adapters/etcd/index.js';
+import { healedTurn, scriptTurn } from '../helpers/fault-turn.js';
 import { SERVER_ENV } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
+import { watchedKeepalives } from '../fixtures/etcd-keepalives.mjs';
 import { EtcdPool, clusterHosts } from './etcd-helpers.js';
 
 function ctl(...args: string[]): Promise<string> {
@@ -35,22 +37,12 @@ const pool = new EtcdPool();
 function observedKeepalives(etcd: Etcd3): { client: EtcdClient; streams: () => number; member: () => string | null } {
   let streams = 0;
   let member: string | null = null;
-  const client: EtcdClient = {
-    kv: etcd.kv,
-    watch: () => etcd.watch(),
-    leaseClient: {
-      leaseGrant: (r) => etcd.leaseClient.leaseGrant(r),
-      leaseRevoke: (r) => etcd.leaseClient.leaseRevoke(r),
-      leaseKeepAlive: async () => {
-        const stream = await etcd.leaseClient.leaseKeepAlive();
-        streams++;
-        stream.on('data', (response) => {
-          member = response.header.member_id;
-        });
-        return stream;
-      },
-    },
-  };
+  const client = watchedKeepalives(etcd, (stream) => {
+    streams++;
+    stream.on('data', (response) => {
+      member = response.header.member_id;
+    });
+  });
   return { client, streams: () => streams, member: () => member };
 }
 
@@ -88,18 +80,14 @@ async function moveLeaderTo(target: Member): Promise<void> {
   }
 }
 
+let giveBack: (() => Promise<void>) | undefined;
 beforeAll(async () => {
-  await ctl('hold-faults', '600');
-  await ctl('wait-healthy', '60');
-}, 700_000);
-afterAll(async () => {
-  try {
+  giveBack = await healedTurn(scriptTurn(ctl, 600), () => ctl('wait-healthy', '60'), async () => {
     await ctl('heal');
     await ctl('wait-healthy', '60');
-  } finally {
-    await ctl('release-faults');
-  }
-}, 120_000);
+  });
+}, 700_000);
+afterAll(() => giveBack?.(), 120_000);
 
 describe('etcd leader failover', () => {
   it('SIGKILL of the etcd leader while a lock is held and waited for: the lease survives, the order is kept, tokens keep increasing', async () => {

@@ -2,33 +2,15 @@
 // client that can send repeated headers and raw bytes, and a spying store.
 import http from 'node:http';
 import net from 'node:net';
-import type { AddressInfo } from 'node:net';
 import type { Express } from 'express';
 import type { FenceAdmission, FenceStore, FencingToken } from '../../src/index.js';
 import { MemoryFenceStore, fencing } from '../../adapters/express/index.js';
 import { afterAll, beforeAll } from 'vitest';
+import { serve, type Served } from '../helpers/serve.js';
 import { deferred, type Deferred } from '../helpers/wait.js';
 
-export interface Served {
-  server: http.Server;
-  port: number;
-  close(): Promise<void>;
-}
-
-export async function serve(app: Express | http.RequestListener): Promise<Served> {
-  const server = http.createServer(app);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
-  return {
-    server,
-    port,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
+// serve() lives apart from the vitest hooks below: the compare and fault scripts run it outside a test worker.
+export { serve, type Served };
 
 /**
  * `app` served (serve()) from the beforeAll of the file or suite this is

@@ -57,9 +57,41 @@ async function pinParent(name: string): Promise<() => Promise<void>> {
   return () => file.admin.delete(`${parentOf(name)}/keeper`);
 }
 
+/** `test` on a fresh lock name whose parent is pinned (pinParent), unpinned after it, whatever its outcome. */
+async function onPinnedLock(label: string, test: (name: string) => Promise<void>): Promise<void> {
+  const name = uniqueLockName(label);
+  const unpin = await pinParent(name);
+  try {
+    await test(name);
+  } finally {
+    await unpin();
+  }
+}
+
 /** When `acquiring` resolves, on the monotonic clock. */
 function grantedAt<T>(acquiring: Promise<T>): Promise<{ value: T; at: number }> {
   return acquiring.then((value) => ({ value, at: performance.now() }));
+}
+
+/**
+ * A waiter queued behind a holder that `end` ends (an expiry, a plain
+ * release): its lock once granted, and how long after the end began. The
+ * grant's time is taken when it resolves, even while `end` is still running.
+ */
+async function grantAfterEnd(name: string, waiting: Promise<ZooKeeperLock>, end: () => Promise<unknown>): Promise<{ lock: ZooKeeperLock; waitedMs: number }> {
+  const next = grantedAt(waiting);
+  await queued(name, 1);
+  const from = performance.now();
+  await end();
+  const { value: lock, at } = await within(next, 30_000, 'the waiter granted');
+  return { lock, waitedMs: at - from };
+}
+
+/** An acquire by an arrival, started now: its result once granted, and how long that took. */
+async function arrival<T>(acquire: () => Promise<T>, what: string): Promise<{ value: T; waitedMs: number }> {
+  const calledAt = performance.now();
+  const { value, at } = await within(grantedAt(acquire()), 30_000, what);
+  return { value, waitedMs: at - calledAt };
 }
 
 async function queued(name: string, waiters: number): Promise<void> {
@@ -75,56 +107,45 @@ describe('lock-delay after an unclean end', () => {
     const name = uniqueLockName('delay-expiry');
     const [a, b] = await clients.many(2, server);
     const holder = await acquireLock(a!, name, { lockDelayMs: DELAY });
-    const next = grantedAt(acquireLock(b!, name, { lockDelayMs: DELAY }));
-    await queued(name, 1);
-    const expiredFrom = performance.now();
-    await expireSession(a!);
-    expect((holder.signal.reason as LockLostError).reason).toBe('session_expired');
-    const { value: lock, at } = await within(next, 30_000, 'the waiter granted');
-    expect(at - expiredFrom).toBeGreaterThanOrEqual(DELAY);
+    const { lock, waitedMs } = await grantAfterEnd(name, acquireLock(b!, name, { lockDelayMs: DELAY }), async () => {
+      await expireSession(a!);
+      expect((holder.signal.reason as LockLostError).reason).toBe('session_expired');
+    });
+    expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
     expect(lock.held).toBe(true);
     await lock.release();
   });
 
   it('the holder expires: an arrival at the empty queue waits too (tryAcquireLock as well)', async () => {
-    const name = uniqueLockName('delay-arrival');
-    const unpin = await pinParent(name);
-    try {
+    await onPinnedLock('delay-arrival', async (name) => {
       const [a, b] = await clients.many(2, server);
       await acquireLock(a!, name, { lockDelayMs: DELAY });
       await expireSession(a!);
       await until(async () => (await lockStatus(file.admin, name)).holder === null, 'the expired holder gone');
-      const calledAt = performance.now();
-      const { value: lock, at } = await within(grantedAt(tryAcquireLock(b!, name, { lockDelayMs: DELAY })), 30_000, 'the arrival granted');
+      const { value: lock, waitedMs } = await arrival(() => tryAcquireLock(b!, name, { lockDelayMs: DELAY }), 'the arrival granted');
       expect(lock).not.toBeNull();
-      expect(at - calledAt).toBeGreaterThanOrEqual(DELAY);
+      expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
       await lock!.release();
-    } finally {
-      await unpin();
-    }
+    });
   });
 
   it('a participant without lockDelayMs releases with a plain delete, which the next holder counts as unclean', async () => {
     const name = uniqueLockName('delay-plain');
     const [a, b] = await clients.many(2, server);
     const holder = await acquireLock(a!, name);
-    const next = grantedAt(acquireLock(b!, name, { lockDelayMs: DELAY }));
-    await queued(name, 1);
-    const releasedFrom = performance.now();
-    await holder.release();
-    // The default release wrote nothing to the parent.
-    expect((await file.admin.exists(parentOf(name)))!.version).toBe(0);
-    const { value: lock, at } = await within(next, 30_000, 'the waiter granted');
-    expect(at - releasedFrom).toBeGreaterThanOrEqual(DELAY);
+    const { lock, waitedMs } = await grantAfterEnd(name, acquireLock(b!, name, { lockDelayMs: DELAY }), async () => {
+      await holder.release();
+      // The default release wrote nothing to the parent.
+      expect((await file.admin.exists(parentOf(name)))!.version).toBe(0);
+    });
+    expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
     await lock.release();
   });
 });
 
 describe('lock-delay after a clean release', () => {
   it('the waiter behind a cleanly released holder does not wait; the record names the released node', async () => {
-    const name = uniqueLockName('delay-clean');
-    const unpin = await pinParent(name);
-    try {
+    await onPinnedLock('delay-clean', async (name) => {
       const [a, b] = await clients.many(2, server);
       const holder = await within(acquireLock(a!, name, { lockDelayMs: NEVER }), 10_000, 'the first holder granted');
       const next = acquireLock(b!, name, { lockDelayMs: NEVER });
@@ -134,24 +155,19 @@ describe('lock-delay after a clean release', () => {
       expect(lock.held).toBe(true);
       expect(await recordOf(name)).toBe(childOf(holder));
       await lock.release();
-    } finally {
-      await unpin();
-    }
+    });
   });
 
   it('the first acquire of a lock (no record yet: a new or reaped container) counts as unclean and waits', async () => {
     const name = uniqueLockName('delay-first');
     const zk = await clients.connect(server);
-    const calledAt = performance.now();
-    const { value: lock, at } = await within(grantedAt(acquireLock(zk, name, { lockDelayMs: DELAY })), 30_000, 'the first acquire granted');
-    expect(at - calledAt).toBeGreaterThanOrEqual(DELAY);
+    const { value: lock, waitedMs } = await arrival(() => acquireLock(zk, name, { lockDelayMs: DELAY }), 'the first acquire granted');
+    expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
     await lock.release();
   });
 
   it('an arrival at the empty queue after a clean release does not wait', async () => {
-    const name = uniqueLockName('delay-clean-arrival');
-    const unpin = await pinParent(name);
-    try {
+    await onPinnedLock('delay-clean-arrival', async (name) => {
       const [a, b] = await clients.many(2, server);
       const first = await within(acquireLock(a!, name, { lockDelayMs: NEVER }), 10_000, 'the first holder granted');
       await first.release();
@@ -160,9 +176,7 @@ describe('lock-delay after a clean release', () => {
       const lock = await within(acquireLock(b!, name, { lockDelayMs: NEVER }), 10_000, 'the arrival granted without a delay');
       expect(lock.held).toBe(true);
       await lock.release();
-    } finally {
-      await unpin();
-    }
+    });
   });
 
   it('a node that joined behind the waiter and expired after the clean release does not make the handoff unclean', async () => {
@@ -203,9 +217,7 @@ describe('lock-delay after a clean release', () => {
 
 describe('an old clean-release record', () => {
   it('does not excuse a later expiry, for an arrival at the empty queue', async () => {
-    const name = uniqueLockName('delay-old-arrival');
-    const unpin = await pinParent(name);
-    try {
+    await onPinnedLock('delay-old-arrival', async (name) => {
       const [a, c, b] = await clients.many(3, server);
       const first = await acquireLock(a!, name, { lockDelayMs: DELAY });
       await first.release();
@@ -214,13 +226,10 @@ describe('an old clean-release record', () => {
       await expireSession(c!);
       await until(async () => (await lockStatus(file.admin, name)).holder === null, 'the expired holder gone');
       expect(await recordOf(name)).toBe(childOf(first)); // the record still names the first, cleanly released node
-      const calledAt = performance.now();
-      const { value: lock, at } = await within(grantedAt(acquireLock(b!, name, { lockDelayMs: DELAY })), 30_000, 'the arrival granted');
-      expect(at - calledAt).toBeGreaterThanOrEqual(DELAY);
+      const { value: lock, waitedMs } = await arrival(() => acquireLock(b!, name, { lockDelayMs: DELAY }), 'the arrival granted');
+      expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
       await lock.release();
-    } finally {
-      await unpin();
-    }
+    });
   });
 
   it('does not excuse a later expiry, for a waiter', async () => {
@@ -231,12 +240,8 @@ describe('an old clean-release record', () => {
     await queued(name, 1);
     await first.release();
     await within(second, 10_000, 'the second holder granted');
-    const next = grantedAt(acquireLock(b!, name, { lockDelayMs: DELAY }));
-    await queued(name, 1);
-    const expiredFrom = performance.now();
-    await expireSession(c!);
-    const { value: lock, at } = await within(next, 30_000, 'the waiter granted');
-    expect(at - expiredFrom).toBeGreaterThanOrEqual(DELAY);
+    const { lock, waitedMs } = await grantAfterEnd(name, acquireLock(b!, name, { lockDelayMs: DELAY }), () => expireSession(c!));
+    expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
     expect(await recordOf(name)).toBe(childOf(first));
     await lock.release();
   });
@@ -244,9 +249,7 @@ describe('an old clean-release record', () => {
 
 describe('the wait and the caller', () => {
   it("the delay counts against timeoutMs and ends with the caller's signal, leaving nothing behind", async () => {
-    const name = uniqueLockName('delay-stop');
-    const unpin = await pinParent(name);
-    try {
+    await onPinnedLock('delay-stop', async (name) => {
       const [a, b] = await clients.many(2, server);
       await within(acquireLock(a!, name, { lockDelayMs: NEVER }), 10_000, 'the first holder granted');
       await expireSession(a!);
@@ -259,9 +262,7 @@ describe('the wait and the caller', () => {
       controller.abort(new Error('gave up'));
       await expect(trying).rejects.toThrow('gave up');
       expect(await lockStatus(file.admin, name)).toMatchObject({ holder: null, waiters: [] });
-    } finally {
-      await unpin();
-    }
+    });
   });
 
   it('a parent we may not write (no WRITE in its ACL): the release falls back to a plain delete, and the lock is free', async () => {

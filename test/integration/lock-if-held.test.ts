@@ -9,7 +9,8 @@ import { describe, expect, it, vi } from 'vitest';
 import { InvalidArgumentError, LockLostError, ZooKeeperError } from '../../src/errors.js';
 import { expireSession } from '../../src/testing/expire-session.js';
 import { campaign } from '../../src/zookeeper/recipes/election.js';
-import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
+import { acquireLock, type ZooKeeperLock } from '../../src/zookeeper/recipes/lock.js';
+import type { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName, uniqueZnodePath } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
@@ -25,6 +26,14 @@ async function ensureTestRoot(): Promise<void> {
   });
 }
 
+/** A lock held on a fresh client, and a path under the test root for its ops to write (each named after `label`). */
+async function heldWithTarget(label: string): Promise<{ zk: ZooKeeperClient; lock: ZooKeeperLock; target: string }> {
+  await ensureTestRoot();
+  const zk = await clients.connect(server);
+  const lock = await acquireLock(zk, uniqueLockName(label));
+  return { zk, lock, target: uniqueZnodePath(label) };
+}
+
 async function dataOf(path: string): Promise<string | null> {
   const stat = await file.admin.exists(path);
   if (stat === null) return null;
@@ -33,10 +42,7 @@ async function dataOf(path: string): Promise<string | null> {
 
 describe('lock.ifHeld', () => {
   it('a held lock commits the ops, answering their results without the check', async () => {
-    await ensureTestRoot();
-    const zk = await clients.connect(server);
-    const lock = await acquireLock(zk, uniqueLockName('ifheld'));
-    const target = uniqueZnodePath('ifheld');
+    const { lock, target } = await heldWithTarget('ifheld');
     const results = await lock.ifHeld([
       { op: 'create', path: target, data: 'v1' },
       { op: 'setData', path: target, data: 'v2' },
@@ -50,10 +56,7 @@ describe('lock.ifHeld', () => {
   });
 
   it("one of the caller's ops fails: its ZooKeeperError, indexed in the caller's ops, and nothing written", async () => {
-    await ensureTestRoot();
-    const zk = await clients.connect(server);
-    const lock = await acquireLock(zk, uniqueLockName('ifheld-op'));
-    const target = uniqueZnodePath('ifheld-op');
+    const { lock, target } = await heldWithTarget('ifheld-op');
     const failed = await lock.ifHeld([
       { op: 'create', path: target, data: 'v1' },
       { op: 'setData', path: `${target}-missing`, data: 'x' },
@@ -98,11 +101,8 @@ describe('lock.ifHeld', () => {
   });
 
   it('its session expired: refused before any I/O with LOCK_LOST, nothing written', async () => {
-    await ensureTestRoot();
-    const zk = await clients.connect(server);
-    const lock = await acquireLock(zk, uniqueLockName('ifheld-expired'));
+    const { zk, lock, target } = await heldWithTarget('ifheld-expired');
     await expireSession(zk);
-    const target = uniqueZnodePath('ifheld-expired');
     const multi = vi.spyOn(zk, 'multi');
     const refused = await lock.ifHeld([{ op: 'create', path: target, data: 'late' }]).catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(LockLostError);

@@ -11,13 +11,12 @@ import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import express from 'express';
-import type { Kysely } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WorkNotCommittedError, type FencingToken } from '../../src/index.js';
 import { fencing } from '../../adapters/express/index.js';
-import { PostgresFenceStore, migrate, type Database, type Queryable } from '../../adapters/postgres/index.js';
-import { adminPool, DATABASE_URL, FLAVORS, backendPidOf, createSchema, dropSchema, exec, newKysely, newPool, uniqueName, type Flavor, type TestDatabase } from './postgres-helpers.js';
+import { PostgresFenceStore, type Database, type Queryable } from '../../adapters/postgres/index.js';
+import { adminPool, FLAVORS, backendPidOf, exec, migratedSchema, uniqueName, type Flavor } from './postgres-helpers.js';
 import { until, within } from '../helpers/wait.js';
 
 const admin = adminPool();
@@ -33,11 +32,9 @@ interface Published {
 }
 
 describe.each(FLAVORS)('PostgresFenceStore hardening with %s', (flavor: Flavor) => {
-  const schema = uniqueName(`fk_pgs_${flavor}`);
   const applicationName = uniqueName('fk_pgs');
-  let pool: pg.Pool;
-  let kysely: Kysely<TestDatabase> | undefined;
-  let db: Database;
+  const { schema, pool, db } = migratedSchema(admin, `fk_pgs_${flavor}`, { max: 8, flavor, applicationName });
+  pool.on('error', () => undefined);
   let store: PostgresFenceStore<Database>;
   let server: Server;
   let base: string;
@@ -46,12 +43,6 @@ describe.each(FLAVORS)('PostgresFenceStore hardening with %s', (flavor: Flavor) 
     (await admin.query<R>(text.replaceAll('$schema', schema), values)).rows;
 
   beforeAll(async () => {
-    await createSchema(admin, schema);
-    pool = newPool(schema, applicationName, 8);
-    pool.on('error', () => undefined);
-    kysely = flavor === 'kysely' ? newKysely(pool) : undefined;
-    db = kysely ?? pool;
-    await migrate(db);
     await pool.query('CREATE TABLE docs (id int PRIMARY KEY, body text)');
     await pool.query('CREATE TABLE history (resource text NOT NULL, token bigint NOT NULL, note text)');
     store = new PostgresFenceStore(db);
@@ -84,9 +75,6 @@ describe.each(FLAVORS)('PostgresFenceStore hardening with %s', (flavor: Flavor) 
 
   afterAll(async () => {
     await new Promise<void>((resolve) => server.close(() => resolve()));
-    if (kysely !== undefined) await kysely.destroy();
-    else await pool.end();
-    await dropSchema(admin, schema);
   });
 
   const put = (resource: string, token: FencingToken, answer: number, id = 1): Promise<Response> =>

@@ -2,37 +2,18 @@
 // one waits on the fence row's lock in PostgreSQL, the rest wait in the
 // process without a pooled connection, first come first served. Once with a
 // pg.Pool and once with Kysely over one.
-import type { Kysely } from 'kysely';
-import type pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { FenceAdmission } from '../../src/index.js';
-import { PostgresFenceStore, migrate, type Database } from '../../adapters/postgres/index.js';
-import { adminPool, FLAVORS, createSchema, dropSchema, newKysely, newPool, uniqueName, waitForLockWaiters, type Flavor, type TestDatabase } from './postgres-helpers.js';
+import { PostgresFenceStore } from '../../adapters/postgres/index.js';
+import { adminPool, FLAVORS, migratedSchema, uniqueName, waitForLockWaiters, type Flavor } from './postgres-helpers.js';
 import { within } from '../helpers/wait.js';
 
 const admin = adminPool();
 const POOL_SIZE = 3;
 
 describe.each(FLAVORS)('PostgresFenceStore wait line with %s', (flavor: Flavor) => {
-  const schema = uniqueName(`fk_pgl_${flavor}`);
   const applicationName = uniqueName('fk_pgl');
-  let pool: pg.Pool;
-  let kysely: Kysely<TestDatabase> | undefined;
-  let db: Database;
-
-  beforeAll(async () => {
-    await createSchema(admin, schema);
-    pool = newPool(schema, applicationName, POOL_SIZE);
-    kysely = flavor === 'kysely' ? newKysely(pool) : undefined;
-    db = kysely ?? pool;
-    await migrate(db);
-  });
-
-  afterAll(async () => {
-    if (kysely !== undefined) await kysely.destroy();
-    else await pool.end();
-    await dropSchema(admin, schema);
-  });
+  const { db } = migratedSchema(admin, `fk_pgl_${flavor}`, { max: POOL_SIZE, flavor, applicationName });
 
   const lockWaiters = async (): Promise<number> => {
     const { rows } = await admin.query<{ n: string }>(

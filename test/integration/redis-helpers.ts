@@ -4,6 +4,7 @@
 import { execFile } from 'node:child_process';
 import { Redis } from 'ioredis';
 import type { RedisClient } from '../../adapters/redis/index.js';
+import { healedTurn, scriptTurn } from '../helpers/fault-turn.js';
 import { testServers } from '../helpers/servers.js';
 
 export function hostPort(url: string): { host: string; port: number } {
@@ -73,16 +74,8 @@ export function redisCtl(...args: string[]): Promise<string> {
  * kill nodes wait), and give it back healed. Call from beforeAll; the
  * returned function from afterAll.
  */
-export async function holdRedisFaults(): Promise<() => Promise<void>> {
-  await redisCtl('hold-faults', '600');
-  await redisCtl('heal');
-  return async () => {
-    try {
-      await redisCtl('heal');
-    } finally {
-      await redisCtl('release-faults');
-    }
-  };
+export function holdRedisFaults(): Promise<() => Promise<void>> {
+  return healedTurn(scriptTurn(redisCtl, 600), () => redisCtl('heal'));
 }
 
 /** A raw command to one port, on a connection of its own. */

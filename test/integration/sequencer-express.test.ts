@@ -4,13 +4,13 @@
 // SEQUENCER_MISMATCH and change nothing (the handler never runs, the mark
 // stays); the guarding lock's larger token advances; a malformed sequencer
 // is a 400; unbound fences take bare tokens and sequencers as before.
-import diagnostics from 'node:diagnostics_channel';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CHANNELS, formatSequencer, sequencer, type FenceBinding, type FenceRefusedMessage, type FenceStore, type Sequencer } from '../../src/index.js';
+import { formatSequencer, sequencer, type FenceBinding, type FenceStore, type Sequencer } from '../../src/index.js';
 import { MemoryFenceStore, fencing, verifyWithZooKeeper } from '../../adapters/express/index.js';
 import { PostgresFenceStore, bindFence } from '../../adapters/postgres/index.js';
 import { post, serve, type Served } from './express-helpers.js';
 import { until } from '../helpers/wait.js';
+import { recordRefusals } from '../helpers/sequencers.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { ClientPool } from '../helpers/zookeeper.js';
@@ -65,9 +65,7 @@ describe.each(stores)('fencing() with sequencers, %s', (_, make) => {
     await until(async () => (await bound.store.current(resource)) === 10n, 'the mark to reach 10');
     await bound.bind(resource, guard(lock));
     ran.length = 0;
-    const published: FenceRefusedMessage[] = [];
-    const onRefused = (m: unknown): void => void published.push(m as FenceRefusedMessage);
-    diagnostics.subscribe(CHANNELS.fenceRefused, onRefused);
+    const { published, stop } = recordRefusals();
     const headers = [
       seq(`${lock}-other`, 100n),
       seq(lock, 101n, { kind: 'election' }),
@@ -80,7 +78,7 @@ describe.each(stores)('fencing() with sequencers, %s', (_, make) => {
       expect(answer.status, header).toBe(409);
       expect(answer.body, header).toMatchObject({ code: 'SEQUENCER_MISMATCH', resource, bound: guard(lock) });
     }
-    diagnostics.unsubscribe(CHANNELS.fenceRefused, onRefused);
+    stop();
     // Each refusal on fencekeeper:fence:refused, once, by fencing() whichever store decided it.
     const mine = published.filter((m) => m.resource === resource);
     expect(mine.map((m) => [m.adapter, m.code, m.presented, m.current])).toEqual(

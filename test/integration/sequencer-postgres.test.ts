@@ -5,23 +5,20 @@
 // a row written in the work is not there), even with a larger token; a bare
 // token is refused the same way; the guarding lock's larger token advances.
 // Fences never bound keep accepting bare tokens and sequencers.
-import diagnostics from 'node:diagnostics_channel';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import {
-  CURRENT_LOCK, FenceAlreadyBoundError, InvalidArgumentError, SequencerMismatchError, StaleTokenError, sequencer, withLock,
-  CHANNELS, type FenceBinding, type FenceRefusedMessage, type Sequencer,
+  CURRENT_LOCK, FenceAlreadyBoundError, InvalidArgumentError, SequencerMismatchError, StaleTokenError, withLock, type Sequencer,
 } from '../../src/index.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
 import { PostgresFenceStore, bindFence, fenceBindingOf, withFence } from '../../adapters/postgres/index.js';
+import { recordRefusals, testSource } from '../helpers/sequencers.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { ClientPool } from '../helpers/zookeeper.js';
 import { DATABASE_URL, FLAVORS, exec, migratedSchema, uniqueName, waitForLockWaiters } from './postgres-helpers.js';
 
-const SOURCE = { kind: 'zookeeper', id: 'c0ffee00-0000-4000-8000-000000000001' };
-const guard = (name: string): FenceBinding => ({ kind: 'lock', lock: name, source: SOURCE });
-const seq = (name: string, token: bigint, over: Partial<Sequencer> = {}): Sequencer => sequencer({ kind: 'lock', name, source: SOURCE, token, ...over });
+const { SOURCE, guard, seq, intruders: intrudersOf } = testSource('c0ffee00-0000-4000-8000-000000000001');
 
 const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
 const clients = new ClientPool();
@@ -71,16 +68,8 @@ describe.each(FLAVORS)('bound fences with %s', (flavor) => {
     // Written before it was bound, with a bare token: the mark is kept.
     await write(resource, 10n);
     expect(await bindFence(db, resource, guard(name))).toEqual(guard(name));
-    const intruders: [string, bigint | Sequencer][] = [
-      ['another lock', seq(`${name}-other`, 100n)],
-      ['another kind', seq(name, 101n, { kind: 'election' })],
-      ['another source id', seq(name, 102n, { source: { kind: 'zookeeper', id: 'c0ffee00-0000-4000-8000-000000000002' } })],
-      ['another source kind', seq(name, 103n, { source: { kind: 'etcd', id: SOURCE.id } })],
-      ['a bare token', 104n],
-    ];
-    const published: FenceRefusedMessage[] = [];
-    const onRefused = (m: unknown): void => void published.push(m as FenceRefusedMessage);
-    diagnostics.subscribe(CHANNELS.fenceRefused, onRefused);
+    const intruders = intrudersOf(name);
+    const { published, stop } = recordRefusals();
     for (const [what, presented] of intruders) {
       const error = await write(resource, presented).then(() => undefined, (e: unknown) => e);
       expect(error, what).toBeInstanceOf(SequencerMismatchError);
@@ -88,7 +77,7 @@ describe.each(FLAVORS)('bound fences with %s', (flavor) => {
       expect((error as SequencerMismatchError).bound).toEqual(guard(name));
       expect((error as SequencerMismatchError).presented === null, what).toBe(typeof presented === 'bigint');
     }
-    diagnostics.unsubscribe(CHANNELS.fenceRefused, onRefused);
+    stop();
     // withFence publishes its refusals; the store leaves that to fencing(), its consumer.
     const mine = published.filter((m) => m.resource === resource);
     if (write === fencedWrite) {

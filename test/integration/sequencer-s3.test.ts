@@ -7,15 +7,15 @@
 // writer's read and its conditional PUT stops that PUT (412, judged again,
 // refused). Unbound keys, and keys written before sequencers existed, take
 // bare tokens and sequencers alike.
-import diagnostics from 'node:diagnostics_channel';
 import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
-  CHANNELS, CURRENT_LOCK, InvalidArgumentError, SequencerMismatchError, StaleTokenError, sequencer, withLock,
-  type FenceBinding, type FenceRefusedMessage, type Fencing, type Sequencer,
+  CURRENT_LOCK, InvalidArgumentError, SequencerMismatchError, StaleTokenError, withLock,
+  type FenceBinding, type Fencing,
 } from '../../src/index.js';
 import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
 import { collectGarbage, fencedDeleteObject, fencedGetObject, fencedPutObject, readFence, type ObjectLayout } from '../../adapters/s3/index.js';
+import { recordRefusals, testSource } from '../helpers/sequencers.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { ClientPool } from '../helpers/zookeeper.js';
@@ -28,9 +28,7 @@ afterAll(() => testBucket.remove());
 const zkClients = new ClientPool();
 afterEach(() => zkClients.closeAll());
 
-const SOURCE = { kind: 'zookeeper', id: 'c0ffee00-0000-4000-8000-000000000033' };
-const guard = (lock: string): FenceBinding => ({ kind: 'lock', lock, source: SOURCE });
-const seq = (name: string, token: bigint, over: Partial<Sequencer> = {}): Sequencer => sequencer({ kind: 'lock', name, source: SOURCE, token, ...over });
+const { SOURCE, guard, seq, intruders: intrudersOf } = testSource('c0ffee00-0000-4000-8000-000000000033');
 
 describe.each(['in-place', 'pointer'] as ObjectLayout[])('bound S3 keys, %s', (layout) => {
   const options = { layout };
@@ -62,16 +60,8 @@ describe.each(['in-place', 'pointer'] as ObjectLayout[])('bound S3 keys, %s', (l
     await put(Key, 10n, 'before binding'); // a mark from before sequencers: kept
     await put(Key, seq(name, 11n), 'bound by 11', { bind: guard(name) });
     const before = await testBucket.raw(Key);
-    const intruders: [string, bigint | Sequencer][] = [
-      ['another lock', seq(`${name}-other`, 100n)],
-      ['another kind', seq(name, 101n, { kind: 'election' })],
-      ['another source id', seq(name, 102n, { source: { kind: 'zookeeper', id: 'c0ffee00-0000-4000-8000-000000000099' } })],
-      ['another source kind', seq(name, 103n, { source: { kind: 'etcd', id: SOURCE.id } })],
-      ['a bare token', 104n],
-    ];
-    const published: FenceRefusedMessage[] = [];
-    const onRefused = (m: unknown): void => void published.push(m as FenceRefusedMessage);
-    diagnostics.subscribe(CHANNELS.fenceRefused, onRefused);
+    const intruders = intrudersOf(name);
+    const { published, stop } = recordRefusals();
     try {
       for (const [what, token] of intruders) {
         const client = newClient();
@@ -84,7 +74,7 @@ describe.each(['in-place', 'pointer'] as ObjectLayout[])('bound S3 keys, %s', (l
         await expectRejects(fencedDeleteObject(newClient().client, { Bucket, Key, token }, options), SequencerMismatchError);
       }
     } finally {
-      diagnostics.unsubscribe(CHANNELS.fenceRefused, onRefused);
+      stop();
     }
     const mine = published.filter((m) => m.resource.endsWith(Key));
     expect(mine.map((m) => [m.adapter, m.code, m.presented])).toEqual(

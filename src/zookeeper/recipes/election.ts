@@ -6,16 +6,14 @@
  */
 import { traceCampaign, traceRelease } from '../../diagnostics.js';
 import type { Leadership } from '../../lock.js';
+import type { SourceObserver } from '../../lock-source.js';
 import type { ZooKeeperAcquireOptions, ZooKeeperCampaignOptions } from './acl-options.js';
 import type { FencingToken } from '../../token.js';
 import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
-import { fencedMulti } from './fenced-multi.js';
 import { HeldNode } from './held-node.js';
 import { DEFAULT_OWNER, joinAndWait } from './join.js';
 import { QueueObserver } from './observer.js';
 import type { QueueNode } from './queue.js';
-import type { Sequencer } from '../../sequencer.js';
-import { grantSequencer } from '../../source-identity.js';
 import { zookeeperSourceIds } from './source-id.js';
 import { queueParent } from './queue-order.js';
 
@@ -37,22 +35,15 @@ export interface ZooKeeperLeadership extends Leadership {
 class HeldLeadership extends HeldNode implements ZooKeeperLeadership {
   readonly id: string;
   readonly epoch: FencingToken;
-  readonly #zk: ZooKeeperClient;
-  #sequencer: Sequencer | null = null;
 
   constructor(zk: ZooKeeperClient, name: string, id: string, node: QueueNode, marginMs: number) {
-    super(zk, name, `election ${name}`, node, marginMs);
+    super(zk, 'election', name, node, marginMs);
     this.id = id;
     this.epoch = node.token;
-    this.#zk = zk;
-  }
-
-  get sequencer(): Sequencer {
-    return (this.#sequencer ??= grantSequencer('election', this.name, zookeeperSourceIds.known(this.#zk), this.epoch));
   }
 
   ifLeader(ops: readonly MultiOp[]): Promise<MultiResult[]> {
-    return fencedMulti(this.#zk, this, `election ${this.name}`, 'ifLeader', ops);
+    return this.fenced('ifLeader', ops);
   }
 
   resign(): Promise<void> {
@@ -85,12 +76,8 @@ export interface LeaderInfo {
  * cache that a children watch invalidates, so repeated calls cost no round
  * trip while nothing changes.
  */
-export interface LeaderObserver {
+export interface LeaderObserver extends SourceObserver {
   current(): Promise<LeaderInfo | null>;
-  /** Called (with no arguments) whenever the leader may have changed. Returns an unsubscribe function. */
-  onChange(listener: () => void): () => void;
-  /** Stop caching and notifying; current() still answers, with a fresh read each time. */
-  close(): void;
 }
 
 export function observeLeader(zk: ZooKeeperClient, name: string): LeaderObserver {

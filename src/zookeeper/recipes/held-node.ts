@@ -14,10 +14,14 @@
  */
 import { performance } from 'node:perf_hooks';
 import { holdingsObserved } from '../../diagnostics.js';
+import type { SequencerKind, Sequencer } from '../../sequencer.js';
+import { grantSequencer } from '../../source-identity.js';
 import type { Holding } from '../../step-down.js';
-import type { ZooKeeperClient } from '../client.js';
+import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
+import { fencedMulti } from './fenced-multi.js';
 import { NODE_DELETED, NODE_DONE, holdSession, nextEvent, sessionHoldings, watchOwnNode, type OwnNode, type SessionHoldings } from './holding.js';
 import { leaveQueue, type QueueNode } from './queue.js';
+import { zookeeperSourceIds } from './source-id.js';
 
 export abstract class HeldNode implements OwnNode {
   readonly name: string;
@@ -25,7 +29,8 @@ export abstract class HeldNode implements OwnNode {
   readonly path: string;
   readonly #zk: ZooKeeperClient;
   readonly #node: QueueNode;
-  /** The name LockLostError carries. */
+  readonly #kind: SequencerKind;
+  /** The name LockLostError carries ('jobs/reindex', 'election primary'). */
   readonly #lock: string;
   readonly #marginMs: number;
   readonly #session: SessionHoldings;
@@ -38,12 +43,14 @@ export abstract class HeldNode implements OwnNode {
   /** When our node was found deleted, on the performance.now() clock. */
   #deletedTime = Infinity;
   #leaving: Promise<void> | null = null;
+  #sequencer: Sequencer | null = null;
 
-  /** `lock`: the name LockLostError carries ('jobs/reindex', 'election primary'). */
-  constructor(zk: ZooKeeperClient, name: string, lock: string, node: QueueNode, marginMs: number) {
+  /** `kind`: a lock's grant or a leadership. */
+  constructor(zk: ZooKeeperClient, kind: SequencerKind, name: string, node: QueueNode, marginMs: number) {
     this.#zk = zk;
     this.#node = node;
-    this.#lock = lock;
+    this.#kind = kind;
+    this.#lock = kind === 'lock' ? name : `election ${name}`;
     this.#marginMs = marginMs;
     this.name = name;
     this.path = node.path;
@@ -52,6 +59,16 @@ export abstract class HeldNode implements OwnNode {
     watchOwnNode(zk, this);
     // Observed (fencekeeper/opentelemetry, a diagnostics subscriber): every grant is a holding from the start.
     if (holdingsObserved()) this.#holdingNow();
+  }
+
+  /** The grant's sequencer (our kind, name and token, the ensemble's identity), made when first asked for. */
+  get sequencer(): Sequencer {
+    return (this.#sequencer ??= grantSequencer(this.#kind, this.name, zookeeperSourceIds.known(this.#zk), this.#node.token));
+  }
+
+  /** ifHeld / ifLeader: `ops` in one multi behind a check of our node (./fenced-multi.ts). */
+  protected fenced(what: 'ifHeld' | 'ifLeader', ops: readonly MultiOp[]): Promise<MultiResult[]> {
+    return fencedMulti(this.#zk, this, this.#lock, what, ops);
   }
 
   get signal(): AbortSignal {

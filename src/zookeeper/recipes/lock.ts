@@ -13,18 +13,15 @@ import { traceAcquire, traceRelease } from '../../diagnostics.js';
 import { isCode } from '../../errors.js';
 import type { Lock } from '../../lock.js';
 import type { ZooKeeperAcquireOptions, ZooKeeperTryAcquireOptions } from './acl-options.js';
-import type { LockStatus } from '../../lock-source.js';
+import type { LockStatus, SourceObserver } from '../../lock-source.js';
 import type { FencingToken } from '../../token.js';
 import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
 import { joinPath } from '../paths.js';
 import { listChildren } from './connection-loss.js';
-import { fencedMulti } from './fenced-multi.js';
 import { leaveCleanly } from './lock-delay.js';
 import { HeldNode } from './held-node.js';
 import { joinAndWait } from './join.js';
 import { QueueObserver } from './observer.js';
-import { grantSequencer } from '../../source-identity.js';
-import type { Sequencer } from '../../sequencer.js';
 import { zookeeperSourceIds } from './source-id.js';
 import { readEntry, type QueueEntry, type QueueNode } from './queue.js';
 import { queueParent, sortQueue } from './queue-order.js';
@@ -47,21 +44,14 @@ export interface ZooKeeperLock extends Lock {
 
 class HeldLock extends HeldNode implements ZooKeeperLock {
   readonly token: FencingToken;
-  readonly #zk: ZooKeeperClient;
-  #sequencer: Sequencer | null = null;
 
   constructor(zk: ZooKeeperClient, name: string, node: QueueNode, marginMs: number) {
-    super(zk, name, name, node, marginMs);
+    super(zk, 'lock', name, node, marginMs);
     this.token = node.token;
-    this.#zk = zk;
-  }
-
-  get sequencer(): Sequencer {
-    return (this.#sequencer ??= grantSequencer('lock', this.name, zookeeperSourceIds.known(this.#zk), this.token));
   }
 
   ifHeld(ops: readonly MultiOp[]): Promise<MultiResult[]> {
-    return fencedMulti(this.#zk, this, this.name, 'ifHeld', ops);
+    return this.fenced('ifHeld', ops);
   }
 
   release(): Promise<void> {
@@ -130,13 +120,9 @@ export async function lockStatus(zk: ZooKeeperClient, name: string): Promise<Loc
  * Who holds a lock, from a cache kept fresh by a watch: a resource uses it
  * to admit only the current holder's token (verifyWithZooKeeper).
  */
-export interface LockObserver {
+export interface LockObserver extends SourceObserver {
   /** The holder (null: free), answered from the cache while the queue has not changed. */
   holder(): Promise<QueueEntry | null>;
-  /** Called (with no arguments) whenever the holder may have changed. Returns an unsubscribe function. */
-  onChange(listener: () => void): () => void;
-  /** Stop caching and notifying; holder() still answers, with a fresh read each time. */
-  close(): void;
 }
 
 export function observeLock(zk: ZooKeeperClient, name: string): LockObserver {
