@@ -12,8 +12,13 @@ export interface RedisClient {
    * A second connection to the same server with the same options: a waiter
    * subscribes on it to hear of a release (a connection in subscriber mode
    * can send nothing else). Closed again when the client has no waiter left.
+   * Asked with `{ autoResubscribe: false }` (a wrapper must pass it on):
+   * ioredis's own resubscribe after a reconnect is a promise nobody can
+   * handle, rejected with "Connection is closed." (an unhandled rejection,
+   * which ends a Node process) when the subscriber is closed before the
+   * server confirms it; we resubscribe ourselves on 'ready' instead.
    */
-  duplicate(): RedisSubscriber;
+  duplicate(override?: { readonly autoResubscribe: false }): RedisSubscriber;
   /** ioredis keeps its connection options here; read for messages only. */
   readonly options?: { readonly host?: string | undefined; readonly port?: number | undefined };
 }
@@ -29,6 +34,8 @@ export interface RedisSubscriber {
   subscribe(channel: string): Promise<unknown>;
   on(event: 'message', listener: (channel: string, message: string) => void): unknown;
   on(event: 'error', listener: (error: Error) => void): unknown;
+  /** ioredis: 'close' when a connection ends, 'ready' when a new one can take commands. */
+  on(event: 'close' | 'ready', listener: () => void): unknown;
   disconnect(): void;
 }
 

@@ -38,16 +38,27 @@ class WakeChannel {
     const waiter = `${++this.#seq}`;
     // name last: it has no spaces, so the three fields split cleanly
     const entry = `${this.#id} ${waiter} ${name}`;
-    this.#waiters.set(waiter, onWake);
     if (this.#subscriber === null) {
-      const subscriber = this.#client.duplicate();
+      // Without ioredis's own resubscribe: see RedisClient.duplicate.
+      const subscriber = this.#client.duplicate({ autoResubscribe: false });
       this.#subscriber = subscriber;
       // ioredis reconnects on its own; an error event without a listener would be printed.
       subscriber.on('error', () => {});
       subscriber.on('message', (_channel, message) => this.#deliver(subscriber, message));
-      this.#ready = subscriber.subscribe(WAKE_CHANNEL + this.#id);
-      this.#ready.catch(() => {});
+      // After a lost connection, subscribed again on the new one, by a command whose failure we handle.
+      let lost = false;
+      subscriber.on('close', () => {
+        lost = true;
+      });
+      subscriber.on('ready', () => {
+        if (!lost || subscriber !== this.#subscriber) return;
+        lost = false;
+        this.#subscribe(subscriber);
+      });
+      this.#subscribe(subscriber);
     }
+    // After the subscriber is made: a duplicate() that throws leaves no waiter behind.
+    this.#waiters.set(waiter, onWake);
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       this.#ready?.catch(() => {}),
@@ -58,6 +69,18 @@ class WakeChannel {
     ]);
     clearTimeout(timer);
     return { entry, leave: () => this.#leave(waiter, entry, name) };
+  }
+
+  /**
+   * SUBSCRIBE on `subscriber`; joins from now on wait for it. Its failure
+   * (the subscriber closed before the server confirmed: the last waiter
+   * left, or the connection dropped and the next 'ready' subscribes again)
+   * changes nothing a waiter relies on: each re-checks on its own.
+   */
+  #subscribe(subscriber: RedisSubscriber): void {
+    const ready = subscriber.subscribe(WAKE_CHANNEL + this.#id);
+    ready.catch(() => {});
+    this.#ready = ready;
   }
 
   #deliver(subscriber: RedisSubscriber, message: string): void {
