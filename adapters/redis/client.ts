@@ -52,18 +52,25 @@ export class NodeTimeoutError extends ConnectionLossError {}
 export function send(client: RedisClient, where: string, command: string, args: (string | number)[], timeoutMs: number): Promise<unknown> {
   // One promise and one timer per command (not a race of two promises): this is every command's path.
   return new Promise((resolve, reject) => {
+    const failed = (error: unknown): void => {
+      clearTimeout(timer);
+      reject(error instanceof ConnectionLossError ? error : new ConnectionLossError(`Redis at ${where}: ${(error as Error)?.message ?? String(error)}`, { cause: error }));
+    };
     const timer = setTimeout(() => reject(new NodeTimeoutError(`Redis at ${where} did not answer ${command} within ${timeoutMs} ms`)), timeoutMs);
     timer.unref();
-    client.call(command, args).then(
-      (value) => {
-        clearTimeout(timer);
-        resolve(value);
-      },
-      (error: unknown) => {
-        clearTimeout(timer);
-        reject(error instanceof ConnectionLossError ? error : new ConnectionLossError(`Redis at ${where}: ${(error as Error).message}`, { cause: error }));
-      },
-    );
+    let reply: Promise<unknown>;
+    try {
+      reply = client.call(command, args);
+    } catch (error) {
+      // A client that throws instead of rejecting (a wrapper, a closed client of another library): the same error, our class.
+      failed(error);
+      return;
+    }
+    // Both outcomes handled, also after the timer has already decided (a late reply or failure changes nothing).
+    reply.then((value) => {
+      clearTimeout(timer);
+      resolve(value);
+    }, failed);
   });
 }
 

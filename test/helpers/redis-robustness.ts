@@ -192,11 +192,11 @@ export interface StressFigures {
  * Redlock over three private nodes, each behind a proxy: `contenders` sets
  * of clients acquire and release one lock in a loop (waiters that give up
  * now and then, at random), while one node at a time is paused (at random,
- * or at the moment a subscriber resubscribes after a cut), SIGKILLed and
+ * or, when `targeted`, at the moment a subscriber resubscribes after a cut), SIGKILLed and
  * restarted from its AOF, or cut off by its proxy. Never more than one of
  * the three at once: a majority always answers.
  */
-export async function redlockStress(nodes: readonly PrivateRedis[], ms: number, contenders = 3): Promise<StressFigures> {
+export async function redlockStress(nodes: readonly PrivateRedis[], ms: number, { contenders = 3, targeted = true, gapMs = 100 }: { contenders?: number; targeted?: boolean; gapMs?: number } = {}): Promise<StressFigures> {
   const proxies = await Promise.all(nodes.map((n) => pausingProxy(n)));
   const sets = Array.from({ length: contenders }, () => proxies.map((p) => client(p.proxy.port)));
   const name = uniqueLockName('stress');
@@ -207,12 +207,13 @@ export async function redlockStress(nodes: readonly PrivateRedis[], ms: number, 
   const driver = (async () => {
     // Every kind in turn (each happens in a short run), on a node picked at random.
     for (let turn = 0; !done; turn++) {
-      await sleep(100 + Math.random() * 200);
+      await sleep(gapMs + Math.random() * 2 * gapMs);
       if (done) break;
       const i = Math.floor(Math.random() * nodes.length);
       const node = nodes[i] as PrivateRedis;
       const p = proxies[i]!;
-      const kind = turn % 4;
+      // targeted false: only faults that land at random (a plain cut instead of a pause at a resubscribe).
+      const kind = turn % 4 === 0 && !targeted ? 3 : turn % 4;
       if (kind === 0) {
         // A pause at the worst moment: a cut, and the node stops as the first subscriber resubscribes.
         p.arm();
