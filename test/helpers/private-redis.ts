@@ -89,6 +89,8 @@ export class PrivateRedis {
     const child = this.#child;
     if (child === null) return;
     const exited = new Promise<void>((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', () => resolve())));
+    // Referenced while we wait: an unref'd child's exit alone would not keep this process alive for it.
+    child.ref();
     child.kill('SIGKILL');
     await exited;
     this.#child = null;

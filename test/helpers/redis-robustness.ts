@@ -160,11 +160,13 @@ export async function watcherStopsDuringResubscribe(node: PrivateRedis): Promise
     // does not answer its FIN after disconnectTimeout (2 s), rejecting what it had pending.
     await new Promise((r) => setTimeout(r, 2500));
     node.resume();
-    // The service still works: a second watch sees a lock taken after it began.
+    // The service still works: a second watch, cut off and subscribed again, sees a lock taken after that.
     const again = new AbortController();
     const afterResume: QueueEvent[] = [];
     const second = service.watchQueue!(name, (e) => afterResume.push(e), again.signal);
     await until(() => afterResume.some((e) => e.type === 'queue'), 'the second watch\'s first listing');
+    proxy.cut();
+    await until(() => afterResume.some((e) => e.type === 'reconnected'), 'the second watch to subscribe again after a cut');
     const direct = client(node.port);
     const lock = await acquireLock(direct, name, { ttlMs: 60_000 });
     await until(() => afterResume.some((e) => e.type === 'queue' && e.entries.length === 1), 'the watch to show the holder');

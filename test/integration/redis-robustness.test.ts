@@ -64,7 +64,10 @@ describe('faults while subscribers resubscribe', () => {
     expect(result.pausedAtResubscribe).toBe(true);
     expect(result.events.map((e) => e.type)).toEqual(['queue', 'disconnected']); // never "reconnected": the resubscribe was not confirmed
     expect(messages()).toEqual([]);
-    expect(result.afterResume.at(-1)).toMatchObject({ type: 'queue', entries: [{ role: 'holder' }] });
+    // After a cut: told of it, subscribed again (by us, not ioredis), and a grant after that is shown.
+    // (the release after it may add one more listing before the watch ends)
+    expect(result.afterResume.map((e) => e.type).slice(0, 4)).toEqual(['queue', 'disconnected', 'reconnected', 'queue']);
+    expect(result.afterResume[3]).toMatchObject({ type: 'queue', entries: [{ role: 'holder' }] });
   }, 60_000);
 
   it('the same in a fresh process, with Node\'s default for an unhandled rejection: it exits 0', async () => {
