@@ -5,7 +5,7 @@
 // whose channel has a listener and publishes to it, so one release wakes one
 // waiter, across any number of processes.
 import { randomBytes } from 'node:crypto';
-import { where, type RedisClient, type RedisSubscriber } from './client.js';
+import { send, where, type RedisClient, type RedisSubscriber } from './client.js';
 import { WAKE_CHANNEL, WAKE_NEXT, lockKeys, run } from './scripts.js';
 
 /** One waiter's place on one client's channel. */
@@ -104,7 +104,9 @@ class WakeChannel {
 
   #leave(waiter: string, entry: string, name: string): void {
     if (!this.#waiters.delete(waiter)) return;
-    this.#client.call('LREM', [lockKeys(name)[2], 0, entry]).catch(() => {});
+    // Best effort, never thrown into the waiter's finally (send turns even a throwing client into a
+    // rejection): an entry left behind is skipped by the release script, or its wake passed on (#deliver).
+    send(this.#client, where(this.#client), 'LREM', [lockKeys(name)[2], 0, entry], 5_000).catch(() => {});
     if (this.#waiters.size === 0 && this.#subscriber !== null) {
       this.#subscriber.disconnect();
       this.#subscriber = null;
