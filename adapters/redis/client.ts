@@ -12,8 +12,13 @@ export interface RedisClient {
    * A second connection to the same server with the same options: a waiter
    * subscribes on it to hear of a release (a connection in subscriber mode
    * can send nothing else). Closed again when the client has no waiter left.
+   * Asked with `{ autoResubscribe: false }` (a wrapper must pass it on):
+   * ioredis's own resubscribe after a reconnect is a promise nobody can
+   * handle, rejected with "Connection is closed." (an unhandled rejection,
+   * which ends a Node process) when the subscriber is closed before the
+   * server confirms it; we resubscribe ourselves on 'ready' instead.
    */
-  duplicate(): RedisSubscriber;
+  duplicate(override?: { readonly autoResubscribe: false }): RedisSubscriber;
   /** ioredis keeps its connection options here; read for messages only. */
   readonly options?: { readonly host?: string | undefined; readonly port?: number | undefined };
 }
@@ -29,6 +34,8 @@ export interface RedisSubscriber {
   subscribe(channel: string): Promise<unknown>;
   on(event: 'message', listener: (channel: string, message: string) => void): unknown;
   on(event: 'error', listener: (error: Error) => void): unknown;
+  /** ioredis: 'close' when a connection ends, 'ready' when a new one can take commands. */
+  on(event: 'close' | 'ready', listener: () => void): unknown;
   disconnect(): void;
 }
 
@@ -45,18 +52,25 @@ export class NodeTimeoutError extends ConnectionLossError {}
 export function send(client: RedisClient, where: string, command: string, args: (string | number)[], timeoutMs: number): Promise<unknown> {
   // One promise and one timer per command (not a race of two promises): this is every command's path.
   return new Promise((resolve, reject) => {
+    const failed = (error: unknown): void => {
+      clearTimeout(timer);
+      reject(error instanceof ConnectionLossError ? error : new ConnectionLossError(`Redis at ${where}: ${(error as Error)?.message ?? String(error)}`, { cause: error }));
+    };
     const timer = setTimeout(() => reject(new NodeTimeoutError(`Redis at ${where} did not answer ${command} within ${timeoutMs} ms`)), timeoutMs);
     timer.unref();
-    client.call(command, args).then(
-      (value) => {
-        clearTimeout(timer);
-        resolve(value);
-      },
-      (error: unknown) => {
-        clearTimeout(timer);
-        reject(error instanceof ConnectionLossError ? error : new ConnectionLossError(`Redis at ${where}: ${(error as Error).message}`, { cause: error }));
-      },
-    );
+    let reply: Promise<unknown>;
+    try {
+      reply = client.call(command, args);
+    } catch (error) {
+      // A client that throws instead of rejecting (a wrapper, a closed client of another library): the same error, our class.
+      failed(error);
+      return;
+    }
+    // Both outcomes handled, also after the timer has already decided (a late reply or failure changes nothing).
+    reply.then((value) => {
+      clearTimeout(timer);
+      resolve(value);
+    }, failed);
   });
 }
 

@@ -5,7 +5,7 @@
 // whose channel has a listener and publishes to it, so one release wakes one
 // waiter, across any number of processes.
 import { randomBytes } from 'node:crypto';
-import { where, type RedisClient, type RedisSubscriber } from './client.js';
+import { send, where, type RedisClient, type RedisSubscriber } from './client.js';
 import { WAKE_CHANNEL, WAKE_NEXT, lockKeys, run } from './scripts.js';
 
 /** One waiter's place on one client's channel. */
@@ -38,16 +38,27 @@ class WakeChannel {
     const waiter = `${++this.#seq}`;
     // name last: it has no spaces, so the three fields split cleanly
     const entry = `${this.#id} ${waiter} ${name}`;
-    this.#waiters.set(waiter, onWake);
     if (this.#subscriber === null) {
-      const subscriber = this.#client.duplicate();
+      // Without ioredis's own resubscribe: see RedisClient.duplicate.
+      const subscriber = this.#client.duplicate({ autoResubscribe: false });
       this.#subscriber = subscriber;
       // ioredis reconnects on its own; an error event without a listener would be printed.
       subscriber.on('error', () => {});
       subscriber.on('message', (_channel, message) => this.#deliver(subscriber, message));
-      this.#ready = subscriber.subscribe(WAKE_CHANNEL + this.#id);
-      this.#ready.catch(() => {});
+      // After a lost connection, subscribed again on the new one, by a command whose failure we handle.
+      let lost = false;
+      subscriber.on('close', () => {
+        lost = true;
+      });
+      subscriber.on('ready', () => {
+        if (!lost || subscriber !== this.#subscriber) return;
+        lost = false;
+        this.#subscribe(subscriber);
+      });
+      this.#subscribe(subscriber);
     }
+    // After the subscriber is made: a duplicate() that throws leaves no waiter behind.
+    this.#waiters.set(waiter, onWake);
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       this.#ready?.catch(() => {}),
@@ -58,6 +69,18 @@ class WakeChannel {
     ]);
     clearTimeout(timer);
     return { entry, leave: () => this.#leave(waiter, entry, name) };
+  }
+
+  /**
+   * SUBSCRIBE on `subscriber`; joins from now on wait for it. Its failure
+   * (the subscriber closed before the server confirmed: the last waiter
+   * left, or the connection dropped and the next 'ready' subscribes again)
+   * changes nothing a waiter relies on: each re-checks on its own.
+   */
+  #subscribe(subscriber: RedisSubscriber): void {
+    const ready = subscriber.subscribe(WAKE_CHANNEL + this.#id);
+    ready.catch(() => {});
+    this.#ready = ready;
   }
 
   #deliver(subscriber: RedisSubscriber, message: string): void {
@@ -81,7 +104,9 @@ class WakeChannel {
 
   #leave(waiter: string, entry: string, name: string): void {
     if (!this.#waiters.delete(waiter)) return;
-    this.#client.call('LREM', [lockKeys(name)[2], 0, entry]).catch(() => {});
+    // Best effort, never thrown into the waiter's finally (send turns even a throwing client into a
+    // rejection): an entry left behind is skipped by the release script, or its wake passed on (#deliver).
+    send(this.#client, where(this.#client), 'LREM', [lockKeys(name)[2], 0, entry], 5_000).catch(() => {});
     if (this.#waiters.size === 0 && this.#subscriber !== null) {
       this.#subscriber.disconnect();
       this.#subscriber = null;

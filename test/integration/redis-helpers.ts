@@ -51,7 +51,7 @@ export function counting(client: Redis, count: (command: string, args: readonly 
       count(command, args);
       return client.call(command, args);
     },
-    duplicate: () => client.duplicate(),
+    duplicate: (override) => client.duplicate(override),
     options: client.options,
   };
 }

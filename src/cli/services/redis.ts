@@ -170,7 +170,7 @@ const NEEDED_EVENTS = ['K', '$', 'g', 'x'];
  * is refused with the setting to use, rather than watched in silence.
  */
 async function watchQueue(
-  clients: readonly { duplicate(): unknown; call(...args: unknown[]): Promise<unknown> }[],
+  clients: readonly { duplicate(override: { autoResubscribe: false }): unknown; call(...args: unknown[]): Promise<unknown> }[],
   db: number | undefined,
   read: () => Promise<QueueEntry[]>,
   name: string,
@@ -201,23 +201,35 @@ async function watchQueue(
   };
   return followQueue(
     async (changed) => {
-      const subscribers = clients.map((c) => c.duplicate() as Subscriber);
+      // Without ioredis's own resubscribe after a reconnect: its promise has no handler, and
+      // stop() during it would reject it ("Connection is closed.", an unhandled rejection).
+      const subscribers = clients.map((c) => c.duplicate({ autoResubscribe: false }) as Subscriber);
       const lost = new Set<Subscriber>();
+      let stopped = false;
       for (const sub of subscribers) {
         sub.on('error', () => {});
         sub.on('message', changed);
         sub.on('close', () => {
-          if (signal.aborted || lost.has(sub)) return;
+          if (stopped || signal.aborted || lost.has(sub)) return;
           lost.add(sub);
           onChange({ type: 'disconnected', detail: 'the subscription to the lock\'s keyspace events dropped; reconnecting' });
         });
         sub.on('ready', () => {
-          if (!lost.delete(sub)) return;
-          onChange({ type: 'reconnected', detail: 'subscribed to the lock\'s keyspace events again' });
-          changed(); // what changed meanwhile was not seen
+          if (stopped || !lost.has(sub)) return;
+          // Subscribed again, then read: what changed meanwhile was not seen. A failure
+          // (closed again before the server confirmed) waits for the next 'ready'.
+          sub.subscribe(...channels).then(
+            () => {
+              if (stopped || !lost.delete(sub)) return;
+              onChange({ type: 'reconnected', detail: 'subscribed to the lock\'s keyspace events again' });
+              changed();
+            },
+            () => {},
+          );
         });
       }
       const stop = (): void => {
+        stopped = true;
         for (const s of subscribers) s.disconnect();
       };
       try {
