@@ -15,10 +15,20 @@
 // `updated_at` and `previous_token` tell when the mark last rose and what it
 // was before, not when it was last admitted.
 //
+// Only at READ COMMITTED, where every statement of the work takes a fresh
+// snapshot, after the fence row's lock was granted. Under REPEATABLE READ and
+// SERIALIZABLE the transaction's snapshot is taken by the fence statement
+// itself, before it waits for the row: a holder that waited must fail (40001)
+// rather than run its work on a snapshot without the previous holder's
+// commit, and PostgreSQL fails it only if the previous holder wrote the row.
+// So there an equal token rewrites the row as before (previous_token: the
+// token itself, updated_at: now).
+//
 // The three outcomes, told apart by the statement's own answer:
 // - no row: the mark equals the token; the row is locked, not rewritten;
-// - a row whose token is ours: inserted (previous NULL) or advanced (previous:
-//   the mark before);
+// - a row whose token is ours: inserted (previous NULL), advanced (previous:
+//   the mark before) or, under REPEATABLE READ or SERIALIZABLE, equal
+//   (previous: the token);
 // - a row whose token is larger: stale. Its SET leaves every column as it was
 //   (a row version that the caller's ROLLBACK discards) so that RETURNING can
 //   hand back the mark that refused us, read under our lock, with no second
@@ -47,17 +57,18 @@ const MISMATCHED = (resource: string, kind: string, lock: string, sourceKind: st
  * rows of a message of several statements (Kysely).
  */
 function advanceText(resource: string, token: string, kind: string, lock: string, sourceKind: string, sourceId: string, stale: 'row' | 'error'): string {
-  const rose = 'f.token < EXCLUDED.token';
+  // Admitted (advanced, or an equal token rewritten under REPEATABLE READ or SERIALIZABLE).
+  const admitted = 'f.token <= EXCLUDED.token';
   const set = stale === 'row'
     ? `token = GREATEST(f.token, EXCLUDED.token),
-      previous_token = CASE WHEN ${rose} THEN f.token ELSE f.previous_token END,
-      updated_at = CASE WHEN ${rose} THEN now() ELSE f.updated_at END`
-    : `token = CASE WHEN ${rose} THEN EXCLUDED.token END, previous_token = f.token, updated_at = now()`;
+      previous_token = CASE WHEN ${admitted} THEN f.token ELSE f.previous_token END,
+      updated_at = CASE WHEN ${admitted} THEN now() ELSE f.updated_at END`
+    : `token = CASE WHEN ${admitted} THEN EXCLUDED.token END, previous_token = f.token, updated_at = now()`;
   return `INSERT INTO fencekeeper_fences AS f (resource, token, previous_token, updated_at)
 SELECT ${resource}, CASE WHEN NOT ${MISMATCHED(resource, kind, lock, sourceKind, sourceId)} THEN ${token} END, NULL, now()
 ON CONFLICT (resource) DO UPDATE
   SET ${set}
-  WHERE f.token <> EXCLUDED.token
+  WHERE f.token <> EXCLUDED.token OR current_setting('transaction_isolation') <> 'read committed'
 RETURNING f.token::text AS token, f.previous_token::text AS previous`;
 }
 
