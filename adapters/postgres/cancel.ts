@@ -4,7 +4,8 @@
 // second connection; pg.Pool and Kysely both hand out only pooled ones.
 import type { FencingToken, ResolvedFencing } from '../../src/index.js';
 import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type PgPoolClient, type Queryable, type Statement } from './database.js';
-import { advanceCheckedFence, type Advanced } from './fence-row.js';
+import { advanceInTransaction } from './fence-advance.js';
+import type { Advanced } from './fence-row.js';
 import { ABANDON } from './fenced-transaction.js';
 
 const ABORTED: unique symbol = Symbol('aborted');
@@ -55,7 +56,7 @@ export class CancelledWait {
  * connections, and the cancel waits for one of those.
  */
 export function advanceCancellably(db: Database, tx: Queryable, resource: string, fencing: ResolvedFencing, signal: AbortSignal | undefined): Promise<Advanced> {
-  return whileCancellable(db, tx, signal, () => advanceCheckedFence(tx, resource, fencing));
+  return whileCancellable(db, tx, signal, () => advanceInTransaction(tx, resource, fencing));
 }
 
 /**

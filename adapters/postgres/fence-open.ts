@@ -1,41 +1,46 @@
 // Opening a fenced transaction with as few round trips as the driver allows.
 // On a pg client, one:
 //
-//   BEGIN; EXECUTE fencekeeper_fences_advance_<hash>(E'<resource>', <token>::int8); SAVEPOINT fencekeeper_fenced
+//   BEGIN; EXECUTE fencekeeper_fences_advance_<hash>(E'<resource>', <token>::int8, <lock>); SAVEPOINT fencekeeper_fenced
 //
 // as one simple-query message. PostgreSQL runs its statements in order and
 // answers each (node-postgres hands back one result per statement), so the
-// fence statement's row is read from the second answer. A simple-query
-// message carries no parameters: the resource travels as an E'' literal
-// (quoteLiteral) and the token as the digits of a validated bigint.
+// fence statement's answer is read from the second result (fence-advance.ts:
+// no row for a token equal to the mark, the row for one it inserted or
+// advanced, the unchanged row for a stale one). A simple-query message carries
+// no parameters: the resource travels as an E'' literal (quoteLiteral) and the
+// token as the digits of a validated bigint.
 //
 // The fence statement itself is prepared once per connection, with SQL
-// PREPARE, on the first open a connection sees: EXECUTE then skips parsing
-// and planning the upsert on every admission, which a literal upsert would
-// pay on the server each time. PREPARE is not transactional (a rollback
-// keeps it), and the name carries a hash of the text, so a statement found
-// under that name is this one.
+// PREPARE, on the first open a connection sees (with the backend's pid, which
+// the store needs to cancel a statement and which a connection keeps for
+// life): EXECUTE then skips parsing and planning the upsert on every
+// admission. PREPARE is not transactional (a rollback keeps it), and the name
+// carries a hash of the text, so a statement found under that name is this one.
 //
-// A stale token (no row back: the upsert's WHERE refused it, holding the row
-// lock) costs one more message, which reads the mark that refused us under
-// that lock and rolls back: `SELECT ...; ROLLBACK`. Success costs nothing
-// beyond the message that replaced BEGIN.
+// A stale token (the unchanged row back, holding the row lock) costs one more
+// message, ROLLBACK. A mismatched binding aborts the transaction (fence-advance.ts);
+// its message rolls back and reads which binding refused us:
+// `ROLLBACK; SELECT ...`. Success costs nothing beyond the message that
+// replaced BEGIN.
 //
 // On a Kysely transaction (BEGIN already sent by Kysely): the advance and the
 // savepoint in one message, for withFence (see openFencedKysely).
 import { createHash } from 'node:crypto';
 import type { FencingToken, ResolvedFencing, SequencerMismatchError, StaleTokenError } from '../../src/index.js';
-import { rawQuery, readBigint, sqlState, type KyselyExecutor, type PgPoolClient, type PgQueryResult } from './database.js';
+import { rawQuery, sqlState, type KyselyExecutor, type PgPoolClient, type PgQueryResult } from './database.js';
 import { CancelledWait } from './cancel.js';
-import { ADVANCE_CHECKED, FENCE_STATE, advanceOrFail, bindingValues, refusal, refusalFrom, type Advanced } from './fence-row.js';
+import { OPEN_ADVANCE, advanceOrRaise, isRefusalError, outcomeOf } from './fence-advance.js';
+import { FENCE_STATE, bindingValues, refusal, refusalFrom, type Advanced } from './fence-row.js';
 import { OPEN_SAVEPOINT, rollback } from './fenced-transaction.js';
 import { quoteLiteral, tokenLiteral } from './identifiers.js';
 
-const PREPARED_NAME = `fencekeeper_fences_advance_${createHash('sha256').update(ADVANCE_CHECKED).digest('hex').slice(0, 16)}`;
-const PREPARE = `PREPARE ${PREPARED_NAME} (text, int8, text, text, text, text) AS ${ADVANCE_CHECKED}`;
+const PREPARED_NAME = `fencekeeper_fences_advance_${createHash('sha256').update(OPEN_ADVANCE).digest('hex').slice(0, 16)}`;
+const PREPARE = `PREPARE ${PREPARED_NAME} (text, int8, text, text, text, text) AS ${OPEN_ADVANCE}`;
+const PID = 'SELECT pg_backend_pid() AS pid';
 
-/** Connections on which PREPARE has run (pg.Pool hands out the same client object for a connection). */
-const prepared = new WeakSet<PgPoolClient>();
+/** Connections on which PREPARE has run, with their backend's pid (pg.Pool hands out the same client object for a connection). */
+const prepared = new WeakMap<PgPoolClient, number>();
 
 /** Sends a simple-query message and answers every statement's result. */
 export type SendMessage = (text: string) => Promise<PgQueryResult[]>;
@@ -58,8 +63,9 @@ export async function openFenced(client: PgPoolClient, resource: string, fencing
   const resourceLiteral = quoteLiteral(resource);
   const open = `BEGIN; EXECUTE ${PREPARED_NAME}(${resourceLiteral}, ${tokenLiteral(fencing.token)}, ${bindingLiterals(fencing)}); ${OPEN_SAVEPOINT}`;
   for (let attempt = 1; ; attempt += 1) {
+    let pid: number;
     try {
-      await prepare(client);
+      pid = await prepare(client);
     } catch (error) {
       return { ok: false, error, broken: undefined }; // outside a transaction: nothing to roll back
     }
@@ -68,6 +74,7 @@ export async function openFenced(client: PgPoolClient, resource: string, fencing
       answers = await send(open);
     } catch (error) {
       if (error instanceof CancelledWait) throw error;
+      if (isRefusalError(error)) return refuse(client, resource, resourceLiteral, fencing);
       const broken = await rollback(client);
       // The statement is gone from this connection (DEALLOCATE ALL or DISCARD ALL ran on it): prepare it again, once.
       if (sqlState(error) === '26000' && broken === undefined && attempt === 1) {
@@ -76,31 +83,38 @@ export async function openFenced(client: PgPoolClient, resource: string, fencing
       }
       return { ok: false, error, broken };
     }
-    const row = answers[1]?.rows[0] as Record<string, unknown> | undefined;
-    if (row !== undefined) return { ok: true, advanced: { previous: readBigint(row['previous']), pid: Number(row['pid']) } };
-    return refuse(client, resource, resourceLiteral, fencing);
+    const outcome = outcomeOf(resource, fencing, answers[1]?.rows[0] as Record<string, unknown> | undefined);
+    if (outcome.ok) return { ok: true, advanced: { previous: outcome.previous, pid } };
+    // Stale: the row came back unchanged with the mark that refused us, read under our lock.
+    return { ok: false, error: outcome.stale, broken: await rollback(client) };
   }
 }
 
-async function prepare(client: PgPoolClient): Promise<void> {
-  if (prepared.has(client)) return;
+/** PREPARE the fence statement on `client` unless done; answers the backend's pid. */
+async function prepare(client: PgPoolClient): Promise<number> {
+  const known = prepared.get(client);
+  if (known !== undefined) return known;
+  let answers: PgQueryResult[];
   try {
-    await client.query({ text: PREPARE });
+    answers = await sendOn(client)(`${PREPARE}; ${PID}`);
   } catch (error) {
     // 42P05: already prepared under this name (another copy of this module on the same pool): the same text.
     if (sqlState(error) !== '42P05') throw error;
+    answers = [await client.query({ text: PID })];
   }
-  prepared.add(client);
+  const pid = Number((answers[answers.length - 1]?.rows[0] as Record<string, unknown> | undefined)?.['pid']);
+  prepared.set(client, pid);
+  return pid;
 }
 
 /**
- * The refused path: read the mark and the binding that refused us (for a
- * stale token our row lock still holds the mark) and roll back, in one message.
+ * A mismatched binding aborted the transaction: roll back and read the
+ * binding (and the mark) that refused us, in one message.
  */
 async function refuse(client: PgPoolClient, resource: string, resourceLiteral: string, fencing: ResolvedFencing): Promise<Opened> {
   try {
-    const answers = await sendOn(client)(`${FENCE_STATE(resourceLiteral)}; ROLLBACK`);
-    return { ok: false, error: refusalFrom(resource, fencing, answers[0]?.rows[0] as Record<string, unknown> | undefined), broken: undefined };
+    const answers = await sendOn(client)(`ROLLBACK; ${FENCE_STATE(resourceLiteral)}`);
+    return { ok: false, error: refusalFrom(resource, fencing, answers[1]?.rows[0] as Record<string, unknown> | undefined), broken: undefined };
   } catch (error) {
     return { ok: false, error, broken: await rollback(client) };
   }
@@ -121,12 +135,12 @@ function bindingLiterals(fencing: ResolvedFencing): string {
 // Kysely sends BEGIN itself, and hands back no rows for a message of several
 // statements, so the fence statement's answer cannot be read when it travels
 // with the savepoint. withFence needs no row from it, only "refused or not",
-// and an error does come back: this variant of the upsert (advanceOrFail)
-// always updates on conflict, and on a stale token or a mismatched sequencer
-// sets the mark to NULL, which the NOT NULL column refuses (SQLSTATE 23502 on
-// fencekeeper_fences.token; a valid token is never NULL, so nothing else
-// raises it there). The error aborts the transaction, which is rolled back;
-// then the mark and the binding are read.
+// and an error does come back: this variant of the statement (advanceOrRaise)
+// sets the mark to NULL on a stale token, as on a mismatched sequencer, which
+// the NOT NULL column refuses (SQLSTATE 23502 on fencekeeper_fences.token; a
+// valid token is never NULL, so nothing else raises it there). An equal token
+// only locks the row, as on a pg client. The error aborts the transaction,
+// which is rolled back; then the mark and the binding are read.
 
 /**
  * The advance and the savepoint in one message, inside a Kysely transaction
@@ -136,19 +150,14 @@ function bindingLiterals(fencing: ResolvedFencing): string {
 export async function openFencedKysely(trx: KyselyExecutor, resource: string, fencing: ResolvedFencing): Promise<void> {
   const [kind, lock, sourceKind, sourceId] = bindingLiterals(fencing).split(', ') as [string, string, string, string];
   try {
-    await trx.executeQuery(rawQuery(`${advanceOrFail(quoteLiteral(resource), tokenLiteral(fencing.token), kind, lock, sourceKind, sourceId)}; ${OPEN_SAVEPOINT}`, []));
+    await trx.executeQuery(rawQuery(`${advanceOrRaise(quoteLiteral(resource), tokenLiteral(fencing.token), kind, lock, sourceKind, sourceId)}; ${OPEN_SAVEPOINT}`, []));
   } catch (error) {
-    if (isStaleRefusal(error)) throw new StaleRefusal(resource, fencing);
+    if (isRefusalError(error)) throw new StaleRefusal(resource, fencing);
     throw error;
   }
 }
 
-function isStaleRefusal(error: unknown): boolean {
-  const fields = error as { table?: unknown; column?: unknown } | null;
-  return sqlState(error) === '23502' && fields?.table === 'fencekeeper_fences' && fields.column === 'token';
-}
-
-/** A stale token or a mismatched sequencer refused by openFencedKysely; which it was is read once the transaction is gone. */
+/** A stale token or a mismatched sequencer refused in an aborted transaction (openFencedKysely, the store on Kysely); which it was is read once the transaction is gone. */
 export class StaleRefusal {
   constructor(readonly resource: string, readonly fencing: ResolvedFencing) {}
 

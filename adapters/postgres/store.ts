@@ -4,7 +4,8 @@ import { CommitFailedError, InvalidArgumentError, resolveFencing, type FenceAdmi
 import { CancelledWait, advanceCancellably, cancelStatement, connectCancellably, whileCancellable } from './cancel.js';
 import { openFenced, sendOn, type Opened } from './fence-open.js';
 import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type TransactionOf } from './database.js';
-import { currentFence } from './fence-row.js';
+import { isRefusalError } from './fence-advance.js';
+import { currentFence, refusal } from './fence-row.js';
 import { OPEN_SAVEPOINT, ROLL_BACK, abandon, closeFenced, failedClose, keepAfterFailure, rollback, sender, type Ending } from './fenced-transaction.js';
 import { checkResource } from './identifiers.js';
 import { WaitLine } from './wait-line.js';
@@ -161,7 +162,10 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
         throw ROLL_BACK;
       });
       done.catch((error: unknown) => {
-        if (ended === undefined) reject(error instanceof CancelledWait ? error.reason : error);
+        if (ended !== undefined) return;
+        // A mismatched binding aborted the transaction: which binding refused us is read now that it is rolled back.
+        if (isRefusalError(error)) refusal(db, resource, fencing).then(reject, reject);
+        else reject(error instanceof CancelledWait ? error.reason : error);
       });
     });
   }

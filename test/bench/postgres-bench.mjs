@@ -38,8 +38,10 @@ import pg from 'pg';
 
 const adapterPath = process.env.FK_POSTGRES_ADAPTER ?? new URL('../../dist/adapters/postgres/index.js', import.meta.url).href;
 const { migrate, fencedUpdate, withFence } = await import(adapterPath);
-// The fence statement withFence prepares on each connection (fence-open.ts), for the `statements` mode.
-const { ADVANCE_CHECKED } = await import(new URL('fence-row.js', adapterPath).href);
+// The fence statement withFence prepares on each connection (fence-open.ts), for the `statements` mode:
+// fence-advance.js's (an equal token only locks the row), or fence-row.js's in a build from before it.
+const FENCE_STATEMENT = await import(new URL('fence-advance.js', adapterPath).href)
+  .then((m) => m.OPEN_ADVANCE, async () => (await import(new URL('fence-row.js', adapterPath).href)).ADVANCE_CHECKED);
 
 const url = process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test';
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 8);
@@ -82,11 +84,13 @@ const MODES = {
     const client = await pool.connect();
     try {
       if (!prepared.has(client)) {
-        await client.query(`PREPARE bench_fence (text, int8, text, text, text, text) AS ${ADVANCE_CHECKED}`);
+        await client.query(`PREPARE bench_fence (text, int8, text, text, text, text) AS ${FENCE_STATEMENT}`);
         prepared.add(client);
       }
       const opened = await client.query(`BEGIN; EXECUTE bench_fence(E'docs:${id}', ${TOKEN}::int8, NULL::text, NULL::text, NULL::text, NULL::text); SAVEPOINT fencekeeper_fenced`);
-      if (opened[1].rows.length !== 1) throw new Error('the bench\'s fence statement was refused');
+      // Admitted: no row (the equal token, fence-advance.js), or a row carrying our token (the statement before it).
+      const row = opened[1].rows[0];
+      if (row !== undefined && row.token !== undefined && row.token !== String(TOKEN)) throw new Error('the bench\'s fence statement was refused');
       await client.query({ ...UPDATE, values: [body, id] });
       await client.query('SET CONSTRAINTS ALL IMMEDIATE; RELEASE SAVEPOINT fencekeeper_fenced; COMMIT');
     } finally {

@@ -291,6 +291,21 @@ describe.each(FLAVORS)('fencekeeper/postgres hardening with %s', (flavor: Flavor
         expect(await withFence(db, resource, 21n, async () => 'admitted')).toBe('admitted');
         expect(await mark(resource)).toBe(21n);
       });
+
+      it(`withFence under ${isolation}, one token: a holder that waited behind an equal token's holder fails with 40001 too (its snapshot predates that commit)`, async () => {
+        const { db } = on(isolation);
+        const resource = uniqueName('contended_equal');
+        await withFence(db, resource, 20n, async () => 'first');
+        let waited: unknown;
+        await withFence(db, resource, 20n, async (trx: Queryable) => {
+          const holder = await backendPidOf(trx);
+          waited = withFence(db, resource, 20n, async () => 'admitted').catch((e: unknown) => e);
+          await waitForFenceWaiter(admin, holder);
+        });
+        expect(await waited).toMatchObject({ code: '40001' });
+        expect(await withFence(db, resource, 20n, async () => 'admitted')).toBe('admitted');
+        expect(await mark(resource)).toBe(20n);
+      });
     }
   });
 });

@@ -8,8 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import pg from 'pg';
 import { Kysely, PostgresDialect } from 'kysely';
-import { InvalidArgumentError, StaleTokenError, type FencingToken } from '../../src/index.js';
-import { PostgresFenceStore, migrate, withFence, type Database } from '../../adapters/postgres/index.js';
+import { InvalidArgumentError, SequencerMismatchError, StaleTokenError, type FencingToken } from '../../src/index.js';
+import { PostgresFenceStore, bindFence, migrate, withFence, type Database } from '../../adapters/postgres/index.js';
 import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName, type TestDatabase } from './postgres-helpers.js';
 
 /**
@@ -91,8 +91,8 @@ async function messagesOf(body: () => Promise<unknown>): Promise<{ sent: string[
 const OPEN = /^BEGIN; EXECUTE fencekeeper_fences_advance_[0-9a-f]+\(E'.*', \d+::int8, (NULL::text|E'.*'::text), .*\); SAVEPOINT fencekeeper_fenced$/s;
 const CLOSE = 'SET CONSTRAINTS ALL IMMEDIATE; RELEASE SAVEPOINT fencekeeper_fenced; COMMIT';
 const KYSELY_OPEN = /^INSERT INTO fencekeeper_fences AS f .*SELECT E'.*', CASE WHEN NOT EXISTS .*fencekeeper_fence_bindings.* THEN \d+::int8 END, NULL, now\(\).*; SAVEPOINT fencekeeper_fenced$/s;
-// The mark and the fence's binding, read in one statement, and the rollback.
-const REFUSE = /^SELECT \(SELECT token::text FROM fencekeeper_fences WHERE resource = E'.*'\) AS token,.*LEFT JOIN fencekeeper_fence_bindings b ON b.resource = E'.*'; ROLLBACK$/s;
+// A mismatched binding aborted the open: the rollback, and the mark and the fence's binding read in one statement.
+const REFUSE = /^ROLLBACK; SELECT \(SELECT token::text FROM fencekeeper_fences WHERE resource = E'.*'\) AS token,.*LEFT JOIN fencekeeper_fence_bindings b ON b.resource = E'.*'$/s;
 const WORK = 'UPDATE docs SET body = body WHERE id = 1';
 const work = (client: pg.PoolClient) => client.query(WORK);
 
@@ -116,15 +116,13 @@ describe('round trips (pg.Pool; Kysely as far as its API allows)', () => {
     expect(await mark('trip:withFence')).toBe(20n);
   });
 
-  it('withFence with a stale token: the open and one message that reads the mark and rolls back; the work never runs', async () => {
+  it('withFence with a stale token: the open (whose answer carries the mark) and ROLLBACK; the work never runs', async () => {
     let ran = false;
     const { sent, error } = await messagesOf(() => withFence(db, 'trip:withFence', 19n, async () => { ran = true; }));
     expect(error).toBeInstanceOf(StaleTokenError);
     expect((error as StaleTokenError).current).toBe(20n);
     expect(ran).toBe(false);
-    expect(sent).toHaveLength(2);
-    expect(sent[0]).toMatch(OPEN);
-    expect(sent[1]).toMatch(REFUSE);
+    expect(sent).toEqual([expect.stringMatching(OPEN), 'ROLLBACK']);
     expect(await mark('trip:withFence')).toBe(20n);
     // Rolled back: the connection is usable and outside a transaction.
     expect((await pool.query<{ status: string }>(`SELECT CASE WHEN now() = statement_timestamp() THEN 'outside' ELSE 'inside' END AS status`)).rows[0]?.status).toBe('outside');
@@ -143,7 +141,23 @@ describe('round trips (pg.Pool; Kysely as far as its API allows)', () => {
     const stale = await messagesOf(() => store.admit('trip:store', 29n));
     expect(stale.error).toBeInstanceOf(StaleTokenError);
     expect((stale.error as StaleTokenError).current).toBe(30n);
-    expect(stale.sent).toEqual([expect.stringMatching(OPEN), expect.stringMatching(REFUSE)]);
+    expect(stale.sent).toEqual([expect.stringMatching(OPEN), 'ROLLBACK']);
+  });
+
+  it('a bound fence and a bare token: the open, then one message that rolls back and reads the binding; nothing changes', async () => {
+    await withFence(db, 'trip:bound', 60n, work);
+    await bindFence(pool, 'trip:bound', { kind: 'lock', lock: 'trip/bound', source: { kind: 'zookeeper', id: 'trip' } });
+    let ran = false;
+    const { sent, error } = await messagesOf(() => withFence(db, 'trip:bound', 61n, async () => { ran = true; }));
+    expect(error).toBeInstanceOf(SequencerMismatchError);
+    expect(ran).toBe(false);
+    expect(sent).toEqual([expect.stringMatching(OPEN), expect.stringMatching(REFUSE)]);
+    expect(await mark('trip:bound')).toBe(60n);
+    const store = new PostgresFenceStore(db);
+    const refused = await messagesOf(() => store.admit('trip:bound', 62n));
+    expect(refused.error).toBeInstanceOf(SequencerMismatchError);
+    expect(refused.sent).toEqual([expect.stringMatching(OPEN), expect.stringMatching(REFUSE)]);
+    expect(await mark('trip:bound')).toBe(60n);
   });
 
   it('withFence on Kysely: its own BEGIN, the advance with the savepoint, the work, the close, its own COMMIT', async () => {

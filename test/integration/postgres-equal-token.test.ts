@@ -1,0 +1,144 @@
+// The equal-token path of withFence and PostgresFenceStore (fence-advance.ts):
+// a token equal to the mark locks the fence row without rewriting it (its
+// xmin, previous_token and updated_at stay), and holders are still
+// serialized on it (a concurrent writer waits, a NOWAIT lock fails); a stale
+// token is refused carrying the mark and leaves the row as it was; a larger
+// one advances it (previous_token: the mark before, updated_at moves). On a
+// pg.Pool and on Kysely.
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { StaleTokenError, type FencingToken } from '../../src/index.js';
+import { PostgresFenceStore, migrate, withFence, type Database } from '../../adapters/postgres/index.js';
+import { DATABASE_URL, FLAVORS, backendPidOf, createSchema, dropSchema, newKysely, newPool, uniqueName, waitForFenceWaiter, type Flavor } from './postgres-helpers.js';
+import type { Kysely } from 'kysely';
+
+const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 2 });
+const schema = uniqueName('fk_pgequal');
+let pool: pg.Pool;
+let probe: pg.Pool;
+let kysely: Kysely<never>;
+const dbOf = (flavor: Flavor): Database => (flavor === 'pg' ? pool : (kysely as unknown as Database));
+
+beforeAll(async () => {
+  await createSchema(admin, schema);
+  pool = newPool(schema, uniqueName('fk_pgequal'), 6);
+  probe = newPool(schema, uniqueName('fk_pgequal_probe'), 2);
+  kysely = newKysely(pool) as unknown as Kysely<never>;
+  await migrate(pool);
+});
+
+afterAll(async () => {
+  await kysely.destroy(); // ends `pool`
+  await probe.end();
+  await dropSchema(admin, schema);
+  await admin.end();
+});
+
+interface RowState { readonly xmin: string; readonly token: FencingToken; readonly previous: FencingToken | null; readonly updatedAt: number }
+
+async function rowOf(resource: string): Promise<RowState> {
+  const { rows } = await probe.query<{ xmin: string; token: string; previous: string | null; updated_at: string }>(
+    'SELECT xmin::text AS xmin, token::text AS token, previous_token::text AS previous, extract(epoch FROM updated_at)::text AS updated_at FROM fencekeeper_fences WHERE resource = $1',
+    [resource],
+  );
+  const row = rows[0];
+  if (row === undefined) throw new Error(`no fence row for ${resource}`);
+  return { xmin: row.xmin, token: BigInt(row.token), previous: row.previous === null ? null : BigInt(row.previous), updatedAt: Number(row.updated_at) };
+}
+
+/** Whether another session can lock the fence row right now (false: someone holds it). */
+async function lockable(resource: string): Promise<boolean> {
+  const client = await probe.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('SELECT 1 FROM fencekeeper_fences WHERE resource = $1 FOR UPDATE NOWAIT', [resource]);
+    return true;
+  } catch (error) {
+    if ((error as { code?: string }).code === '55P03') return false;
+    throw error;
+  } finally {
+    await client.query('ROLLBACK');
+    client.release();
+  }
+}
+
+/**
+ * Runs a fenced transaction with `token` through `how` (withFence or a store
+ * admission); `during` runs while it holds the fence, with its backend pid.
+ */
+type Fenced = (db: Database, resource: string, token: FencingToken, during: (pid: number) => Promise<void>) => Promise<{ previous: FencingToken | null | undefined }>;
+
+const HOW: Record<'withFence' | 'PostgresFenceStore', Fenced> = {
+  withFence: async (db, resource, token, during) => {
+    await withFence(db, resource, token, async (trx) => during(await backendPidOf(trx as never)));
+    return { previous: undefined };
+  },
+  PostgresFenceStore: async (db, resource, token, during) => {
+    const admission = await new PostgresFenceStore(db).admit(resource, token);
+    try {
+      await during(await backendPidOf(admission.transaction as never));
+    } catch (error) {
+      await admission.abort();
+      throw error;
+    }
+    await admission.commit();
+    return { previous: admission.previous };
+  },
+};
+
+describe.each(FLAVORS)('the equal-token path (%s)', (flavor) => {
+  describe.each(Object.keys(HOW) as (keyof typeof HOW)[])('%s', (how) => {
+    const fence = HOW[how];
+    const resource = `equal:${flavor}:${how}`;
+    const nothing = async (): Promise<void> => undefined;
+
+    it('an equal token locks the row without rewriting it, and a concurrent holder waits for it', async () => {
+      await fence(dbOf(flavor), resource, 5n, nothing);
+      const before = await rowOf(resource);
+      expect(before.token).toBe(5n);
+
+      const order: string[] = [];
+      let second: Promise<unknown> | undefined;
+      const first = await fence(dbOf(flavor), resource, 5n, async (pid) => {
+        // Held: another session cannot lock the row...
+        expect(await lockable(resource)).toBe(false);
+        // ...and a second holder with the same token waits on it until we commit.
+        second = fence(dbOf(flavor), resource, 5n, async () => { order.push('second'); });
+        await waitForFenceWaiter(admin, pid);
+        order.push('first');
+      });
+      await second;
+      expect(order).toEqual(['first', 'second']);
+      if (how === 'PostgresFenceStore') expect(first.previous).toBe(5n);
+
+      const after = await rowOf(resource);
+      expect(after).toEqual(before); // the same tuple version: xmin, previous_token and updated_at unchanged
+      expect(await lockable(resource)).toBe(true);
+    });
+
+    it('a stale token is refused with the mark and leaves the row as it was', async () => {
+      const before = await rowOf(resource);
+      let ran = false;
+      const refused = await fence(dbOf(flavor), resource, 4n, async () => { ran = true; }).then(() => undefined, (error: unknown) => error);
+      expect(refused).toBeInstanceOf(StaleTokenError);
+      expect((refused as StaleTokenError).current).toBe(5n);
+      expect(ran).toBe(false);
+      expect(await rowOf(resource)).toEqual(before);
+      expect(await lockable(resource)).toBe(true);
+    });
+
+    it('a larger token advances the mark: a new row version, previous_token the mark before, updated_at moved', async () => {
+      const before = await rowOf(resource);
+      const advanced = await fence(dbOf(flavor), resource, 9n, nothing);
+      if (how === 'PostgresFenceStore') expect(advanced.previous).toBe(5n);
+      const after = await rowOf(resource);
+      expect(after.token).toBe(9n);
+      expect(after.previous).toBe(5n);
+      expect(after.xmin).not.toBe(before.xmin);
+      expect(after.updatedAt).toBeGreaterThan(before.updatedAt);
+      // The equal token again: the advance's row stays as it is.
+      await fence(dbOf(flavor), resource, 9n, nothing);
+      expect(await rowOf(resource)).toEqual(after);
+    });
+  });
+});
