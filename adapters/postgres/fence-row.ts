@@ -54,52 +54,9 @@ export async function currentFence(db: Queryable, resource: string): Promise<Fen
   return readBigint(rows[0]?.['token']);
 }
 
-// The advance that opens a fenced transaction, checked against the fence's
-// binding (fencekeeper_fence_bindings, migration 006) in the same statement.
-// $3..$6 are the presented sequencer's kind, lock, source kind and source id,
-// all NULL for a bare token. The row to insert is produced only when the
-// fence is unbound, or bound to exactly that lock: otherwise nothing is
-// inserted or updated, no row lock is taken, and no row comes back, as for a
-// stale token (the refusal then reads which it was). A fence that was never
-// bound has no binding row, so bare tokens pass there as before.
-const MISMATCHED = (resource: string, kind: string, lock: string, sourceKind: string, sourceId: string): string => `EXISTS (
-  SELECT 1 FROM fencekeeper_fence_bindings b
-  WHERE b.resource = ${resource}
-    AND (${kind} IS NULL OR (b.kind, b.lock, b.source_kind, b.source_id) IS DISTINCT FROM (${kind}, ${lock}, ${sourceKind}, ${sourceId})))`;
-
-export const ADVANCE_CHECKED = `INSERT INTO fencekeeper_fences AS f (resource, token, previous_token, updated_at)
-SELECT $1::text, $2::int8, NULL, now()
-WHERE NOT ${MISMATCHED('$1::text', '$3::text', '$4::text', '$5::text', '$6::text')}
-ON CONFLICT (resource) DO UPDATE
-  SET token = EXCLUDED.token, previous_token = f.token, updated_at = now()
-  WHERE f.token <= EXCLUDED.token
-RETURNING f.previous_token::text AS previous, pg_backend_pid() AS pid`;
-
-/**
- * The variant for a message of several statements, whose rows cannot be
- * read (Kysely): a refusal must raise an error instead. A stale token or a
- * mismatched sequencer sets the mark to NULL, which the NOT NULL column
- * refuses (SQLSTATE 23502 on fencekeeper_fences.token); the refusal then
- * reads which it was once the transaction is rolled back.
- */
-export function advanceOrFail(resource: string, token: string, kind: string, lock: string, sourceKind: string, sourceId: string): string {
-  return `INSERT INTO fencekeeper_fences AS f (resource, token, previous_token, updated_at)
-SELECT ${resource}, CASE WHEN NOT ${MISMATCHED(resource, kind, lock, sourceKind, sourceId)} THEN ${token} END, NULL, now()
-ON CONFLICT (resource) DO UPDATE
-  SET token = CASE WHEN f.token <= EXCLUDED.token THEN EXCLUDED.token END, previous_token = f.token, updated_at = now()`;
-}
-
-/** The presented lock as the four binding parameters ($3..$6 of ADVANCE_CHECKED), NULL for a bare token. */
+/** The presented lock as the four binding parameters of the checked advance (./fence-advance.ts), NULL for a bare token. */
 export function bindingValues(presented: Sequencer | null): [string | null, string | null, string | null, string | null] {
   return presented === null ? [null, null, null, null] : [presented.kind, presented.name, presented.source.kind, presented.source.id];
-}
-
-/** Advance the fence, checked against its binding, inside the caller's transaction (as advanceFence). */
-export async function advanceCheckedFence(tx: Queryable, resource: string, fencing: ResolvedFencing): Promise<Advanced> {
-  const { rows } = await run(tx, { text: ADVANCE_CHECKED, values: [resource, formatToken(fencing.token), ...bindingValues(fencing.sequencer)], prepared: true });
-  const row = rows[0];
-  if (row === undefined) throw await refusal(tx, resource, fencing);
-  return { previous: readBigint(row['previous']), pid: Number(row['pid']) };
 }
 
 /** The mark and the binding of a fence, read in one statement. */

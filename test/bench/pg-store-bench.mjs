@@ -84,8 +84,8 @@ async function measure() {
   const { default: autocannon } = await import('autocannon');
   const { default: pg } = await import('pg');
   const { migrate } = await import('../../dist/adapters/postgres/index.js');
-  // The very text the store prepares on each of its connections.
-  const { ADVANCE } = await import('../../dist/adapters/postgres/fence-row.js');
+  // The very text the store prepares on each of its connections (fence-open.ts).
+  const { OPEN_ADVANCE } = await import('../../dist/adapters/postgres/fence-advance.js');
   const run = promisify(execFile);
   const delay = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
   const TICK_MS = 10; // USER_HZ is 100 on Linux
@@ -128,13 +128,13 @@ async function measure() {
 
     // pgbench scripts. Each client prepares the upsert once (PREPARE is per
     // connection, like the store's), then runs the transaction as many times as it can.
-    const prepare = `\\if :prepped = 0\nPREPARE adv (text, int8) AS ${ADVANCE.replaceAll('\n', ' ')};\n\\set prepped 1\n\\endif\n`;
-    const open = (resource) => `BEGIN \\; EXECUTE adv(E'${resource}', ${TOKEN}::int8) \\; SAVEPOINT fencekeeper_fenced`;
+    const prepare = `\\if :prepped = 0\nPREPARE adv (text, int8, text, text, text, text) AS ${OPEN_ADVANCE.replaceAll('\n', ' ')};\n\\set prepped 1\n\\endif\n`;
+    const open = (resource) => `BEGIN \\; EXECUTE adv(E'${resource}', ${TOKEN}::int8, NULL, NULL, NULL, NULL) \\; SAVEPOINT fencekeeper_fenced`;
     const close = 'SET CONSTRAINTS ALL IMMEDIATE \\; RELEASE SAVEPOINT fencekeeper_fenced \\; COMMIT';
     const scripts = {
       'two messages (as the store sends them)': `${prepare}${open('bench-hot')};\n${close};\n`,
       'one message': `${prepare}${open('bench-hot')} \\; ${close};\n`,
-      'four messages (as before)': `${prepare}BEGIN;\nEXECUTE adv(E'bench-hot', ${TOKEN}::int8);\nSAVEPOINT fencekeeper_fenced;\n${close};\n`,
+      'four messages (as before)': `${prepare}BEGIN;\nEXECUTE adv(E'bench-hot', ${TOKEN}::int8, NULL, NULL, NULL, NULL);\nSAVEPOINT fencekeeper_fenced;\n${close};\n`,
       'two messages, 64 rows': `\\set r random(1, ${RESOURCES})\n${prepare}${open('bench-many-:r')};\n${close};\n`,
     };
     const files = Object.fromEntries(Object.entries(scripts).map(([name, text], i) => {
