@@ -22,11 +22,11 @@
 // operation (the pool's server backends from /proc when the server is local,
 // and this process), which swings far less than throughput on a busy machine.
 // A script that prints figures: nothing asserts on time.
-import { readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
+import { backendCpuMs } from './server-cpu.mjs';
 
 const adapterPath = process.env.FK_POSTGRES_ADAPTER ?? new URL('../../dist/adapters/postgres/index.js', import.meta.url).href;
 const current = await import(adapterPath);
@@ -77,28 +77,13 @@ try {
   }
   await pool.query('VACUUM ANALYZE fencekeeper_table_bindings');
 
-  const clients = await Promise.all(Array.from({ length: connections }, () => pool.connect()));
-  const pids = await Promise.all(clients.map(async (c) => (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid));
-  for (const c of clients) c.release();
-  const serverTicks = () => {
-    let ticks = 0;
-    for (const pid of pids) {
-      try {
-        const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-        ticks += Number(fields[11]) + Number(fields[12]); // utime + stime
-      } catch {
-        return Number.NaN; // the server is not on this machine
-      }
-    }
-    return ticks;
-  };
-  const TICK_MS = 10; // USER_HZ is 100 on Linux
+  const serverMs = await backendCpuMs(pool, connections);
 
   const totals = Object.fromEntries(Object.keys(MODES).map((name) => [name, { ops: 0, ms: 0, serverMs: 0, clientMs: 0, rounds: [] }]));
   const block = async (name, ms, record) => {
     const op = MODES[name];
     const deadline = performance.now() + ms;
-    const ticks0 = serverTicks();
+    const server0 = serverMs();
     const cpu0 = process.cpuUsage();
     const start = performance.now();
     let done = 0;
@@ -114,7 +99,7 @@ try {
     const total = totals[name];
     total.ops += done;
     total.ms += elapsed;
-    total.serverMs += (serverTicks() - ticks0) * TICK_MS;
+    total.serverMs += serverMs() - server0;
     total.clientMs += (cpu.user + cpu.system) / 1000;
     total.rounds.push(done / elapsed);
   };

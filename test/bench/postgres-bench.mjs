@@ -31,10 +31,10 @@
 // Only the pg.Pool path is measured here; PostgresFenceStore's figures are in
 // pg-store-bench.mjs.
 // A script that prints figures: nothing asserts on time.
-import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
+import { backendCpuMs } from './server-cpu.mjs';
 
 const adapterPath = process.env.FK_POSTGRES_ADAPTER ?? new URL('../../dist/adapters/postgres/index.js', import.meta.url).href;
 const { migrate, fencedUpdate, withFence } = await import(adapterPath);
@@ -108,29 +108,13 @@ try {
   await pool.query('VACUUM ANALYZE docs');
   await pool.query('VACUUM ANALYZE fencekeeper_fences');
 
-  // The pool's backends: check every connection out at once to learn their pids.
-  const clients = await Promise.all(Array.from({ length: connections }, () => pool.connect()));
-  const pids = await Promise.all(clients.map(async (c) => (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid));
-  for (const c of clients) c.release();
-  const serverTicks = () => {
-    let ticks = 0;
-    for (const pid of pids) {
-      try {
-        const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
-        ticks += Number(fields[11]) + Number(fields[12]); // utime + stime (fields 14 and 15)
-      } catch {
-        return Number.NaN; // the server is not on this machine
-      }
-    }
-    return ticks;
-  };
-  const TICK_MS = 10; // USER_HZ is 100 on Linux
+  const serverMs = await backendCpuMs(pool, connections);
 
   const totals = Object.fromEntries(Object.keys(MODES).map((name) => [name, { ops: 0, ms: 0, latencies: [], serverMs: 0, clientMs: 0, rounds: [] }]));
   const block = async (name, ms, record) => {
     const op = MODES[name];
     const deadline = performance.now() + ms;
-    const ticks0 = serverTicks();
+    const server0 = serverMs();
     const cpu0 = process.cpuUsage();
     const start = performance.now();
     let ops = 0;
@@ -149,7 +133,7 @@ try {
       const total = totals[name];
       total.ops += ops;
       total.ms += elapsed;
-      total.serverMs += (serverTicks() - ticks0) * TICK_MS;
+      total.serverMs += serverMs() - server0;
       total.clientMs += (cpu.user + cpu.system) / 1000;
       total.rounds.push(ops / elapsed);
       for (const latency of latencies) total.latencies.push(latency);
