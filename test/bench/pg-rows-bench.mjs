@@ -24,9 +24,8 @@
 // A script that prints figures: nothing asserts on time.
 import { loadavg } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { backendCpuMs } from './server-cpu.mjs';
+import { measureModes } from './pg-rounds.mjs';
 
 const adapterPath = process.env.FK_POSTGRES_ADAPTER ?? new URL('../../dist/adapters/postgres/index.js', import.meta.url).href;
 const current = await import(adapterPath);
@@ -77,39 +76,7 @@ try {
   }
   await pool.query('VACUUM ANALYZE fencekeeper_table_bindings');
 
-  const serverMs = await backendCpuMs(pool, connections);
-
-  const totals = Object.fromEntries(Object.keys(MODES).map((name) => [name, { ops: 0, ms: 0, serverMs: 0, clientMs: 0, rounds: [] }]));
-  const block = async (name, ms, record) => {
-    const op = MODES[name];
-    const deadline = performance.now() + ms;
-    const server0 = serverMs();
-    const cpu0 = process.cpuUsage();
-    const start = performance.now();
-    let done = 0;
-    await Promise.all(Array.from({ length: connections }, async () => {
-      while (performance.now() < deadline) {
-        await op(randomId(), `b${done}`);
-        done += 1;
-      }
-    }));
-    if (!record) return;
-    const elapsed = performance.now() - start;
-    const cpu = process.cpuUsage(cpu0);
-    const total = totals[name];
-    total.ops += done;
-    total.ms += elapsed;
-    total.serverMs += serverMs() - server0;
-    total.clientMs += (cpu.user + cpu.system) / 1000;
-    total.rounds.push(done / elapsed);
-  };
-
-  const names = Object.keys(MODES);
-  for (const name of names) await block(name, 500, false); // warm up: connections, plans, caches
-  const loadBefore = loadavg();
-  for (let round = 0; round < rounds; round += 1) {
-    for (let i = 0; i < names.length; i += 1) await block(names[(i + round) % names.length], seconds * 1000, true);
-  }
+  const { totals, loadBefore } = await measureModes(pool, { modes: MODES, connections, rounds, seconds, randomId });
 
   const { rows: [{ server_version: version }] } = await pool.query('SHOW server_version');
   console.log(`PostgreSQL ${version}, ${connections} connections, ${rounds} rounds x ${seconds}s per mode, ${rowCount} rows per table`);

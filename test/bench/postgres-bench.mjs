@@ -32,9 +32,8 @@
 // pg-store-bench.mjs.
 // A script that prints figures: nothing asserts on time.
 import { randomBytes } from 'node:crypto';
-import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { backendCpuMs } from './server-cpu.mjs';
+import { measureModes } from './pg-rounds.mjs';
 
 const adapterPath = process.env.FK_POSTGRES_ADAPTER ?? new URL('../../dist/adapters/postgres/index.js', import.meta.url).href;
 const { migrate, fencedUpdate, withFence } = await import(adapterPath);
@@ -108,44 +107,7 @@ try {
   await pool.query('VACUUM ANALYZE docs');
   await pool.query('VACUUM ANALYZE fencekeeper_fences');
 
-  const serverMs = await backendCpuMs(pool, connections);
-
-  const totals = Object.fromEntries(Object.keys(MODES).map((name) => [name, { ops: 0, ms: 0, latencies: [], serverMs: 0, clientMs: 0, rounds: [] }]));
-  const block = async (name, ms, record) => {
-    const op = MODES[name];
-    const deadline = performance.now() + ms;
-    const server0 = serverMs();
-    const cpu0 = process.cpuUsage();
-    const start = performance.now();
-    let ops = 0;
-    const latencies = [];
-    await Promise.all(Array.from({ length: connections }, async () => {
-      while (performance.now() < deadline) {
-        const t0 = performance.now();
-        await op(randomId(), `b${ops}`);
-        latencies.push(performance.now() - t0);
-        ops += 1;
-      }
-    }));
-    if (record) {
-      const elapsed = performance.now() - start;
-      const cpu = process.cpuUsage(cpu0);
-      const total = totals[name];
-      total.ops += ops;
-      total.ms += elapsed;
-      total.serverMs += serverMs() - server0;
-      total.clientMs += (cpu.user + cpu.system) / 1000;
-      total.rounds.push(ops / elapsed);
-      for (const latency of latencies) total.latencies.push(latency);
-    }
-  };
-
-  for (const name of Object.keys(MODES)) await block(name, 500, false); // warm up: connections, plans, caches
-  const names = Object.keys(MODES);
-  for (let round = 0; round < rounds; round += 1) {
-    // Rotate the starting mode each round.
-    for (let i = 0; i < names.length; i += 1) await block(names[(i + round) % names.length], seconds * 1000, true);
-  }
+  const { totals } = await measureModes(pool, { modes: MODES, connections, rounds, seconds, randomId });
 
   const summary = {};
   for (const [name, total] of Object.entries(totals)) {
