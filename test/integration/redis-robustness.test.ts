@@ -11,12 +11,13 @@
 // "Connection is closed.".
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { acquireLock } from '../../adapters/redis/index.js';
 import { PrivateRedis } from '../helpers/private-redis.js';
 import { client, redlockStress, waiterLeavesDuringResubscribe, watcherStopsDuringResubscribe } from '../helpers/redis-robustness.js';
 import { lockKeys } from '../../adapters/redis/scripts.js';
 import { uniqueLockName } from '../helpers/unique.js';
+import { countUnhandledRejections } from '../helpers/unhandled.js';
 import { until } from '../helpers/wait.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -35,26 +36,14 @@ afterAll(async () => {
   await Promise.all([single, ...redlock].filter(Boolean).map((n) => n.stop()));
 });
 
-// Counted here as well as by vitest (which fails the run on one): the assertion names it.
-const unhandled: unknown[] = [];
-const count = (reason: unknown): void => {
-  unhandled.push(reason);
-};
-beforeEach(() => {
-  unhandled.length = 0;
-  process.on('unhandledRejection', count);
-});
-afterEach(() => {
-  process.off('unhandledRejection', count);
-});
-const messages = (): string[] => unhandled.map((r) => String((r as Error)?.message ?? r));
+const unhandled = countUnhandledRejections();
 
 describe('faults while subscribers resubscribe', () => {
   it('a waiter gives up while its subscriber resubscribes to a paused node: no unhandled rejection, and a release wakes the next waiter after another reconnect', async () => {
     const result = await waiterLeavesDuringResubscribe(single);
     expect(result.pausedAtResubscribe).toBe(true); // the fault happened where it hurts
     expect((result.gaveUpWith as Error).name).toBe('AbortError');
-    expect(messages()).toEqual([]);
+    expect(unhandled.messages()).toEqual([]);
     // woken by the release (the holder's TTL is a minute, the waiter's limit 20 s): subscribed again after the cut
     expect(result.wokenAfter).toBe(true);
   }, 60_000);
@@ -63,7 +52,7 @@ describe('faults while subscribers resubscribe', () => {
     const result = await watcherStopsDuringResubscribe(single);
     expect(result.pausedAtResubscribe).toBe(true);
     expect(result.events.map((e) => e.type)).toEqual(['queue', 'disconnected']); // never "reconnected": the resubscribe was not confirmed
-    expect(messages()).toEqual([]);
+    expect(unhandled.messages()).toEqual([]);
     // After a cut: told of it, subscribed again (by us, not ioredis), and a grant after that is shown.
     // (the release after it may add one more listing before the watch ends)
     expect(result.afterResume.map((e) => e.type).slice(0, 4)).toEqual(['queue', 'disconnected', 'reconnected', 'queue']);
@@ -89,7 +78,7 @@ describe('faults while subscribers resubscribe', () => {
 describe('Redlock on three private nodes under random faults', () => {
   it('pauses (some at a resubscribe), SIGKILLs with restarts from the AOF, and cuts: no unhandled rejection, tokens increase, and locks work after', async () => {
     const figures = await redlockStress(redlock, Number(process.env.FK_ROBUSTNESS_MS ?? 15_000));
-    expect(messages()).toEqual([]);
+    expect(unhandled.messages()).toEqual([]);
     for (let i = 1; i < figures.tokens.length; i++) expect(figures.tokens[i]! > figures.tokens[i - 1]!, `grant ${i}`).toBe(true);
     // The faults happened, every kind.
     expect(figures.faults.pause).toBeGreaterThan(0);

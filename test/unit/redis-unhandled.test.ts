@@ -5,22 +5,13 @@
 // nobody handles: test/integration/redis-robustness.test.ts shows it on a
 // real paused node). Unhandled rejections are counted; vitest fails on one too.
 import { EventEmitter } from 'node:events';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ConnectionLossError } from '../../src/errors.js';
 import { NodeTimeoutError, send, type RedisClient, type RedisSubscriber } from '../../adapters/redis/client.js';
 import { wakeChannel } from '../../adapters/redis/wake.js';
+import { countUnhandledRejections } from '../helpers/unhandled.js';
 
-const unhandled: unknown[] = [];
-const count = (reason: unknown): void => {
-  unhandled.push(reason);
-};
-beforeEach(() => {
-  unhandled.length = 0;
-  process.on('unhandledRejection', count);
-});
-afterEach(() => {
-  process.off('unhandledRejection', count);
-});
+const unhandled = countUnhandledRejections();
 const settle = (): Promise<void> => new Promise((r) => setTimeout(r, 20));
 
 describe('send', () => {
@@ -32,7 +23,7 @@ describe('send', () => {
     expect((error as ConnectionLossError).code).toBe('CONNECTION_LOSS');
     fail(new Error('Connection is closed.'));
     await settle();
-    expect(unhandled).toEqual([]);
+    expect(unhandled.reasons).toEqual([]);
   });
 
   it('a client whose call throws: ConnectionLossError with the cause, no timer left to fire', async () => {
@@ -49,7 +40,7 @@ describe('send', () => {
     expect((error as Error).message).toBe('Redis at h:1: Connection is closed.');
     expect((error as Error).cause).toBe(thrown);
     await settle();
-    expect(unhandled).toEqual([]);
+    expect(unhandled.reasons).toEqual([]);
   });
 });
 
@@ -93,7 +84,7 @@ describe('the wake subscriber', () => {
     ticket.leave();
     expect(subscriber.disconnected).toBe(true);
     await settle();
-    expect(unhandled).toEqual([]);
+    expect(unhandled.reasons).toEqual([]);
   });
 
   it('a ready without a lost connection before it (the first one) subscribes nothing more', async () => {
@@ -105,6 +96,6 @@ describe('the wake subscriber', () => {
     subscriber.subscribes.shift()!.resolve();
     (await joining).leave();
     await settle();
-    expect(unhandled).toEqual([]);
+    expect(unhandled.reasons).toEqual([]);
   });
 });
