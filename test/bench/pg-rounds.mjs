@@ -46,3 +46,30 @@ export async function measureModes(pool, { modes, connections, rounds, seconds, 
   }
   return { totals, loadBefore };
 }
+
+/** Per mode: tx/s, latency p50/p99 (ms), server and client CPU per operation (µs), each round's rate. */
+export function summarize(totals) {
+  const summary = {};
+  for (const [name, total] of Object.entries(totals)) {
+    const sorted = [...total.latencies].sort((a, b) => a - b);
+    const at = (q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+    summary[name] = {
+      tps: total.ops / (total.ms / 1000), p50: at(0.5), p99: at(0.99), ops: total.ops,
+      serverUs: (total.serverMs * 1000) / total.ops, clientUs: (total.clientMs * 1000) / total.ops, rounds: total.rounds,
+    };
+  }
+  return summary;
+}
+
+const median = (values) => {
+  const v = [...values].sort((a, b) => a - b);
+  return v[Math.floor(v.length / 2)];
+};
+
+/** Mode a against mode b of one summary: overall, the median of the same-round ratios, and by CPU per operation. */
+export function ratioText(summary, a, b) {
+  const total = summary[a].tps / summary[b].tps;
+  const perRound = median(summary[a].rounds.map((r, i) => r / summary[b].rounds[i]));
+  const cpu = (summary[b].serverUs + summary[b].clientUs) / (summary[a].serverUs + summary[a].clientUs);
+  return `${total.toFixed(3)}x overall, ${perRound.toFixed(3)}x median per round, ${cpu.toFixed(3)}x by CPU per op`;
+}

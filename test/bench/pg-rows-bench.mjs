@@ -25,7 +25,7 @@
 import { loadavg } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { measureModes } from './pg-rounds.mjs';
+import { measureModes, ratioText, summarize } from './pg-rounds.mjs';
 
 const adapterPath = process.env.FK_POSTGRES_ADAPTER ?? new URL('../../dist/adapters/postgres/index.js', import.meta.url).href;
 const current = await import(adapterPath);
@@ -81,19 +81,11 @@ try {
   const { rows: [{ server_version: version }] } = await pool.query('SHOW server_version');
   console.log(`PostgreSQL ${version}, ${connections} connections, ${rounds} rounds x ${seconds}s per mode, ${rowCount} rows per table`);
   console.log('mode                    tx/s   server CPU us/op   client CPU us/op   ops');
-  const summary = {};
-  for (const [name, t] of Object.entries(totals)) {
-    summary[name] = { tps: t.ops / (t.ms / 1000), serverUs: (t.serverMs * 1000) / t.ops, clientUs: (t.clientMs * 1000) / t.ops, rounds: t.rounds, ops: t.ops };
-    const s = summary[name];
+  const summary = summarize(totals);
+  for (const [name, s] of Object.entries(summary)) {
     console.log(`${name.padEnd(22)} ${s.tps.toFixed(0).padStart(6)}   ${s.serverUs.toFixed(1).padStart(16)}   ${s.clientUs.toFixed(1).padStart(16)}   ${s.ops}`);
   }
-  const median = (values) => { const v = [...values].sort((a, b) => a - b); return v[Math.floor(v.length / 2)]; };
-  const ratio = (a, b) => {
-    const total = summary[a].tps / summary[b].tps;
-    const perRound = median(summary[a].rounds.map((r, i) => r / summary[b].rounds[i]));
-    const cpu = (summary[b].serverUs + summary[b].clientUs) / (summary[a].serverUs + summary[a].clientUs);
-    return `${total.toFixed(3)}x overall, ${perRound.toFixed(3)}x median per round, ${cpu.toFixed(3)}x by CPU per op`;
-  };
+  const ratio = (a, b) => ratioText(summary, a, b);
   for (const op of ops) {
     if (base !== undefined) console.log(`${op}: unbound / base: ${ratio(`${op}:unbound`, `${op}:base`)}`);
     if (base !== undefined) console.log(`${op}: bound / base:   ${ratio(`${op}:bound`, `${op}:base`)}`);

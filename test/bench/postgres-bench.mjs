@@ -33,7 +33,7 @@
 // A script that prints figures: nothing asserts on time.
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { measureModes } from './pg-rounds.mjs';
+import { measureModes, ratioText, summarize } from './pg-rounds.mjs';
 
 const adapterPath = process.env.FK_POSTGRES_ADAPTER ?? new URL('../../dist/adapters/postgres/index.js', import.meta.url).href;
 const { migrate, fencedUpdate, withFence } = await import(adapterPath);
@@ -109,28 +109,14 @@ try {
 
   const { totals } = await measureModes(pool, { modes: MODES, connections, rounds, seconds, randomId });
 
-  const summary = {};
-  for (const [name, total] of Object.entries(totals)) {
-    const sorted = total.latencies.sort((a, b) => a - b);
-    const at = (q) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
-    summary[name] = {
-      tps: total.ops / (total.ms / 1000), p50: at(0.5), p99: at(0.99), ops: total.ops,
-      serverUs: (total.serverMs * 1000) / total.ops, clientUs: (total.clientMs * 1000) / total.ops, rounds: total.rounds,
-    };
-  }
+  const summary = summarize(totals);
   const { rows: [{ server_version: version }] } = await pool.query('SHOW server_version');
   console.log(`PostgreSQL ${version}, ${connections} connections, ${rounds} rounds x ${seconds}s per mode, ${rowCount} rows`);
   console.log('mode           tx/s   p50 ms   p99 ms   server CPU us/op   client CPU us/op   ops');
   for (const [name, s] of Object.entries(summary)) {
     console.log(`${name.padEnd(13)} ${s.tps.toFixed(0).padStart(5)}   ${s.p50.toFixed(3).padStart(6)}   ${s.p99.toFixed(3).padStart(6)}   ${s.serverUs.toFixed(1).padStart(16)}   ${s.clientUs.toFixed(1).padStart(16)}   ${s.ops}`);
   }
-  const median = (values) => { const v = [...values].sort((a, b) => a - b); return v[Math.floor(v.length / 2)]; };
-  const ratio = (a, b) => {
-    const total = summary[a].tps / summary[b].tps;
-    const perRound = median(summary[a].rounds.map((r, i) => r / summary[b].rounds[i]));
-    const cpu = (summary[b].serverUs + summary[b].clientUs) / (summary[a].serverUs + summary[a].clientUs);
-    return `${total.toFixed(3)}x overall, ${perRound.toFixed(3)}x median per round, ${cpu.toFixed(3)}x by CPU per op`;
-  };
+  const ratio = (a, b) => ratioText(summary, a, b);
   console.log(`fencedUpdate / plain: ${ratio('fencedUpdate', 'plain')}   (aim: within 5%)`);
   console.log(`withFence / tx:       ${ratio('withFence', 'tx')}   (aim >= 0.95x; the same round trips, more work on the server)`);
   console.log(`statements / tx:      ${ratio('statements', 'tx')}   (withFence's messages from a bare client: PostgreSQL's cost of the fence)`);
