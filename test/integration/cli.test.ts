@@ -257,7 +257,7 @@ describe('fencekeeper CLI', () => {
       expect(shipped.slice(0, 2)).toEqual(['001_fences.sql', '002_tombstones.sql']);
       expect(first.stdout.trim()).toBe(`applied: ${shipped.join(', ')}`);
       const applied = await inSchema();
-      expect(applied.tables).toEqual(['fencekeeper_effects', 'fencekeeper_fence_bindings', 'fencekeeper_fences', 'fencekeeper_idempotency_keys', 'fencekeeper_migrations', 'fencekeeper_tombstones']);
+      expect(applied.tables).toEqual(['fencekeeper_effects', 'fencekeeper_fence_bindings', 'fencekeeper_fences', 'fencekeeper_idempotency_keys', 'fencekeeper_migrations', 'fencekeeper_table_bindings', 'fencekeeper_tombstones']);
       expect(applied.ledger.map((m) => m.name)).toEqual(shipped);
 
       const second = await cli(['migrate', '--database-url', url.href], { DATABASE_URL: '' }).done;
