@@ -51,7 +51,7 @@ export class Metrics {
     });
     this.#held = meter.createUpDownCounter(METRICS.held, { description: 'Locks and leaderships held by this process', unit: '{lock}' });
     this.#lost = meter.createCounter(METRICS.lost, { description: 'Grants that ended other than by release, by reason', unit: '{lock}' });
-    this.#refused = meter.createCounter(METRICS.refused, { description: 'Writes refused for a stale fencing token, by adapter and resource', unit: '{write}' });
+    this.#refused = meter.createCounter(METRICS.refused, { description: 'Writes refused where the resource lives (a stale fencing token, or a sequencer of another lock on a bound fence), by adapter, resource and error.type', unit: '{write}' });
     this.#effectPending = meter.createCounter(METRICS.effectPending, { description: 'withEffect calls that left their effect pending: its outcome is unknown until reconciled', unit: '{effect}' });
     this.#unknownOutcome = meter.createCounter(METRICS.unknownOutcome, { description: 'S3 conditional PUTs whose outcome was lost, by how the read-back settled them', unit: '{write}' });
     this.#sessionState = meter.createObservableUpDownCounter(METRICS.sessionState, { description: 'Sessions, leases and clients of the lock sources, by state', unit: '{session}' });
@@ -98,9 +98,14 @@ export class Metrics {
   };
 
   readonly onRefused = (message: unknown): void => {
-    const { adapter, resource } = message as FenceRefusedMessage;
+    const { adapter, resource, code } = message as FenceRefusedMessage;
+    // Why it was refused, under OpenTelemetry's `error.type` (the error's
+    // stable code, as on the spans): STALE_TOKEN and SEQUENCER_MISMATCH are
+    // different faults (a holder that lost its lock, a writer holding the
+    // wrong lock) and an alert wants them apart. Two values: a bounded series.
     const name = this.#map(resource, 'resource');
-    this.#refused.add(1, name === undefined ? { [ATTR.adapter]: adapter } : { [ATTR.adapter]: adapter, [ATTR.resource]: name });
+    const where: Attributes = name === undefined ? { [ATTR.adapter]: adapter } : { [ATTR.adapter]: adapter, [ATTR.resource]: name };
+    this.#refused.add(1, { ...where, [ATTR.errorType]: code });
   };
 
   readonly onUnknownOutcome = (message: unknown): void => {

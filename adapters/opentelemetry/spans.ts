@@ -156,7 +156,7 @@ export class Spans {
             return this.#name(attributes, ATTR.resource, resource, 'resource');
           },
           settled: (c, _seconds, span) => {
-            span.setAttribute(ATTR.outcome, !('error' in c) ? 'written' : errorType(c.error) === 'STALE_TOKEN' ? 'refused' : 'error');
+            span.setAttribute(ATTR.outcome, !('error' in c) ? 'written' : refused(c.error, span) ? 'refused' : 'error');
           },
         };
       case CHANNELS.effectRun:
@@ -174,7 +174,7 @@ export class Spans {
               return;
             }
             const kind = (c.error as { name?: unknown } | null)?.name;
-            const outcome = kind === 'EffectPendingError' ? 'pending' : kind === 'EffectFailedError' ? 'failed' : errorType(c.error) === 'STALE_TOKEN' ? 'refused' : 'error';
+            const outcome = kind === 'EffectPendingError' ? 'pending' : kind === 'EffectFailedError' ? 'failed' : refused(c.error, span) ? 'refused' : 'error';
             span.setAttribute(ATTR.outcome, outcome);
             if (outcome === 'pending') this.#metrics.effectPending((c as EffectTraceContext).resource);
           },
@@ -184,6 +184,23 @@ export class Spans {
     }
   }
 }
+
+/** The codes of a write the resource refused (fence:refused's `code`). */
+const REFUSALS = new Set(['STALE_TOKEN', 'SEQUENCER_MISMATCH']);
+
+/**
+ * Whether `error` is a refusal by the fence; if so, records it on the span as
+ * an event carrying its code under `error.type` (the span's own error.type
+ * says the same; the event marks the moment and is what a trace view lists).
+ */
+function refused(error: unknown, span: Span): boolean {
+  const code = errorType(error);
+  if (!REFUSALS.has(code)) return false;
+  span.addEvent(REFUSED_EVENT, { [ATTR.errorType]: code });
+  return true;
+}
+
+const REFUSED_EVENT = 'fencekeeper.fence.refused';
 
 const SPAN_NAMES: Record<string, string> = {
   [CHANNELS.fenceAdmit]: 'fencekeeper.fence.admit',

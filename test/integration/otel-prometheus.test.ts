@@ -64,8 +64,8 @@ describe('Prometheus scrape', () => {
     const text = await response.text();
     const resource = `s3://${testBucket.name}/${Key}`;
     expect(text).toContain('# TYPE fencekeeper_fence_refused_total counter');
-    expect(text).toContain(`fencekeeper_fence_refused_total{fencekeeper_adapter="s3",fencekeeper_resource="${resource}",otel_scope_name="fencekeeper"} 1`);
-    expect(text).toContain('fencekeeper_fence_refused_total{fencekeeper_adapter="express",fencekeeper_resource="jobs",otel_scope_name="fencekeeper"} 1');
+    expect(text).toContain(`fencekeeper_fence_refused_total{fencekeeper_adapter="s3",fencekeeper_resource="${resource}",error_type="STALE_TOKEN",otel_scope_name="fencekeeper"} 1`);
+    expect(text).toContain('fencekeeper_fence_refused_total{fencekeeper_adapter="express",fencekeeper_resource="jobs",error_type="STALE_TOKEN",otel_scope_name="fencekeeper"} 1');
     expect(text).toContain('# TYPE fencekeeper_lock_hold_duration histogram');
     expect(text).toMatch(new RegExp(`fencekeeper_lock_hold_duration_count\\{fencekeeper_lock_source="zookeeper",fencekeeper_lock_name="${lockName}",fencekeeper_lock_loss_reason="released",otel_scope_name="fencekeeper"\\} 1`));
     expect(text).toMatch(new RegExp(`fencekeeper_lock_held\\{fencekeeper_lock_source="zookeeper",fencekeeper_lock_name="${lockName}",otel_scope_name="fencekeeper"\\} 0`));

@@ -5,19 +5,22 @@
 // with the reason the holder saw, and the held gauge goes back to 0; a PUT
 // whose reply is lost is counted by how its read-back settled it; a
 // withEffect on PostgreSQL is a span under the user's, active for the
-// effect's own code, and an effect left pending is counted.
+// effect's own code, and an effect left pending is counted. Refusals carry
+// their code (error.type): a stale token and another lock's sequencer on a
+// bound fence are counted apart.
 import { trace } from '@opentelemetry/api';
 import express from 'express';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ATTR, METRICS, instrument, uninstrument } from '../../adapters/opentelemetry/index.js';
-import { migrate, withEffect } from '../../adapters/postgres/index.js';
+import { bindFence, migrate, withEffect, withFence } from '../../adapters/postgres/index.js';
 import { fencedPutObject } from '../../adapters/s3/index.js';
-import { EffectPendingError, StaleTokenError } from '../../src/errors.js';
+import { EffectPendingError, SequencerMismatchError, StaleTokenError } from '../../src/errors.js';
 import { expireSession, sessionRecorder } from '../../src/testing/expire-session.js';
 import { ZooKeeperClient } from '../../src/zookeeper/client.js';
 import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
 import { otelSdk, sum, type OtelSdk } from '../helpers/otel.js';
+import { testSource } from '../helpers/sequencers.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
@@ -65,6 +68,43 @@ describe('fencekeeper/opentelemetry with real servers', () => {
     for (const put of puts) expect(put.parentSpanContext?.spanId).toBe(parent.spanContext().spanId);
     const admits = spans.filter((s) => s.name === 'fencekeeper.fence.admit' && s.attributes[ATTR.resource] === 'orders');
     expect(admits.map((s) => s.attributes[ATTR.outcome])).toEqual(['written', 'refused']);
+  });
+
+  it('PostgreSQL refusals are counted and traced with their code: STALE_TOKEN, and SEQUENCER_MISMATCH on a bound fence', async () => {
+    const { guard, seq } = testSource('c0ffee00-0000-4000-8000-0000000000e7');
+    const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
+    const schema = uniqueName('fk_otel');
+    await createSchema(admin, schema);
+    const pool = newPool(schema, uniqueName('fk_otel'), 2);
+    try {
+      await migrate(pool);
+      const resource = uniqueName('ledger');
+      const lock = uniqueLockName('otel-guard');
+      await bindFence(pool, resource, guard(lock));
+      const noop = async (): Promise<void> => {};
+      await withFence(pool, resource, seq(lock, 10n), noop);
+      // The guarding lock's older holder: stale.
+      await expect(withFence(pool, resource, seq(lock, 5n), noop)).rejects.toBeInstanceOf(StaleTokenError);
+      // Another lock's sequencer, and a bare token, even larger: the wrong lock.
+      await expect(withFence(pool, resource, seq(`${lock}-other`, 20n), noop)).rejects.toBeInstanceOf(SequencerMismatchError);
+      await expect(withFence(pool, resource, 21n, noop)).rejects.toBeInstanceOf(SequencerMismatchError);
+
+      const collected = await sdk.collect();
+      const where = { [ATTR.adapter]: 'postgres', [ATTR.resource]: resource };
+      expect(sum(collected, METRICS.refused, where)).toBe(3);
+      expect(sum(collected, METRICS.refused, { ...where, [ATTR.errorType]: 'STALE_TOKEN' })).toBe(1);
+      expect(sum(collected, METRICS.refused, { ...where, [ATTR.errorType]: 'SEQUENCER_MISMATCH' })).toBe(2);
+
+      const spans = sdk.spans().filter((s) => s.name === 'fencekeeper.fence.with_fence' && s.attributes[ATTR.resource] === resource);
+      expect(spans.map((s) => s.attributes[ATTR.outcome])).toEqual(['written', 'refused', 'refused', 'refused']);
+      expect(spans.map((s) => s.attributes[ATTR.errorType])).toEqual([undefined, 'STALE_TOKEN', 'SEQUENCER_MISMATCH', 'SEQUENCER_MISMATCH']);
+      const events = spans.map((s) => s.events.filter((e) => e.name === 'fencekeeper.fence.refused').map((e) => e.attributes?.[ATTR.errorType]));
+      expect(events).toEqual([[], ['STALE_TOKEN'], ['SEQUENCER_MISMATCH'], ['SEQUENCER_MISMATCH']]);
+    } finally {
+      await pool.end();
+      await dropSchema(admin, schema);
+      await admin.end();
+    }
   });
 
   it('a lost reply to a conditional PUT is an unknown outcome the read-back settles: counted as landed', async () => {

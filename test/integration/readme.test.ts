@@ -71,7 +71,7 @@ const EXPECTED: Record<string, RegExp> = {
   'Scoped locks and sequencers': /^bound to lock readme\/index at zookeeper\nthe guarding lock wrote\nrefused a token of readme\/other: SEQUENCER_MISMATCH\nrefused a token of readme\/other: SEQUENCER_MISMATCH\nrefused a bare token: SEQUENCER_MISMATCH\nrefused a bare token: SEQUENCER_MISMATCH$/m,
   'The CLI': /^token \d+ for readme\/nightly\nleader with epoch \d+\nreadme\/nightly: free/m,
   'Testing your code against lock loss: fencekeeper/testing': /^\s*Tests\s+1 passed \(1\)$/m,
-  'Observability: diagnostics channels and OpenTelemetry': /^fencekeeper_fence_refused_total\{fencekeeper_adapter="s3",fencekeeper_resource="s3:\/\/readme-reports\/observed\.txt",otel_scope_name="fencekeeper"\} 1$/m,
+  'Observability: diagnostics channels and OpenTelemetry': /^fencekeeper_fence_refused_total\{fencekeeper_adapter="s3",fencekeeper_resource="s3:\/\/readme-reports\/observed\.txt",error_type="STALE_TOKEN",otel_scope_name="fencekeeper"\} 1$/m,
 };
 
 /** A user's own test file: it imports from vitest. */

@@ -49,39 +49,61 @@ const ERROR_CLASSES = [
   'EffectPendingError',
   'EffectFailedError',
   'TlsError',
+  'QuorumError',
+  'AclMismatchError',
+  'NoCurrentLockError',
+  'SequencerMismatchError',
+  'FenceAlreadyBoundError',
 ];
 
-// The public contract, entry point by entry point.
-const CONTRACT: Record<string, { functions: string[]; classes: string[] }> = {
+// The public contract, entry point by entry point: every runtime export is
+// listed (functions, classes, and other values such as constants), and the
+// test below compares the exact set, so a new export must be added here
+// (deliberately: it becomes public API) and a removed one is noticed.
+const CONTRACT: Record<string, { functions: string[]; classes: string[]; values: string[] }> = {
   fencekeeper: {
     functions: [
-      'parseToken', 'formatToken', 'assertToken', 'acquireLock', 'tryAcquireLock', 'campaign',
+      'parseToken', 'formatToken', 'assertToken', 'acquireLock', 'tryAcquireLock', 'campaign', 'withLock',
       'lockStatus', 'observeLock', 'observeLeader', 'zookeeperSource', 'safetyMargin', 'tlsConnector',
-      'traceAcquire', 'traceRelease', 'traceCampaign', 'publishSessionState', 'publishRefused', 'grantSequencer', 'zookeeperSourceId',
+      'traceAcquire', 'traceRelease', 'traceCampaign', 'traceAdmit', 'traceEffect', 'traceFencedWrite', 'traceWithFence',
+      'traceS3Put', 'traceS3Delete', 'publishSessionState', 'publishRefused', 'publishUnknownOutcome',
+      'grantSequencer', 'zookeeperSourceId', 'digestAclId',
+      'sequencer', 'isSequencer', 'parseSequencer', 'formatSequencer', 'resolveFencing',
+      'currentLock', 'fenceBinding', 'matchesBinding',
     ],
     classes: [...ERROR_CLASSES, 'ZooKeeperClient', 'StepDownClock', 'SourceIdentityCache'],
+    values: ['MAX_TOKEN', 'CHANNELS', 'TRACING_CHANNELS', 'CURRENT_LOCK', 'RUN_WITHIN', 'Perms', 'OPEN_ACL_UNSAFE', 'READ_ACL_UNSAFE', 'CREATOR_ALL_ACL'],
   },
   'fencekeeper/postgres': {
     functions: [
-      'migrate', 'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete', 'fenced', 'bindTable', 'tableBindingOf',
-      'withEffect', 'pendingEffects', 'listEffects', 'effectIdempotencyKey',
+      'migrate', 'loadMigrations', 'migrationsDirectory',
+      'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete', 'fenced', 'bindTable', 'tableBindingOf',
+      'bindFence', 'fenceBindingOf', 'withEffect', 'pendingEffects', 'listEffects', 'effectIdempotencyKey',
     ],
     classes: ['PostgresFenceStore', 'PostgresIdempotencyStore', 'DefiniteFailure'],
+    values: [],
   },
-  'fencekeeper/s3': { functions: ['fencedPutObject', 'fencedDeleteObject', 'fencedGetObject', 'readFence', 'collectGarbage', 'isTombstone'], classes: [] },
+  'fencekeeper/s3': {
+    functions: ['fencedPutObject', 'fencedDeleteObject', 'fencedGetObject', 'readFence', 'collectGarbage', 'isTombstone'],
+    classes: [],
+    values: ['DEFAULT_GRACE_MS', 'LAYOUT_METADATA', 'TOKEN_METADATA', 'TOMBSTONE_METADATA', 'WRITE_ID_METADATA'],
+  },
   'fencekeeper/express': {
     functions: ['fencing', 'verifyWithZooKeeper', 'fencedHandler', 'hasFencing', 'idempotency', 'fencingHeaders', 'fencedFetch'],
     classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
+    values: ['REPLAYED_HEADERS'],
   },
-  'fencekeeper/opentelemetry': { functions: ['instrument', 'uninstrument'], classes: [] },
-  'fencekeeper/redis': { functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'redisSource'], classes: [] },
+  'fencekeeper/opentelemetry': { functions: ['instrument', 'uninstrument'], classes: [], values: ['ATTR', 'METRICS', 'SCOPE'] },
+  'fencekeeper/redis': { functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'redisSource'], classes: [], values: [] },
   'fencekeeper/etcd': {
     functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession'],
     classes: ['EtcdSession'],
+    values: [],
   },
   'fencekeeper/testing': {
     functions: ['startZooKeeper', 'startRedis', 'expireSession', 'sessionRecorder', 'spawnHolder', 'reportHolding', 'reportToTest', 'checkHistory'],
     classes: ['TcpProxy', 'WriteHistory', 'ServerNotInstalledError', 'ServerStartError'],
+    values: [],
   },
 };
 
@@ -96,9 +118,19 @@ describe('the package by name', () => {
     }
   });
 
-  it.each(Object.keys(CONTRACT))('%s loads and has its contract names', async (specifier) => {
+  it('the contract covers every entry point of the exports map', () => {
+    const specifiers = Object.keys(pkg.exports).filter((subpath) => subpath !== './package.json').map((subpath) => (subpath === '.' ? pkg.name : `${pkg.name}/${subpath.slice(2)}`));
+    expect(Object.keys(CONTRACT).sort()).toEqual(specifiers.sort());
+  });
+
+  it.each(Object.keys(CONTRACT))('%s exports exactly its contract names', async (specifier) => {
     const mod = await load(specifier);
-    const { functions, classes } = CONTRACT[specifier]!;
+    const { functions, classes, values } = CONTRACT[specifier]!;
+    const listed = [...functions, ...classes, ...values];
+    expect(new Set(listed).size, `${specifier}: a name listed twice`).toBe(listed.length);
+    // An export missing from the contract shows up here by name.
+    expect(Object.keys(mod).sort(), specifier).toEqual([...listed].sort());
+    for (const name of values) expect(typeof mod[name], `${specifier}: ${name} is a value`).not.toBe('function');
     for (const name of functions) expect(typeof mod[name], `${specifier}: ${name}`).toBe('function');
     for (const name of classes) {
       expect(typeof mod[name], `${specifier}: ${name}`).toBe('function');

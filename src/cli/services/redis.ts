@@ -2,7 +2,9 @@
  * Redis and Redlock as the CLI's lock service:
  *   redis://[user[:password]@]host:port[/db]            the single-instance lock
  *   redlock://[user[:password]@]h1:p1,h2:p2,h3:p3[,...]  Redlock over independent nodes
- * --session-timeout is the lock key's TTL (default 10000 ms). A password is
+ * --session-timeout is the lock key's TTL (default 10000 ms), and the bound
+ * on connecting (a node paused by SIGSTOP still completes the handshake, then
+ * answers nothing: exit 69 rather than a wait without end). A password is
  * accepted from $FENCEKEEPER_LOCK_SERVICE only, never from the command line
  * (where `ps` shows it to every user of the machine).
  */
@@ -96,7 +98,12 @@ export const REDIS_SERVICE = kind('redis', 'redis://127.0.0.1:6379');
 export const REDLOCK_SERVICE = kind('redlock', 'redlock://h1:6379,h2:6379,h3:6379');
 
 async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number, description: string): Promise<LockService> {
-  const [{ Redis }, { redisSource }] = await Promise.all([import('ioredis'), import('../../../adapters/redis/index.js')]);
+  const [{ Redis }, { redisSource }, { NodeTimeoutError, send }, { checkSettings }] = await Promise.all([
+    import('ioredis'),
+    import('../../../adapters/redis/index.js'),
+    import('../../../adapters/redis/client.js'),
+    import('../../../adapters/redis/options.js'),
+  ]);
   const clients = url.endpoints.map(
     (e) =>
       new Redis({
@@ -113,7 +120,11 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
   const close = async (): Promise<void> => {
     for (const c of clients) c.disconnect();
   };
-  const reached = await Promise.all(clients.map((c) => c.connect().then(() => null, (error: Error) => `${c.options.host}:${c.options.port}: ${error.message}`)));
+  // ioredis's connect() waits for the server's answer to its ready check
+  // (INFO) without a deadline of its own (connectTimeout ends at the TCP
+  // handshake): a paused node would hold every command here forever. One TTL
+  // is the bound: a node that cannot answer within it cannot hold a lock key.
+  const reached = await Promise.all(clients.map((c) => connectWithin(c, ttlMs).then(() => null, (error: Error) => `${c.options.host}:${c.options.port}: ${error.message}`)));
   const failed = reached.filter((r): r is string => r !== null);
   if (failed.length > (scheme === 'redis' ? 0 : clients.length - (Math.floor(clients.length / 2) + 1))) {
     await close();
@@ -134,8 +145,43 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
     unreachable: (error) => unreachable(error, description),
     // Redis keeps no queue of waiters with tokens: the holder alone.
     entries: (queue) => entries(queue, ttlMs),
-    watchQueue: (name, onChange, signal) => watchQueue(clients, url.db, async () => entries(holderOf(await source.lockStatus(name)), ttlMs), name, onChange, signal, description),
+    watchQueue: (name, onChange, signal) => {
+      // CONFIG GET through the adapter's send(), on the lock commands' own
+      // node timeout. No answer in time (a paused node) rejects, with the
+      // NodeTimeoutError (a ConnectionLossError: CONNECTION_LOSS, exit 69)
+      // rather than an UnreachableError, which would make `status --watch`
+      // reconnect to it again and again; CONFIG refused or renamed (an error
+      // reply, a dropped connection) is undefined: subscribe anyway.
+      const { nodeTimeoutMs } = checkSettings({ ttlMs });
+      const configGet = (client: (typeof clients)[number]): Promise<unknown> =>
+        send(client, `${client.options.host}:${client.options.port}`, 'CONFIG', ['GET', 'notify-keyspace-events'], nodeTimeoutMs).catch((error: unknown) => {
+          if (error instanceof NodeTimeoutError) throw error;
+          return undefined;
+        });
+      return watchQueue(clients, configGet, url.db, async () => entries(holderOf(await source.lockStatus(name)), ttlMs), name, onChange, signal, description);
+    },
     close,
+  });
+}
+
+/** `client.connect()`, or a rejection once `ms` passed without the server being ready (the client is then disconnected). */
+function connectWithin(client: { connect(): Promise<void>; disconnect(): void }, ms: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      reject(new Error(`connected, but the server did not answer within ${ms} ms (paused or overloaded?)`));
+      client.disconnect();
+    }, ms);
+    timer.unref();
+    client.connect().then(
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        reject(error);
+      },
+    );
   });
 }
 
@@ -169,8 +215,10 @@ const NEEDED_EVENTS = ['K', '$', 'g', 'x'];
  * subscriber reconnects). A server whose notify-keyspace-events lacks them
  * is refused with the setting to use, rather than watched in silence.
  */
-async function watchQueue(
-  clients: readonly { duplicate(override: { autoResubscribe: false }): unknown; call(...args: unknown[]): Promise<unknown> }[],
+async function watchQueue<C extends { duplicate(override: { autoResubscribe: false }): unknown }>(
+  clients: readonly C[],
+  /** CONFIG GET notify-keyspace-events: the reply, undefined if refused; rejects on no answer. */
+  configGet: (client: C) => Promise<unknown>,
   db: number | undefined,
   read: () => Promise<QueueEntry[]>,
   name: string,
@@ -178,14 +226,16 @@ async function watchQueue(
   signal: AbortSignal,
   description: string,
 ): Promise<void> {
-  for (const client of clients) {
-    let flags: string | undefined;
-    try {
-      const answer = (await client.call('CONFIG', 'GET', 'notify-keyspace-events')) as unknown[];
-      flags = typeof answer[1] === 'string' ? answer[1] : undefined;
-    } catch {
-      flags = undefined; // CONFIG renamed or refused: subscribe anyway
-    }
+  // Asked of every node at once. More nodes without an answer than the lock
+  // tolerates (none for redis://, a minority for redlock://): the watch
+  // cannot start, and says so with the first node's timeout.
+  const answers = await Promise.allSettled(clients.map((c) => configGet(c)));
+  const silent = answers.filter((a): a is PromiseRejectedResult => a.status === 'rejected');
+  if (silent.length > (clients.length === 1 ? 0 : clients.length - (Math.floor(clients.length / 2) + 1))) throw silent[0]!.reason;
+  for (const answer of answers) {
+    const reply = answer.status === 'fulfilled' ? answer.value : undefined;
+    // undefined: CONFIG refused or renamed (or that node silent, within the tolerance): subscribe anyway.
+    const flags = Array.isArray(reply) && typeof reply[1] === 'string' ? reply[1] : undefined;
     if (flags !== undefined && !NEEDED_EVENTS.every((f) => flags.includes(f) || (f !== 'K' && flags.includes('A')))) {
       throw new UsageError(
         `${description}: status --watch needs keyspace notifications for the lock's keys; the server has notify-keyspace-events "${flags}": set it to "K$gx" (or add those flags)`,
