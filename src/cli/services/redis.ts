@@ -158,7 +158,7 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
           if (error instanceof NodeTimeoutError) throw error;
           return undefined;
         });
-      return watchQueue(clients, configGet, url.db, async () => entries(holderOf(await source.lockStatus(name)), ttlMs), name, onChange, signal, description);
+      return watchQueue(clients, configGet, url.db, async () => entries(holderOf(await source.lockStatus(name)), ttlMs), name, onChange, signal, description, ttlMs);
     },
     close,
   });
@@ -225,6 +225,8 @@ async function watchQueue<C extends { duplicate(override: { autoResubscribe: fal
   onChange: (event: QueueEvent) => void,
   signal: AbortSignal,
   description: string,
+  /** How long a majority of the subscribers may take to connect and subscribe (one TTL, as connect's bound). */
+  connectMs: number,
 ): Promise<void> {
   // Asked of every node at once. More nodes without an answer than the lock
   // tolerates (none for redis://, a minority for redlock://): the watch
@@ -282,11 +284,16 @@ async function watchQueue<C extends { duplicate(override: { autoResubscribe: fal
         stopped = true;
         for (const s of subscribers) s.disconnect();
       };
+      // Confirmed by as many nodes as a read needs (all of one, a majority of
+      // several) is enough to start: a paused node's subscriber waits in
+      // ioredis's ready check without end, and its events come later or
+      // never, as a Redlock node's answers do. The rest subscribe on in the
+      // background. Stopped meanwhile: return, and followQueue unhooks.
       try {
-        await Promise.all(subscribers.map((s) => s.subscribe(...channels)));
+        await majoritySubscribed(subscribers.map((s) => s.subscribe(...channels)), connectMs, signal, description);
       } catch (error) {
         stop();
-        throw unreachable(error, description);
+        throw error instanceof MajoritySilentError ? error.cause : unreachable(error, description);
       }
       return stop;
     },
@@ -295,4 +302,53 @@ async function watchQueue<C extends { duplicate(override: { autoResubscribe: fal
     onChange,
     signal,
   );
+}
+
+/** Wraps the error that majoritySubscribed's deadline gives, so that it is thrown as it is (not as an UnreachableError, which reconnects). */
+class MajoritySilentError extends Error {
+  override readonly cause: ConnectionLossError;
+  constructor(cause: ConnectionLossError) {
+    super(cause.message);
+    this.cause = cause;
+  }
+}
+
+/**
+ * Resolves once `needed` of `subscribed` resolved (all of one, a majority of
+ * several), or once `signal` aborts; rejects with the first failure once too
+ * many failed for a majority, or with a MajoritySilentError (a
+ * ConnectionLossError: exit 69) if no majority confirmed within `ms`. The
+ * promises left over get handlers: none of them rejects unhandled.
+ */
+function majoritySubscribed(subscribed: readonly Promise<unknown>[], ms: number, signal: AbortSignal, description: string): Promise<void> {
+  const needed = subscribed.length === 1 ? 1 : Math.floor(subscribed.length / 2) + 1;
+  return new Promise((resolve, reject) => {
+    let confirmed = 0;
+    let failed = 0;
+    let firstError: unknown;
+    const finish = (error?: unknown): void => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+      if (error === undefined) resolve();
+      else reject(error);
+    };
+    const onAbort = (): void => finish();
+    const timer = setTimeout(() => {
+      finish(new MajoritySilentError(new ConnectionLossError(`${description}: ${subscribed.length - confirmed} of ${subscribed.length} nodes did not confirm the subscription to the lock's keyspace events within ${ms} ms (paused or overloaded?)`)));
+    }, ms);
+    timer.unref();
+    signal.addEventListener('abort', onAbort, { once: true });
+    if (signal.aborted) onAbort();
+    for (const s of subscribed) {
+      s.then(
+        () => {
+          if (++confirmed === needed) finish();
+        },
+        (error: unknown) => {
+          firstError ??= error;
+          if (++failed === subscribed.length - needed + 1) finish(firstError);
+        },
+      );
+    }
+  });
 }

@@ -119,10 +119,31 @@ export async function followQueue(
     changed = true;
     poke();
   };
-  const stop = await start(onChanged, (error) => {
-    ended ??= { error };
-    poke();
+  const started = Promise.resolve(
+    start(onChanged, (error) => {
+      ended ??= { error };
+      poke();
+    }),
+  );
+  // Stopped while the feed is still being hooked (a node that takes the
+  // connection and answers nothing): end now, and unhook once it is hooked.
+  const first = await new Promise<{ readonly stop: () => void } | 'aborted'>((resolve, reject) => {
+    const onAbort = (): void => resolve('aborted');
+    signal.addEventListener('abort', onAbort, { once: true });
+    if (signal.aborted) onAbort();
+    started.then(
+      (stop) => resolve({ stop }),
+      (error: unknown) => reject(error),
+    ).finally(() => signal.removeEventListener('abort', onAbort));
+  }).catch((error: unknown) => {
+    if (signal.aborted) return 'aborted' as const;
+    throw error;
   });
+  if (first === 'aborted') {
+    started.then((stop) => stop(), () => undefined);
+    return;
+  }
+  const { stop } = first;
   signal.addEventListener('abort', poke);
   try {
     let shown: string | undefined;
