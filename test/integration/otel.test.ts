@@ -10,10 +10,9 @@
 // bound fence are counted apart.
 import { trace } from '@opentelemetry/api';
 import express from 'express';
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ATTR, METRICS, instrument, uninstrument } from '../../adapters/opentelemetry/index.js';
-import { bindFence, migrate, withEffect, withFence } from '../../adapters/postgres/index.js';
+import { bindFence, withEffect, withFence } from '../../adapters/postgres/index.js';
 import { fencedPutObject } from '../../adapters/s3/index.js';
 import { EffectPendingError, SequencerMismatchError, StaleTokenError } from '../../src/errors.js';
 import { expireSession, sessionRecorder } from '../../src/testing/expire-session.js';
@@ -23,7 +22,7 @@ import { otelSdk, sum, type OtelSdk } from '../helpers/otel.js';
 import { testSource } from '../helpers/sequencers.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
-import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from './postgres-helpers.js';
+import { adminPool, migratedSchema, uniqueName } from './postgres-helpers.js';
 import { TestBucket, loseReplies, newClient, randomPrefix } from './s3-helpers.js';
 import { fencedPutService } from './express-helpers.js';
 
@@ -41,6 +40,9 @@ afterAll(async () => {
   await sdk?.shutdown();
   await testBucket.remove();
 });
+
+// One migrated schema for the PostgreSQL cases (each uses resources of its own).
+const { pool } = migratedSchema(adminPool(), 'fk_otel', { max: 4 });
 
 describe('fencekeeper/opentelemetry with real servers', () => {
   it('a stale S3 put and a stale HTTP request are counted by adapter and resource; the S3 span nests under the user\'s span', async () => {
@@ -72,39 +74,28 @@ describe('fencekeeper/opentelemetry with real servers', () => {
 
   it('PostgreSQL refusals are counted and traced with their code: STALE_TOKEN, and SEQUENCER_MISMATCH on a bound fence', async () => {
     const { guard, seq } = testSource('c0ffee00-0000-4000-8000-0000000000e7');
-    const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
-    const schema = uniqueName('fk_otel');
-    await createSchema(admin, schema);
-    const pool = newPool(schema, uniqueName('fk_otel'), 2);
-    try {
-      await migrate(pool);
-      const resource = uniqueName('ledger');
-      const lock = uniqueLockName('otel-guard');
-      await bindFence(pool, resource, guard(lock));
-      const noop = async (): Promise<void> => {};
-      await withFence(pool, resource, seq(lock, 10n), noop);
-      // The guarding lock's older holder: stale.
-      await expect(withFence(pool, resource, seq(lock, 5n), noop)).rejects.toBeInstanceOf(StaleTokenError);
-      // Another lock's sequencer, and a bare token, even larger: the wrong lock.
-      await expect(withFence(pool, resource, seq(`${lock}-other`, 20n), noop)).rejects.toBeInstanceOf(SequencerMismatchError);
-      await expect(withFence(pool, resource, 21n, noop)).rejects.toBeInstanceOf(SequencerMismatchError);
+    const resource = uniqueName('ledger');
+    const lock = uniqueLockName('otel-guard');
+    await bindFence(pool, resource, guard(lock));
+    const noop = async (): Promise<void> => {};
+    await withFence(pool, resource, seq(lock, 10n), noop);
+    // The guarding lock's older holder: stale.
+    await expect(withFence(pool, resource, seq(lock, 5n), noop)).rejects.toBeInstanceOf(StaleTokenError);
+    // Another lock's sequencer, and a bare token, even larger: the wrong lock.
+    await expect(withFence(pool, resource, seq(`${lock}-other`, 20n), noop)).rejects.toBeInstanceOf(SequencerMismatchError);
+    await expect(withFence(pool, resource, 21n, noop)).rejects.toBeInstanceOf(SequencerMismatchError);
 
-      const collected = await sdk.collect();
-      const where = { [ATTR.adapter]: 'postgres', [ATTR.resource]: resource };
-      expect(sum(collected, METRICS.refused, where)).toBe(3);
-      expect(sum(collected, METRICS.refused, { ...where, [ATTR.errorType]: 'STALE_TOKEN' })).toBe(1);
-      expect(sum(collected, METRICS.refused, { ...where, [ATTR.errorType]: 'SEQUENCER_MISMATCH' })).toBe(2);
+    const collected = await sdk.collect();
+    const where = { [ATTR.adapter]: 'postgres', [ATTR.resource]: resource };
+    expect(sum(collected, METRICS.refused, where)).toBe(3);
+    expect(sum(collected, METRICS.refused, { ...where, [ATTR.errorType]: 'STALE_TOKEN' })).toBe(1);
+    expect(sum(collected, METRICS.refused, { ...where, [ATTR.errorType]: 'SEQUENCER_MISMATCH' })).toBe(2);
 
-      const spans = sdk.spans().filter((s) => s.name === 'fencekeeper.fence.with_fence' && s.attributes[ATTR.resource] === resource);
-      expect(spans.map((s) => s.attributes[ATTR.outcome])).toEqual(['written', 'refused', 'refused', 'refused']);
-      expect(spans.map((s) => s.attributes[ATTR.errorType])).toEqual([undefined, 'STALE_TOKEN', 'SEQUENCER_MISMATCH', 'SEQUENCER_MISMATCH']);
-      const events = spans.map((s) => s.events.filter((e) => e.name === 'fencekeeper.fence.refused').map((e) => e.attributes?.[ATTR.errorType]));
-      expect(events).toEqual([[], ['STALE_TOKEN'], ['SEQUENCER_MISMATCH'], ['SEQUENCER_MISMATCH']]);
-    } finally {
-      await pool.end();
-      await dropSchema(admin, schema);
-      await admin.end();
-    }
+    const spans = sdk.spans().filter((s) => s.name === 'fencekeeper.fence.with_fence' && s.attributes[ATTR.resource] === resource);
+    expect(spans.map((s) => s.attributes[ATTR.outcome])).toEqual(['written', 'refused', 'refused', 'refused']);
+    expect(spans.map((s) => s.attributes[ATTR.errorType])).toEqual([undefined, 'STALE_TOKEN', 'SEQUENCER_MISMATCH', 'SEQUENCER_MISMATCH']);
+    const events = spans.map((s) => s.events.filter((e) => e.name === 'fencekeeper.fence.refused').map((e) => e.attributes?.[ATTR.errorType]));
+    expect(events).toEqual([[], ['STALE_TOKEN'], ['SEQUENCER_MISMATCH'], ['SEQUENCER_MISMATCH']]);
   });
 
   it('a lost reply to a conditional PUT is an unknown outcome the read-back settles: counted as landed', async () => {
@@ -118,39 +109,28 @@ describe('fencekeeper/opentelemetry with real servers', () => {
   });
 
   it('withEffect on PostgreSQL: its span nests under the user\'s and is the active span inside the effect; an effect left pending is counted', async () => {
-    const admin = new pg.Pool({ connectionString: DATABASE_URL, max: 1 });
-    const schema = uniqueName('fk_otel');
-    await createSchema(admin, schema);
-    const pool = newPool(schema, uniqueName('fk_otel'), 4);
-    try {
-      await migrate(pool);
-      const resource = uniqueName('payments');
-      const user = sdk.tracerProvider.getTracer('app');
-      let activeInside: string | undefined;
-      await user.startActiveSpan('checkout', async (parent) => {
-        await withEffect(pool, { resource, token: 5n, key: 'charge-1' }, async () => {
-          activeInside = trace.getActiveSpan()?.spanContext().spanId;
-          return 'ch_1';
-        });
-        // A reset on the way to the outside system: the outcome is unknown, the effect stays pending.
-        await expect(withEffect(pool, { resource, token: 5n, key: 'charge-2' }, async () => {
-          throw new Error('socket hang up');
-        })).rejects.toBeInstanceOf(EffectPendingError);
-        parent.end();
+    const resource = uniqueName('payments');
+    const user = sdk.tracerProvider.getTracer('app');
+    let activeInside: string | undefined;
+    await user.startActiveSpan('checkout', async (parent) => {
+      await withEffect(pool, { resource, token: 5n, key: 'charge-1' }, async () => {
+        activeInside = trace.getActiveSpan()?.spanContext().spanId;
+        return 'ch_1';
       });
-      const spans = sdk.spans();
-      const parent = spans.find((s) => s.name === 'checkout')!;
-      const effects = spans.filter((s) => s.name === 'fencekeeper.effect' && s.attributes[ATTR.resource] === resource);
-      expect(effects.map((s) => s.attributes[ATTR.outcome])).toEqual(['done', 'pending']);
-      for (const span of effects) expect(span.parentSpanContext?.spanId).toBe(parent.spanContext().spanId);
-      expect(activeInside, 'the effect ran with its span active').toBe(effects[0]!.spanContext().spanId);
-      const collected = await sdk.collect();
-      expect(sum(collected, METRICS.effectPending, { [ATTR.resource]: resource })).toBe(1);
-    } finally {
-      await pool.end();
-      await dropSchema(admin, schema);
-      await admin.end();
-    }
+      // A reset on the way to the outside system: the outcome is unknown, the effect stays pending.
+      await expect(withEffect(pool, { resource, token: 5n, key: 'charge-2' }, async () => {
+        throw new Error('socket hang up');
+      })).rejects.toBeInstanceOf(EffectPendingError);
+      parent.end();
+    });
+    const spans = sdk.spans();
+    const parent = spans.find((s) => s.name === 'checkout')!;
+    const effects = spans.filter((s) => s.name === 'fencekeeper.effect' && s.attributes[ATTR.resource] === resource);
+    expect(effects.map((s) => s.attributes[ATTR.outcome])).toEqual(['done', 'pending']);
+    for (const span of effects) expect(span.parentSpanContext?.spanId).toBe(parent.spanContext().spanId);
+    expect(activeInside, 'the effect ran with its span active').toBe(effects[0]!.spanContext().spanId);
+    const collected = await sdk.collect();
+    expect(sum(collected, METRICS.effectPending, { [ATTR.resource]: resource })).toBe(1);
   });
 
   it('ZooKeeper: a session expired by the server is one lost lock with reason session_expired; held goes back to 0; a release is a hold, not a loss', async () => {
