@@ -6,7 +6,7 @@
 // extra round trip and no moment between the check and the write.
 import { FenceAlreadyBoundError, SequencerMismatchError, fenceBinding, matchesBinding, type FenceBinding, type ResolvedFencing } from '../../src/index.js';
 import { run, type Database } from './database.js';
-import { bindingFrom, bindingValues } from './fence-row.js';
+import { bindingFrom, bindingRefuses, bindingValues } from './fence-row.js';
 import { quoteLiteral, quoteTable } from './identifiers.js';
 import { inTransaction } from './migrate.js';
 
@@ -89,7 +89,7 @@ export function bindingAdmits(quotedTable: string, presented: number): string {
   const [kind, lock, sourceKind, sourceId] = [0, 1, 2, 3].map((i) => `$${presented + i}::text`) as [string, string, string, string];
   const relation = `${quoteLiteral(quotedTable)}::regclass`;
   return `NOT EXISTS (SELECT 1 FROM fencekeeper_table_bindings b WHERE b.relation = ${relation}
-    AND (${kind} IS NULL OR (b.kind, b.lock, b.source_kind, b.source_id) IS DISTINCT FROM (${kind}, ${lock}, ${sourceKind}, ${sourceId})))
+    AND ${bindingRefuses(kind, lock, sourceKind, sourceId)})
   AND ${bindingVisible(relation)}`;
 }
 

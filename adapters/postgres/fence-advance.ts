@@ -43,12 +43,12 @@
 // binding refused it (fence-row.ts, FENCE_STATE) after rolling back.
 import { StaleTokenError, formatToken, type FencingToken, type ResolvedFencing } from '../../src/index.js';
 import { readBigint, run, sqlState, type Queryable } from './database.js';
-import { bindingValues, type Advanced } from './fence-row.js';
+import { bindingRefuses, bindingValues, type Advanced } from './fence-row.js';
 
 const MISMATCHED = (resource: string, kind: string, lock: string, sourceKind: string, sourceId: string): string => `EXISTS (
   SELECT 1 FROM fencekeeper_fence_bindings b
   WHERE b.resource = ${resource}
-    AND (${kind} IS NULL OR (b.kind, b.lock, b.source_kind, b.source_id) IS DISTINCT FROM (${kind}, ${lock}, ${sourceKind}, ${sourceId})))`;
+    AND ${bindingRefuses(kind, lock, sourceKind, sourceId)})`;
 
 /**
  * The fence statement over the given SQL expressions (parameters or

@@ -54,6 +54,16 @@ export async function currentFence(db: Queryable, resource: string): Promise<Fen
   return readBigint(rows[0]?.['token']);
 }
 
+/**
+ * True when a binding row `b` does not admit the presented lock: a bare token
+ * (`kind` NULL) is refused by any binding, a sequencer by one of another
+ * kind, lock or source. Shared by the fence's check (./fence-advance.ts) and
+ * the table's (./bind-table.ts); the arguments are SQL expressions.
+ */
+export function bindingRefuses(kind: string, lock: string, sourceKind: string, sourceId: string): string {
+  return `(${kind} IS NULL OR (b.kind, b.lock, b.source_kind, b.source_id) IS DISTINCT FROM (${kind}, ${lock}, ${sourceKind}, ${sourceId}))`;
+}
+
 /** The presented lock as the four binding parameters of the checked advance (./fence-advance.ts), NULL for a bare token. */
 export function bindingValues(presented: Sequencer | null): [string | null, string | null, string | null, string | null] {
   return presented === null ? [null, null, null, null] : [presented.kind, presented.name, presented.source.kind, presented.source.id];
