@@ -48,29 +48,53 @@ export class NodeTimeoutError extends ConnectionLossError {}
  * paused by SIGSTOP answers when it resumes), which every caller allows for:
  * a late SET NX leaves a key with a value nobody will use, removed by its TTL
  * or by the compare-and-delete queued behind it on the same connection.
+ *
+ * `scriptText`, for an EVALSHA (`args[0]` the SHA1): a server that does not
+ * know the script (NOSCRIPT: restarted, or SCRIPT FLUSH) is sent it once with
+ * EVAL, with a timeout of its own, on the same promise.
  */
-export function send(client: RedisClient, where: string, command: string, args: (string | number)[], timeoutMs: number): Promise<unknown> {
-  // One promise and one timer per command (not a race of two promises): this is every command's path.
+export function send(client: RedisClient, where: string, command: string, args: (string | number)[], timeoutMs: number, scriptText?: string): Promise<unknown> {
+  // One promise and one timer per command (not a race of two promises, nor an
+  // async wrapper for the NOSCRIPT case): this is every command's path.
   return new Promise((resolve, reject) => {
+    let sent = command;
+    let fallback = scriptText;
     const failed = (error: unknown): void => {
+      if (fallback !== undefined && !timedOut && /NOSCRIPT/.test(String((error as Error)?.message))) {
+        args = [fallback, ...args.slice(1)];
+        fallback = undefined;
+        sent = 'EVAL';
+        timer.refresh();
+        issue();
+        return;
+      }
       clearTimeout(timer);
       reject(error instanceof ConnectionLossError ? error : new ConnectionLossError(`Redis at ${where}: ${(error as Error)?.message ?? String(error)}`, { cause: error }));
     };
-    const timer = setTimeout(() => reject(new NodeTimeoutError(`Redis at ${where} did not answer ${command} within ${timeoutMs} ms`)), timeoutMs);
-    timer.unref();
-    let reply: Promise<unknown>;
-    try {
-      reply = client.call(command, args);
-    } catch (error) {
-      // A client that throws instead of rejecting (a wrapper, a closed client of another library): the same error, our class.
-      failed(error);
-      return;
-    }
-    // Both outcomes handled, also after the timer has already decided (a late reply or failure changes nothing).
-    reply.then((value) => {
+    const succeeded = (value: unknown): void => {
       clearTimeout(timer);
       resolve(value);
-    }, failed);
+    };
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      reject(new NodeTimeoutError(`Redis at ${where} did not answer ${sent} within ${timeoutMs} ms`));
+    }, timeoutMs);
+    timer.unref();
+    const issue = (): void => {
+      let reply: Promise<unknown>;
+      try {
+        reply = client.call(sent, args);
+      } catch (error) {
+        // A client that throws instead of rejecting (a wrapper, a closed client of another library): the same error, our class.
+        fallback = undefined;
+        failed(error);
+        return;
+      }
+      // Both outcomes handled, also after the timer has already decided (a late reply or failure changes nothing).
+      reply.then(succeeded, failed);
+    };
+    issue();
   });
 }
 

@@ -55,16 +55,25 @@ function positive(value: unknown, what: string): number {
 }
 
 export function checkSettings(settings: RedisLockSettings | undefined): { ttlMs: number; nodeTimeoutMs: number } {
-  const ttlMs = settings?.ttlMs === undefined ? DEFAULT_TTL_MS : positive(settings.ttlMs, 'ttlMs');
-  const nodeTimeoutMs =
-    settings?.nodeTimeoutMs === undefined ? Math.max(50, Math.min(500, Math.round(ttlMs / 20))) : positive(settings.nodeTimeoutMs, 'nodeTimeoutMs');
-  if (nodeTimeoutMs >= ttlMs) throw new InvalidArgumentError(`nodeTimeoutMs (${nodeTimeoutMs}) must be below ttlMs (${ttlMs})`);
-  return { ttlMs, nodeTimeoutMs };
+  const ttlMs = checkTtl(settings?.ttlMs);
+  return { ttlMs, nodeTimeoutMs: checkNodeTimeout(settings?.nodeTimeoutMs, ttlMs) };
+}
+
+function checkTtl(ttlMs: number | undefined): number {
+  return ttlMs === undefined ? DEFAULT_TTL_MS : positive(ttlMs, 'ttlMs');
+}
+
+function checkNodeTimeout(nodeTimeoutMs: number | undefined, ttlMs: number): number {
+  const checked = nodeTimeoutMs === undefined ? Math.max(50, Math.min(500, Math.round(ttlMs / 20))) : positive(nodeTimeoutMs, 'nodeTimeoutMs');
+  if (checked >= ttlMs) throw new InvalidArgumentError(`nodeTimeoutMs (${checked}) must be below ttlMs (${ttlMs})`);
+  return checked;
 }
 
 export function checkOptions(options: RedisAcquireOptions | undefined, defaults: RedisLockSettings | undefined): CheckedOptions {
   if (options !== undefined && (typeof options !== 'object' || options === null)) throw new InvalidArgumentError('options must be an object');
-  const { ttlMs, nodeTimeoutMs } = checkSettings({ ...defaults, ...pick(options) });
+  // A setting given with the call overrides the source's (without an object spread per acquire).
+  const ttlMs = checkTtl(options?.ttlMs !== undefined ? options.ttlMs : defaults?.ttlMs);
+  const nodeTimeoutMs = checkNodeTimeout(options?.nodeTimeoutMs !== undefined ? options.nodeTimeoutMs : defaults?.nodeTimeoutMs, ttlMs);
   const marginMs = safetyMargin(ttlMs, options?.safetyMarginMs);
   const timeoutMs = options?.timeoutMs === undefined ? undefined : checkTimeout(options.timeoutMs);
   const signal = options?.signal;
@@ -72,13 +81,6 @@ export function checkOptions(options: RedisAcquireOptions | undefined, defaults:
   const owner = options?.owner ?? defaultOwner();
   if (typeof owner !== 'string' || owner === '' || /\p{Cc}/u.test(owner)) throw new InvalidArgumentError('owner must be a non-empty string without control characters');
   return { ttlMs, marginMs, nodeTimeoutMs, timeoutMs, signal, owner };
-}
-
-function pick(options: RedisAcquireOptions | undefined): RedisLockSettings {
-  return {
-    ...(options?.ttlMs !== undefined && { ttlMs: options.ttlMs }),
-    ...(options?.nodeTimeoutMs !== undefined && { nodeTimeoutMs: options.nodeTimeoutMs }),
-  };
 }
 
 function checkTimeout(value: unknown): number {

@@ -54,7 +54,7 @@
 // expiring early), not the token.
 import { InvalidArgumentError, QuorumError, type FencingToken } from '../../src/index.js';
 import { now, send, where, type RedisClient } from './client.js';
-import { clockFor, holdGrant, type RedisLock } from './held-lock.js';
+import { grantsOf, holdGrant, type RedisLock } from './held-lock.js';
 import type { CheckedOptions } from './options.js';
 import { CLAIM, RAISE, RELEASE, RENEW, WAKE_CHANNEL, lockKeys, run } from './scripts.js';
 import { grantValue, toToken } from './single.js';
@@ -260,13 +260,7 @@ export async function acquireRedlock(target: readonly RedisClient[], name: strin
 
   const grant = (value: string, token: FencingToken, validUntil: number): RedisLock => {
     remember(clients, name, token);
-    return holdGrant({
-      name,
-      token,
-      clock: clockFor(clients[0] as RedisClient, 'Redlock'),
-      marginMs,
-      ttlMs,
-      validUntil,
+    return holdGrant({ name, token, grants: grantsOf(clients[0] as RedisClient, 'Redlock'), marginMs, ttlMs, validUntil }, {
       async renew() {
         const sentAt = now();
         const notOursReply = (r: NodeReply<unknown> | undefined): boolean => r !== undefined && r.ok && r.value !== 1;

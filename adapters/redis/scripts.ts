@@ -9,7 +9,7 @@
 // A release wakes the oldest waiter that still listens, by a PUBLISH on the
 // channel of its process (WAKE_CHANNEL + channel id): one waiter, not all.
 import { createHash } from 'node:crypto';
-import { NodeTimeoutError, send, type RedisClient } from './client.js';
+import { send, type RedisClient } from './client.js';
 
 export const WAKE_CHANNEL = 'fencekeeper:wake:';
 
@@ -117,11 +117,6 @@ return 1
 `);
 
 /** Run `s` by its SHA1, loading it (EVAL) the first time a server does not know it. */
-export async function run(client: RedisClient, where: string, s: Script, keys: readonly string[], args: readonly (string | number)[], timeoutMs: number): Promise<unknown> {
-  try {
-    return await send(client, where, 'EVALSHA', [s.sha, keys.length, ...keys, ...args], timeoutMs);
-  } catch (error) {
-    if (error instanceof NodeTimeoutError || !/NOSCRIPT/.test(String((error as Error).message))) throw error;
-    return send(client, where, 'EVAL', [s.text, keys.length, ...keys, ...args], timeoutMs);
-  }
+export function run(client: RedisClient, where: string, s: Script, keys: readonly string[], args: readonly (string | number)[], timeoutMs: number): Promise<unknown> {
+  return send(client, where, 'EVALSHA', [s.sha, keys.length, ...keys, ...args], timeoutMs, s.text);
 }

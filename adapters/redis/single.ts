@@ -8,13 +8,13 @@
 // where a rare double grant costs efficiency, not correctness; for the rest,
 // Redlock over independent nodes with persistence, or a consensus source.
 import { randomBytes } from 'node:crypto';
-import { ProtocolError, type FencingToken } from '../../src/index.js';
-import { now, where, type RedisClient } from './client.js';
-import { clockFor, holdGrant, type RedisLock } from './held-lock.js';
+import { ProtocolError, type FencingToken, type SourceIdentity } from '../../src/index.js';
+import { now, send, where, type RedisClient } from './client.js';
+import { grantsOf, holdGrant, type GrantKey, type RedisLock, type Renewal } from './held-lock.js';
 import type { CheckedOptions } from './options.js';
-import { ACQUIRE, RELEASE, RENEW, WAKE_CHANNEL, lockKeys, run } from './scripts.js';
+import { ACQUIRE, RELEASE, RENEW, WAKE_CHANNEL, lockKeys } from './scripts.js';
 import { redisSourceIds } from './source-id.js';
-import { acquireLoop, type Attempt } from './waiting.js';
+import { keepGrant, waitAfterRefusal, type Attempt } from './waiting.js';
 
 // A value no other grant of any lock ever carries, so the compare-and-*
 // scripts tell our key from a successor's: 120 random bits per process, and a
@@ -32,54 +32,117 @@ export function toToken(reply: unknown): FencingToken {
   throw new ProtocolError(`a lock counter must be a positive integer, got ${JSON.stringify(reply)}`);
 }
 
-export async function acquireSingle(client: RedisClient, name: string, options: CheckedOptions, mode: 'wait' | 'try'): Promise<RedisLock | null> {
-  const at = where(client);
-  const keys = lockKeys(name);
-  const [lockKey, , waitersKey] = keys;
-  const { ttlMs, nodeTimeoutMs } = options;
+// A release without an answer changes nothing: the key, if it is still there, ends with its TTL.
+const nothing = (): void => undefined;
 
-  const release = async (value: string): Promise<void> => {
-    await run(client, at, RELEASE, [lockKey, waitersKey], [value, WAKE_CHANNEL], nodeTimeoutMs).catch(() => {
-      // No answer: the key, if it is still there, ends with its TTL.
-    });
-  };
+/** One lock name on one client: the attempts of one acquire. */
+class SingleLockKey {
+  readonly #client: RedisClient;
+  readonly #at: string;
+  readonly #name: string;
+  readonly #options: CheckedOptions;
+  readonly #lockKey: string;
+  readonly #counterKey: string;
+  readonly #waitersKey: string;
 
-  const attempt = async ([entry = '']: readonly string[]): Promise<Attempt<RedisLock>> => {
-    const value = grantValue(options.owner);
+  constructor(client: RedisClient, name: string, options: CheckedOptions) {
+    this.#client = client;
+    this.#at = where(client);
+    this.#name = name;
+    this.#options = options;
+    [this.#lockKey, this.#counterKey, this.#waitersKey] = lockKeys(name);
+  }
+
+  /** One run of the acquire script: the lock, or how long until the holder's key may expire (ms). */
+  async attempt(entry: string): Promise<RedisLock | number> {
+    const { ttlMs, nodeTimeoutMs } = this.#options;
+    const value = grantValue(this.#options.owner);
     const sentAt = now();
     let reply: unknown;
     try {
-      reply = await run(client, at, ACQUIRE, keys, [value, ttlMs, entry], nodeTimeoutMs);
+      reply = await send(this.#client, this.#at, 'EVALSHA', [ACQUIRE.sha, 3, this.#lockKey, this.#counterKey, this.#waitersKey, value, ttlMs, entry], nodeTimeoutMs, ACQUIRE.text);
     } catch (error) {
       // It may still run on the server: the compare-and-delete queued behind it undoes it.
-      void release(value);
+      void this.release(value);
       throw error;
     }
     const [granted, n] = Array.isArray(reply) ? (reply as unknown[]) : [];
     if (granted === 1) {
-      const token = toToken(n);
-      return {
-        granted: holdGrant({
-          name,
-          token,
-          clock: clockFor(client, 'Redis'),
-          marginMs: options.marginMs,
-          ttlMs,
-          validUntil: sentAt + ttlMs,
-          async renew() {
-            const renewSentAt = now();
-            const r = await run(client, at, RENEW, [lockKey], [value, ttlMs], nodeTimeoutMs);
-            return r === 1 ? { validUntil: renewSentAt + ttlMs } : 'refused';
-          },
-          release: () => release(value),
-          identity: () => redisSourceIds.known(client),
-        }),
-      };
+      const parts = { name: this.#name, token: toToken(n), grants: grantsOf(this.#client, 'Redis'), marginMs: this.#options.marginMs, ttlMs, validUntil: sentAt + ttlMs };
+      return holdGrant(parts, new SingleGrantKey(this, value));
     }
     if (granted !== 0 || typeof n !== 'number') throw new ProtocolError(`unexpected reply to the lock script: ${JSON.stringify(reply)}`);
     // n: the holder's remaining TTL (-1: a key without one, set by someone else; -2: gone meanwhile)
-    return { retryInMs: n === -2 ? 0 : n === -1 ? ttlMs : n + 1 };
-  };
+    return n === -2 ? 0 : n === -1 ? ttlMs : n + 1;
+  }
 
-  return redisSourceIds.afterGrant(client, acquireLoop([client], name, options, mode, attempt, (lock) => lock.release()), (lock) => lock.release(), nodeTimeoutMs);
+  /** An attempt of the waiting loop (./waiting.ts), with this waiter's entry. */
+  async waitingAttempt([entry = '']: readonly string[]): Promise<Attempt<RedisLock>> {
+    const result = await this.attempt(entry);
+    return typeof result === 'number' ? { retryInMs: result } : { granted: result };
+  }
+
+  /** Compare-and-extend the key carrying `value`: 1 if it was still ours. */
+  async renew(value: string): Promise<Renewal> {
+    const { ttlMs, nodeTimeoutMs } = this.#options;
+    const sentAt = now();
+    const r = await send(this.#client, this.#at, 'EVALSHA', [RENEW.sha, 1, this.#lockKey, value, ttlMs], nodeTimeoutMs, RENEW.text);
+    return r === 1 ? { validUntil: sentAt + ttlMs } : 'refused';
+  }
+
+  /** Compare-and-delete the key carrying `value`, and wake a waiter. */
+  release(value: string): Promise<void> {
+    return send(this.#client, this.#at, 'EVALSHA', [RELEASE.sha, 2, this.#lockKey, this.#waitersKey, value, WAKE_CHANNEL], this.#options.nodeTimeoutMs, RELEASE.text).then(nothing, nothing);
+  }
+
+  identity(): SourceIdentity | undefined {
+    return redisSourceIds.known(this.#client);
+  }
+}
+
+/** One grant's key: its value, on its lock's key. */
+class SingleGrantKey implements GrantKey {
+  readonly #key: SingleLockKey;
+  readonly #value: string;
+
+  constructor(key: SingleLockKey, value: string) {
+    this.#key = key;
+    this.#value = value;
+  }
+
+  renew(): Promise<Renewal> {
+    return this.#key.renew(this.#value);
+  }
+
+  release(): Promise<void> {
+    return this.#key.release(this.#value);
+  }
+
+  identity(): SourceIdentity | undefined {
+    return this.#key.identity();
+  }
+}
+
+const giveBack = (lock: RedisLock): Promise<void> => lock.release();
+
+export async function acquireSingle(client: RedisClient, name: string, options: CheckedOptions, mode: 'wait' | 'try'): Promise<RedisLock | null> {
+  const { signal } = options;
+  signal?.throwIfAborted();
+  const key = new SingleLockKey(client, name, options);
+  // First without a place in the queue: an uncontended acquire costs no subscriber (./waiting.ts).
+  const first = await key.attempt('');
+  let lock: RedisLock;
+  if (typeof first !== 'number') lock = signal?.aborted ? await keepGrant(signal, first, giveBack) : first;
+  else if (mode === 'try') return null;
+  else lock = await waitAfterRefusal([client], name, options, (entries) => key.waitingAttempt(entries), giveBack);
+  // The client's first grant: its identity is read before the grant is handed out (../../src/source-identity.ts).
+  if (redisSourceIds.known(client) === undefined) {
+    try {
+      await redisSourceIds.of(client, options.nodeTimeoutMs);
+    } catch (error) {
+      await lock.release().catch(() => undefined);
+      throw error;
+    }
+  }
+  return lock;
 }

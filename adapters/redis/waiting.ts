@@ -23,24 +23,36 @@ export async function acquireLoop<T>(
   attempt: (entries: readonly string[]) => Promise<Attempt<T>>,
   giveBack: (granted: T) => Promise<void>,
 ): Promise<T | null> {
-  const { signal, timeoutMs } = options;
-  signal?.throwIfAborted();
-  // A grant that arrives after the caller gave up is given back at once.
-  const keep = async (granted: T): Promise<T> => {
-    if (signal?.aborted) {
-      await giveBack(granted);
-      signal.throwIfAborted();
-    }
-    return granted;
-  };
-  if (mode === 'try') {
-    const result = await attempt(clients.map(() => ''));
-    return 'granted' in result ? keep(result.granted) : null;
-  }
-
+  options.signal?.throwIfAborted();
   // First without a place in the queue: an uncontended acquire costs no subscriber.
   const first = await attempt(clients.map(() => ''));
-  if ('granted' in first) return keep(first.granted);
+  if ('granted' in first) return keepGrant(options.signal, first.granted, giveBack);
+  if (mode === 'try') return null;
+  return waitAfterRefusal(clients, name, options, attempt, giveBack);
+}
+
+/** A grant that arrives after the caller gave up (its signal aborted) is given back at once. */
+export async function keepGrant<T>(signal: AbortSignal | undefined, granted: T, giveBack: (granted: T) => Promise<void>): Promise<T> {
+  if (signal?.aborted) {
+    await giveBack(granted);
+    signal.throwIfAborted();
+  }
+  return granted;
+}
+
+/**
+ * After a first attempt (without a place in the queue) was refused: join the
+ * wake channel of every client, and attempt again at each wake, at the
+ * holder's TTL, until it grants, the timeout or the signal.
+ */
+export async function waitAfterRefusal<T>(
+  clients: readonly RedisClient[],
+  name: string,
+  options: CheckedOptions,
+  attempt: (entries: readonly string[]) => Promise<Attempt<T>>,
+  giveBack: (granted: T) => Promise<void>,
+): Promise<T> {
+  const { signal, timeoutMs } = options;
   const deadline = timeoutMs === undefined ? Infinity : now() + timeoutMs;
   let woken = false;
   let wake: (() => void) | null = null;
@@ -64,7 +76,7 @@ export async function acquireLoop<T>(
       signal?.throwIfAborted();
       woken = false;
       const result = await attempt(entries);
-      if ('granted' in result) return keep(result.granted);
+      if ('granted' in result) return keepGrant(signal, result.granted, giveBack);
       signal?.throwIfAborted();
       const left = deadline - now();
       if (left <= 0) throw new LockTimeoutError(name, timeoutMs ?? 0);
