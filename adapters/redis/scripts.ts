@@ -46,17 +46,30 @@ function script(text: string): Script {
 }
 
 /**
- * Single instance: the grant and its token in one step. Granted: {1, token}
- * (INCR of the counter). Refused: {0, remaining TTL of the holder's key}.
+ * Single instance: the grant and its token in one step. One integer, not a
+ * table (a table reply costs the server more than the rest of the script):
+ * granted, the token (INCR of the counter, >= 1); refused, -3 - the remaining
+ * TTL of the holder's key as PTTL gives it (-1: the key went meanwhile, -2:
+ * a key without a TTL, <= -3: that many ms + 3). Decoded by ./single.ts.
  * KEYS lock, counter, waiters; ARGV value, ttl, waiter entry ('' for none).
  */
 export const ACQUIRE = script(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if ARGV[3] ~= '' then redis.call('LREM', KEYS[3], 0, ARGV[3]) end
-  return {1, redis.call('INCR', KEYS[2])}
+  return redis.call('INCR', KEYS[2])
 end
 ${ENLIST}
-return {0, redis.call('PTTL', KEYS[1])}
+return -3 - redis.call('PTTL', KEYS[1])
+`);
+
+/**
+ * ACQUIRE for an acquire's first attempt, which has no place in the waiter
+ * list yet (an uncontended acquire never makes one): the same step and reply,
+ * without the waiter list's key and entry. KEYS lock, counter; ARGV value, ttl.
+ */
+export const ACQUIRE_FIRST = script(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end
+return -3 - redis.call('PTTL', KEYS[1])
 `);
 
 /**

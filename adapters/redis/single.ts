@@ -12,7 +12,7 @@ import { ProtocolError, type FencingToken, type SourceIdentity } from '../../src
 import { now, send, where, type RedisClient } from './client.js';
 import { grantsOf, holdGrant, type GrantKey, type RedisLock, type Renewal } from './held-lock.js';
 import type { CheckedOptions } from './options.js';
-import { ACQUIRE, RELEASE, RENEW, WAKE_CHANNEL, lockKeys } from './scripts.js';
+import { ACQUIRE, ACQUIRE_FIRST, RELEASE, RENEW, WAKE_CHANNEL, lockKeys } from './scripts.js';
 import { redisSourceIds } from './source-id.js';
 import { keepGrant, waitAfterRefusal, type Attempt } from './waiting.js';
 
@@ -53,27 +53,31 @@ class SingleLockKey {
     [this.#lockKey, this.#counterKey, this.#waitersKey] = lockKeys(name);
   }
 
-  /** One run of the acquire script: the lock, or how long until the holder's key may expire (ms). */
+  /**
+   * One run of the acquire script (`entry` '': the first attempt, without a
+   * place in the waiter list): the lock, or how long until the holder's key may expire (ms).
+   */
   async attempt(entry: string): Promise<RedisLock | number> {
     const { ttlMs, nodeTimeoutMs } = this.#options;
     const value = grantValue(this.#options.owner);
     const sentAt = now();
     let reply: unknown;
     try {
-      reply = await send(this.#client, this.#at, 'EVALSHA', [ACQUIRE.sha, 3, this.#lockKey, this.#counterKey, this.#waitersKey, value, ttlMs, entry], nodeTimeoutMs, ACQUIRE.text);
+      reply = await (entry === ''
+        ? send(this.#client, this.#at, 'EVALSHA', [ACQUIRE_FIRST.sha, 2, this.#lockKey, this.#counterKey, value, ttlMs], nodeTimeoutMs, ACQUIRE_FIRST.text)
+        : send(this.#client, this.#at, 'EVALSHA', [ACQUIRE.sha, 3, this.#lockKey, this.#counterKey, this.#waitersKey, value, ttlMs, entry], nodeTimeoutMs, ACQUIRE.text));
     } catch (error) {
       // It may still run on the server: the compare-and-delete queued behind it undoes it.
       void this.release(value);
       throw error;
     }
-    const [granted, n] = Array.isArray(reply) ? (reply as unknown[]) : [];
-    if (granted === 1) {
-      const parts = { name: this.#name, token: toToken(n), grants: grantsOf(this.#client, 'Redis'), marginMs: this.#options.marginMs, ttlMs, validUntil: sentAt + ttlMs };
+    if (typeof reply === 'number' && reply > 0) {
+      const parts = { name: this.#name, token: toToken(reply), grants: grantsOf(this.#client, 'Redis'), marginMs: this.#options.marginMs, ttlMs, validUntil: sentAt + ttlMs };
       return holdGrant(parts, new SingleGrantKey(this, value));
     }
-    if (granted !== 0 || typeof n !== 'number') throw new ProtocolError(`unexpected reply to the lock script: ${JSON.stringify(reply)}`);
-    // n: the holder's remaining TTL (-1: a key without one, set by someone else; -2: gone meanwhile)
-    return n === -2 ? 0 : n === -1 ? ttlMs : n + 1;
+    // Refused: -3 - the holder's PTTL (-1: the key went meanwhile; -2: a key without a TTL, set by someone else).
+    if (typeof reply !== 'number' || !Number.isSafeInteger(reply) || reply === 0) throw new ProtocolError(`unexpected reply to the lock script: ${JSON.stringify(reply)}`);
+    return reply === -1 ? 0 : reply === -2 ? ttlMs : -reply - 3 + 1;
   }
 
   /** An attempt of the waiting loop (./waiting.ts), with this waiter's entry. */
