@@ -44,6 +44,58 @@ describe('send', () => {
   });
 });
 
+describe('send: a script the server does not know (NOSCRIPT)', () => {
+  const noScript = (): Error => new Error('NOSCRIPT No matching script. Please use EVAL.');
+
+  it('is sent once more with EVAL and its text, on the same promise', async () => {
+    const calls: Array<[string, unknown[]]> = [];
+    const client = {
+      call: (command: string, args: unknown[]) => {
+        calls.push([command, args]);
+        return command === 'EVALSHA' ? Promise.reject(noScript()) : Promise.resolve(7);
+      },
+      duplicate: () => ({}),
+    } as unknown as RedisClient;
+    expect(await send(client, 'h:1', 'EVALSHA', ['abc', 1, 'k', 'v'], 1000, 'return 7')).toBe(7);
+    expect(calls).toEqual([
+      ['EVALSHA', ['abc', 1, 'k', 'v']],
+      ['EVAL', ['return 7', 1, 'k', 'v']],
+    ]);
+  });
+
+  it('twice: the second NOSCRIPT is the error (no loop)', async () => {
+    const commands: string[] = [];
+    const client = {
+      call: (command: string) => {
+        commands.push(command);
+        return Promise.reject(noScript());
+      },
+      duplicate: () => ({}),
+    } as unknown as RedisClient;
+    const error = await send(client, 'h:1', 'EVALSHA', ['abc', 0], 1000, 'return 1').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConnectionLossError);
+    expect(commands).toEqual(['EVALSHA', 'EVAL']);
+  });
+
+  it('after the timeout: the caller has the timeout, and nothing more is sent', async () => {
+    let fail: (error: Error) => void = () => {};
+    const commands: string[] = [];
+    const client = {
+      call: (command: string) => {
+        commands.push(command);
+        return new Promise((_, reject) => (fail = reject));
+      },
+      duplicate: () => ({}),
+    } as unknown as RedisClient;
+    const error = await send(client, 'h:1', 'EVALSHA', ['abc', 0], 5, 'return 1').catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(NodeTimeoutError);
+    fail(noScript());
+    await settle();
+    expect(commands).toEqual(['EVALSHA']);
+    expect(unhandled.reasons).toEqual([]);
+  });
+});
+
 /** A subscriber that records its SUBSCRIBEs, each answered by the test. */
 class FakeSubscriber extends EventEmitter {
   readonly subscribes: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
