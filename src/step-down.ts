@@ -95,8 +95,6 @@ export interface HoldingOptions {
 
 export class StepDownClock {
   readonly #source: StepDownSource;
-  /** The kind diagnostics name the holdings by, worked out once (not per grant). */
-  readonly #kind: string;
   readonly #holdings = new Set<Holding>();
   #timer: NodeJS.Timeout | null = null;
   /** The instant the timer is armed for (Infinity: not armed). */
@@ -104,12 +102,11 @@ export class StepDownClock {
 
   constructor(source: StepDownSource) {
     this.#source = source;
-    this.#kind = source.kind ?? source.name.toLowerCase();
   }
 
   /** A new holding on this clock, held until its deadline, a loss or release. */
   hold(options: HoldingOptions): Holding {
-    const holding = new Holding(this.#source, options, () => this.#forget(holding), this.#kind);
+    const holding = new Holding(this.#source, options, () => this.#forget(holding));
     this.#holdings.add(holding);
     // Deadlines only move later: a timer already armed at or before this
     // holding's deadline wakes in time for it (and re-reads every deadline then).
@@ -122,14 +119,13 @@ export class StepDownClock {
     for (const h of [...this.#holdings]) h.lose(reason, detail);
   }
 
-  // The timer stays armed when the last holding ends: it is unref'd, and when
-  // it fires with no holding left it finds nothing to do and is not armed
-  // again. Clearing it here would make a client that acquires and releases
-  // in a loop create, insert and cancel one timer per grant; left armed, the
-  // next grant's deadline (later than the armed instant: deadlines only move
-  // on) needs no timer of its own.
   #forget(holding: Holding): void {
     this.#holdings.delete(holding);
+    if (this.#holdings.size === 0 && this.#timer !== null) {
+      clearTimeout(this.#timer);
+      this.#timer = null;
+      this.#armedFor = Infinity;
+    }
   }
 
   /** Wake at the earliest deadline; by then it has usually moved on (a newer acknowledgement), so re-arm. */
@@ -180,20 +176,18 @@ export class Holding {
   readonly #onEnd: () => void;
   readonly #onLoss: ((reason: LossReason) => void) | undefined;
   readonly #token: FencingToken | undefined;
-  readonly #kind: string;
   readonly #since = performance.now();
 
   /** @internal StepDownClock.hold makes holdings. */
-  constructor(source: StepDownSource, options: HoldingOptions, onEnd: () => void, kind: string) {
+  constructor(source: StepDownSource, options: HoldingOptions, onEnd: () => void) {
     this.#source = source;
-    this.#kind = kind;
     this.#lock = options.lock;
     this.#marginMs = options.marginMs;
     this.#deadline = options.deadline;
     this.#onEnd = onEnd;
     this.#onLoss = options.onEnd;
     this.#token = options.token;
-    publishLockHeld(this.#kind, this.#lock, this.#token);
+    publishLockHeld(this.#kind(), this.#lock, this.#token);
   }
 
   /** Aborts with LockLostError when the grant can no longer be assumed held. */
@@ -255,7 +249,7 @@ export class Holding {
     if (reason !== 'released') this.#errorOf(ended);
     // Published before the abort: a subscriber counts the loss before any
     // abort listener (which may release, exit, or start again) has run.
-    if (lockEndedObserved(reason)) publishLockEnded(this.#kind, this.#lock, this.#token, reason, performance.now() - this.#since, this.#errorOf(ended));
+    if (lockEndedObserved(reason)) publishLockEnded(this.#kind(), this.#lock, this.#token, reason, performance.now() - this.#since, this.#errorOf(ended));
     this.#controller?.abort(this.#errorOf(ended));
   }
 
@@ -271,6 +265,10 @@ export class Holding {
       Error.stackTraceLimit = stackLimit;
     }
     return ended.error;
+  }
+
+  #kind(): string {
+    return this.#source.kind ?? this.#source.name.toLowerCase();
   }
 
   #explain(reason: LossReason): string {

@@ -1,12 +1,11 @@
 // A granted Redis or Redlock lock: its step-down holding, the watchdog that
 // renews it at a third of the TTL, and its release.
 //
-// This is on the path of every acquire and release, so a grant costs one
-// object of a class (its methods and getters on the prototype, not closures
-// made per grant) and its holding, and no timer of its own: the step-down
-// clock and the watchdog each keep one timer per client for all its grants.
-import { StepDownClock, grantSequencer, traceRelease, type FencingToken, type Holding, type Lock, type LossReason, type Sequencer, type SourceIdentity } from '../../src/index.js';
-import { now } from './client.js';
+// This is on the path of every acquire and release, so a grant is one object
+// of a class (its methods and getters on the prototype, not an object literal
+// with getters and closures made per grant), its holding, and one watchdog
+// timer, made once and refreshed after each renewal.
+import { StepDownClock, grantSequencer, traceRelease, type FencingToken, type Holding, type Lock, type Sequencer, type SourceIdentity } from '../../src/index.js';
 
 /** What one renewal found: extended (the new earliest expiry), refused (the key is not ours), or no answer. */
 export type Renewal = { readonly validUntil: number } | 'refused' | 'unknown';
@@ -35,13 +34,10 @@ export interface GrantParts {
   readonly validUntil: number;
 }
 
-/**
- * What the grants of one client (Redlock: of one set, by its first client)
- * share: the step-down clock, the watchdog, the kind diagnostics name them by.
- */
+/** What the grants of one client (Redlock: of one set, by its first client) share. */
 export interface ClientGrants {
   readonly clock: StepDownClock;
-  readonly watchdog: Watchdog;
+  /** 'redis' or 'redlock': the source kind diagnostics name the grants by. */
   readonly kind: string;
 }
 
@@ -52,61 +48,10 @@ export function grantsOf(owner: object, name: string): ClientGrants {
   let grants = shared.get(owner);
   if (grants === undefined) {
     const kind = name.toLowerCase();
-    grants = Object.freeze({ clock: new StepDownClock({ name, grant: 'lock key', kind }), watchdog: new Watchdog(), kind });
+    grants = Object.freeze({ clock: new StepDownClock({ name, grant: 'lock key', kind }), kind });
     shared.set(owner, grants);
   }
   return grants;
-}
-
-/** The watchdog's due renewal: runs one grant's renewal (module-private access to HeldGrant, set in its static block). */
-let renewDue: (grant: HeldGrant) => void;
-
-/**
- * One timer for the renewals of every grant of a client, armed at the
- * earliest one due. A grant that ends leaves it armed: the timer is unref'd
- * and finds nothing due when it fires (as the step-down clock's, ../../src/step-down.ts),
- * so a loop of acquire and release creates no timer per grant.
- */
-export class Watchdog {
-  /** Each waiting grant and when its next renewal is due (performance.now()). A grant whose renewal is under way is not in it. */
-  readonly #due = new Map<HeldGrant, number>();
-  #timer: NodeJS.Timeout | null = null;
-  /** The instant the timer is armed for (Infinity: not armed). */
-  #armedFor = Infinity;
-
-  /** Renew `grant` at `at`. */
-  schedule(grant: HeldGrant, at: number): void {
-    this.#due.set(grant, at);
-    if (at < this.#armedFor) this.#arm(at);
-  }
-
-  /** No more renewals of `grant` (it ended). */
-  cancel(grant: HeldGrant): void {
-    this.#due.delete(grant);
-  }
-
-  #arm(at: number): void {
-    if (this.#timer !== null) clearTimeout(this.#timer);
-    this.#armedFor = at;
-    this.#timer = setTimeout(this.#fire, Math.max(0, at - now()));
-    this.#timer.unref();
-  }
-
-  readonly #fire = (): void => {
-    this.#timer = null;
-    this.#armedFor = Infinity;
-    // A timer may fire a fraction of a millisecond before the instant on
-    // performance.now() (timers count whole milliseconds): due within 1 ms is due.
-    const t = now() + 1;
-    let next = Infinity;
-    for (const [grant, at] of this.#due) {
-      if (at <= t) {
-        this.#due.delete(grant);
-        renewDue(grant);
-      } else if (at < next) next = at;
-    }
-    if (next < this.#armedFor) this.#arm(next);
-  };
 }
 
 /** One grant: the Lock a holder gets. Made by holdGrant, frozen there. */
@@ -114,41 +59,32 @@ class HeldGrant implements Lock {
   readonly name: string;
   readonly token: FencingToken;
   readonly #key: GrantKey;
-  readonly #grants: ClientGrants;
-  readonly #every: number;
+  readonly #kind: string;
   readonly #holding: Holding;
+  /** The watchdog: fires a third of the TTL after the grant, and after each renewal's answer (refreshed, not made again). */
+  readonly #timer: NodeJS.Timeout;
   #validUntil: number;
   #released: Promise<void> | null = null;
   #bound: Sequencer | null = null;
-
-  static {
-    renewDue = (grant) => void grant.#renew();
-  }
 
   constructor(parts: GrantParts, key: GrantKey) {
     this.name = parts.name;
     this.token = parts.token;
     this.#key = key;
-    this.#grants = parts.grants;
+    this.#kind = parts.grants.kind;
     this.#validUntil = parts.validUntil;
-    this.#every = Math.max(1, Math.floor(parts.ttlMs / 3));
     // The watchdog stops when the holding ends, by its onEnd (not an abort
     // listener: a lock whose signal nobody reads never makes one).
     this.#holding = parts.grants.clock.hold({
       lock: parts.name,
       marginMs: parts.marginMs,
-      deadline: this.#deadline,
+      deadline: () => this.#validUntil,
       token: parts.token,
-      onEnd: this.#stopRenewing,
+      onEnd: () => clearTimeout(this.#timer),
     });
-    parts.grants.watchdog.schedule(this, now() + this.#every);
+    this.#timer = setTimeout(() => void this.#renew(), Math.max(1, Math.floor(parts.ttlMs / 3)));
+    this.#timer.unref();
   }
-
-  readonly #deadline = (): number => this.#validUntil;
-
-  readonly #stopRenewing = (_reason: LossReason): void => {
-    this.#grants.watchdog.cancel(this);
-  };
 
   async #renew(): Promise<void> {
     if (this.#holding.ended) return;
@@ -160,7 +96,7 @@ class HeldGrant implements Lock {
     }
     // A renewal without an answer is tried again at the next tick; the step-down deadline ends the holding if none gets through.
     if (renewal !== 'unknown' && renewal.validUntil > this.#validUntil) this.#validUntil = renewal.validUntil;
-    this.#grants.watchdog.schedule(this, now() + this.#every);
+    this.#timer.refresh();
   }
 
   get signal(): AbortSignal {
@@ -180,13 +116,11 @@ class HeldGrant implements Lock {
   }
 
   release(): Promise<void> {
-    return (this.#released ??= traceRelease(this.#grants.kind, this.name, this.token, this.#releaseKey));
+    return (this.#released ??= traceRelease(this.#kind, this.name, this.token, async () => {
+      this.#holding.lose('released');
+      await this.#key.release();
+    }));
   }
-
-  readonly #releaseKey = async (): Promise<void> => {
-    this.#holding.lose('released');
-    await this.#key.release();
-  };
 }
 
 /** A granted lock: held (step-down clock and watchdog) until released or lost. */

@@ -1,10 +1,9 @@
-// What the single-instance lock shares between the grants of one client, so
-// that a loop of acquire and release costs no timer per grant: one watchdog
-// timer for every grant's renewals, and the step-down clock's one timer, both
-// left armed when a grant ends. Each test below holds a grant whose renewal or
-// step-down is due before the instant that timer was left armed for (or
-// after it), which the timer must be moved for. And the acquire scripts: one
-// integer per reply, and loaded again when the server forgot them.
+// The timers of the single-instance lock's grants on one client: each
+// grant's watchdog renews it at a third of its own TTL (one timer per grant,
+// refreshed after each renewal's answer), whatever the client's other grants
+// do, and the client's step-down clock ends each grant at its own deadline.
+// And the acquire scripts: one integer per reply, and loaded again when the
+// server forgot them.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { LockLostError } from '../../src/errors.js';
 import { acquireLock, lockStatus, tryAcquireLock } from '../../adapters/redis/index.js';
@@ -31,8 +30,8 @@ async function stillOurs(name: string, token: bigint): Promise<void> {
   expect(await onPort<number>(singlePort(), 'PTTL', lockKeys(name)[0])).toBeGreaterThan(0);
 }
 
-describe('one watchdog timer per client', () => {
-  it('a short-TTL grant after a long one on the same client is renewed: the timer is moved to the earlier renewal', async () => {
+describe('the watchdog of each grant', () => {
+  it('a short-TTL grant beside a long one on the same client is renewed again and again', async () => {
     const client = pool.single();
     const long = await acquireLock(client, uniqueLockName('long'), { ttlMs: 60_000 });
     const name = uniqueLockName('short');
@@ -45,7 +44,7 @@ describe('one watchdog timer per client', () => {
     await long.release();
   });
 
-  it('a grant after a released short-TTL one is renewed: the timer left armed finds nothing due and is armed for the next', async () => {
+  it('a grant after a released short-TTL one on the same client is renewed', async () => {
     const client = pool.single();
     const first = await acquireLock(client, uniqueLockName('first'), { ttlMs: 600 });
     await first.release();
@@ -70,20 +69,20 @@ describe('one watchdog timer per client', () => {
   });
 });
 
-describe('one step-down timer per client', () => {
-  it('a short grant after a released long one steps down at its own deadline: the clock\'s timer is moved to the earlier deadline', async () => {
+describe('the client\'s step-down clock', () => {
+  it('a short grant beside a long one steps down at its own deadline, not the long one\'s', async () => {
     const proxy = await TcpProxy.to(`127.0.0.1:${singlePort()}`);
     try {
       const client = pool.open(`redis://127.0.0.1:${proxy.port}`);
-      // Leaves the client's step-down timer armed some 45 s ahead.
+      // The clock's timer is armed for the long grant's deadline, some 45 s ahead, when the short one comes.
       const long = await acquireLock(client, uniqueLockName('long'), { ttlMs: 60_000 });
-      await long.release();
       const lock = await acquireLock(client, uniqueLockName('short'), { ttlMs: 900, safetyMarginMs: 200, nodeTimeoutMs: 100 });
       proxy.blackhole();
       const aborted = new Promise<void>((r) => lock.signal.addEventListener('abort', () => r()));
       await within(aborted, 10_000, 'the short grant\'s step-down deadline');
       expect((lock.signal.reason as LockLostError).reason).toBe('deadline');
       expect(lock.held).toBe(false);
+      await long.release();
     } finally {
       await proxy.close();
     }
