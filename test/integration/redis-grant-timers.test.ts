@@ -2,8 +2,10 @@
 // grant's watchdog renews it at a third of its own TTL (one timer per grant,
 // refreshed after each renewal's answer), whatever the client's other grants
 // do, and the client's step-down clock ends each grant at its own deadline.
-// And the acquire scripts: one integer per reply, and loaded again when the
-// server forgot them.
+// The uncontended acquire's own path (its first attempt, without the waiting
+// loop): a signal that aborts while it is under way, and a client's first
+// grant, which waits for the source's identity. And the acquire scripts: one
+// integer per reply, and loaded again when the server forgot them.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { LockLostError } from '../../src/errors.js';
 import { acquireLock, lockStatus, tryAcquireLock } from '../../adapters/redis/index.js';
@@ -86,6 +88,27 @@ describe('the client\'s step-down clock', () => {
     } finally {
       await proxy.close();
     }
+  });
+});
+
+describe('the first attempt of an acquire', () => {
+  it('granted after its signal aborted: given back at once, and the acquire rejects with the signal\'s reason', async () => {
+    const name = uniqueLockName('late');
+    const stop = new AbortController();
+    const acquiring = acquireLock(pool.single(), name, { signal: stop.signal });
+    stop.abort(new Error('gave up')); // the script is on its way: the grant arrives after this
+    expect(((await acquiring.catch((e: unknown) => e)) as Error).message).toBe('gave up');
+    expect(await onPort(singlePort(), 'EXISTS', lockKeys(name)[0])).toBe(0);
+    const next = await tryAcquireLock(pool.single(), name);
+    expect(next).not.toBeNull();
+    await next?.release();
+  });
+
+  it('a client\'s first grant is handed out with its sequencer: the source\'s identity is read first', async () => {
+    const client = pool.single();
+    const lock = await acquireLock(client, uniqueLockName('first'));
+    expect(lock.sequencer.source).toEqual({ kind: 'redis', id: await onPort(singlePort(), 'GET', 'fencekeeper:source-id') });
+    await lock.release();
   });
 });
 
