@@ -37,9 +37,9 @@ describe('the watchdog of each grant', () => {
     const client = pool.single();
     const long = await acquireLock(client, uniqueLockName('long'), { ttlMs: 60_000 });
     const name = uniqueLockName('short');
-    const short = await acquireLock(client, name, { ttlMs: 600 });
-    // Without a renewal the key is gone after 600 ms and the holding steps down before that.
-    await sleep(1500);
+    const short = await acquireLock(client, name, { ttlMs: 900, nodeTimeoutMs: 300 });
+    // Without renewals the key is gone after 900 ms and the holding steps down before that.
+    await sleep(2000);
     expect(short.held).toBe(true);
     await stillOurs(name, short.token);
     await short.release();
@@ -48,11 +48,11 @@ describe('the watchdog of each grant', () => {
 
   it('a grant after a released short-TTL one on the same client is renewed', async () => {
     const client = pool.single();
-    const first = await acquireLock(client, uniqueLockName('first'), { ttlMs: 600 });
+    const first = await acquireLock(client, uniqueLockName('first'), { ttlMs: 900, nodeTimeoutMs: 300 });
     await first.release();
     const name = uniqueLockName('next');
-    const next = await acquireLock(client, name, { ttlMs: 1500 });
-    await sleep(2500);
+    const next = await acquireLock(client, name, { ttlMs: 900, nodeTimeoutMs: 300 });
+    await sleep(2000);
     expect(next.held).toBe(true);
     await stillOurs(name, next.token);
     await next.release();
@@ -60,11 +60,11 @@ describe('the watchdog of each grant', () => {
 
   it('releasing one grant leaves the renewals of the others', async () => {
     const client = pool.single();
-    const a = await acquireLock(client, uniqueLockName('a'), { ttlMs: 600 });
+    const a = await acquireLock(client, uniqueLockName('a'), { ttlMs: 900, nodeTimeoutMs: 300 });
     const name = uniqueLockName('b');
-    const b = await acquireLock(client, name, { ttlMs: 600 });
+    const b = await acquireLock(client, name, { ttlMs: 900, nodeTimeoutMs: 300 });
     await a.release();
-    await sleep(1500);
+    await sleep(2000);
     expect(b.held).toBe(true);
     await stillOurs(name, b.token);
     await b.release();
@@ -140,13 +140,13 @@ describe('the acquire scripts', () => {
   it('a server that forgot the scripts (SCRIPT FLUSH): acquire, renewal and release send them again with EVAL', async () => {
     const client = pool.single();
     const name = uniqueLockName('flushed');
-    const warm = await acquireLock(client, name, { ttlMs: 600 });
+    const warm = await acquireLock(client, name, { ttlMs: 900, nodeTimeoutMs: 300 });
     await warm.release();
     await onPort(singlePort(), 'SCRIPT', 'FLUSH');
-    const lock = await acquireLock(client, name, { ttlMs: 600 });
+    const lock = await acquireLock(client, name, { ttlMs: 900, nodeTimeoutMs: 300 });
     expect(lock.token).toBeGreaterThan(warm.token);
     await onPort(singlePort(), 'SCRIPT', 'FLUSH');
-    await sleep(1000); // renewals at 200 ms intervals, the first after the flush by EVAL
+    await sleep(1500); // renewals every 300 ms, the first after the flush by EVAL
     expect(lock.held).toBe(true);
     await stillOurs(name, lock.token);
     await onPort(singlePort(), 'SCRIPT', 'FLUSH');
