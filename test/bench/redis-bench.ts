@@ -2,7 +2,8 @@
 // `@sesamecare-oss/redlock` 1.4 and the raw floor, on the same servers in one run.
 //   FK_REDIS=redis://127.0.0.1:6390 FK_REDLOCK=redis://127.0.0.1:6391,... npx vite-node test/bench/redis-bench.ts
 // Env: FK_REDIS, FK_REDLOCK (defaults: the test servers' ports), BENCH_CYCLES (cycles per
-// case per run, default 1500), BENCH_RUNS (default 3).
+// case per run, default 1500), BENCH_RUNS (default 3), BENCH_GROUPS ('one', 'five', or
+// both, the default).
 //
 // One client (or one set of five), acquire + release, one cycle at a time, uncontended:
 //   one node    raw floor (SET NX PX, then a compare-and-delete script), fencekeeper's
@@ -13,7 +14,11 @@
 // busy with other work: every node fsyncs each write) loads all alike. Printed per case:
 // the median over runs of cycles/s, acquire p50/p99 (ms), CPU time per cycle (µs, this
 // process: user + system), and ratios against the raw floor and redlock of the same run.
-// Asserts nothing.
+// Then the same comparison paired block by block: each block of a case against the block
+// of the raw floor and of redlock in the same turn (run and rotation), the median over all
+// blocks of the cycles/s ratio and of the CPU difference per cycle. A burst of load from
+// elsewhere hits both blocks of a pair about alike, so these move far less from run to
+// run than ratios of the medians do, on a machine shared with other work. Asserts nothing.
 import { randomBytes } from 'node:crypto';
 import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
@@ -25,6 +30,7 @@ const single = process.env.FK_REDIS ?? 'redis://127.0.0.1:6390';
 const nodes = (process.env.FK_REDLOCK ?? [6391, 6392, 6393, 6394, 6395].map((p) => `redis://127.0.0.1:${p}`).join(',')).split(',');
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 1500);
 const RUNS = Number(process.env.BENCH_RUNS ?? 3);
+const GROUPS = (process.env.BENCH_GROUPS ?? 'one,five').split(',');
 const TTL = 10_000;
 
 const RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
@@ -97,7 +103,15 @@ const cases: Case[] = [
   { name: 'fencekeeper Redlock', group: 'five nodes', cycle: ours(five) },
   { name: 'redlock 5', group: 'five nodes', cycle: peer(new Redlock(five, settings)) },
   { name: 'sesame', group: 'five nodes', cycle: peer(new SesameRedlock(five, settings)) },
-];
+].filter((c) => GROUPS.includes(c.group === 'one node' ? 'one' : 'five')) as Case[];
+const groups = (['one node', 'five nodes'] as const).filter((g) => cases.some((c) => c.group === g));
+
+/** One block of BLOCK cycles of a case: its wall time (ms) and CPU time (µs). Index i of every case: the same turn. */
+interface Block {
+  ms: number;
+  cpu: number;
+}
+const blocks = new Map<Case, Block[]>(cases.map((c) => [c, []]));
 
 interface Figures {
   cyclesPerSecond: number;
@@ -128,9 +142,11 @@ async function runOnce(run: number): Promise<Map<Case, Figures>> {
       const cpu0 = process.cpuUsage();
       const t0 = performance.now();
       for (let i = 0; i < BLOCK; i++) s.latencies.push(await c.cycle(keyOf(c)));
-      s.ms += performance.now() - t0;
+      const ms = performance.now() - t0;
       const cpu = process.cpuUsage(cpu0);
+      s.ms += ms;
       s.cpu += cpu.user + cpu.system;
+      blocks.get(c)!.push({ ms, cpu: cpu.user + cpu.system });
     }
   }
   const figures = new Map<Case, Figures>();
@@ -158,7 +174,7 @@ for (const [c, runs] of results) {
     cpuMicros: median(runs.map((r) => r.cpuMicros)),
   });
 }
-for (const group of ['one node', 'five nodes'] as const) {
+for (const group of groups) {
   const inGroup = cases.filter((c) => c.group === group);
   const floor = summary.get(inGroup.find((c) => c.name === 'raw floor')!)!;
   const redlock = summary.get(inGroup.find((c) => c.name === 'redlock 5')!)!;
@@ -169,6 +185,20 @@ for (const group of ['one node', 'five nodes'] as const) {
     console.log(
       `  ${c.name.padEnd(20)} ${f.cyclesPerSecond.toFixed(0).padStart(9)}  ${f.p50.toFixed(3).padStart(11)}  ${f.p99.toFixed(3).padStart(8)}  ${f.cpuMicros.toFixed(0).padStart(6)} µs  ${(f.cyclesPerSecond / floor.cyclesPerSecond).toFixed(2).padStart(6)}  ${(f.cyclesPerSecond / redlock.cyclesPerSecond).toFixed(2).padStart(9)}`,
     );
+  }
+}
+for (const group of groups) {
+  const inGroup = cases.filter((c) => c.group === group);
+  const floor = blocks.get(inGroup.find((c) => c.name === 'raw floor')!)!;
+  const redlock = blocks.get(inGroup.find((c) => c.name === 'redlock 5')!)!;
+  // Over the blocks of one turn: cycles/s ratio = the other's block time / this one's.
+  const rate = (mine: Block[], theirs: Block[]): number => median(mine.map((b, i) => (theirs[i] as Block).ms / b.ms));
+  const cpuMinus = (mine: Block[], theirs: Block[]): number => median(mine.map((b, i) => (b.cpu - (theirs[i] as Block).cpu) / BLOCK));
+  console.log(`\n${group}, paired by turn (median over ${floor.length} blocks of ${BLOCK} cycles)`);
+  console.log('  case                  vs raw  vs redlock  CPU/cycle - redlock\'s');
+  for (const c of inGroup) {
+    const mine = blocks.get(c)!;
+    console.log(`  ${c.name.padEnd(20)} ${rate(mine, floor).toFixed(3).padStart(7)}  ${rate(mine, redlock).toFixed(3).padStart(9)}  ${cpuMinus(mine, redlock).toFixed(1).padStart(10)} µs`);
   }
 }
 console.log(`\nload average at the end ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
