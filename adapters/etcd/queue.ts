@@ -181,54 +181,59 @@ export interface Joined {
 }
 
 /**
- * Join the queue in one transaction: put our key with the lease if the queue
- * is empty (we hold: nothing to read back); else, in a transaction nested in
- * the failure branch, put it if it does not exist yet and read the two
- * newest keys of the queue at that revision (ours and our predecessor).
- * Uncontended, that is the whole acquire, and its request and reply are
- * the floor's put-if-absent with the lease.
+ * Join the queue in one transaction: put our key with the lease if it does
+ * not exist yet, and in a transaction nested after the put, read the two
+ * newest keys of the queue (ours and our predecessor) unless the queue was
+ * empty (we hold: nothing to read back). The put is in the request once:
+ * uncontended, request and reply are the floor's put-if-absent with the
+ * lease, plus the nested comparison and its empty reply.
  *
- * The comparisons make the put safe to repeat: a transaction whose reply was
- * lost (and which etcd3 or we send again) finds our key (the queue is not
- * empty then, and the nested comparison fails) instead of adding a second
- * one, and adopts it when its value names our lease and this join.
+ * etcd evaluates every comparison of a transaction, the nested ones too,
+ * against the store as it was before the transaction (the applier picks the
+ * whole path of branches first: compareToPath in etcdserver/apply.go, 3.3 and
+ * later), so the nested comparison sees the queue without our key. Were it
+ * evaluated after the put, it would always fail and the join would read the
+ * queue back and find no predecessor: the same answer, one range later.
+ *
+ * The comparison on our key makes the put safe to repeat: a transaction
+ * whose reply was lost (and which etcd3 or we send again) finds our key
+ * instead of adding a second one, and adopts it when its value names our
+ * lease and this join.
  */
 export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined> {
   const { prefix, slot, key, joinId, keyBytes, value } = plan;
   const prefixBytes = Buffer.from(prefix, 'utf8');
   const end = prefixEnd(prefix);
-  const newest: EtcdRangeRequest = { key: prefixBytes, range_end: end, sort_target: 'Create', sort_order: 'Descend', limit: 2, keys_only: true };
-  const put = { request_put: { key: keyBytes, value, lease: lease.idText } };
   const txn = {
-    // Over a range, the comparison holds for every key in it; an empty range compares as a missing key (revision 0).
-    compare: [{ key: prefixBytes, range_end: end, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
-    success: [put],
-    failure: [
+    compare: [{ key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
+    success: [
+      { request_put: { key: keyBytes, value, lease: lease.idText } },
       {
         request_txn: {
-          compare: [{ key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
-          success: [put, { request_range: newest }],
-          failure: [{ request_range: { key: keyBytes } }],
+          // Over a range, the comparison holds for every key in it; an empty range compares as a missing key (revision 0).
+          compare: [{ key: prefixBytes, range_end: end, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
+          success: [],
+          failure: [{ request_range: { key: prefixBytes, range_end: end, sort_target: 'Create' as const, sort_order: 'Descend' as const, limit: 2, keys_only: true } }],
         },
       },
     ],
+    failure: [{ request_range: { key: keyBytes } }],
   };
   let found: EtcdKeyValue | undefined;
   for (let attempt = 0; ; attempt++) {
     const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
     noteClusterId(etcd, response.header);
-    const token = int64(response.header.revision, 'revision');
     if (response.succeeded) {
-      // The queue was empty: our key is the only one, and holds.
-      return { node: { key, prefix, slot, join: joinId, token }, predecessor: null, revision: token };
-    }
-    const inner = response.responses[0]?.response_txn;
-    if (inner === undefined) throw new ProtocolError(`etcd's transaction reply lacks its nested transaction (etcd before 3.3?)`);
-    if (inner.succeeded) {
+      // Our key is put: its create revision is the transaction's (the only write in it).
+      const token = int64(response.header.revision, 'revision');
+      const inner = response.responses[1]?.response_txn;
+      if (inner === undefined || inner === null) throw new ProtocolError(`etcd's transaction reply lacks its nested transaction (etcd before 3.3?)`);
       const node = { key, prefix, slot, join: joinId, token };
-      return { node, predecessor: predecessorIn(rangeAt(inner, 1).kvs, node), revision: token };
+      // The queue was empty: our key is the only one, and holds.
+      if (inner.succeeded) return { node, predecessor: null, revision: token };
+      return { node, predecessor: predecessorIn(rangeAt(inner, 0).kvs, node), revision: token };
     }
-    found = rangeAt(inner, 0).kvs[0];
+    found = rangeAt(response, 0).kvs[0];
     if (found === undefined) throw new ProtocolError(`etcd refused to create ${key}, yet nothing is there`);
     if (joinOf(found) === joinId) break;
     if (attempt >= 3) throw new ProtocolError(`the key ${key} was put again by an earlier join ${attempt + 1} times`);

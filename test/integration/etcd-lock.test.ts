@@ -159,17 +159,20 @@ describe('etcd lock', () => {
     const lock = await acquireLock(client, name);
     await lock.release();
     expect({ txn: counts.txn, range: counts.range, deleteRange: counts.deleteRange, watchesMade: counts.watchesMade }).toEqual({ txn: 1, range: 0, deleteRange: 1, watchesMade: 0 });
-    // The queue was empty: the put alone, no range in the reply.
+    // The queue was empty: the put and the nested comparison that found it empty, no range in the reply.
     expect(replies[0]!.succeeded).toBe(true);
     expect(replies[0]!.responses.some((r) => r.response_range !== undefined && r.response_range !== null)).toBe(false);
+    expect(replies[0]!.responses[1]?.response_txn?.succeeded).toBe(true);
+    expect(replies[0]!.responses[1]?.response_txn?.responses).toEqual([]);
 
     const holder = await acquireLock(etcd, name);
     const waiting = acquireLock(client, name);
     await until(async () => replies.length === 2, 'the waiter\'s join to be answered');
-    const nested = replies[1]!.responses[0]?.response_txn;
-    expect(replies[1]!.succeeded).toBe(false);
-    expect(nested?.succeeded).toBe(true);
-    expect(nested?.responses[1]?.response_range?.kvs.map((kv) => kv.key.toString())).toContain(holder.key);
+    // Our key put, the queue found not empty, and read back in the same transaction.
+    const nested = replies[1]!.responses[1]?.response_txn;
+    expect(replies[1]!.succeeded).toBe(true);
+    expect(nested?.succeeded).toBe(false);
+    expect(nested?.responses[0]?.response_range?.kvs.map((kv) => kv.key.toString())).toContain(holder.key);
     await holder.release();
     const next = await within(waiting, 10_000, 'the waiter\'s grant');
     expect(next.token > holder.token).toBe(true);
