@@ -41,7 +41,8 @@ export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>):
   let joining: Promise<Joined | null> | null = null;
   let handedOver = false;
   try {
-    const lease = await Promise.race([session.lease(), stopper.stopped]);
+    // A live lease is taken as it is: a race with the stopper would cost an await on every acquire.
+    const lease = session.live ?? (await Promise.race([session.lease(), stopper.stopped]));
     leaseOf = lease;
     stopper.watch(lease);
     plan = planJoin(lease, root, name, owner);
@@ -49,7 +50,8 @@ export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>):
     joining = mode === 'try' ? joinIfEmpty(etcd, lease, plan, givenUp) : join(etcd, lease, plan, givenUp);
     const joined = await Promise.race([joining, stopper.stopped]);
     if (joined === null) return null;
-    const { outcome, revision } = mode === 'try' ? { outcome: 'turn' as const, revision: joined.revision } : await waitForTurn(etcd, lease, joined, stopper.stopped, givenUp);
+    // No predecessor (a try's join, or an empty queue): our turn now, without a wait to set up.
+    const { outcome, revision } = joined.predecessor === null ? { outcome: 'turn' as const, revision: joined.revision } : await waitForTurn(etcd, lease, joined, stopper.stopped, givenUp);
     stopper.check();
     if (outcome === 'gone') {
       throw new LockLostError(name, 'node_deleted', `lock ${name}: our queue key ${joined.node.key} was deleted while waiting`);

@@ -26,7 +26,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { ProtocolError, type FencingToken, type LockStatusEntry } from '../../src/index.js';
-import { int64, type EtcdClient, type EtcdKeyValue, type EtcdRangeRequest, type EtcdTxnResponse } from './client.js';
+import { int64, type EtcdClient, type EtcdCompare, type EtcdKeyValue, type EtcdRangeRequest, type EtcdTxnResponse } from './client.js';
 import { repeated } from './retry.js';
 import type { Lease } from './session.js';
 import { noteClusterId } from './source-id.js';
@@ -88,7 +88,10 @@ function freeSlot(lease: Lease, slot: { readonly prefix: string; readonly slot: 
 /** Our key in a queue. */
 export interface QueueKey {
   readonly key: string;
+  /** `key` as requests carry it. */
+  readonly keyBytes: Buffer;
   readonly prefix: string;
+  readonly queue: QueueRequests;
   readonly slot: number;
   readonly join: string;
   /** Our key's create revision: the token. */
@@ -123,9 +126,46 @@ export function entryOf(kv: EtcdKeyValue): EtcdQueueEntry {
   return { key: kv.key.toString('utf8'), token: int64(kv.create_revision, 'create revision'), owner, lease: int64(kv.lease, 'lease id') };
 }
 
+/**
+ * The parts of a queue's requests that every join of it sends alike, made
+ * once per queue: acquire is a hot path, and a join would otherwise encode
+ * the prefix twice and build the same objects anew. Shared by every request
+ * that reads them (nothing writes to them: etcd3 only encodes them).
+ */
+export interface QueueRequests {
+  readonly prefix: Buffer;
+  readonly end: Buffer;
+  /** No key in the queue: over a range, a comparison holds for every key in it; an empty range compares as a missing key (revision 0). */
+  readonly empty: EtcdCompare;
+  /** The two newest keys of the queue, keys and revisions only (the values stay on the server). */
+  readonly newest: EtcdRangeRequest;
+}
+
+/** Queues joined lately (a process that joins ever new names keeps the newest this many). */
+const QUEUES_KEPT = 256;
+const queueRequestsByPrefix = new Map<string, QueueRequests>();
+
+export function queueRequests(prefix: string): QueueRequests {
+  let requests = queueRequestsByPrefix.get(prefix);
+  if (requests === undefined) {
+    if (queueRequestsByPrefix.size >= QUEUES_KEPT) queueRequestsByPrefix.delete(queueRequestsByPrefix.keys().next().value as string);
+    const start = Buffer.from(prefix, 'utf8');
+    const end = prefixEnd(prefix);
+    requests = Object.freeze({
+      prefix: start,
+      end,
+      empty: Object.freeze({ key: start, range_end: end, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }),
+      newest: Object.freeze({ key: start, range_end: end, sort_target: 'Create' as const, sort_order: 'Descend' as const, limit: 2, keys_only: true }),
+    });
+    queueRequestsByPrefix.set(prefix, requests);
+  }
+  return requests;
+}
+
 /** One join's key and value, fixed before its transaction is sent (so a failed one can still be cleaned up). */
 export interface JoinPlan {
   readonly prefix: string;
+  readonly queue: QueueRequests;
   readonly slot: number;
   readonly key: string;
   readonly keyBytes: Buffer;
@@ -137,9 +177,9 @@ export function planJoin(lease: Lease, root: string, name: string, owner: string
   const prefix = queuePrefix(root, name);
   const joinId = nextJoinId();
   const slot = takeSlot(lease, prefix);
-  const key = `${prefix}${lease.id.toString(16)}-${slot}`;
+  const key = `${prefix}${lease.idHex}-${slot}`;
   const value = Buffer.from(JSON.stringify({ lease: lease.idText, join: joinId, owner } satisfies KeyValue), 'utf8');
-  return { prefix, slot, key, keyBytes: Buffer.from(key, 'utf8'), joinId, value };
+  return { prefix, queue: queueRequests(prefix), slot, key, keyBytes: Buffer.from(key, 'utf8'), joinId, value };
 }
 
 /**
@@ -201,22 +241,10 @@ export interface Joined {
  * lease and this join.
  */
 export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined> {
-  const { prefix, slot, key, joinId, keyBytes, value } = plan;
-  const prefixBytes = Buffer.from(prefix, 'utf8');
-  const end = prefixEnd(prefix);
+  const { prefix, queue, slot, key, joinId, keyBytes, value } = plan;
   const txn = {
     compare: [{ key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
-    success: [
-      { request_put: { key: keyBytes, value, lease: lease.idText } },
-      {
-        request_txn: {
-          // Over a range, the comparison holds for every key in it; an empty range compares as a missing key (revision 0).
-          compare: [{ key: prefixBytes, range_end: end, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
-          success: [],
-          failure: [{ request_range: { key: prefixBytes, range_end: end, sort_target: 'Create' as const, sort_order: 'Descend' as const, limit: 2, keys_only: true } }],
-        },
-      },
-    ],
+    success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }, { request_txn: { compare: [queue.empty], success: [], failure: [{ request_range: queue.newest }] } }],
     failure: [{ request_range: { key: keyBytes } }],
   };
   let found: EtcdKeyValue | undefined;
@@ -228,7 +256,7 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, given
       const token = int64(response.header.revision, 'revision');
       const inner = response.responses[1]?.response_txn;
       if (inner === undefined || inner === null) throw new ProtocolError(`etcd's transaction reply lacks its nested transaction (etcd before 3.3?)`);
-      const node = { key, prefix, slot, join: joinId, token };
+      const node = { key, keyBytes, prefix, queue, slot, join: joinId, token };
       // The queue was empty: our key is the only one, and holds.
       if (inner.succeeded) return { node, predecessor: null, revision: token };
       return { node, predecessor: predecessorIn(rangeAt(inner, 0).kvs, node), revision: token };
@@ -239,7 +267,7 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, given
     if (attempt >= 3) throw new ProtocolError(`the key ${key} was put again by an earlier join ${attempt + 1} times`);
     await removeStray(etcd, lease, found, givenUp);
   }
-  const node = { key, prefix, slot, join: joinId, token: int64(found.create_revision, 'create revision') };
+  const node = { key, keyBytes, prefix, queue, slot, join: joinId, token: int64(found.create_revision, 'create revision') };
   const { predecessor, revision } = await look(etcd, lease, node, givenUp);
   if (predecessor === false) throw new ProtocolError(`our adopted key ${key} vanished`);
   return { node, predecessor, revision };
@@ -252,10 +280,9 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, given
  * Null: the queue was not empty, and nothing was written.
  */
 export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined | null> {
-  const { prefix, slot, key, joinId, keyBytes, value } = plan;
+  const { prefix, queue, slot, key, joinId, keyBytes, value } = plan;
   const txn = {
-    // Over a range, the comparison holds for every key in it; an empty range compares as a missing key (revision 0).
-    compare: [{ key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
+    compare: [queue.empty],
     success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }],
     failure: [{ request_range: { key: keyBytes } }],
   };
@@ -263,7 +290,7 @@ export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan
   noteClusterId(etcd, response.header);
   if (response.succeeded) {
     const token = int64(response.header.revision, 'revision');
-    return { node: { key, prefix, slot, join: joinId, token }, predecessor: null, revision: token };
+    return { node: { key, keyBytes, prefix, queue, slot, join: joinId, token }, predecessor: null, revision: token };
   }
   const found = rangeAt(response, 0).kvs[0];
   if (found === undefined) {
@@ -278,7 +305,7 @@ export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan
     return null;
   }
   const token = int64(found.create_revision, 'create revision');
-  return { node: { key, prefix, slot, join: joinId, token }, predecessor: null, revision: int64(response.header.revision, 'revision') };
+  return { node: { key, keyBytes, prefix, queue, slot, join: joinId, token }, predecessor: null, revision: int64(response.header.revision, 'revision') };
 }
 
 /**
@@ -287,16 +314,8 @@ export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan
  * the two newest keys created no later than ours.
  */
 export async function look(etcd: EtcdClient, lease: Lease, node: QueueKey, givenUp: () => boolean): Promise<{ predecessor: string | null | false; revision: bigint }> {
-  const request: EtcdRangeRequest = {
-    key: Buffer.from(node.prefix, 'utf8'),
-    range_end: prefixEnd(node.prefix),
-    sort_target: 'Create',
-    sort_order: 'Descend',
-    max_create_revision: node.token.toString(),
-    limit: 2,
-    // Keys and revisions are all the order needs; the values stay on the server.
-    keys_only: true,
-  };
+  // The queue's two newest keys, created no later than ours.
+  const request: EtcdRangeRequest = { ...node.queue.newest, max_create_revision: node.token.toString() };
   const response = await repeated(() => etcd.kv.range(request), lease, givenUp);
   const revision = int64(response.header.revision, 'revision');
   const first = response.kvs[0];
@@ -359,8 +378,8 @@ export async function waitForTurn(
  * when the lease does, answered or not: etcd deletes a lease's keys with it
  * (a member that stopped answering must not hold a release up forever).
  */
-export async function leave(etcd: EtcdClient, lease: Lease, node: { readonly key: string; readonly prefix: string; readonly slot: number }): Promise<void> {
-  const key = Buffer.from(node.key, 'utf8');
+export async function leave(etcd: EtcdClient, lease: Lease, node: { readonly keyBytes: Buffer; readonly prefix: string; readonly slot: number }): Promise<void> {
+  const key = node.keyBytes;
   const deleting = repeated(() => etcd.kv.deleteRange({ key }), lease).then(() => freeSlot(lease, node));
   try {
     await untilLeaseEnds(deleting, lease);
