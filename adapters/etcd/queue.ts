@@ -178,7 +178,9 @@ export function planJoin(lease: Lease, root: string, name: string, owner: string
   const joinId = nextJoinId();
   const slot = takeSlot(lease, prefix);
   const key = `${prefix}${lease.idHex}-${slot}`;
-  const value = Buffer.from(JSON.stringify({ lease: lease.idText, join: joinId, owner } satisfies KeyValue), 'utf8');
+  // JSON.stringify({ lease, join, owner }) as it spells it, written out (a fifth of its cost): the lease
+  // id is decimal digits and the join id hex digits, which JSON needs no escape for; the owner is escaped.
+  const value = Buffer.from(`{"lease":"${lease.idText}","join":"${joinId}","owner":${JSON.stringify(owner)}}`, 'utf8');
   return { prefix, queue: queueRequests(prefix), slot, key, keyBytes: Buffer.from(key, 'utf8'), joinId, value };
 }
 

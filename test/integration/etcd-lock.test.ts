@@ -254,6 +254,15 @@ describe('etcd lock', () => {
     await (await waiting).release();
   });
 
+  it('an owner that JSON must escape is carried in the key\'s value as given', async () => {
+    const etcd = pool.client();
+    const name = uniqueLockName('etcd_owner');
+    const owner = 'a "quoted" \\ owner\n\u2028 ü 🔒';
+    const lock = await acquireLock(etcd, name, { owner });
+    expect((await lockStatus(etcd, name)).holder).toMatchObject({ key: lock.key, owner, token: lock.token });
+    await lock.release();
+  });
+
   it('the lease TTL is the one the server granted (a 1 s request is raised to etcd\'s minimum)', async () => {
     const etcd = pool.client();
     const session = etcdSession(etcd, { ttlSeconds: 1 });
