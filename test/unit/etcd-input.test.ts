@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import type { EtcdClient } from '../../adapters/etcd/client.js';
 import { acquireLock, campaign, etcdSession, etcdSource, lockStatus, observeLeader, tryAcquireLock } from '../../adapters/etcd/index.js';
-import { prefixEnd, queuePrefix } from '../../adapters/etcd/queue.js';
+import { prefixEnd, queuePrefix, queueRequests } from '../../adapters/etcd/queue.js';
 import { checkName } from '../../adapters/etcd/input.js';
 import { UsageError } from '../../src/cli/args.js';
 import { ETCD_SERVICE } from '../../src/cli/services/etcd.js';
@@ -90,6 +90,21 @@ describe('etcd source input', () => {
     expect(inRange(`${a}0123`)).toBe(true);
     expect(inRange(`${ab}0123`)).toBe(false);
     expect(prefixEnd('ab').toString()).toBe('ac');
+  });
+
+  it('a queue\'s shared request parts are its own, also for queues the cache let go of', () => {
+    const prefixes = Array.from({ length: 600 }, (_, i) => queuePrefix('fencekeeper/locks/', `cache/${i}`));
+    const first = prefixes.map((p) => queueRequests(p));
+    for (const [i, prefix] of prefixes.entries()) {
+      for (const requests of [first[i]!, queueRequests(prefix)]) {
+        expect(requests.prefix.toString()).toBe(prefix);
+        expect(requests.end.equals(prefixEnd(prefix))).toBe(true);
+        expect(requests.empty).toMatchObject({ key: requests.prefix, range_end: requests.end, target: 'Create', result: 'Equal', create_revision: '0' });
+        expect(requests.newest).toMatchObject({ key: requests.prefix, range_end: requests.end, limit: 2, keys_only: true });
+      }
+    }
+    // A queue joined lately is served from the cache.
+    expect(queueRequests(prefixes[599]!)).toBe(queueRequests(prefixes[599]!));
   });
 
   it('the CLI\'s copy of the name rule (it loads no adapter before connecting) agrees with the entry\'s', () => {
