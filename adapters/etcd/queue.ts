@@ -133,6 +133,8 @@ export function entryOf(kv: EtcdKeyValue): EtcdQueueEntry {
  * that reads them (nothing writes to them: etcd3 only encodes them).
  */
 export interface QueueRequests {
+  /** The queue's key prefix (queuePrefix). */
+  readonly text: string;
   readonly prefix: Buffer;
   readonly end: Buffer;
   /** No key in the queue: over a range, a comparison holds for every key in it; an empty range compares as a missing key (revision 0). */
@@ -141,23 +143,28 @@ export interface QueueRequests {
   readonly newest: EtcdRangeRequest;
 }
 
-/** Queues joined lately (a process that joins ever new names keeps the newest this many). */
+/** Queues joined lately, per root (a process that joins ever new names keeps the newest this many). */
 const QUEUES_KEPT = 256;
-const queueRequestsByPrefix = new Map<string, QueueRequests>();
+/** By root, then by name: a caller's name string is looked up as it is (its hash kept), not joined to its root anew. */
+const queueRequestsByName = new Map<string, Map<string, QueueRequests>>();
 
-export function queueRequests(prefix: string): QueueRequests {
-  let requests = queueRequestsByPrefix.get(prefix);
+export function queueRequests(root: string, name: string): QueueRequests {
+  let byName = queueRequestsByName.get(root);
+  if (byName === undefined) queueRequestsByName.set(root, (byName = new Map()));
+  let requests = byName.get(name);
   if (requests === undefined) {
-    if (queueRequestsByPrefix.size >= QUEUES_KEPT) queueRequestsByPrefix.delete(queueRequestsByPrefix.keys().next().value as string);
+    if (byName.size >= QUEUES_KEPT) byName.delete(byName.keys().next().value as string);
+    const prefix = queuePrefix(root, name);
     const start = Buffer.from(prefix, 'utf8');
     const end = prefixEnd(prefix);
     requests = Object.freeze({
+      text: prefix,
       prefix: start,
       end,
       empty: Object.freeze({ key: start, range_end: end, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }),
       newest: Object.freeze({ key: start, range_end: end, sort_target: 'Create' as const, sort_order: 'Descend' as const, limit: 2, keys_only: true }),
     });
-    queueRequestsByPrefix.set(prefix, requests);
+    byName.set(name, requests);
   }
   return requests;
 }
@@ -174,14 +181,15 @@ export interface JoinPlan {
 }
 
 export function planJoin(lease: Lease, root: string, name: string, owner: string): JoinPlan {
-  const prefix = queuePrefix(root, name);
+  const queue = queueRequests(root, name);
+  const prefix = queue.text;
   const joinId = nextJoinId();
   const slot = takeSlot(lease, prefix);
   const key = `${prefix}${lease.idHex}-${slot}`;
   // JSON.stringify({ lease, join, owner }) as it spells it, written out (a fifth of its cost): the lease
   // id is decimal digits and the join id hex digits, which JSON needs no escape for; the owner is escaped.
   const value = Buffer.from(`{"lease":"${lease.idText}","join":"${joinId}","owner":${JSON.stringify(owner)}}`, 'utf8');
-  return { prefix, queue: queueRequests(prefix), slot, key, keyBytes: Buffer.from(key, 'utf8'), joinId, value };
+  return { prefix, queue, slot, key, keyBytes: Buffer.from(key, 'utf8'), joinId, value };
 }
 
 /**

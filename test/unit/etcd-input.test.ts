@@ -93,10 +93,12 @@ describe('etcd source input', () => {
   });
 
   it('a queue\'s shared request parts are its own, also for queues the cache let go of', () => {
-    const prefixes = Array.from({ length: 600 }, (_, i) => queuePrefix('fencekeeper/locks/', `cache/${i}`));
-    const first = prefixes.map((p) => queueRequests(p));
-    for (const [i, prefix] of prefixes.entries()) {
-      for (const requests of [first[i]!, queueRequests(prefix)]) {
+    const names = Array.from({ length: 600 }, (_, i) => `cache/${i}`);
+    const first = names.map((name) => queueRequests('fencekeeper/locks/', name));
+    for (const [i, name] of names.entries()) {
+      for (const [root, requests] of [['fencekeeper/locks/', first[i]!], ['fencekeeper/locks/', queueRequests('fencekeeper/locks/', name)], ['fencekeeper/elections/', queueRequests('fencekeeper/elections/', name)]] as const) {
+        const prefix = queuePrefix(root, name);
+        expect(requests.text).toBe(prefix);
         expect(requests.prefix.toString()).toBe(prefix);
         expect(requests.end.equals(prefixEnd(prefix))).toBe(true);
         expect(requests.empty).toMatchObject({ key: requests.prefix, range_end: requests.end, target: 'Create', result: 'Equal', create_revision: '0' });
@@ -104,7 +106,7 @@ describe('etcd source input', () => {
       }
     }
     // A queue joined lately is served from the cache.
-    expect(queueRequests(prefixes[599]!)).toBe(queueRequests(prefixes[599]!));
+    expect(queueRequests('fencekeeper/locks/', names[599]!)).toBe(queueRequests('fencekeeper/locks/', names[599]!));
   });
 
   it('the CLI\'s copy of the name rule (it loads no adapter before connecting) agrees with the entry\'s', () => {
