@@ -135,8 +135,10 @@ export interface EtcdClient {
   watch(): EtcdWatchBuilder;
 }
 
+const DECIMAL = /^-?[0-9]+$/;
+
 /** A revision or lease id as etcd sends it (a decimal string), as a bigint. */
 export function int64(text: string | undefined, what: string): bigint {
-  if (typeof text !== 'string' || !/^-?[0-9]+$/.test(text)) throw new ProtocolError(`etcd sent a malformed ${what}: ${String(text)}`);
+  if (typeof text !== 'string' || !DECIMAL.test(text)) throw new ProtocolError(`etcd sent a malformed ${what}: ${String(text)}`);
   return BigInt(text);
 }

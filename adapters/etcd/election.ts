@@ -45,11 +45,12 @@ class HeldLeadership extends HeldKey implements EtcdLeadership {
 }
 
 /** Stand for election; resolves when this candidate is the leader. */
-export async function campaign(etcd: EtcdClient, name: string, options: CampaignOptions = {}): Promise<EtcdLeadership> {
+export function campaign(etcd: EtcdClient, name: string, options: CampaignOptions = {}): Promise<EtcdLeadership> {
   const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number, id: string): HeldLeadership =>
     new HeldLeadership(etcd, lease, name, id, node, revision, marginMs);
-  return traceCampaign('etcd', name, async () =>
-    (await etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { root: ELECTIONS_ROOT, name, mode: 'wait', options, ownerField: 'id', build }), (leader) => leader.resign())) as HeldLeadership);
+  // A waiting join ends in a leadership or an error, never null.
+  return traceCampaign('etcd', name, () =>
+    etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { root: ELECTIONS_ROOT, name, mode: 'wait', options, ownerField: 'id', build }), (leader) => leader.resign()) as Promise<HeldLeadership>);
 }
 
 export interface EtcdLeaderInfo {

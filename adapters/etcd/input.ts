@@ -25,6 +25,9 @@ export function checkClient(etcd: unknown): asserts etcd is EtcdClient {
 }
 
 const MAX_NAME_LENGTH = 1024;
+// eslint-disable-next-line no-control-regex
+const FORBIDDEN_IN_NAME = /[\u0000-\u001f\u007f#]/;
+const DOT = 0x2e;
 
 /**
  * A lock or election name: a relative path of non-empty segments ("jobs/reindex"),
@@ -35,12 +38,17 @@ const MAX_NAME_LENGTH = 1024;
 export function checkName(name: unknown): asserts name is string {
   if (typeof name !== 'string' || name === '') throw new InvalidArgumentError(`a lock name must be a non-empty string, got ${describe(name)}`);
   if (name.length > MAX_NAME_LENGTH) throw new InvalidArgumentError(`a lock name must be at most ${MAX_NAME_LENGTH} characters, got ${name.length}`);
-  // eslint-disable-next-line no-control-regex
-  if (/[\u0000-\u001f\u007f#]/.test(name)) throw new InvalidArgumentError(`a lock name may not contain '#' or control characters, got ${JSON.stringify(name)}`);
-  for (const segment of name.split('/')) {
-    if (segment === '' || segment === '.' || segment === '..') {
+  if (FORBIDDEN_IN_NAME.test(name)) throw new InvalidArgumentError(`a lock name may not contain '#' or control characters, got ${JSON.stringify(name)}`);
+  // Segment by segment in place: every acquire checks its name, and a split makes an array and a string per segment.
+  for (let start = 0; ; ) {
+    const slash = name.indexOf('/', start);
+    const end = slash === -1 ? name.length : slash;
+    const length = end - start;
+    if (length === 0 || (name.charCodeAt(start) === DOT && (length === 1 || (length === 2 && name.charCodeAt(start + 1) === DOT)))) {
       throw new InvalidArgumentError(`a lock name is a relative path of non-empty segments without '.' or '..', like "jobs/reindex", got ${JSON.stringify(name)}`);
     }
+    if (end === name.length) return;
+    start = end + 1;
   }
 }
 

@@ -41,15 +41,17 @@ export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>):
   let joining: Promise<Joined | null> | null = null;
   let handedOver = false;
   try {
-    const lease = await Promise.race([session.lease(), stopper.stopped]);
+    // A live lease is taken as it is: a race with the stopper would cost an await on every acquire.
+    const lease = session.live ?? (await stopper.race(session.lease()));
     leaseOf = lease;
     stopper.watch(lease);
     plan = planJoin(lease, root, name, owner);
     const givenUp = (): boolean => stopper.isStopped;
     joining = mode === 'try' ? joinIfEmpty(etcd, lease, plan, givenUp) : join(etcd, lease, plan, givenUp);
-    const joined = await Promise.race([joining, stopper.stopped]);
+    const joined = await stopper.race(joining);
     if (joined === null) return null;
-    const { outcome, revision } = mode === 'try' ? { outcome: 'turn' as const, revision: joined.revision } : await waitForTurn(etcd, lease, joined, stopper.stopped, givenUp);
+    // No predecessor (a try's join, or an empty queue): our turn now, without a wait to set up.
+    const { outcome, revision } = joined.predecessor === null ? { outcome: 'turn' as const, revision: joined.revision } : await waitForTurn(etcd, lease, joined, stopper.stopped, givenUp);
     stopper.check();
     if (outcome === 'gone') {
       throw new LockLostError(name, 'node_deleted', `lock ${name}: our queue key ${joined.node.key} was deleted while waiting`);
@@ -80,28 +82,51 @@ async function abandon(etcd: EtcdClient, lease: Lease, joining: Promise<Joined |
 }
 
 /**
- * Everything that ends a wait early, as one promise that rejects: the
- * caller's signal, its timeout, the lease's end.
+ * Everything that ends a wait early (the caller's signal, its timeout, the
+ * lease's end), as the rejection of whatever is raced against it.
  */
 class Stopper {
-  readonly stopped: Promise<never>;
   #reason: unknown = null;
-  #reject!: (reason: unknown) => void;
+  /** Rejects the pending race (a no-op once that has settled). */
+  #rejectRace: ((reason: unknown) => void) | null = null;
+  #stopped: Promise<never> | null = null;
+  #rejectStopped: ((reason: unknown) => void) | null = null;
   readonly #signal: AbortSignal | undefined;
   readonly #timer: NodeJS.Timeout | null;
   #unwatch: (() => void) | null = null;
 
   constructor(name: string, signal: AbortSignal | undefined, timeoutMs: number | undefined) {
     this.#signal = signal;
-    this.stopped = new Promise<never>((_, reject) => {
-      this.#reject = reject;
-    });
-    this.stopped.catch(() => undefined);
     signal?.addEventListener('abort', this.#onAbort, { once: true });
     this.#timer = timeoutMs === undefined ? null : setTimeout(() => this.stop(new LockTimeoutError(name, timeoutMs)), timeoutMs);
   }
 
   readonly #onAbort = (): void => this.stop(this.#signal?.reason);
+
+  /**
+   * `work`'s outcome, or the stop's reason if the wait is stopped first: one
+   * promise (a Promise.race against a standing `stopped` costs three, and
+   * acquire is a hot path). `work` is left to settle on its own.
+   */
+  race<T>(work: Promise<T>): Promise<T> {
+    if (this.#reason !== null) {
+      work.catch(() => undefined);
+      return Promise.reject(this.#reason);
+    }
+    return new Promise<T>((resolve, reject) => {
+      this.#rejectRace = reject;
+      work.then(resolve, reject);
+    });
+  }
+
+  /** A promise that rejects when the wait is stopped (made when first asked for: only a waiter's turn needs one). */
+  get stopped(): Promise<never> {
+    if (this.#stopped === null) {
+      this.#stopped = this.#reason !== null ? Promise.reject(this.#reason) : new Promise<never>((_, reject) => (this.#rejectStopped = reject));
+      this.#stopped.catch(() => undefined);
+    }
+    return this.#stopped;
+  }
 
   /** Stop when the lease ends too. */
   watch(lease: Lease): void {
@@ -111,7 +136,8 @@ class Stopper {
   stop(reason: unknown): void {
     if (this.#reason !== null) return;
     this.#reason = reason ?? new Error('stopped');
-    this.#reject(this.#reason);
+    this.#rejectRace?.(this.#reason);
+    this.#rejectStopped?.(this.#reason);
   }
 
   get isStopped(): boolean {

@@ -57,9 +57,10 @@ class HeldLock extends HeldKey implements EtcdLock {
 const leaveGrant = (lock: HeldLock): Promise<void> => lock.release();
 
 /** Wait for the lock (fair: in the order of arrival) and return it. */
-export async function acquireLock(etcd: EtcdClient, name: string, options: AcquireOptions = {}): Promise<EtcdLock> {
+export function acquireLock(etcd: EtcdClient, name: string, options: AcquireOptions = {}): Promise<EtcdLock> {
   const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number): HeldLock => new HeldLock(etcd, lease, name, node, revision, marginMs);
-  return traceAcquire('etcd', name, 'wait', async () => (await etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { root: LOCKS_ROOT, name, mode: 'wait', options, ownerField: 'owner', build }), leaveGrant)) as HeldLock);
+  // A waiting join ends in a grant or an error, never null.
+  return traceAcquire('etcd', name, 'wait', () => etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { root: LOCKS_ROOT, name, mode: 'wait', options, ownerField: 'owner', build }), leaveGrant) as Promise<HeldLock>);
 }
 
 /** Take the lock if nobody holds it or waits for it; null otherwise (leaving nothing behind). */

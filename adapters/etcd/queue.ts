@@ -26,7 +26,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { ProtocolError, type FencingToken, type LockStatusEntry } from '../../src/index.js';
-import { int64, type EtcdClient, type EtcdKeyValue, type EtcdRangeRequest, type EtcdTxnResponse } from './client.js';
+import { int64, type EtcdClient, type EtcdCompare, type EtcdKeyValue, type EtcdRangeRequest, type EtcdTxnResponse } from './client.js';
 import { repeated } from './retry.js';
 import type { Lease } from './session.js';
 import { noteClusterId } from './source-id.js';
@@ -88,7 +88,10 @@ function freeSlot(lease: Lease, slot: { readonly prefix: string; readonly slot: 
 /** Our key in a queue. */
 export interface QueueKey {
   readonly key: string;
+  /** `key` as requests carry it. */
+  readonly keyBytes: Buffer;
   readonly prefix: string;
+  readonly queue: QueueRequests;
   readonly slot: number;
   readonly join: string;
   /** Our key's create revision: the token. */
@@ -123,9 +126,53 @@ export function entryOf(kv: EtcdKeyValue): EtcdQueueEntry {
   return { key: kv.key.toString('utf8'), token: int64(kv.create_revision, 'create revision'), owner, lease: int64(kv.lease, 'lease id') };
 }
 
+/**
+ * The parts of a queue's requests that every join of it sends alike, made
+ * once per queue: acquire is a hot path, and a join would otherwise encode
+ * the prefix twice and build the same objects anew. Shared by every request
+ * that reads them (nothing writes to them: etcd3 only encodes them).
+ */
+export interface QueueRequests {
+  /** The queue's key prefix (queuePrefix). */
+  readonly text: string;
+  readonly prefix: Buffer;
+  readonly end: Buffer;
+  /** No key in the queue: over a range, a comparison holds for every key in it; an empty range compares as a missing key (revision 0). */
+  readonly empty: EtcdCompare;
+  /** The two newest keys of the queue, keys and revisions only (the values stay on the server). */
+  readonly newest: EtcdRangeRequest;
+}
+
+/** Queues joined lately, per root (a process that joins ever new names keeps the newest this many). */
+const QUEUES_KEPT = 256;
+/** By root, then by name: a caller's name string is looked up as it is (its hash kept), not joined to its root anew. */
+const queueRequestsByName = new Map<string, Map<string, QueueRequests>>();
+
+export function queueRequests(root: string, name: string): QueueRequests {
+  let byName = queueRequestsByName.get(root);
+  if (byName === undefined) queueRequestsByName.set(root, (byName = new Map()));
+  let requests = byName.get(name);
+  if (requests === undefined) {
+    if (byName.size >= QUEUES_KEPT) byName.delete(byName.keys().next().value as string);
+    const prefix = queuePrefix(root, name);
+    const start = Buffer.from(prefix, 'utf8');
+    const end = prefixEnd(prefix);
+    requests = Object.freeze({
+      text: prefix,
+      prefix: start,
+      end,
+      empty: Object.freeze({ key: start, range_end: end, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }),
+      newest: Object.freeze({ key: start, range_end: end, sort_target: 'Create' as const, sort_order: 'Descend' as const, limit: 2, keys_only: true }),
+    });
+    byName.set(name, requests);
+  }
+  return requests;
+}
+
 /** One join's key and value, fixed before its transaction is sent (so a failed one can still be cleaned up). */
 export interface JoinPlan {
   readonly prefix: string;
+  readonly queue: QueueRequests;
   readonly slot: number;
   readonly key: string;
   readonly keyBytes: Buffer;
@@ -134,12 +181,15 @@ export interface JoinPlan {
 }
 
 export function planJoin(lease: Lease, root: string, name: string, owner: string): JoinPlan {
-  const prefix = queuePrefix(root, name);
+  const queue = queueRequests(root, name);
+  const prefix = queue.text;
   const joinId = nextJoinId();
   const slot = takeSlot(lease, prefix);
-  const key = `${prefix}${lease.id.toString(16)}-${slot}`;
-  const value = Buffer.from(JSON.stringify({ lease: lease.idText, join: joinId, owner } satisfies KeyValue), 'utf8');
-  return { prefix, slot, key, keyBytes: Buffer.from(key, 'utf8'), joinId, value };
+  const key = `${prefix}${lease.idHex}-${slot}`;
+  // JSON.stringify({ lease, join, owner }) as it spells it, written out (a fifth of its cost): the lease
+  // id is decimal digits and the join id hex digits, which JSON needs no escape for; the owner is escaped.
+  const value = Buffer.from(`{"lease":"${lease.idText}","join":"${joinId}","owner":${JSON.stringify(owner)}}`, 'utf8');
+  return { prefix, queue, slot, key, keyBytes: Buffer.from(key, 'utf8'), joinId, value };
 }
 
 /**
@@ -181,60 +231,53 @@ export interface Joined {
 }
 
 /**
- * Join the queue in one transaction: put our key with the lease if the queue
- * is empty (we hold: nothing to read back); else, in a transaction nested in
- * the failure branch, put it if it does not exist yet and read the two
- * newest keys of the queue at that revision (ours and our predecessor).
- * Uncontended, that is the whole acquire, and its request and reply are
- * the floor's put-if-absent with the lease.
+ * Join the queue in one transaction: put our key with the lease if it does
+ * not exist yet, and in a transaction nested after the put, read the two
+ * newest keys of the queue (ours and our predecessor) unless the queue was
+ * empty (we hold: nothing to read back). The put is in the request once:
+ * uncontended, request and reply are the floor's put-if-absent with the
+ * lease, plus the nested comparison and its empty reply.
  *
- * The comparisons make the put safe to repeat: a transaction whose reply was
- * lost (and which etcd3 or we send again) finds our key (the queue is not
- * empty then, and the nested comparison fails) instead of adding a second
- * one, and adopts it when its value names our lease and this join.
+ * etcd evaluates every comparison of a transaction, the nested ones too,
+ * against the store as it was before the transaction (the applier picks the
+ * whole path of branches first: compareToPath in etcdserver/apply.go, 3.3 and
+ * later), so the nested comparison sees the queue without our key. Were it
+ * evaluated after the put, it would always fail and the join would read the
+ * queue back and find no predecessor: the same answer, one range later.
+ *
+ * The comparison on our key makes the put safe to repeat: a transaction
+ * whose reply was lost (and which etcd3 or we send again) finds our key
+ * instead of adding a second one, and adopts it when its value names our
+ * lease and this join.
  */
 export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined> {
-  const { prefix, slot, key, joinId, keyBytes, value } = plan;
-  const prefixBytes = Buffer.from(prefix, 'utf8');
-  const end = prefixEnd(prefix);
-  const newest: EtcdRangeRequest = { key: prefixBytes, range_end: end, sort_target: 'Create', sort_order: 'Descend', limit: 2, keys_only: true };
-  const put = { request_put: { key: keyBytes, value, lease: lease.idText } };
+  const { prefix, queue, slot, key, joinId, keyBytes, value } = plan;
   const txn = {
-    // Over a range, the comparison holds for every key in it; an empty range compares as a missing key (revision 0).
-    compare: [{ key: prefixBytes, range_end: end, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
-    success: [put],
-    failure: [
-      {
-        request_txn: {
-          compare: [{ key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
-          success: [put, { request_range: newest }],
-          failure: [{ request_range: { key: keyBytes } }],
-        },
-      },
-    ],
+    compare: [{ key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
+    success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }, { request_txn: { compare: [queue.empty], success: [], failure: [{ request_range: queue.newest }] } }],
+    failure: [{ request_range: { key: keyBytes } }],
   };
   let found: EtcdKeyValue | undefined;
   for (let attempt = 0; ; attempt++) {
     const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
     noteClusterId(etcd, response.header);
-    const token = int64(response.header.revision, 'revision');
     if (response.succeeded) {
+      // Our key is put: its create revision is the transaction's (the only write in it).
+      const token = int64(response.header.revision, 'revision');
+      const inner = response.responses[1]?.response_txn;
+      if (inner === undefined || inner === null) throw new ProtocolError(`etcd's transaction reply lacks its nested transaction (etcd before 3.3?)`);
+      const node = { key, keyBytes, prefix, queue, slot, join: joinId, token };
       // The queue was empty: our key is the only one, and holds.
-      return { node: { key, prefix, slot, join: joinId, token }, predecessor: null, revision: token };
+      if (inner.succeeded) return { node, predecessor: null, revision: token };
+      return { node, predecessor: predecessorIn(rangeAt(inner, 0).kvs, node), revision: token };
     }
-    const inner = response.responses[0]?.response_txn;
-    if (inner === undefined) throw new ProtocolError(`etcd's transaction reply lacks its nested transaction (etcd before 3.3?)`);
-    if (inner.succeeded) {
-      const node = { key, prefix, slot, join: joinId, token };
-      return { node, predecessor: predecessorIn(rangeAt(inner, 1).kvs, node), revision: token };
-    }
-    found = rangeAt(inner, 0).kvs[0];
+    found = rangeAt(response, 0).kvs[0];
     if (found === undefined) throw new ProtocolError(`etcd refused to create ${key}, yet nothing is there`);
     if (joinOf(found) === joinId) break;
     if (attempt >= 3) throw new ProtocolError(`the key ${key} was put again by an earlier join ${attempt + 1} times`);
     await removeStray(etcd, lease, found, givenUp);
   }
-  const node = { key, prefix, slot, join: joinId, token: int64(found.create_revision, 'create revision') };
+  const node = { key, keyBytes, prefix, queue, slot, join: joinId, token: int64(found.create_revision, 'create revision') };
   const { predecessor, revision } = await look(etcd, lease, node, givenUp);
   if (predecessor === false) throw new ProtocolError(`our adopted key ${key} vanished`);
   return { node, predecessor, revision };
@@ -247,10 +290,9 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, given
  * Null: the queue was not empty, and nothing was written.
  */
 export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined | null> {
-  const { prefix, slot, key, joinId, keyBytes, value } = plan;
+  const { prefix, queue, slot, key, joinId, keyBytes, value } = plan;
   const txn = {
-    // Over a range, the comparison holds for every key in it; an empty range compares as a missing key (revision 0).
-    compare: [{ key: Buffer.from(prefix, 'utf8'), range_end: prefixEnd(prefix), target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
+    compare: [queue.empty],
     success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }],
     failure: [{ request_range: { key: keyBytes } }],
   };
@@ -258,7 +300,7 @@ export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan
   noteClusterId(etcd, response.header);
   if (response.succeeded) {
     const token = int64(response.header.revision, 'revision');
-    return { node: { key, prefix, slot, join: joinId, token }, predecessor: null, revision: token };
+    return { node: { key, keyBytes, prefix, queue, slot, join: joinId, token }, predecessor: null, revision: token };
   }
   const found = rangeAt(response, 0).kvs[0];
   if (found === undefined) {
@@ -273,7 +315,7 @@ export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan
     return null;
   }
   const token = int64(found.create_revision, 'create revision');
-  return { node: { key, prefix, slot, join: joinId, token }, predecessor: null, revision: int64(response.header.revision, 'revision') };
+  return { node: { key, keyBytes, prefix, queue, slot, join: joinId, token }, predecessor: null, revision: int64(response.header.revision, 'revision') };
 }
 
 /**
@@ -282,16 +324,8 @@ export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan
  * the two newest keys created no later than ours.
  */
 export async function look(etcd: EtcdClient, lease: Lease, node: QueueKey, givenUp: () => boolean): Promise<{ predecessor: string | null | false; revision: bigint }> {
-  const request: EtcdRangeRequest = {
-    key: Buffer.from(node.prefix, 'utf8'),
-    range_end: prefixEnd(node.prefix),
-    sort_target: 'Create',
-    sort_order: 'Descend',
-    max_create_revision: node.token.toString(),
-    limit: 2,
-    // Keys and revisions are all the order needs; the values stay on the server.
-    keys_only: true,
-  };
+  // The queue's two newest keys, created no later than ours.
+  const request: EtcdRangeRequest = { ...node.queue.newest, max_create_revision: node.token.toString() };
   const response = await repeated(() => etcd.kv.range(request), lease, givenUp);
   const revision = int64(response.header.revision, 'revision');
   const first = response.kvs[0];
@@ -354,8 +388,8 @@ export async function waitForTurn(
  * when the lease does, answered or not: etcd deletes a lease's keys with it
  * (a member that stopped answering must not hold a release up forever).
  */
-export async function leave(etcd: EtcdClient, lease: Lease, node: { readonly key: string; readonly prefix: string; readonly slot: number }): Promise<void> {
-  const key = Buffer.from(node.key, 'utf8');
+export async function leave(etcd: EtcdClient, lease: Lease, node: { readonly keyBytes: Buffer; readonly prefix: string; readonly slot: number }): Promise<void> {
+  const key = node.keyBytes;
   const deleting = repeated(() => etcd.kv.deleteRange({ key }), lease).then(() => freeSlot(lease, node));
   try {
     await untilLeaseEnds(deleting, lease);

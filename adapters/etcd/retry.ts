@@ -24,14 +24,16 @@ export function isClosedClient(error: unknown): boolean {
   return (error as { constructor?: { name?: unknown } } | null)?.constructor?.name === 'ClientClosedError' && !(error instanceof FencekeeperError);
 }
 
-/** `request()`, repeated after a recoverable error until the lease ends or `given()` says the caller gave up. */
-export async function repeated<T>(request: () => Promise<T>, lease: Lease, givenUp: () => boolean = () => false): Promise<T> {
-  for (;;) {
-    try {
-      return await request();
-    } catch (error) {
-      if (!isRecoverable(error) || lease.endedReason !== null || givenUp()) throw error;
-    }
-    await sleep(PAUSE_MS, undefined, { ref: false });
-  }
+const NEVER_GIVEN_UP = (): boolean => false;
+
+/**
+ * `request()`, repeated after a recoverable error until the lease ends or
+ * `givenUp()` says the caller gave up. A request answered at once costs one
+ * `catch` on its promise: acquire and release are hot paths.
+ */
+export function repeated<T>(request: () => Promise<T>, lease: Lease, givenUp: () => boolean = NEVER_GIVEN_UP): Promise<T> {
+  return request().catch((error: unknown) => {
+    if (!isRecoverable(error) || lease.endedReason !== null || givenUp()) throw error;
+    return sleep(PAUSE_MS, undefined, { ref: false }).then(() => repeated(request, lease, givenUp));
+  });
 }

@@ -107,6 +107,11 @@ export class EtcdSession {
     return this.#lease?.deadline ?? null;
   }
 
+  /** The live lease, if there is one now (null: `lease()` would have to grant one, or the session is closed). */
+  get live(): Lease | null {
+    return !this.#closed && this.#lease !== null && this.#lease.endedReason === null ? this.#lease : null;
+  }
+
   /** The live lease, granting one if there is none. */
   lease(): Promise<Lease> {
     if (this.#closed) return Promise.reject(new ClientClosedError('the etcd session was closed'));
@@ -162,6 +167,8 @@ export class Lease {
   readonly id: bigint;
   /** The id as etcd's requests carry it. */
   readonly idText: string;
+  /** The id in hex, as our keys' names carry it. */
+  readonly idHex: string;
   readonly clock: StepDownClock;
   #ttlMs: number;
   #ackedSentAt: number;
@@ -194,6 +201,7 @@ export class Lease {
     this.#etcd = etcd;
     this.id = id;
     this.idText = id.toString();
+    this.idHex = id.toString(16);
     this.#ttlMs = ttlMs;
     this.#ackedSentAt = sentAt;
     this.#onEnd = onEnd;

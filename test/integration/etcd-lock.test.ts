@@ -159,17 +159,20 @@ describe('etcd lock', () => {
     const lock = await acquireLock(client, name);
     await lock.release();
     expect({ txn: counts.txn, range: counts.range, deleteRange: counts.deleteRange, watchesMade: counts.watchesMade }).toEqual({ txn: 1, range: 0, deleteRange: 1, watchesMade: 0 });
-    // The queue was empty: the put alone, no range in the reply.
+    // The queue was empty: the put and the nested comparison that found it empty, no range in the reply.
     expect(replies[0]!.succeeded).toBe(true);
     expect(replies[0]!.responses.some((r) => r.response_range !== undefined && r.response_range !== null)).toBe(false);
+    expect(replies[0]!.responses[1]?.response_txn?.succeeded).toBe(true);
+    expect(replies[0]!.responses[1]?.response_txn?.responses).toEqual([]);
 
     const holder = await acquireLock(etcd, name);
     const waiting = acquireLock(client, name);
     await until(async () => replies.length === 2, 'the waiter\'s join to be answered');
-    const nested = replies[1]!.responses[0]?.response_txn;
-    expect(replies[1]!.succeeded).toBe(false);
-    expect(nested?.succeeded).toBe(true);
-    expect(nested?.responses[1]?.response_range?.kvs.map((kv) => kv.key.toString())).toContain(holder.key);
+    // Our key put, the queue found not empty, and read back in the same transaction.
+    const nested = replies[1]!.responses[1]?.response_txn;
+    expect(replies[1]!.succeeded).toBe(true);
+    expect(nested?.succeeded).toBe(false);
+    expect(nested?.responses[0]?.response_range?.kvs.map((kv) => kv.key.toString())).toContain(holder.key);
     await holder.release();
     const next = await within(waiting, 10_000, 'the waiter\'s grant');
     expect(next.token > holder.token).toBe(true);
@@ -249,6 +252,15 @@ describe('etcd lock', () => {
     expect(status.waiters[0]!.token > holder.token).toBe(true);
     await holder.release();
     await (await waiting).release();
+  });
+
+  it('an owner that JSON must escape is carried in the key\'s value as given', async () => {
+    const etcd = pool.client();
+    const name = uniqueLockName('etcd_owner');
+    const owner = 'a "quoted" \\ owner\n\u2028 ü 🔒';
+    const lock = await acquireLock(etcd, name, { owner });
+    expect((await lockStatus(etcd, name)).holder).toMatchObject({ key: lock.key, owner, token: lock.token });
+    await lock.release();
   });
 
   it('the lease TTL is the one the server granted (a 1 s request is raised to etcd\'s minimum)', async () => {

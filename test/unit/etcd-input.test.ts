@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import type { EtcdClient } from '../../adapters/etcd/client.js';
 import { acquireLock, campaign, etcdSession, etcdSource, lockStatus, observeLeader, tryAcquireLock } from '../../adapters/etcd/index.js';
-import { prefixEnd, queuePrefix } from '../../adapters/etcd/queue.js';
+import { prefixEnd, queuePrefix, queueRequests } from '../../adapters/etcd/queue.js';
 import { checkName } from '../../adapters/etcd/input.js';
 import { UsageError } from '../../src/cli/args.js';
 import { ETCD_SERVICE } from '../../src/cli/services/etcd.js';
@@ -23,7 +23,7 @@ function recordingClient(): { client: EtcdClient; calls: string[] } {
   return { client, calls };
 }
 
-const BAD_NAMES: unknown[] = ['', '/a', 'a/', 'a//b', 'a/./b', '..', 'a#b', 'a\nb', 'x'.repeat(1025), 42, null, undefined];
+const BAD_NAMES: unknown[] = ['', '/', '/a', 'a/', 'a//b', 'a/./b', '.', '..', 'a/.', 'a/..', '../a', 'a#b', 'a\nb', 'x'.repeat(1025), 42, null, undefined];
 
 describe('etcd source input', () => {
   it.each(BAD_NAMES.map((n) => [n]))('refuses the name %j before any request', async (name) => {
@@ -92,9 +92,26 @@ describe('etcd source input', () => {
     expect(prefixEnd('ab').toString()).toBe('ac');
   });
 
+  it('a queue\'s shared request parts are its own, also for queues the cache let go of', () => {
+    const names = Array.from({ length: 600 }, (_, i) => `cache/${i}`);
+    const first = names.map((name) => queueRequests('fencekeeper/locks/', name));
+    for (const [i, name] of names.entries()) {
+      for (const [root, requests] of [['fencekeeper/locks/', first[i]!], ['fencekeeper/locks/', queueRequests('fencekeeper/locks/', name)], ['fencekeeper/elections/', queueRequests('fencekeeper/elections/', name)]] as const) {
+        const prefix = queuePrefix(root, name);
+        expect(requests.text).toBe(prefix);
+        expect(requests.prefix.toString()).toBe(prefix);
+        expect(requests.end.equals(prefixEnd(prefix))).toBe(true);
+        expect(requests.empty).toMatchObject({ key: requests.prefix, range_end: requests.end, target: 'Create', result: 'Equal', create_revision: '0' });
+        expect(requests.newest).toMatchObject({ key: requests.prefix, range_end: requests.end, limit: 2, keys_only: true });
+      }
+    }
+    // A queue joined lately is served from the cache.
+    expect(queueRequests('fencekeeper/locks/', names[599]!)).toBe(queueRequests('fencekeeper/locks/', names[599]!));
+  });
+
   it('the CLI\'s copy of the name rule (it loads no adapter before connecting) agrees with the entry\'s', () => {
     const address = ETCD_SERVICE.address('127.0.0.1:2379', { origin: '--lock-service', fromCommandLine: true, values: {}, env: {} });
-    for (const name of [...BAD_NAMES.filter((n): n is string => typeof n === 'string'), 'jobs/reindex', 'a', 'a.b/c-d_e', 'x'.repeat(1024), 'ünïcode/ok']) {
+    for (const name of [...BAD_NAMES.filter((n): n is string => typeof n === 'string'), 'jobs/reindex', 'a', 'a.b/c-d_e', 'x'.repeat(1024), 'ünïcode/ok', '.x/..y', '...', 'a../.b', 'a/b/c']) {
       let entry = true;
       try {
         checkName(name);
