@@ -113,8 +113,13 @@ export interface LockServiceAddress {
   readonly description: string;
   /** Throws a UsageError for a name the service cannot hold; no I/O. */
   checkName(kind: Kind, name: string): void;
-  /** UsageError for settings the service refuses, UnreachableError when it does not answer. */
-  connect(): Promise<LockService>;
+  /**
+   * UsageError for settings the service refuses, UnreachableError when it
+   * does not answer. Once `signal` aborts (an operator's SIGINT or SIGTERM),
+   * the attempt is given up at once: its connections are closed and it
+   * rejects.
+   */
+  connect(signal?: AbortSignal): Promise<LockService>;
 }
 
 /** What a source's URL parser (./services/) is given beside the URL. */

@@ -12,7 +12,8 @@ import { formatSequencer, formatToken, LockTimeoutError } from '../../index.js';
 import { UsageError, nonNegativeInt, parse, positiveInt, splitCommand } from '../args.js';
 import { ExitCode } from '../exit-codes.js';
 import { HELP } from '../help.js';
-import type { Holding, Kind } from '../lock-service.js';
+import { connectUnlessInterrupted, listenForInterrupt } from '../interrupt.js';
+import type { Holding, Kind, LockService } from '../lock-service.js';
 import { LOCK_SERVICE_OPTIONS, lockServiceFrom } from '../services/index.js';
 import { CannotRunError, SupervisorLostError, supervise } from '../supervise.js';
 import { err, out } from '../output.js';
@@ -42,7 +43,19 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
   const address = lockServiceFrom(values);
   address.checkName(kind, name);
 
-  const service = await address.connect();
+  // From here on a SIGINT or SIGTERM is ours until the lock is held: see ../interrupt.ts.
+  const interruption = listenForInterrupt();
+  let service: LockService | null;
+  try {
+    service = await connectUnlessInterrupted(address, interruption);
+  } catch (error) {
+    interruption.end();
+    throw error;
+  }
+  if (service === null) {
+    interruption.end();
+    return interruption.exitCode;
+  }
   try {
     // Checks that need the negotiated session timeout.
     const marginMs = service.safetyMargin(requestedMarginMs);
@@ -56,20 +69,11 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
     }
 
     // An operator's Ctrl-C while we still wait for the lock: stop waiting, leave nothing behind.
-    const waiting = new AbortController();
-    let interruptedBy: NodeJS.Signals | null = null;
-    const giveUp = (signal: NodeJS.Signals) => (): void => {
-      interruptedBy = signal;
-      waiting.abort(new Error(`interrupted by ${signal} while waiting`));
-    };
-    const onInt = giveUp('SIGINT');
-    const onTerm = giveUp('SIGTERM');
-    process.once('SIGINT', onInt);
-    process.once('SIGTERM', onTerm);
     let holding: Holding;
     try {
+      interruption.signal.throwIfAborted();
       holding = await service.hold(kind, name, {
-        signal: waiting.signal,
+        signal: interruption.signal,
         safetyMarginMs: marginMs,
         ...(timeoutMs !== undefined && { timeoutMs }),
         ...(values.id !== undefined && { id: values.id as string }),
@@ -79,14 +83,14 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
         err(`lock ${name} not acquired within ${timeoutMs} ms (held by someone else); try again later`);
         return ExitCode.lockTimeout;
       }
-      if (interruptedBy !== null) {
-        err(`interrupted by ${interruptedBy} while waiting for ${name}`);
-        return ExitCode.signalBase + (interruptedBy === 'SIGINT' ? 2 : 15);
+      if (interruption.by !== null) {
+        err(`interrupted by ${interruption.by} while waiting for ${name}; nothing is held`);
+        return interruption.exitCode;
       }
       throw error;
     } finally {
-      process.off('SIGINT', onInt);
-      process.off('SIGTERM', onTerm);
+      // supervise() below takes the signals over in this same tick.
+      interruption.end();
     }
 
     const token = formatToken(holding.token);
@@ -122,6 +126,7 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
       await holding.end();
     }
   } finally {
+    interruption.end();
     await service.close();
   }
 }

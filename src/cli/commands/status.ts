@@ -11,6 +11,7 @@ import { formatToken } from '../../index.js';
 import { UsageError, parse } from '../args.js';
 import { ExitCode } from '../exit-codes.js';
 import { HELP } from '../help.js';
+import { connectUnlessInterrupted, listenForInterrupt } from '../interrupt.js';
 import { UnreachableError, type LockService, type LockServiceAddress, type QueueEntry, type QueueEvent } from '../lock-service.js';
 import { LOCK_SERVICE_OPTIONS, lockServiceFrom } from '../services/index.js';
 import { err, out } from '../output.js';
@@ -29,14 +30,36 @@ export async function status(argv: readonly string[]): Promise<number> {
   const address = lockServiceFrom(values);
   address.checkName('lock', name);
   const json = values.json === true;
-  const service = await address.connect();
-  if (values.watch) return watch(address, service, name, json);
+  // A SIGINT or SIGTERM during the first connect ends the command at once (../interrupt.ts).
+  const interruption = listenForInterrupt();
+  let service: LockService | null;
+  try {
+    service = await connectUnlessInterrupted(address, interruption);
+  } catch (error) {
+    interruption.end();
+    throw error;
+  }
+  if (service === null || values.watch) {
+    // --watch handles the signals itself from here: they end it with exit 0.
+    interruption.end();
+    return service === null ? interruption.exitCode : watch(address, service, name, json);
+  }
+  // Interrupted during the read: closing the connection ends it.
+  const connected = service;
+  const onInterrupt = (): void => void connected.close().catch(() => undefined);
+  interruption.signal.addEventListener('abort', onInterrupt, { once: true });
   try {
     const entries = await service.queue(name);
     if (json) out(JSON.stringify({ lock: name, queue: entries.map(entryJson) }));
     else for (const line of table(name, entries)) out(line);
     return ExitCode.ok;
+  } catch (error) {
+    if (interruption.by === null) throw error;
+    err(`interrupted by ${interruption.by} while reading the queue of ${name}`);
+    return interruption.exitCode;
   } finally {
+    interruption.signal.removeEventListener('abort', onInterrupt);
+    interruption.end();
     await service.close();
   }
 }

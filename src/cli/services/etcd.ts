@@ -34,8 +34,9 @@ export const ETCD_SERVICE: LockServiceKind = {
       checkName(kind, name) {
         checkEtcdName(kind, name);
       },
-      async connect() {
+      async connect(signal) {
         const [entry, etcd3] = await Promise.all([import('../../../adapters/etcd/index.js'), loadEtcd3()]);
+        signal?.throwIfAborted();
         const etcd = new etcd3.Etcd3({ hosts });
         let source: ReturnType<EtcdEntry['etcdSource']>;
         try {
@@ -46,13 +47,20 @@ export const ETCD_SERVICE: LockServiceKind = {
           throw error;
         }
         const session = entry.etcdSession(etcd);
+        // An operator's signal: closing the client cancels the lease grant in flight.
+        const giveUp = (): void => etcd.close();
+        signal?.addEventListener('abort', giveUp, { once: true });
         try {
           // Granted now: the commands need the TTL etcd grants, and an unreachable etcd should say so at once.
           await session.lease();
+          signal?.throwIfAborted();
         } catch (error) {
-          await session.close();
+          await session.close().catch(() => undefined);
           etcd.close();
+          signal?.throwIfAborted();
           throw new UnreachableError(`cannot reach etcd at ${hosts.join(',')}: ${(error as Error).message}`);
+        } finally {
+          signal?.removeEventListener('abort', giveUp);
         }
         return etcdService(entry, etcd, source, session);
       },

@@ -88,7 +88,7 @@ function kind(scheme: 'redis' | 'redlock', example: string): LockServiceKind {
       return {
         description,
         checkName: (k, name) => checkName(k, name, description),
-        connect: () => connect(scheme, url, ttlMs, description),
+        connect: (signal) => connect(scheme, url, ttlMs, description, signal),
       };
     },
   };
@@ -97,7 +97,7 @@ function kind(scheme: 'redis' | 'redlock', example: string): LockServiceKind {
 export const REDIS_SERVICE = kind('redis', 'redis://127.0.0.1:6379');
 export const REDLOCK_SERVICE = kind('redlock', 'redlock://h1:6379,h2:6379,h3:6379');
 
-async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number, description: string): Promise<LockService> {
+async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number, description: string, signal: AbortSignal | undefined): Promise<LockService> {
   const [{ Redis }, { redisSource }, { NodeTimeoutError, send }, { checkSettings }] = await Promise.all([
     import('ioredis'),
     import('../../../adapters/redis/index.js'),
@@ -124,7 +124,21 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
   // (INFO) without a deadline of its own (connectTimeout ends at the TCP
   // handshake): a paused node would hold every command here forever. One TTL
   // is the bound: a node that cannot answer within it cannot hold a lock key.
-  const reached = await Promise.all(clients.map((c) => connectWithin(c, ttlMs).then(() => null, (error: Error) => `${c.options.host}:${c.options.port}: ${error.message}`)));
+  // An operator's signal ends the wait sooner: disconnecting rejects every
+  // client's connect() at once, and nothing was sent but the handshake.
+  signal?.throwIfAborted();
+  const giveUp = (): void => void close();
+  signal?.addEventListener('abort', giveUp, { once: true });
+  let reached: (string | null)[];
+  try {
+    reached = await Promise.all(clients.map((c) => connectWithin(c, ttlMs).then(() => null, (error: Error) => `${c.options.host}:${c.options.port}: ${error.message}`)));
+  } finally {
+    signal?.removeEventListener('abort', giveUp);
+  }
+  if (signal?.aborted) {
+    await close();
+    signal.throwIfAborted();
+  }
   const failed = reached.filter((r): r is string => r !== null);
   if (failed.length > (scheme === 'redis' ? 0 : clients.length - (Math.floor(clients.length / 2) + 1))) {
     await close();

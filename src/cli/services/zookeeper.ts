@@ -185,17 +185,22 @@ function ensembleAddress(connectString: string, values: ParsedArgs['values'], en
         throw error;
       }
     },
-    async connect() {
+    async connect(signal) {
+      signal?.throwIfAborted();
       let zk: ZooKeeperClient;
       try {
-        zk = await ZooKeeperClient.connect({
-          connectString,
-          ...(sessionTimeoutMs !== undefined && { sessionTimeoutMs }),
-          ...(tls !== undefined && { tls }),
-          ...(auth.length > 0 && { auth }),
-          ...(defaultAcl !== undefined && { defaultAcl }),
-        });
+        zk = await untilAborted(
+          ZooKeeperClient.connect({
+            connectString,
+            ...(sessionTimeoutMs !== undefined && { sessionTimeoutMs }),
+            ...(tls !== undefined && { tls }),
+            ...(auth.length > 0 && { auth }),
+            ...(defaultAcl !== undefined && { defaultAcl }),
+          }),
+          signal,
+        );
       } catch (error) {
+        signal?.throwIfAborted();
         // connect() checks its options before it opens a socket.
         if (error instanceof InvalidArgumentError) throw new UsageError(`${origin} ${JSON.stringify(connectString)}: ${error.message}`);
         throw new UnreachableError(`cannot reach ZooKeeper at ${connectString}: ${(error as Error).message}`);
@@ -203,6 +208,33 @@ function ensembleAddress(connectString: string, values: ParsedArgs['values'], en
       return zookeeperService(zk);
     },
   };
+}
+
+/**
+ * The client once connected, or a rejection as soon as `signal` aborts. The
+ * client's connect() takes no signal: a session it completes after that is
+ * closed at once, and it goes on trying servers until its own bound (the
+ * session timeout) otherwise; no request of ours is ever sent on it.
+ */
+function untilAborted(connecting: Promise<ZooKeeperClient>, signal: AbortSignal | undefined): Promise<ZooKeeperClient> {
+  if (signal === undefined) return connecting;
+  return new Promise((resolve, reject) => {
+    const onAbort = (): void => {
+      connecting.then((zk) => zk.close(), () => undefined).catch(() => undefined);
+      reject(signal.reason);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    connecting.then(
+      (zk) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(zk);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(error);
+      },
+    );
+  });
 }
 
 function zookeeperService(zk: ZooKeeperClient): LockService {
