@@ -16,18 +16,22 @@
  * ZooKeeper's own default.
  */
 import { readFileSync } from 'node:fs';
+import type { Duplex } from 'node:stream';
 import {
+  ClientClosedError,
   ConnectionLossError,
   InvalidArgumentError,
   SessionExpiredError,
   ZooKeeperClient,
   ZooKeeperError,
+  tlsConnector,
   zookeeperSource,
   CREATOR_ALL_ACL,
   READ_ACL_UNSAFE,
   type ACL,
   type AuthInfo,
   type ClientState,
+  type Connector,
   type QueueEntry as ZooKeeperQueueEntry,
 } from '../../index.js';
 import { ELECTIONS_ROOT } from '../../zookeeper/recipes/election.js';
@@ -36,6 +40,8 @@ import { readEntry } from '../../zookeeper/recipes/queue.js';
 import { queueParent, sortQueue } from '../../zookeeper/recipes/queue-order.js';
 import { UsageError, positiveInt, type ParsedArgs } from '../args.js';
 import type { TlsOptions } from '../../zookeeper/tls.js';
+// The client's own default connector, which the public API does not export: wrapped while connecting (interruptibleConnector).
+import { connectTcp } from '../../zookeeper/connection.js';
 import { UnreachableError, type LockService, type LockServiceAddress, type LockServiceKind, type QueueEntry, type QueueEvent } from '../lock-service.js';
 import { READ_AGAIN, followQueue, serviceOf } from './source-service.js';
 
@@ -187,23 +193,23 @@ function ensembleAddress(connectString: string, values: ParsedArgs['values'], en
     },
     async connect(signal) {
       signal?.throwIfAborted();
+      const interruptible = signal === undefined ? undefined : interruptibleConnector(tls !== undefined ? tlsConnector(tls) : connectTcp, signal);
       let zk: ZooKeeperClient;
       try {
-        zk = await untilAborted(
-          ZooKeeperClient.connect({
-            connectString,
-            ...(sessionTimeoutMs !== undefined && { sessionTimeoutMs }),
-            ...(tls !== undefined && { tls }),
-            ...(auth.length > 0 && { auth }),
-            ...(defaultAcl !== undefined && { defaultAcl }),
-          }),
-          signal,
-        );
+        zk = await ZooKeeperClient.connect({
+          connectString,
+          ...(sessionTimeoutMs !== undefined && { sessionTimeoutMs }),
+          ...(interruptible !== undefined ? { connector: interruptible.connector } : tls !== undefined && { tls }),
+          ...(auth.length > 0 && { auth }),
+          ...(defaultAcl !== undefined && { defaultAcl }),
+        });
       } catch (error) {
         signal?.throwIfAborted();
         // connect() checks its options before it opens a socket.
         if (error instanceof InvalidArgumentError) throw new UsageError(`${origin} ${JSON.stringify(connectString)}: ${error.message}`);
         throw new UnreachableError(`cannot reach ZooKeeper at ${connectString}: ${(error as Error).message}`);
+      } finally {
+        interruptible?.settled();
       }
       return zookeeperService(zk);
     },
@@ -211,30 +217,45 @@ function ensembleAddress(connectString: string, values: ParsedArgs['values'], en
 }
 
 /**
- * The client once connected, or a rejection as soon as `signal` aborts. The
- * client's connect() takes no signal: a session it completes after that is
- * closed at once, and it goes on trying servers until its own bound (the
- * session timeout) otherwise; no request of ours is ever sent on it.
+ * The client's connect() takes no signal, and against servers that accept
+ * TCP but do not answer (a paused ZooKeeper) it tries on for the session
+ * timeout. So while it connects, the connector it would use anyway (TLS or
+ * plain TCP) is wrapped: once `signal` aborts, the streams it opened are
+ * destroyed (the handshake in flight fails) and the next dial is refused
+ * with a non-retryable error, which the client takes as final (see
+ * Connector) and connect() rejects, after at most one pause between rounds
+ * of servers. A stream that comes after the abort is destroyed at once. From
+ * settled() on (connect() is over) the wrapper only passes through: the
+ * abort no longer touches the session's connections.
  */
-function untilAborted(connecting: Promise<ZooKeeperClient>, signal: AbortSignal | undefined): Promise<ZooKeeperClient> {
-  if (signal === undefined) return connecting;
-  return new Promise((resolve, reject) => {
-    const onAbort = (): void => {
-      connecting.then((zk) => zk.close(), () => undefined).catch(() => undefined);
-      reject(signal.reason);
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
-    connecting.then(
-      (zk) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(zk);
-      },
-      (error: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(error);
-      },
-    );
-  });
+function interruptibleConnector(base: Connector, signal: AbortSignal): { readonly connector: Connector; settled(): void } {
+  let connecting = true;
+  const open = new Set<Duplex>();
+  const refusal = (): ClientClosedError => new ClientClosedError('connecting given up: interrupted');
+  const onAbort = (): void => {
+    for (const stream of open) stream.destroy();
+    open.clear();
+  };
+  signal.addEventListener('abort', onAbort, { once: true });
+  return {
+    async connector(address, options) {
+      if (connecting && signal.aborted) throw refusal();
+      const stream = await base(address, options);
+      if (!connecting) return stream;
+      if (signal.aborted) {
+        stream.destroy();
+        throw refusal();
+      }
+      open.add(stream);
+      stream.once('close', () => open.delete(stream));
+      return stream;
+    },
+    settled() {
+      connecting = false;
+      open.clear();
+      signal.removeEventListener('abort', onAbort);
+    },
+  };
 }
 
 function zookeeperService(zk: ZooKeeperClient): LockService {
