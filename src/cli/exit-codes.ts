@@ -22,6 +22,6 @@ export const ExitCode = {
   lockLost: 76,
   /** The command could not be started. */
   cannotRun: 127,
-  /** 128 + n: interrupted by signal n while waiting for the lock (or the command ended by it). */
+  /** 128 + n: interrupted by signal n while connecting or waiting for the lock (or the command ended by it). */
   signalBase: 128,
 } as const;

@@ -12,7 +12,8 @@ const EXIT_CODES = `exit codes:
   76           the lock was lost: cmd was stopped and exited 0, or never started
   77           the lock service refused our credentials (ZK_AUTHFAILED, ZK_NOAUTH)
   127          cmd could not be started
-  128 + n      interrupted by signal n while waiting for the lock`;
+  128 + n      interrupted by signal n (SIGINT, SIGTERM) while connecting to the lock
+               service or waiting for the lock: nothing is left held`;
 
 const LOCK_SERVICE = `  --lock-service <url>       the lock service (default: $FENCEKEEPER_LOCK_SERVICE, else the
                              ZooKeeper of --zookeeper): zookeeper://h:2181[,h:2182][/chroot],
