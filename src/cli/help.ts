@@ -87,6 +87,10 @@ ${ZOOKEEPER_SECURITY}
                              below two thirds of it)
   --grace <ms>               SIGTERM -> SIGKILL delay when the lock is lost
                              (default and maximum: half the safety margin; 0: SIGKILL at once)
+  --lock-delay <ms>          ZooKeeper only: after a holder's session expired (or its node was
+                             deleted) instead of a release, take the lock only ms later; a
+                             clean release delays no one. Every participant of the lock must
+                             pass it (one without it releases uncleanly). Default 0: off
 
 ${EXIT_CODES}`,
   elect: `usage: fencekeeper elect <name> [options] -- cmd [args...]

@@ -50,6 +50,8 @@ export interface HoldOptions {
   readonly id?: string;
   /** run: shown by `status` as the holder's owner. */
   readonly owner?: string;
+  /** run --lock-delay: the lock's lockDelayMs (only where the address has `lockDelay`). */
+  readonly lockDelayMs?: number;
 }
 
 export interface QueueEntry {
@@ -113,6 +115,8 @@ export interface LockServiceAddress {
   readonly description: string;
   /** Throws a UsageError for a name the service cannot hold; no I/O. */
   checkName(kind: Kind, name: string): void;
+  /** True where a lock takes lockDelayMs (`run --lock-delay`): ZooKeeper's locks. */
+  readonly lockDelay?: boolean;
   /**
    * UsageError for settings the service refuses, UnreachableError when it
    * does not answer. Once `signal` aborts (an operator's SIGINT or SIGTERM),

@@ -27,6 +27,7 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
     grace: { type: 'string' },
     'safety-margin': { type: 'string' },
     id: { type: 'string' },
+    'lock-delay': { type: 'string' },
   });
   if (values.help) {
     out(HELP[command]);
@@ -37,11 +38,16 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
   if (cmd.length === 0) throw new UsageError(`${command} needs a command after --`);
   if (command === 'elect' && values.timeout !== undefined) throw new UsageError('elect has no --timeout: a candidate waits until elected');
   if (command === 'run' && values.id !== undefined) throw new UsageError('--id is an elect option');
+  if (command === 'elect' && values['lock-delay'] !== undefined) throw new UsageError('--lock-delay is a run option: an election has no lock-delay');
   const timeoutMs = positiveInt(values.timeout as string | undefined, '--timeout');
   const requestedGraceMs = nonNegativeInt(values.grace as string | undefined, '--grace');
   const requestedMarginMs = nonNegativeInt(values['safety-margin'] as string | undefined, '--safety-margin');
+  const lockDelayMs = nonNegativeInt(values['lock-delay'] as string | undefined, '--lock-delay');
   const address = lockServiceFrom(values);
   address.checkName(kind, name);
+  if (lockDelayMs !== undefined && address.lockDelay !== true) {
+    throw new UsageError(`--lock-delay needs ZooKeeper (zookeeper:// or --zookeeper): ${address.description} has no lock-delay`);
+  }
 
   // From here on a SIGINT or SIGTERM is ours until the lock is held: see ../interrupt.ts.
   const interruption = listenForInterrupt();
@@ -77,6 +83,7 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
         safetyMarginMs: marginMs,
         ...(timeoutMs !== undefined && { timeoutMs }),
         ...(values.id !== undefined && { id: values.id as string }),
+        ...(lockDelayMs !== undefined && { lockDelayMs }),
       });
     } catch (error) {
       if (error instanceof LockTimeoutError) {

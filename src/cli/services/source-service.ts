@@ -69,6 +69,8 @@ async function holdFrom(source: LockSource, kind: Kind, name: string, options: H
     ...common,
     ...(options.timeoutMs !== undefined && { timeoutMs: options.timeoutMs }),
     ...(options.owner !== undefined && { owner: options.owner }),
+    // Only for a source whose address has lockDelay (run checks): ZooKeeper's acquireLock takes it.
+    ...(options.lockDelayMs !== undefined && { lockDelayMs: options.lockDelayMs }),
   });
   return holding(lock, lock.token, () => lock.release());
 }

@@ -181,6 +181,7 @@ function ensembleAddress(connectString: string, values: ParsedArgs['values'], en
   const defaultAcl = zookeeperAcl(values, env, auth);
   return {
     description: `ZooKeeper at ${connectString}${tls !== undefined ? ' (TLS)' : ''}`,
+    lockDelay: true,
     checkName(kind, name) {
       try {
         queueParent(kind === 'lock' ? LOCKS_ROOT : ELECTIONS_ROOT, name);
