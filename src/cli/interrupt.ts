@@ -62,14 +62,18 @@ export function listenForInterrupt(): Interruption {
 /**
  * `address.connect()`, given up at the interruption: null then (the reason
  * printed on stderr, and a connection that completed anyway closed again),
- * the caller exits with `interruption.exitCode`.
+ * the caller exits with `interruption.exitCode`. A connect that fails on its
+ * own ends the listening before its error is thrown on.
  */
 export async function connectUnlessInterrupted(address: LockServiceAddress, interruption: Interruption): Promise<LockService | null> {
   let service: LockService | undefined;
   try {
     service = await address.connect(interruption.signal);
   } catch (error) {
-    if (interruption.by === null) throw error;
+    if (interruption.by === null) {
+      interruption.end();
+      throw error;
+    }
   }
   // Not interrupted: connect resolved (a rejection was thrown above).
   if (interruption.by === null && service !== undefined) return service;

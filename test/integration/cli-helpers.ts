@@ -39,6 +39,22 @@ export function cli(args: readonly string[], env: NodeJS.ProcessEnv = {}): Runni
   return { child, done, exited, stdout: () => stdout, stderr: () => stderr };
 }
 
+/** The run's result, or a failed test (and the child SIGKILLed) if it is still running after `livenessMs`. */
+export async function finishedWithin(run: Running, livenessMs: number): Promise<Run> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      run.child.kill('SIGKILL');
+      reject(new Error(`still running after ${livenessMs} ms; stderr so far: ${run.stderr()}`));
+    }, livenessMs);
+  });
+  try {
+    return await Promise.race([run.done, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /**
  * A process as the test first saw it: its pid and its start time (field 22
  * of /proc/<pid>/stat), so a recycled pid is not mistaken for it.

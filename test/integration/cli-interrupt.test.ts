@@ -14,7 +14,7 @@ import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until } from '../helpers/wait.js';
 import { singleHosts } from './etcd-helpers.js';
-import { assertBuilt, cli, type Run, type Running } from './cli-helpers.js';
+import { assertBuilt, cli, finishedWithin, type Run, type Running } from './cli-helpers.js';
 
 /** Liveness bound for one CLI run; not a timing assertion. */
 const LIVENESS_MS = 40_000;
@@ -28,20 +28,8 @@ afterEach(async () => {
   proxy = undefined;
 });
 
-async function finished(run: Running): Promise<Run> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      run.child.kill('SIGKILL');
-      reject(new Error(`still running after ${LIVENESS_MS} ms; stderr so far: ${run.stderr()}`));
-    }, LIVENESS_MS);
-  });
-  try {
-    return await Promise.race([run.done, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
+/** The run's result, or a failed test (and the child killed) if it is still running after LIVENESS_MS. */
+const finished = (run: Running): Promise<Run> => finishedWithin(run, LIVENESS_MS);
 
 /** A proxy to `hostPort` that passes the client's bytes on and keeps every reply back; counts the client's bytes. */
 async function silentServer(hostPort: string): Promise<{ proxy: TcpProxy; sent: () => number }> {

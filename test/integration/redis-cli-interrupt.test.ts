@@ -16,7 +16,7 @@ import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { PrivateRedis } from '../helpers/private-redis.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until } from '../helpers/wait.js';
-import { assertBuilt, cli, type Run, type Running } from './cli-helpers.js';
+import { assertBuilt, cli, finishedWithin, type Run, type Running } from './cli-helpers.js';
 
 const PORT = 16700;
 /** Liveness bound for one CLI run; not a timing assertion. */
@@ -44,20 +44,7 @@ afterAll(async () => {
 }, 60_000);
 
 /** The run's result, or a failed test (and the child killed) if it is still running after LIVENESS_MS. */
-async function finished(run: Running): Promise<Run> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      run.child.kill('SIGKILL');
-      reject(new Error(`still running after ${LIVENESS_MS} ms; stderr so far: ${run.stderr()}`));
-    }, LIVENESS_MS);
-  });
-  try {
-    return await Promise.race([run.done, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
+const finished = (run: Running): Promise<Run> => finishedWithin(run, LIVENESS_MS);
 
 /** Start the CLI against the paused node, send `signal` once its ready check is on the way, and return how it ended (the node still paused). */
 async function interruptedWhileConnecting(args: readonly string[], signal: NodeJS.Signals): Promise<Run> {

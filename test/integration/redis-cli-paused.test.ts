@@ -14,7 +14,7 @@ import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { PrivateRedis } from '../helpers/private-redis.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until } from '../helpers/wait.js';
-import { assertBuilt, cli, type Run, type Running } from './cli-helpers.js';
+import { assertBuilt, cli, finishedWithin, type Run, type Running } from './cli-helpers.js';
 
 const PORT = 16530;
 /** Liveness bound for one CLI run (its own bounds are 10 s at most); not a timing assertion. */
@@ -32,20 +32,7 @@ afterAll(async () => {
 }, 60_000);
 
 /** The run's result, or a failed test (and the child killed) if it is still running after LIVENESS_MS. */
-async function finished(run: Running): Promise<Run> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      run.child.kill('SIGKILL');
-      reject(new Error(`still running after ${LIVENESS_MS} ms; stderr so far: ${run.stderr()}`));
-    }, LIVENESS_MS);
-  });
-  try {
-    return await Promise.race([run.done, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
+const finished = (run: Running): Promise<Run> => finishedWithin(run, LIVENESS_MS);
 
 describe('the CLI and a Redis node that does not answer', () => {
   it('paused before the CLI connects: status --watch and status exit 69, naming the node', async () => {

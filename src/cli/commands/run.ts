@@ -13,7 +13,7 @@ import { UsageError, nonNegativeInt, parse, positiveInt, splitCommand } from '..
 import { ExitCode } from '../exit-codes.js';
 import { HELP } from '../help.js';
 import { connectUnlessInterrupted, listenForInterrupt } from '../interrupt.js';
-import type { Holding, Kind, LockService } from '../lock-service.js';
+import type { Holding, Kind } from '../lock-service.js';
 import { LOCK_SERVICE_OPTIONS, lockServiceFrom } from '../services/index.js';
 import { CannotRunError, SupervisorLostError, supervise } from '../supervise.js';
 import { err, out } from '../output.js';
@@ -51,13 +51,7 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
 
   // From here on a SIGINT or SIGTERM is ours until the lock is held: see ../interrupt.ts.
   const interruption = listenForInterrupt();
-  let service: LockService | null;
-  try {
-    service = await connectUnlessInterrupted(address, interruption);
-  } catch (error) {
-    interruption.end();
-    throw error;
-  }
+  const service = await connectUnlessInterrupted(address, interruption);
   if (service === null) {
     interruption.end();
     return interruption.exitCode;

@@ -32,13 +32,7 @@ export async function status(argv: readonly string[]): Promise<number> {
   const json = values.json === true;
   // A SIGINT or SIGTERM during the first connect ends the command at once (../interrupt.ts).
   const interruption = listenForInterrupt();
-  let service: LockService | null;
-  try {
-    service = await connectUnlessInterrupted(address, interruption);
-  } catch (error) {
-    interruption.end();
-    throw error;
-  }
+  const service = await connectUnlessInterrupted(address, interruption);
   if (service === null || values.watch) {
     // --watch handles the signals itself from here: they end it with exit 0.
     interruption.end();
