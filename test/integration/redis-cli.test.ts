@@ -77,15 +77,21 @@ describe.each([
     try {
       expect((await next(1, 'the first listing')).queue).toEqual([]);
       const target = nodes();
-      const held = await acquireLock(target.length === 1 ? target[0]! : target, lock, { ttlMs: 1500, owner: 'holder-a' });
+      // A short TTL so that renewals (every 1000 ms) fall within the wait below;
+      // the node timeout set apart from it (a twentieth of the TTL would be
+      // 150 ms), since a command outlasting that on a loaded machine is not
+      // what this test is about.
+      const held = await acquireLock(target.length === 1 ? target[0]! : target, lock, { ttlMs: 3000, nodeTimeoutMs: 1000, owner: 'holder-a' });
       expect((await next(2, 'the holder')).queue).toEqual([expect.objectContaining({ role: 'holder', token: String(held.token), owner: 'holder-a' })]);
-      // Renewals (every 500 ms) touch the key: read again, nothing new shown.
-      await new Promise((r) => setTimeout(r, 1200));
+      // Renewals (every 1000 ms) touch the key: read again, nothing new shown.
+      await new Promise((r) => setTimeout(r, 2500));
       expect(listings(watching)).toHaveLength(2);
       await held.release();
       expect((await next(3, 'the release')).queue).toEqual([]);
       // A holder that died: its key (here set by hand, with no renewal) expires.
-      for (const node of target) await node.call('SET', `fencekeeper:lock:{${lock}}`, 'dead-grant holder-dead', 'PX', '400');
+      // Its TTL must outlast the watcher's read of it after the notification,
+      // or the holder is never seen (nothing changed, nothing shown).
+      for (const node of target) await node.call('SET', `fencekeeper:lock:{${lock}}`, 'dead-grant holder-dead', 'PX', '2000');
       expect((await next(4, 'the dead holder')).queue).toEqual([expect.objectContaining({ role: 'holder', owner: 'holder-dead' })]);
       expect((await next(5, "the dead holder's key to expire")).queue).toEqual([]);
     } finally {

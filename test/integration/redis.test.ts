@@ -34,7 +34,7 @@ describe.each([
   it('grants with a token, refuses a second holder, frees on release, and release is idempotent', async () => {
     const name = uniqueLockName('basic');
     const t = target();
-    const a = await acquireLock(t, name, { ttlMs: 3000, owner: 'holder-a' });
+    const a = await acquireLock(t, name, { ttlMs: 3000, nodeTimeoutMs: 500, owner: 'holder-a' });
     expect(a.held).toBe(true);
     expect(a.name).toBe(name);
     expect(a.signal.aborted).toBe(false);
@@ -157,7 +157,8 @@ describe('the holder that lost its key', () => {
   it('a renewal the server refuses ends the holding (renewal_failed); its release never deletes the next holder\'s key', async () => {
     const name = uniqueLockName('stale');
     const [lockKey] = lockKeys(name);
-    const a = await acquireLock(pool.single(), name, { ttlMs: 900 });
+    // A short TTL for a renewal soon, not its 50 ms node timeout, which a loaded machine outlasts.
+    const a = await acquireLock(pool.single(), name, { ttlMs: 900, nodeTimeoutMs: 300 });
     // The key expires under A (what a TTL cut short by a clock jump, or a long stall of A, does).
     await onPort(singlePort(), 'DEL', lockKey);
     const b = await acquireLock(pool.single(), name, { ttlMs: 10_000 });

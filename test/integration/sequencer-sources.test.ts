@@ -161,7 +161,7 @@ describe('Redis: the identity key', () => {
     const url = testServers().redis;
     await redis(url, SINGLE_DB).del(SOURCE_ID_KEY);
     const racers = [0, 1, 2, 3].map(() => redis(url, SINGLE_DB));
-    const locks = await Promise.all(racers.map((c, i) => redisAcquire(c, uniqueLockName(`race${i}`), { ttlMs: 2000 })));
+    const locks = await Promise.all(racers.map((c, i) => redisAcquire(c, uniqueLockName(`race${i}`))));
     const ids = new Set(locks.map((l) => l.sequencer.source.id));
     expect(ids.size).toBe(1);
     await Promise.all(locks.map((l) => l.release()));
@@ -169,7 +169,7 @@ describe('Redis: the identity key', () => {
     expect(await check.get(SOURCE_ID_KEY)).toBe([...ids][0]);
     expect(await check.ttl(SOURCE_ID_KEY)).toBe(-1);
     // Database 0 of the same server is another keyspace, so another source.
-    const other = await redisSource(redis(url), { ttlMs: 2000 }).acquireLock(uniqueLockName('db0'));
+    const other = await redisSource(redis(url)).acquireLock(uniqueLockName('db0'));
     expect(ids.has(other.sequencer.source.id)).toBe(false);
     await other.release();
   });
@@ -181,7 +181,7 @@ describe('Redlock: the identity on every node', () => {
     await Promise.all(nodes().map((n) => n.del(SOURCE_ID_KEY)));
   };
   const ask = async (): Promise<string> => {
-    const lock = await redisSource(nodes(), { ttlMs: 2000 }).acquireLock(uniqueLockName('rl'));
+    const lock = await redisSource(nodes()).acquireLock(uniqueLockName('rl'));
     await lock.release();
     return lock.sequencer.source.id;
   };
