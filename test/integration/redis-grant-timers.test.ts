@@ -32,14 +32,20 @@ async function stillOurs(name: string, token: bigint): Promise<void> {
   expect(await onPort<number>(singlePort(), 'PTTL', lockKeys(name)[0])).toBeGreaterThan(0);
 }
 
+// Short enough that a grant without renewals is gone well within RENEWED_FOR_MS (a watchdog
+// renewing only once would lose it at a third of the TTL + the TTL, 3.2 s), long enough that a
+// loaded machine's stall does not outlast the margin between two renewals (a 900 ms TTL did in CI).
+const SHORT_TTL_MS = 2400;
+const RENEWED_FOR_MS = 5000;
+
 describe('the watchdog of each grant', () => {
   it('a short-TTL grant beside a long one on the same client is renewed again and again', async () => {
     const client = pool.single();
     const long = await acquireLock(client, uniqueLockName('long'), { ttlMs: 60_000 });
     const name = uniqueLockName('short');
-    const short = await acquireLock(client, name, { ttlMs: 900, nodeTimeoutMs: 300 });
-    // Without renewals the key is gone after 900 ms and the holding steps down before that.
-    await sleep(2000);
+    const short = await acquireLock(client, name, { ttlMs: SHORT_TTL_MS, nodeTimeoutMs: 800 });
+    // Without renewals the key is gone after SHORT_TTL_MS and the holding steps down before that.
+    await sleep(RENEWED_FOR_MS);
     expect(short.held).toBe(true);
     await stillOurs(name, short.token);
     await short.release();
@@ -48,11 +54,11 @@ describe('the watchdog of each grant', () => {
 
   it('a grant after a released short-TTL one on the same client is renewed', async () => {
     const client = pool.single();
-    const first = await acquireLock(client, uniqueLockName('first'), { ttlMs: 900, nodeTimeoutMs: 300 });
+    const first = await acquireLock(client, uniqueLockName('first'), { ttlMs: SHORT_TTL_MS, nodeTimeoutMs: 800 });
     await first.release();
     const name = uniqueLockName('next');
-    const next = await acquireLock(client, name, { ttlMs: 900, nodeTimeoutMs: 300 });
-    await sleep(2000);
+    const next = await acquireLock(client, name, { ttlMs: SHORT_TTL_MS, nodeTimeoutMs: 800 });
+    await sleep(RENEWED_FOR_MS);
     expect(next.held).toBe(true);
     await stillOurs(name, next.token);
     await next.release();
@@ -60,11 +66,11 @@ describe('the watchdog of each grant', () => {
 
   it('releasing one grant leaves the renewals of the others', async () => {
     const client = pool.single();
-    const a = await acquireLock(client, uniqueLockName('a'), { ttlMs: 900, nodeTimeoutMs: 300 });
+    const a = await acquireLock(client, uniqueLockName('a'), { ttlMs: SHORT_TTL_MS, nodeTimeoutMs: 800 });
     const name = uniqueLockName('b');
-    const b = await acquireLock(client, name, { ttlMs: 900, nodeTimeoutMs: 300 });
+    const b = await acquireLock(client, name, { ttlMs: SHORT_TTL_MS, nodeTimeoutMs: 800 });
     await a.release();
-    await sleep(2000);
+    await sleep(RENEWED_FOR_MS);
     expect(b.held).toBe(true);
     await stillOurs(name, b.token);
     await b.release();

@@ -146,7 +146,14 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
   }
   let source;
   try {
-    source = redisSource(scheme === 'redis' ? (clients[0] as InstanceType<typeof Redis>) : clients, { ttlMs });
+    // One server: a fifth of the TTL for each answer, not the library's twentieth. That short bound is
+    // Redlock's (a slow node must not eat the validity of a grant the others can give); with one server
+    // there is no other node to ask, and on a loaded machine an fsync-per-write server can take longer
+    // than a twentieth of a short TTL (200 ms of the demo's 4 s), which would end the command. Renewals
+    // (every third of the TTL) and the step-down clock are unchanged by it.
+    source = scheme === 'redis'
+      ? redisSource(clients[0] as InstanceType<typeof Redis>, { ttlMs, nodeTimeoutMs: Math.round(ttlMs / 5) })
+      : redisSource(clients, { ttlMs });
   } catch (error) {
     await close();
     if (error instanceof InvalidArgumentError) throw new UsageError(`${description}: ${error.message}`);
