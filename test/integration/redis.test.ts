@@ -66,8 +66,10 @@ describe.each([
   it('the watchdog keeps the key alive past its TTL; the token stays the grant\'s', async () => {
     const name = uniqueLockName('renew');
     const t = target();
-    const lock = await acquireLock(t, name, { ttlMs: 600 });
-    await new Promise((r) => setTimeout(r, 1500));
+    // 2.5 TTLs: without renewals the key is gone and the holding stepped down long before. A 600 ms TTL
+    // (renewals 200 ms apart, a 50 ms node timeout) lost the grant to a stall of a loaded CI machine.
+    const lock = await acquireLock(t, name, { ttlMs: 2000, nodeTimeoutMs: 600 });
+    await new Promise((r) => setTimeout(r, 5000));
     expect(lock.held).toBe(true);
     expect((await lockStatus(t, name)).holder?.token).toBe(lock.token);
     await lock.release();
