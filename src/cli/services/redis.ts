@@ -144,16 +144,15 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
     await close();
     throw new UnreachableError(`cannot reach ${description}: ${failed.join('; ')}`);
   }
+  // One server: a fifth of the TTL for each answer, not the library's twentieth. That short bound is
+  // Redlock's (a slow node must not eat the validity of a grant the others can give); with one server
+  // there is no other node to ask, and on a loaded machine an fsync-per-write server can take longer
+  // than a twentieth of a short TTL (200 ms of the demo's 4 s), which would end the command. Renewals
+  // (every third of the TTL) and the step-down clock are unchanged by it.
+  const settings = scheme === 'redis' ? { ttlMs, nodeTimeoutMs: Math.round(ttlMs / 5) } : { ttlMs };
   let source;
   try {
-    // One server: a fifth of the TTL for each answer, not the library's twentieth. That short bound is
-    // Redlock's (a slow node must not eat the validity of a grant the others can give); with one server
-    // there is no other node to ask, and on a loaded machine an fsync-per-write server can take longer
-    // than a twentieth of a short TTL (200 ms of the demo's 4 s), which would end the command. Renewals
-    // (every third of the TTL) and the step-down clock are unchanged by it.
-    source = scheme === 'redis'
-      ? redisSource(clients[0] as InstanceType<typeof Redis>, { ttlMs, nodeTimeoutMs: Math.round(ttlMs / 5) })
-      : redisSource(clients, { ttlMs });
+    source = redisSource(scheme === 'redis' ? (clients[0] as InstanceType<typeof Redis>) : clients, settings);
   } catch (error) {
     await close();
     if (error instanceof InvalidArgumentError) throw new UsageError(`${description}: ${error.message}`);
@@ -173,7 +172,7 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
       // rather than an UnreachableError, which would make `status --watch`
       // reconnect to it again and again; CONFIG refused or renamed (an error
       // reply, a dropped connection) is undefined: subscribe anyway.
-      const { nodeTimeoutMs } = checkSettings({ ttlMs });
+      const { nodeTimeoutMs } = checkSettings(settings);
       const configGet = (client: (typeof clients)[number]): Promise<unknown> =>
         send(client, `${client.options.host}:${client.options.port}`, 'CONFIG', ['GET', 'notify-keyspace-events'], nodeTimeoutMs).catch((error: unknown) => {
           if (error instanceof NodeTimeoutError) throw error;
