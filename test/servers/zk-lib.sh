@@ -75,8 +75,12 @@ CFG
 }
 
 # Is the TLS port $1 up? (a TLS handshake completes; nothing about serving)
+# Any failure is "not yet" (1): fk_wait_until gives up at once on a status of
+# 2 or more, and timeout's 124 for a slow handshake is one. A cold JVM's first
+# handshake, on a machine busy starting every other server, took over 2 s in
+# a fresh machine's first run, which ended the start before a second attempt.
 fk_zk_tls_up() {
-  timeout 2 openssl s_client -connect "127.0.0.1:$1" -CAfile "$FK_ZK_TLS_DIR/ca.pem" -verify_return_error </dev/null >/dev/null 2>&1
+  timeout 5 openssl s_client -connect "127.0.0.1:$1" -CAfile "$FK_ZK_TLS_DIR/ca.pem" -verify_return_error </dev/null >/dev/null 2>&1 || return 1
 }
 
 # Wait until the TLS port $1 completes a handshake; $2 = timeout in seconds.
