@@ -248,15 +248,19 @@ export interface Joined {
  * The comparison on our key makes the put safe to repeat: a transaction
  * whose reply was lost (and which etcd3 or we send again) finds our key
  * instead of adding a second one, and adopts it when its value names our
- * lease and this join.
+ * lease and this join. That key is read by a range of its own, sent only
+ * when the comparison failed: a read in the failure branch would go out
+ * with every join (encoded, sent and checked by etcd) for a case that needs
+ * a lost reply.
  */
 export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined> {
   const { prefix, queue, slot, key, joinId, keyBytes, value } = plan;
   const txn = {
     compare: [{ key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
     success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }, { request_txn: { compare: [queue.empty], success: [], failure: [{ request_range: queue.newest }] } }],
-    failure: [{ request_range: { key: keyBytes } }],
+    failure: [],
   };
+  const ours: EtcdRangeRequest = { key: keyBytes };
   let found: EtcdKeyValue | undefined;
   for (let attempt = 0; ; attempt++) {
     const response = await repeated(() => etcd.kv.txn(txn), lease, givenUp);
@@ -271,11 +275,12 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, given
       if (inner.succeeded) return { node, predecessor: null, revision: token };
       return { node, predecessor: predecessorIn(rangeAt(inner, 0).kvs, node), revision: token };
     }
-    found = rangeAt(response, 0).kvs[0];
-    if (found === undefined) throw new ProtocolError(`etcd refused to create ${key}, yet nothing is there`);
-    if (joinOf(found) === joinId) break;
+    // Our key's name is taken: by this join's own put (its reply lost), or by a stray of an earlier join.
+    found = (await repeated(() => etcd.kv.range(ours), lease, givenUp)).kvs[0];
+    if (found !== undefined && joinOf(found) === joinId) break;
     if (attempt >= 3) throw new ProtocolError(`the key ${key} was put again by an earlier join ${attempt + 1} times`);
-    await removeStray(etcd, lease, found, givenUp);
+    // Gone again since the comparison (a stray deleted meanwhile): put ours anew.
+    if (found !== undefined) await removeStray(etcd, lease, found, givenUp);
   }
   const node = { key, keyBytes, prefix, queue, slot, join: joinId, token: int64(found.create_revision, 'create revision') };
   const { predecessor, revision } = await look(etcd, lease, node, givenUp);

@@ -4,7 +4,7 @@
 // and raw reads of a queue behind the source's back.
 import { Etcd3 } from 'etcd3';
 import { afterEach } from 'vitest';
-import type { EtcdClient, EtcdKeyValue, EtcdTxnResponse, EtcdWatchBuilder, EtcdWatcher } from '../../adapters/etcd/client.js';
+import type { EtcdClient, EtcdKeyValue, EtcdRangeRequest, EtcdTxnResponse, EtcdWatchBuilder, EtcdWatcher } from '../../adapters/etcd/client.js';
 import { etcdSession } from '../../adapters/etcd/index.js';
 import { prefixEnd, queuePrefix, LOCKS_ROOT } from '../../adapters/etcd/queue.js';
 import { testServers } from '../helpers/servers.js';
@@ -55,11 +55,12 @@ export interface Counts {
 
 /**
  * `etcd` as the source sees it, counting: requests, watches made, and delete
- * events delivered. `beforeTxn`/`afterTxn` let a test lose a reply.
+ * events delivered. `afterTxn` lets a test lose a reply; `beforeRange` change
+ * the store just before a read.
  */
 export function counting(
   etcd: EtcdClient,
-  hooks: { afterTxn?: (attempt: number, response: EtcdTxnResponse) => void } = {},
+  hooks: { afterTxn?: (attempt: number, response: EtcdTxnResponse) => void; beforeRange?: (request: EtcdRangeRequest) => Promise<void> } = {},
 ): { client: EtcdClient; counts: Counts } {
   const counts: Counts = { txn: 0, range: 0, deleteRange: 0, watchesMade: 0, deletesDelivered: 0 };
   const wrapBuilder = (builder: EtcdWatchBuilder): EtcdWatchBuilder => ({
@@ -86,8 +87,9 @@ export function counting(
   });
   const client: EtcdClient = {
     kv: {
-      range: (r) => {
+      range: async (r) => {
         counts.range++;
+        await hooks.beforeRange?.(r);
         return etcd.kv.range(r);
       },
       txn: async (r) => {

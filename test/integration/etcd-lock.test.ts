@@ -238,6 +238,35 @@ describe('etcd lock', () => {
     await lock.release();
   });
 
+  it('a stray key of ours gone by the time the join reads it back (its compare failed on it) is put anew, not reported as a protocol error', async () => {
+    const etcd = pool.client();
+    const name = uniqueLockName('etcd_stray_gone');
+    let strayKey = '';
+    let deleted = 0;
+    const { client, counts } = counting(etcd, {
+      // The join's compare failed on the stray; it is deleted before the join reads our key back.
+      beforeRange: async (request) => {
+        if (deleted === 0 && request.key.toString() === strayKey) {
+          deleted++;
+          await etcd.kv.deleteRange({ key: Buffer.from(strayKey) });
+        }
+      },
+    });
+    // The stray hangs on the lease the joins of `client` use, under the name its first join takes.
+    const lease = (await etcdSession(client).lease()).id;
+    strayKey = `fencekeeper/locks/${name}/#${lease.toString(16)}-0`;
+    await etcd.kv.put({ key: Buffer.from(strayKey), value: Buffer.from(JSON.stringify({ lease: lease.toString(), join: 'an earlier join', owner: 'stray' })), lease: lease.toString() });
+    const lock = await within(acquireLock(client, name, { owner: 'the real one' }), 10_000, 'the acquire past the vanished stray');
+    expect(deleted).toBe(1);
+    expect(counts.txn).toBe(2);
+    expect(lock.key).toBe(strayKey);
+    expect(lock.held).toBe(true);
+    expect(await queueKeys(etcd, name)).toEqual([{ key: lock.key, createRevision: lock.token, lease: lock.lease }]);
+    expect((await lockStatus(etcd, name)).holder).toMatchObject({ owner: 'the real one', token: lock.token });
+    await lock.release();
+    expect(await queueKeys(etcd, name)).toEqual([]);
+  });
+
   it('lockStatus lists the holder and the waiters in grant order, with their owners and lease', async () => {
     const [a, b] = pool.many(2);
     const name = uniqueLockName('etcd_status');
