@@ -131,5 +131,5 @@ return 1
 
 /** Run `s` by its SHA1, loading it (EVAL) the first time a server does not know it. */
 export function run(client: RedisClient, where: string, s: Script, keys: readonly string[], args: readonly (string | number)[], timeoutMs: number): Promise<unknown> {
-  return send(client, where, 'EVALSHA', [s.sha, keys.length, ...keys, ...args], timeoutMs, s.text);
+  return send(client, where, 'evalsha', [s.sha, keys.length, ...keys, ...args], timeoutMs, s.text);
 }
