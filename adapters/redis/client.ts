@@ -23,10 +23,17 @@ export interface RedisClient {
   readonly options?: { readonly host?: string | undefined; readonly port?: number | undefined };
 }
 
-/** host:port of a client, for messages. */
+const places = new WeakMap<RedisClient, string>();
+
+/** host:port of a client, for messages (worked out once per client: every acquire passes it on). */
 export function where(client: RedisClient): string {
-  const o = client.options;
-  return `${o?.host ?? 'localhost'}:${o?.port ?? 6379}`;
+  let place = places.get(client);
+  if (place === undefined) {
+    const o = client.options;
+    place = `${o?.host ?? 'localhost'}:${o?.port ?? 6379}`;
+    places.set(client, place);
+  }
+  return place;
 }
 
 /** A connection used for SUBSCRIBE only. */

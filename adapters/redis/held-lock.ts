@@ -133,11 +133,14 @@ class HeldGrant implements Lock {
     return (this.#bound ??= grantSequencer('lock', this.name, this.#key.identity(), this.token));
   }
 
+  /** The holding ends first (held false, signal aborted), then the compare-and-delete: the key's release never fails (single.ts, redlock.ts). */
+  readonly #releaseKey = (): Promise<void> => {
+    this.#holding.lose('released');
+    return this.#key.release();
+  };
+
   release(): Promise<void> {
-    return (this.#released ??= traceRelease(this.#kind, this.name, this.token, async () => {
-      this.#holding.lose('released');
-      await this.#key.release();
-    }));
+    return (this.#released ??= traceRelease(this.#kind, this.name, this.token, this.#releaseKey));
   }
 }
 
