@@ -1,8 +1,8 @@
 // The part of ioredis this entry calls, as structural interfaces: a user's
 // `new Redis(...)` fits without this package importing ioredis (an optional
 // peer dependency of fencekeeper/redis only).
-import { performance } from 'node:perf_hooks';
 import { ConnectionLossError } from '../../src/index.js';
+import { Deadline, deadlines, type Deadlines } from './deadlines.js';
 
 /** A Redis connection: an ioredis `Redis` instance. */
 export interface RedisClient {
@@ -23,10 +23,17 @@ export interface RedisClient {
   readonly options?: { readonly host?: string | undefined; readonly port?: number | undefined };
 }
 
-/** host:port of a client, for messages. */
+const places = new WeakMap<RedisClient, string>();
+
+/** host:port of a client, for messages (worked out once per client: every acquire passes it on). */
 export function where(client: RedisClient): string {
-  const o = client.options;
-  return `${o?.host ?? 'localhost'}:${o?.port ?? 6379}`;
+  let place = places.get(client);
+  if (place === undefined) {
+    const o = client.options;
+    place = `${o?.host ?? 'localhost'}:${o?.port ?? 6379}`;
+    places.set(client, place);
+  }
+  return place;
 }
 
 /** A connection used for SUBSCRIBE only. */
@@ -49,54 +56,92 @@ export class NodeTimeoutError extends ConnectionLossError {}
  * a late SET NX leaves a key with a value nobody will use, removed by its TTL
  * or by the compare-and-delete queued behind it on the same connection.
  *
- * `scriptText`, for an EVALSHA (`args[0]` the SHA1): a server that does not
+ * `command` in lower case, as ioredis names its commands: it looks the name
+ * up in its command tables several times per command, lower-casing it each
+ * time (a new string for a name in capitals).
+ *
+ * `scriptText`, for an evalsha (`args[0]` the SHA1): a server that does not
  * know the script (NOSCRIPT: restarted, or SCRIPT FLUSH) is sent it once with
- * EVAL, with a timeout of its own, on the same promise.
+ * eval, with a timeout of its own, on the same promise.
  */
 export function send(client: RedisClient, where: string, command: string, args: (string | number)[], timeoutMs: number, scriptText?: string): Promise<unknown> {
-  // One promise and one timer per command (not a race of two promises, nor an
-  // async wrapper for the NOSCRIPT case): this is every command's path.
-  return new Promise((resolve, reject) => {
-    let sent = command;
-    let fallback = scriptText;
-    const failed = (error: unknown): void => {
-      if (fallback !== undefined && !timedOut && /NOSCRIPT/.test(String((error as Error)?.message))) {
-        args = [fallback, ...args.slice(1)];
-        fallback = undefined;
-        sent = 'EVAL';
-        timer.refresh();
-        issue();
-        return;
-      }
-      clearTimeout(timer);
-      reject(error instanceof ConnectionLossError ? error : new ConnectionLossError(`Redis at ${where}: ${(error as Error)?.message ?? String(error)}`, { cause: error }));
-    };
-    const succeeded = (value: unknown): void => {
-      clearTimeout(timer);
-      resolve(value);
-    };
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      reject(new NodeTimeoutError(`Redis at ${where} did not answer ${sent} within ${timeoutMs} ms`));
-    }, timeoutMs);
-    timer.unref();
-    const issue = (): void => {
-      let reply: Promise<unknown>;
-      try {
-        reply = client.call(sent, args);
-      } catch (error) {
-        // A client that throws instead of rejecting (a wrapper, a closed client of another library): the same error, our class.
-        fallback = undefined;
-        failed(error);
-        return;
-      }
-      // Both outcomes handled, also after the timer has already decided (a late reply or failure changes nothing).
-      reply.then(succeeded, failed);
-    };
-    issue();
-  });
+  return new PendingCommand(client, where, command, args, timeoutMs, scriptText).promise;
 }
 
-/** The monotonic clock every deadline of this entry is measured on. */
-export const now = (): number => performance.now();
+/**
+ * One command of send(): its promise, and its node timeout on the shared list
+ * of timeouts of its length (./deadlines.ts), not a Node timer of its own.
+ * This is every command's path: one object and the promise, not a race of
+ * two promises, nor an async wrapper for the NOSCRIPT case.
+ */
+class PendingCommand extends Deadline {
+  readonly promise: Promise<unknown>;
+  readonly #client: RedisClient;
+  readonly #where: string;
+  readonly #timeouts: Deadlines;
+  #command: string;
+  #args: (string | number)[];
+  #fallback: string | undefined;
+  #resolve!: (value: unknown) => void;
+  #reject!: (error: unknown) => void;
+  /** Settled: a later reply or failure (after the timeout) changes nothing. */
+  #done = false;
+
+  constructor(client: RedisClient, where: string, command: string, args: (string | number)[], timeoutMs: number, scriptText: string | undefined) {
+    super();
+    this.#client = client;
+    this.#where = where;
+    this.#command = command;
+    this.#args = args;
+    this.#fallback = scriptText;
+    this.#timeouts = deadlines(timeoutMs);
+    this.promise = new Promise((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+    this.#timeouts.start(this);
+    this.#issue();
+  }
+
+  #issue(): void {
+    let reply: Promise<unknown>;
+    try {
+      reply = this.#client.call(this.#command, this.#args);
+    } catch (error) {
+      // A client that throws instead of rejecting (a wrapper, a closed client of another library): the same error, our class.
+      this.#fallback = undefined;
+      this.#failed(error);
+      return;
+    }
+    // Both outcomes handled, also after the timeout has already decided.
+    reply.then(this.#succeeded, this.#failed);
+  }
+
+  readonly #succeeded = (value: unknown): void => {
+    if (this.#done) return;
+    this.#done = true;
+    this.cancel();
+    this.#resolve(value);
+  };
+
+  readonly #failed = (error: unknown): void => {
+    if (this.#done) return;
+    if (this.#fallback !== undefined && /NOSCRIPT/.test(String((error as Error)?.message))) {
+      this.#args = [this.#fallback, ...this.#args.slice(1)];
+      this.#fallback = undefined;
+      this.#command = 'eval';
+      this.#timeouts.start(this);
+      this.#issue();
+      return;
+    }
+    this.#done = true;
+    this.cancel();
+    this.#reject(error instanceof ConnectionLossError ? error : new ConnectionLossError(`Redis at ${this.#where}: ${(error as Error)?.message ?? String(error)}`, { cause: error }));
+  };
+
+  override expired(): void {
+    if (this.#done) return;
+    this.#done = true;
+    this.#reject(new NodeTimeoutError(`Redis at ${this.#where} did not answer ${this.#command.toUpperCase()} within ${this.#timeouts.ms} ms`));
+  }
+}

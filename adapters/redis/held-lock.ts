@@ -3,9 +3,11 @@
 //
 // This is on the path of every acquire and release, so a grant is one object
 // of a class (its methods and getters on the prototype, not an object literal
-// with getters and closures made per grant), its holding, and one watchdog
-// timer, made once and refreshed after each renewal.
+// with getters and closures made per grant), its holding, and its watchdog
+// tick: an entry on the shared list of timeouts of its length (./deadlines.ts),
+// started again after each renewal, not a Node timer per grant.
 import { StepDownClock, grantSequencer, traceRelease, type FencingToken, type Holding, type Lock, type Sequencer, type SourceIdentity } from '../../src/index.js';
+import { Deadline, deadlines } from './deadlines.js';
 
 /** What one renewal found: extended (the new earliest expiry), refused (the key is not ours), or no answer. */
 export type Renewal = { readonly validUntil: number } | 'refused' | 'unknown';
@@ -54,6 +56,20 @@ export function grantsOf(owner: object, name: string): ClientGrants {
   return grants;
 }
 
+/** A grant's watchdog tick: its renewal, a third of the TTL after the grant and after each renewal's answer. */
+class RenewalDue extends Deadline {
+  readonly #renew: () => void;
+
+  constructor(renew: () => void) {
+    super();
+    this.#renew = renew;
+  }
+
+  override expired(): void {
+    this.#renew();
+  }
+}
+
 /** One grant: the Lock a holder gets. Made by holdGrant, frozen there. */
 class HeldGrant implements Lock {
   readonly name: string;
@@ -61,8 +77,9 @@ class HeldGrant implements Lock {
   readonly #key: GrantKey;
   readonly #kind: string;
   readonly #holding: Holding;
-  /** The watchdog: fires a third of the TTL after the grant, and after each renewal's answer (refreshed, not made again). */
-  readonly #timer: NodeJS.Timeout;
+  /** The watchdog: due a third of the TTL after the grant, and after each renewal's answer (started again, not made again). */
+  readonly #watchdog: RenewalDue;
+  readonly #every: number;
   #validUntil: number;
   #released: Promise<void> | null = null;
   #bound: Sequencer | null = null;
@@ -80,10 +97,11 @@ class HeldGrant implements Lock {
       marginMs: parts.marginMs,
       deadline: () => this.#validUntil,
       token: parts.token,
-      onEnd: () => clearTimeout(this.#timer),
+      onEnd: () => this.#watchdog.cancel(),
     });
-    this.#timer = setTimeout(() => void this.#renew(), Math.max(1, Math.floor(parts.ttlMs / 3)));
-    this.#timer.unref();
+    this.#every = Math.max(1, Math.floor(parts.ttlMs / 3));
+    this.#watchdog = new RenewalDue(() => void this.#renew());
+    deadlines(this.#every).start(this.#watchdog);
   }
 
   async #renew(): Promise<void> {
@@ -96,7 +114,7 @@ class HeldGrant implements Lock {
     }
     // A renewal without an answer is tried again at the next tick; the step-down deadline ends the holding if none gets through.
     if (renewal !== 'unknown' && renewal.validUntil > this.#validUntil) this.#validUntil = renewal.validUntil;
-    this.#timer.refresh();
+    deadlines(this.#every).start(this.#watchdog);
   }
 
   get signal(): AbortSignal {
@@ -115,11 +133,14 @@ class HeldGrant implements Lock {
     return (this.#bound ??= grantSequencer('lock', this.name, this.#key.identity(), this.token));
   }
 
+  /** The holding ends first (held false, signal aborted), then the compare-and-delete: the key's release never fails (single.ts, redlock.ts). */
+  readonly #releaseKey = (): Promise<void> => {
+    this.#holding.lose('released');
+    return this.#key.release();
+  };
+
   release(): Promise<void> {
-    return (this.#released ??= traceRelease(this.#kind, this.name, this.token, async () => {
-      this.#holding.lose('released');
-      await this.#key.release();
-    }));
+    return (this.#released ??= traceRelease(this.#kind, this.name, this.token, this.#releaseKey));
   }
 }
 

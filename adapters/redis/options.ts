@@ -31,9 +31,12 @@ export interface CheckedOptions {
 export const DEFAULT_TTL_MS = 10_000;
 
 let owner: string | undefined;
-/** hostname:pid, asked of the system once. */
-const defaultOwner = (): string => (owner ??= `${hostname()}:${process.pid}`);
+/** hostname:pid, asked of the system (and checked) once. */
+const defaultOwner = (): string => (owner ??= checkOwner(`${hostname()}:${process.pid}`));
 const MAX_NAME_BYTES = 512;
+
+/** The name checkName last passed: a process that takes one lock again and again checks it once. */
+let lastGoodName = '';
 
 /**
  * A lock name becomes part of three keys and of a hash tag: printable, no
@@ -41,10 +44,17 @@ const MAX_NAME_BYTES = 512;
  * end the hash tag early and scatter the keys of one lock).
  */
 export function checkName(name: unknown): string {
+  if (name === lastGoodName && name !== '') return name;
   if (typeof name !== 'string' || name === '') throw new InvalidArgumentError('a Redis lock name must be a non-empty string');
   if (Buffer.byteLength(name) > MAX_NAME_BYTES) throw new InvalidArgumentError(`a Redis lock name has at most ${MAX_NAME_BYTES} bytes, got ${Buffer.byteLength(name)}`);
   if (/[\s{}\p{Cc}]/u.test(name)) throw new InvalidArgumentError(`bad Redis lock name ${JSON.stringify(name)}: no spaces, braces or control characters`);
+  lastGoodName = name;
   return name;
+}
+
+function checkOwner(owner: unknown): string {
+  if (typeof owner !== 'string' || owner === '' || /\p{Cc}/u.test(owner)) throw new InvalidArgumentError('owner must be a non-empty string without control characters');
+  return owner;
 }
 
 function positive(value: unknown, what: string): number {
@@ -78,8 +88,7 @@ export function checkOptions(options: RedisAcquireOptions | undefined, defaults:
   const timeoutMs = options?.timeoutMs === undefined ? undefined : checkTimeout(options.timeoutMs);
   const signal = options?.signal;
   if (signal !== undefined && !(signal instanceof AbortSignal)) throw new InvalidArgumentError('signal must be an AbortSignal');
-  const owner = options?.owner ?? defaultOwner();
-  if (typeof owner !== 'string' || owner === '' || /\p{Cc}/u.test(owner)) throw new InvalidArgumentError('owner must be a non-empty string without control characters');
+  const owner = options?.owner === undefined ? defaultOwner() : checkOwner(options.owner);
   return { ttlMs, marginMs, nodeTimeoutMs, timeoutMs, signal, owner };
 }
 

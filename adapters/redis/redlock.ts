@@ -53,7 +53,8 @@
 // above the last one. Clock jumps on a node can break the lock (a key
 // expiring early), not the token.
 import { InvalidArgumentError, QuorumError, type FencingToken } from '../../src/index.js';
-import { now, send, where, type RedisClient } from './client.js';
+import { send, where, type RedisClient } from './client.js';
+import { now } from './deadlines.js';
 import { grantsOf, holdGrant, type RedisLock } from './held-lock.js';
 import type { CheckedOptions } from './options.js';
 import { CLAIM, RAISE, RELEASE, RENEW, WAKE_CHANNEL, lockKeys, run } from './scripts.js';
@@ -120,7 +121,7 @@ function checkDistinctServers(clients: readonly RedisClient[], timeoutMs: number
     checked = (async () => {
       const ids = await Promise.all(
         clients.map(async (c) => {
-          const info = String(await send(c, where(c), 'INFO', ['server'], timeoutMs).catch(() => ''));
+          const info = String(await send(c, where(c), 'info', ['server'], timeoutMs).catch(() => ''));
           return /run_id:([0-9a-f]+)/.exec(info)?.[1];
         }),
       );

@@ -13,8 +13,14 @@ import { send, type RedisClient } from './client.js';
 
 export const WAKE_CHANNEL = 'fencekeeper:wake:';
 
-export function lockKeys(name: string): [lock: string, counter: string, waiters: string] {
-  return [`fencekeeper:lock:{${name}}`, `fencekeeper:token:{${name}}`, `fencekeeper:waiters:{${name}}`];
+type LockKeys = readonly [lock: string, counter: string, waiters: string];
+
+/** The keys of the name asked last (one lock taken again and again builds its keys once). */
+let last: { readonly name: string; readonly keys: LockKeys } | null = null;
+
+export function lockKeys(name: string): LockKeys {
+  if (last === null || last.name !== name) last = { name, keys: Object.freeze([`fencekeeper:lock:{${name}}`, `fencekeeper:token:{${name}}`, `fencekeeper:waiters:{${name}}`] as const) };
+  return last.keys;
 }
 
 // Wake the oldest waiter still subscribed (PUBLISH counts the receivers; an
@@ -131,5 +137,5 @@ return 1
 
 /** Run `s` by its SHA1, loading it (EVAL) the first time a server does not know it. */
 export function run(client: RedisClient, where: string, s: Script, keys: readonly string[], args: readonly (string | number)[], timeoutMs: number): Promise<unknown> {
-  return send(client, where, 'EVALSHA', [s.sha, keys.length, ...keys, ...args], timeoutMs, s.text);
+  return send(client, where, 'evalsha', [s.sha, keys.length, ...keys, ...args], timeoutMs, s.text);
 }

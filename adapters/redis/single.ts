@@ -9,7 +9,8 @@
 // Redlock over independent nodes with persistence, or a consensus source.
 import { randomBytes } from 'node:crypto';
 import { ProtocolError, type FencingToken, type SourceIdentity } from '../../src/index.js';
-import { now, send, where, type RedisClient } from './client.js';
+import { send, where, type RedisClient } from './client.js';
+import { now } from './deadlines.js';
 import { grantsOf, holdGrant, type GrantKey, type RedisLock, type Renewal } from './held-lock.js';
 import type { CheckedOptions } from './options.js';
 import { ACQUIRE, ACQUIRE_FIRST, RELEASE, RENEW, WAKE_CHANNEL, lockKeys } from './scripts.js';
@@ -64,8 +65,8 @@ class SingleLockKey {
     let reply: unknown;
     try {
       reply = await (entry === ''
-        ? send(this.#client, this.#at, 'EVALSHA', [ACQUIRE_FIRST.sha, 2, this.#lockKey, this.#counterKey, value, ttlMs], nodeTimeoutMs, ACQUIRE_FIRST.text)
-        : send(this.#client, this.#at, 'EVALSHA', [ACQUIRE.sha, 3, this.#lockKey, this.#counterKey, this.#waitersKey, value, ttlMs, entry], nodeTimeoutMs, ACQUIRE.text));
+        ? send(this.#client, this.#at, 'evalsha', [ACQUIRE_FIRST.sha, 2, this.#lockKey, this.#counterKey, value, ttlMs], nodeTimeoutMs, ACQUIRE_FIRST.text)
+        : send(this.#client, this.#at, 'evalsha', [ACQUIRE.sha, 3, this.#lockKey, this.#counterKey, this.#waitersKey, value, ttlMs, entry], nodeTimeoutMs, ACQUIRE.text));
     } catch (error) {
       // It may still run on the server: the compare-and-delete queued behind it undoes it.
       void this.release(value);
@@ -90,13 +91,13 @@ class SingleLockKey {
   async renew(value: string): Promise<Renewal> {
     const { ttlMs, nodeTimeoutMs } = this.#options;
     const sentAt = now();
-    const r = await send(this.#client, this.#at, 'EVALSHA', [RENEW.sha, 1, this.#lockKey, value, ttlMs], nodeTimeoutMs, RENEW.text);
+    const r = await send(this.#client, this.#at, 'evalsha', [RENEW.sha, 1, this.#lockKey, value, ttlMs], nodeTimeoutMs, RENEW.text);
     return r === 1 ? { validUntil: sentAt + ttlMs } : 'refused';
   }
 
   /** Compare-and-delete the key carrying `value`, and wake a waiter. */
   release(value: string): Promise<void> {
-    return send(this.#client, this.#at, 'EVALSHA', [RELEASE.sha, 2, this.#lockKey, this.#waitersKey, value, WAKE_CHANNEL], this.#options.nodeTimeoutMs, RELEASE.text).then(nothing, nothing);
+    return send(this.#client, this.#at, 'evalsha', [RELEASE.sha, 2, this.#lockKey, this.#waitersKey, value, WAKE_CHANNEL], this.#options.nodeTimeoutMs, RELEASE.text).then(nothing, nothing);
   }
 
   identity(): SourceIdentity | undefined {

@@ -107,7 +107,7 @@ function mostCommon(values: readonly (string | null | undefined)[]): string | nu
 /** The Redlock set's identity: see the top of this file. */
 async function redlockSourceId(clients: readonly RedisClient[], timeoutMs: number): Promise<SourceIdentity> {
   const identity = (id: string): SourceIdentity => ({ kind: 'redlock', id });
-  const read = await everyNode(clients, (c, at) => send(c, at, 'GET', [SOURCE_ID_KEY], timeoutMs));
+  const read = await everyNode(clients, (c, at) => send(c, at, 'get', [SOURCE_ID_KEY], timeoutMs));
   let agreed = majorityOf(read);
   if (agreed === null) {
     const proposal = mostCommon(read) ?? randomUUID();

@@ -58,7 +58,7 @@ export async function lockStatus(target: RedisTarget, name: string, options?: Pi
   const [lockKey, counterKey] = lockKeys(name);
   const read = await Promise.all(
     clients.map((c) =>
-      send(c, where(c), 'MGET', [lockKey, counterKey], nodeTimeoutMs).then(
+      send(c, where(c), 'mget', [lockKey, counterKey], nodeTimeoutMs).then(
         (r) => (Array.isArray(r) ? (r as unknown[]) : []),
         (error: unknown) => {
           if (clients.length === 1) throw error;

@@ -4,7 +4,7 @@
 // timeout, or its signal. Never a tight loop.
 import { LockTimeoutError } from '../../src/index.js';
 import type { RedisClient } from './client.js';
-import { now } from './client.js';
+import { now } from './deadlines.js';
 import type { CheckedOptions } from './options.js';
 import { wakeChannel, type WakeTicket } from './wake.js';
 

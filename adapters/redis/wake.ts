@@ -106,7 +106,7 @@ class WakeChannel {
     if (!this.#waiters.delete(waiter)) return;
     // Best effort, never thrown into the waiter's finally (send turns even a throwing client into a
     // rejection): an entry left behind is skipped by the release script, or its wake passed on (#deliver).
-    send(this.#client, where(this.#client), 'LREM', [lockKeys(name)[2], 0, entry], 5_000).catch(() => {});
+    send(this.#client, where(this.#client), 'lrem', [lockKeys(name)[2], 0, entry], 5_000).catch(() => {});
     if (this.#waiters.size === 0 && this.#subscriber !== null) {
       this.#subscriber.disconnect();
       this.#subscriber = null;

@@ -1,6 +1,6 @@
 // The timers of the single-instance lock's grants on one client: each
-// grant's watchdog renews it at a third of its own TTL (one timer per grant,
-// refreshed after each renewal's answer), whatever the client's other grants
+// grant's watchdog renews it at a third of its own TTL (one tick per grant,
+// started again after each renewal's answer), whatever the client's other grants
 // do, and the client's step-down clock ends each grant at its own deadline.
 // The uncontended acquire's own path (its first attempt, without the waiting
 // loop): a signal that aborts while it is under way, and a client's first

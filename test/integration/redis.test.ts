@@ -110,7 +110,7 @@ describe('waiting', () => {
     const waiters = Array.from({ length: 20 }, (_, i) =>
       acquireLock(
         counting(pool.single(), (command, args) => {
-          if (command === 'EVALSHA' && args[0] === ACQUIRE.sha) attempts++;
+          if (command === 'evalsha' && args[0] === ACQUIRE.sha) attempts++;
         }),
         name,
         { ttlMs: 60_000 },
@@ -142,7 +142,7 @@ describe('waiting', () => {
     let claims = 0;
     const clients: RedisClient[] = pool.redlock().map((c) =>
       counting(c, (command, args) => {
-        if (command === 'EVALSHA' && args[0] === CLAIM.sha) claims++;
+        if (command === 'evalsha' && args[0] === CLAIM.sha) claims++;
       }),
     );
     const waiting = acquireLock(clients, name, { ttlMs: 60_000 });
@@ -247,7 +247,7 @@ describe('Redlock: step 3 merged into step 1', () => {
     const name = uniqueLockName('merged');
     const sent: string[] = [];
     const counted = pool.redlock().map((c) => counting(c, (command, args) => {
-      if (command === 'EVALSHA' || command === 'EVAL') sent.push(args[0] === CLAIM.sha || args[0] === CLAIM.text ? 'CLAIM' : args[0] === RAISE.sha || args[0] === RAISE.text ? 'RAISE' : 'other');
+      if (command === 'evalsha' || command === 'eval') sent.push(args[0] === CLAIM.sha || args[0] === CLAIM.text ? 'CLAIM' : args[0] === RAISE.sha || args[0] === RAISE.text ? 'RAISE' : 'other');
     }));
     const first = await acquireLock(counted, name, { ttlMs: 5000 });
     await first.release();

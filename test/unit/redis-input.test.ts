@@ -7,6 +7,8 @@ import { acquireLock, lockStatus, redisSource, tryAcquireLock, type RedisClient,
 import { REDIS_SERVICE, REDLOCK_SERVICE } from '../../src/cli/services/redis.js';
 import { UsageError } from '../../src/cli/args.js';
 import type { LockServiceContext } from '../../src/cli/lock-service.js';
+import { checkName } from '../../adapters/redis/options.js';
+import { lockKeys } from '../../adapters/redis/scripts.js';
 
 function fake(sent: string[]): RedisClient {
   return {
@@ -20,6 +22,23 @@ function fake(sent: string[]): RedisClient {
     },
   };
 }
+
+describe('what an acquire remembers of the name it was given last', () => {
+  it('a name accepted before lets no other through unchecked', () => {
+    expect(checkName('good')).toBe('good');
+    expect(checkName('good')).toBe('good');
+    expect(() => checkName('go od')).toThrow(InvalidArgumentError);
+    expect(() => checkName('')).toThrow(InvalidArgumentError);
+    expect(() => checkName('good\n')).toThrow(InvalidArgumentError);
+  });
+
+  it('the keys are always the asked name\'s', () => {
+    expect(lockKeys('x')).toEqual(['fencekeeper:lock:{x}', 'fencekeeper:token:{x}', 'fencekeeper:waiters:{x}']);
+    expect(lockKeys('x')).toEqual(['fencekeeper:lock:{x}', 'fencekeeper:token:{x}', 'fencekeeper:waiters:{x}']);
+    expect(lockKeys('y')).toEqual(['fencekeeper:lock:{y}', 'fencekeeper:token:{y}', 'fencekeeper:waiters:{y}']);
+    expect(lockKeys('x')[2]).toBe('fencekeeper:waiters:{x}');
+  });
+});
 
 describe('refused before any command', () => {
   const sent: string[] = [];
@@ -43,6 +62,7 @@ describe('refused before any command', () => {
     ['name too long', () => acquireLock(one, 'x'.repeat(513))],
     ['name not a string', () => acquireLock(one, 42 as unknown as string)],
     ['empty owner', () => acquireLock(one, 'a', { owner: '' })],
+    ['owner with a control character', () => acquireLock(one, 'a', { owner: 'a\u0007b' })],
     ['signal not an AbortSignal', () => acquireLock(one, 'a', { signal: {} as AbortSignal })],
     ['no client', () => acquireLock(null as unknown as RedisTarget, 'a')],
     ['not a client', () => acquireLock({} as RedisTarget, 'a')],

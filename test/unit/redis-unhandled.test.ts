@@ -52,14 +52,14 @@ describe('send: a script the server does not know (NOSCRIPT)', () => {
     const client = {
       call: (command: string, args: unknown[]) => {
         calls.push([command, args]);
-        return command === 'EVALSHA' ? Promise.reject(noScript()) : Promise.resolve(7);
+        return command === 'evalsha' ? Promise.reject(noScript()) : Promise.resolve(7);
       },
       duplicate: () => ({}),
     } as unknown as RedisClient;
-    expect(await send(client, 'h:1', 'EVALSHA', ['abc', 1, 'k', 'v'], 1000, 'return 7')).toBe(7);
+    expect(await send(client, 'h:1', 'evalsha', ['abc', 1, 'k', 'v'], 1000, 'return 7')).toBe(7);
     expect(calls).toEqual([
-      ['EVALSHA', ['abc', 1, 'k', 'v']],
-      ['EVAL', ['return 7', 1, 'k', 'v']],
+      ['evalsha', ['abc', 1, 'k', 'v']],
+      ['eval', ['return 7', 1, 'k', 'v']],
     ]);
   });
 
@@ -72,9 +72,9 @@ describe('send: a script the server does not know (NOSCRIPT)', () => {
       },
       duplicate: () => ({}),
     } as unknown as RedisClient;
-    const error = await send(client, 'h:1', 'EVALSHA', ['abc', 0], 1000, 'return 1').catch((e: unknown) => e);
+    const error = await send(client, 'h:1', 'evalsha', ['abc', 0], 1000, 'return 1').catch((e: unknown) => e);
     expect(error).toBeInstanceOf(ConnectionLossError);
-    expect(commands).toEqual(['EVALSHA', 'EVAL']);
+    expect(commands).toEqual(['evalsha', 'eval']);
   });
 
   it('after the timeout: the caller has the timeout, and nothing more is sent', async () => {
@@ -87,11 +87,11 @@ describe('send: a script the server does not know (NOSCRIPT)', () => {
       },
       duplicate: () => ({}),
     } as unknown as RedisClient;
-    const error = await send(client, 'h:1', 'EVALSHA', ['abc', 0], 5, 'return 1').catch((e: unknown) => e);
+    const error = await send(client, 'h:1', 'evalsha', ['abc', 0], 5, 'return 1').catch((e: unknown) => e);
     expect(error).toBeInstanceOf(NodeTimeoutError);
     fail(noScript());
     await settle();
-    expect(commands).toEqual(['EVALSHA']);
+    expect(commands).toEqual(['evalsha']);
     expect(unhandled.reasons).toEqual([]);
   });
 });
