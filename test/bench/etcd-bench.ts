@@ -2,6 +2,7 @@
 // of a session lock, same etcd, same run, medians reported.
 //
 //   FK_ETCD=http://127.0.0.1:2389 node node_modules/vite-node/vite-node.mjs test/bench/etcd-bench.ts
+//   FK_ETCD=http://127.0.0.1:2389 bash test/bench/plain.sh etcd-bench   (the built package under plain Node)
 //   env: BENCH_REPS (6), BENCH_SECONDS (3 per subject and rep)
 //
 // Within a rep the subjects take turns in blocks of 25 cycles (each on its

@@ -1,6 +1,8 @@
 // Benchmark: fencekeeper/redis against npm `redlock` 5.0.0-beta.2,
 // `@sesamecare-oss/redlock` 1.4 and the raw floor, on the same servers in one run.
 //   FK_REDIS=redis://127.0.0.1:6390 FK_REDLOCK=redis://127.0.0.1:6391,... npx vite-node test/bench/redis-bench.ts
+//   bash test/bench/plain.sh redis-bench   (the built package under plain Node, as users run it: npm
+//   redlock loads as plain Node either way, so a vite-node run reads our side a few percent low)
 // Env: FK_REDIS, FK_REDLOCK (defaults: the test servers' ports), BENCH_CYCLES (cycles per
 // case per run, default 1500), BENCH_RUNS (default 3), BENCH_GROUPS ('one', 'five', or
 // both, the default).
