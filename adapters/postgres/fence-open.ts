@@ -18,6 +18,20 @@
 // admission. PREPARE is not transactional (a rollback keeps it), and the name
 // carries a hash of the text, so a statement found under that name is this one.
 //
+// The common case, the same holder again with the token the mark already
+// carries, opens with a cheaper statement: the probe (fence-advance.ts,
+// OPEN_EQUAL), which only locks the row when it carries our token:
+//
+//   BEGIN; EXECUTE fencekeeper_fences_equal_<hash>(<the same arguments>); SAVEPOINT fencekeeper_fenced
+//
+// Whether to try it is a guess from this process's last admission of the
+// resource (`lastAdmitted`): it is tried when that admitted this very token.
+// One row back: admitted. No row (the mark moved, a binding refuses us, the
+// isolation is not READ COMMITTED): one more message, `ROLLBACK; <the open
+// above>`, and from there everything is as if the probe had never been sent.
+// A wrong guess so costs a round trip and never a guarantee: the probe
+// admits only what the upsert's equal path admits, holding the same row.
+//
 // A stale token (the unchanged row back, holding the row lock) costs one more
 // message, ROLLBACK. A mismatched binding aborts the transaction (fence-advance.ts);
 // its message rolls back and reads which binding refused us:
@@ -30,17 +44,46 @@ import { createHash } from 'node:crypto';
 import type { FencingToken, ResolvedFencing, SequencerMismatchError, StaleTokenError } from '../../src/index.js';
 import { rawQuery, sqlState, type KyselyExecutor, type PgPoolClient, type PgQueryResult } from './database.js';
 import { CancelledWait } from './cancel.js';
-import { OPEN_ADVANCE, advanceOrRaise, isRefusalError, outcomeOf } from './fence-advance.js';
+import { OPEN_ADVANCE, OPEN_EQUAL, advanceOrRaise, isRefusalError, outcomeOf } from './fence-advance.js';
 import { FENCE_STATE, bindingValues, refusal, refusalFrom, type Advanced } from './fence-row.js';
 import { OPEN_SAVEPOINT, rollback } from './fenced-transaction.js';
 import { quoteLiteral, tokenLiteral } from './identifiers.js';
 
-const PREPARED_NAME = `fencekeeper_fences_advance_${createHash('sha256').update(OPEN_ADVANCE).digest('hex').slice(0, 16)}`;
-const PREPARE = `PREPARE ${PREPARED_NAME} (text, int8, text, text, text, text) AS ${OPEN_ADVANCE}`;
+const nameOf = (prefix: string, text: string): string => `${prefix}_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`;
+const ADVANCE_NAME = nameOf('fencekeeper_fences_advance', OPEN_ADVANCE);
+const EQUAL_NAME = nameOf('fencekeeper_fences_equal', OPEN_EQUAL);
+const PREPARES = [
+  `PREPARE ${ADVANCE_NAME} (text, int8, text, text, text, text) AS ${OPEN_ADVANCE}`,
+  `PREPARE ${EQUAL_NAME} (text, int8, text, text, text, text) AS ${OPEN_EQUAL}`,
+];
 const PID = 'SELECT pg_backend_pid() AS pid';
 
 /** Connections on which PREPARE has run, with their backend's pid (pg.Pool hands out the same client object for a connection). */
 const prepared = new WeakMap<PgPoolClient, number>();
+
+/**
+ * The token this process last admitted per resource: the guess that the mark
+ * still carries it, so the probe is worth sending. A guess only (another
+ * process, or the same names in another database, may have moved the mark),
+ * so kept small: the oldest entry goes when it is full.
+ */
+const lastAdmitted = new Map<string, FencingToken>();
+const LAST_ADMITTED_MAX = 4096;
+
+/**
+ * Connections on which the probe missed and the upsert then rewrote an equal
+ * mark: not at READ COMMITTED (a session default of REPEATABLE READ or
+ * SERIALIZABLE), where the probe can never hit. They open with the upsert
+ * from then on.
+ */
+const probeMisses = new WeakSet<PgPoolClient>();
+
+function remember(resource: string, token: FencingToken): void {
+  if (lastAdmitted.get(resource) === token) return;
+  lastAdmitted.delete(resource);
+  lastAdmitted.set(resource, token);
+  if (lastAdmitted.size > LAST_ADMITTED_MAX) lastAdmitted.delete(lastAdmitted.keys().next().value as string);
+}
 
 /** Sends a simple-query message and answers every statement's result. */
 export type SendMessage = (text: string) => Promise<PgQueryResult[]>;
@@ -61,7 +104,8 @@ export type Opened =
  */
 export async function openFenced(client: PgPoolClient, resource: string, fencing: ResolvedFencing, send: SendMessage = sendOn(client)): Promise<Opened> {
   const resourceLiteral = quoteLiteral(resource);
-  const open = `BEGIN; EXECUTE ${PREPARED_NAME}(${resourceLiteral}, ${tokenLiteral(fencing.token)}, ${bindingLiterals(fencing)}); ${OPEN_SAVEPOINT}`;
+  const args = `(${resourceLiteral}, ${tokenLiteral(fencing.token)}, ${bindingLiterals(fencing)})`;
+  const open = `BEGIN; EXECUTE ${ADVANCE_NAME}${args}; ${OPEN_SAVEPOINT}`;
   for (let attempt = 1; ; attempt += 1) {
     let pid: number;
     try {
@@ -69,23 +113,42 @@ export async function openFenced(client: PgPoolClient, resource: string, fencing
     } catch (error) {
       return { ok: false, error, broken: undefined }; // outside a transaction: nothing to roll back
     }
-    let answers: PgQueryResult[];
+    const probing = lastAdmitted.get(resource) === fencing.token && !probeMisses.has(client);
+    let answer: PgQueryResult | undefined;
     try {
-      answers = await send(open);
+      if (probing) {
+        const probed = await send(`BEGIN; EXECUTE ${EQUAL_NAME}${args}; ${OPEN_SAVEPOINT}`);
+        if (probed[1]?.rowCount === 1) return { ok: true, advanced: { previous: fencing.token, pid } };
+        // Missed: roll the probe back and open as if it had never been sent.
+        answer = (await send(`ROLLBACK; ${open}`))[2];
+      } else {
+        answer = (await send(open))[1];
+      }
     } catch (error) {
       if (error instanceof CancelledWait) throw error;
-      if (isRefusalError(error)) return refuse(client, resource, resourceLiteral, fencing);
+      if (isRefusalError(error)) {
+        lastAdmitted.delete(resource);
+        return refuse(client, resource, resourceLiteral, fencing);
+      }
       const broken = await rollback(client);
-      // The statement is gone from this connection (DEALLOCATE ALL or DISCARD ALL ran on it): prepare it again, once.
+      // A statement is gone from this connection (DEALLOCATE ALL or DISCARD ALL ran on it): prepare them again, once.
       if (sqlState(error) === '26000' && broken === undefined && attempt === 1) {
         prepared.delete(client);
         continue;
       }
       return { ok: false, error, broken };
     }
-    const outcome = outcomeOf(resource, fencing, answers[1]?.rows[0] as Record<string, unknown> | undefined);
-    if (outcome.ok) return { ok: true, advanced: { previous: outcome.previous, pid } };
+    const outcome = outcomeOf(resource, fencing, answer?.rows[0] as Record<string, unknown> | undefined);
+    if (outcome.ok) {
+      // The mark was our token and the upsert rewrote the row: this connection is not at READ COMMITTED
+      // (there an equal token comes back as no row; a probe that missed an equal mark there raced the
+      // mark's advance to this token, whose commit its snapshot did not see yet).
+      if (probing && answer?.rows[0] !== undefined && outcome.previous === fencing.token) probeMisses.add(client);
+      remember(resource, fencing.token);
+      return { ok: true, advanced: { previous: outcome.previous, pid } };
+    }
     // Stale: the row came back unchanged with the mark that refused us, read under our lock.
+    lastAdmitted.delete(resource);
     return { ok: false, error: outcome.stale, broken: await rollback(client) };
   }
 }
@@ -96,10 +159,16 @@ async function prepare(client: PgPoolClient): Promise<number> {
   if (known !== undefined) return known;
   let answers: PgQueryResult[];
   try {
-    answers = await sendOn(client)(`${PREPARE}; ${PID}`);
+    answers = await sendOn(client)(`${PREPARES.join('; ')}; ${PID}`);
   } catch (error) {
-    // 42P05: already prepared under this name (another copy of this module on the same pool): the same text.
+    // 42P05: one is already prepared under its name (another copy of this module on the same pool, or
+    // only one of them deallocated): the same text. The rest of that message was skipped: one at a time.
     if (sqlState(error) !== '42P05') throw error;
+    for (const text of PREPARES) {
+      await client.query({ text }).catch((again: unknown) => {
+        if (sqlState(again) !== '42P05') throw again;
+      });
+    }
     answers = [await client.query({ text: PID })];
   }
   const pid = Number((answers[answers.length - 1]?.rows[0] as Record<string, unknown> | undefined)?.['pid']);

@@ -140,5 +140,29 @@ describe.each(FLAVORS)('the equal-token path (%s)', (flavor) => {
       await fence(dbOf(flavor), resource, 9n, nothing);
       expect(await rowOf(resource)).toEqual(after);
     });
+
+    it('a mark another session moves while this one waits for the row: refused with that mark, the work never runs', async () => {
+      // Admitted twice with 12: on a pg.Pool the next open is the probe (fence-open.ts), which here waits for the row.
+      await fence(dbOf(flavor), resource, 12n, nothing);
+      await fence(dbOf(flavor), resource, 12n, nothing);
+      const other = await probe.connect();
+      try {
+        await other.query('BEGIN');
+        await other.query('UPDATE fencekeeper_fences SET token = 13, previous_token = token, updated_at = now() WHERE resource = $1', [resource]);
+        const { rows } = await other.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+        let ran = false;
+        const waiting = fence(dbOf(flavor), resource, 12n, async () => { ran = true; }).then(() => undefined, (error: unknown) => error);
+        await waitForFenceWaiter(admin, rows[0]!.pid);
+        await other.query('COMMIT');
+        const refused = await waiting;
+        expect(refused).toBeInstanceOf(StaleTokenError);
+        expect((refused as StaleTokenError).current).toBe(13n);
+        expect(ran).toBe(false);
+      } finally {
+        other.release();
+      }
+      expect((await rowOf(resource)).token).toBe(13n);
+      expect(await lockable(resource)).toBe(true);
+    });
   });
 });

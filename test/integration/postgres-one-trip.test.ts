@@ -10,7 +10,7 @@ import pg from 'pg';
 import { Kysely, PostgresDialect } from 'kysely';
 import { InvalidArgumentError, SequencerMismatchError, StaleTokenError, type FencingToken } from '../../src/index.js';
 import { PostgresFenceStore, bindFence, migrate, withFence, type Database } from '../../adapters/postgres/index.js';
-import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName, type TestDatabase } from './postgres-helpers.js';
+import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName, waitForFenceWaiter, type TestDatabase } from './postgres-helpers.js';
 
 /**
  * A pg.Pool look-alike that records the text of every message sent on its
@@ -89,6 +89,10 @@ async function messagesOf(body: () => Promise<unknown>): Promise<{ sent: string[
 
 // The binding parameters (kind, lock, source kind, source id) follow the token: NULL for a bare token.
 const OPEN = /^BEGIN; EXECUTE fencekeeper_fences_advance_[0-9a-f]+\(E'.*', \d+::int8, (NULL::text|E'.*'::text), .*\); SAVEPOINT fencekeeper_fenced$/s;
+// The probe for a token this process last admitted there (fence-advance.ts, OPEN_EQUAL): the same arguments.
+const PROBE = /^BEGIN; EXECUTE fencekeeper_fences_equal_[0-9a-f]+\(E'.*', \d+::int8, (NULL::text|E'.*'::text), .*\); SAVEPOINT fencekeeper_fenced$/s;
+// The probe found no row: rolled back, and the open above in the same message.
+const MISSED = /^ROLLBACK; BEGIN; EXECUTE fencekeeper_fences_advance_[0-9a-f]+\(E'.*', \d+::int8, (NULL::text|E'.*'::text), .*\); SAVEPOINT fencekeeper_fenced$/s;
 const CLOSE = 'SET CONSTRAINTS ALL IMMEDIATE; RELEASE SAVEPOINT fencekeeper_fenced; COMMIT';
 const KYSELY_OPEN = /^INSERT INTO fencekeeper_fences AS f .*SELECT E'.*', CASE WHEN NOT EXISTS .*fencekeeper_fence_bindings.* THEN \d+::int8 END, NULL, now\(\).*; SAVEPOINT fencekeeper_fenced$/s;
 // A mismatched binding aborted the open: the rollback, and the mark and the fence's binding read in one statement.
@@ -175,6 +179,134 @@ describe('round trips (pg.Pool; Kysely as far as its API allows)', () => {
     expect(await mark('trip:kysely')).toBe(50n);
   });
 
+  it('the token this process last admitted there: the probe (a row lock, no upsert), the work, the close', async () => {
+    await withFence(db, 'trip:again', 70n, work);
+    const { sent, error } = await messagesOf(() => withFence(db, 'trip:again', 70n, work));
+    expect(error).toBeUndefined();
+    expect(sent).toEqual([expect.stringMatching(PROBE), WORK, CLOSE]);
+    const store = new PostgresFenceStore(db);
+    const admitted = await messagesOf(async () => {
+      const admission = await store.admit('trip:again', 70n);
+      expect(admission.previous).toBe(70n);
+      await admission.commit();
+    });
+    expect(admitted.error).toBeUndefined();
+    expect(admitted.sent).toEqual([expect.stringMatching(PROBE), CLOSE]);
+    expect(await mark('trip:again')).toBe(70n);
+  });
+
+  it('the mark moved since (another writer): the probe misses, one message rolls it back and opens with the upsert', async () => {
+    await withFence(db, 'trip:moved', 80n, work);
+    // Larger: stale, refused with the mark, as without the probe.
+    await pool.query(`UPDATE fencekeeper_fences SET token = 85 WHERE resource = 'trip:moved'`);
+    const stale = await messagesOf(() => withFence(db, 'trip:moved', 80n, work));
+    expect(stale.error).toBeInstanceOf(StaleTokenError);
+    expect((stale.error as StaleTokenError).current).toBe(85n);
+    expect(stale.sent).toEqual([expect.stringMatching(PROBE), expect.stringMatching(MISSED), 'ROLLBACK']);
+    // The refusal is remembered: the stale token again goes straight to the upsert.
+    const again = await messagesOf(() => withFence(db, 'trip:moved', 80n, work));
+    expect(again.sent).toEqual([expect.stringMatching(OPEN), 'ROLLBACK']);
+    // Smaller (an operator set it back): the upsert advances it again, previous the mark it found.
+    await withFence(db, 'trip:moved', 90n, work);
+    await pool.query(`UPDATE fencekeeper_fences SET token = 87 WHERE resource = 'trip:moved'`);
+    const store = new PostgresFenceStore(db);
+    const advanced = await messagesOf(async () => {
+      const admission = await store.admit('trip:moved', 90n);
+      expect(admission.previous).toBe(87n);
+      await admission.commit();
+    });
+    expect(advanced.error).toBeUndefined();
+    expect(advanced.sent).toEqual([expect.stringMatching(PROBE), expect.stringMatching(MISSED), CLOSE]);
+    expect(await mark('trip:moved')).toBe(90n);
+  });
+
+  it('a fence bound since the last admission: the probe misses, the upsert refuses the bare token; nothing changes', async () => {
+    await withFence(db, 'trip:bound-later', 95n, work);
+    await bindFence(pool, 'trip:bound-later', { kind: 'lock', lock: 'trip/bound-later', source: { kind: 'zookeeper', id: 'trip' } });
+    let ran = false;
+    const { sent, error } = await messagesOf(() => withFence(db, 'trip:bound-later', 95n, async () => { ran = true; }));
+    expect(error).toBeInstanceOf(SequencerMismatchError);
+    expect(ran).toBe(false);
+    expect(sent).toEqual([expect.stringMatching(PROBE), expect.stringMatching(MISSED), expect.stringMatching(REFUSE)]);
+    expect(await mark('trip:bound-later')).toBe(95n);
+  });
+
+  it('a connection at REPEATABLE READ: the probe misses once, the equal token rewrites the row as before, then that connection opens with the upsert', async () => {
+    await withFence(db, 'trip:rr', 100n, work);
+    const other = newPool(schema, uniqueName('fk_pgtrip_rr'), 1);
+    other.on('connect', (client) => { client.query(`SET default_transaction_isolation = 'repeatable read'`).catch(() => undefined); });
+    const saved = recording;
+    recording = recordingPool(other);
+    try {
+      const on = recording as unknown as pg.Pool;
+      const before = (await pool.query<{ xmin: string }>(`SELECT xmin::text AS xmin FROM fencekeeper_fences WHERE resource = 'trip:rr'`)).rows[0]?.xmin;
+      const first = await messagesOf(() => withFence(on, 'trip:rr', 100n, work));
+      expect(first.error).toBeUndefined();
+      expect(first.sent.filter((text) => !text.startsWith('PREPARE'))).toEqual([expect.stringMatching(PROBE), expect.stringMatching(MISSED), WORK, CLOSE]);
+      const { rows } = await pool.query<{ xmin: string; previous: string }>(`SELECT xmin::text AS xmin, previous_token::text AS previous FROM fencekeeper_fences WHERE resource = 'trip:rr'`);
+      expect(rows[0]?.xmin).not.toBe(before); // rewritten: REPEATABLE READ needs the write
+      expect(rows[0]?.previous).toBe('100');
+      const second = await messagesOf(() => withFence(on, 'trip:rr', 100n, work));
+      expect(second.error).toBeUndefined();
+      expect(second.sent).toEqual([expect.stringMatching(OPEN), WORK, CLOSE]);
+    } finally {
+      recording = saved;
+      await other.end();
+    }
+    // The READ COMMITTED connection still probes.
+    const rc = await messagesOf(() => withFence(db, 'trip:rr', 100n, work));
+    expect(rc.sent).toEqual([expect.stringMatching(PROBE), WORK, CLOSE]);
+  });
+
+  it('a probe that raced the mark\'s advance to its own token (the advance not yet committed) misses once; that connection still probes after', async () => {
+    const other = newPool(schema, uniqueName('fk_pgtrip_race'), 2);
+    const saved = recording;
+    recording = recordingPool(other);
+    try {
+      const on = recording as unknown as pg.Pool;
+      await withFence(on, 'trip:race', 10n, work);
+      // Advanced to 20 on one connection, held: the guess for 20 is made, the commit not.
+      const holder = await new PostgresFenceStore(on).admit('trip:race', 20n);
+      const { rows } = await (holder.transaction as unknown as pg.PoolClient).query({ text: 'SELECT pg_backend_pid() AS pid' });
+      // On the other connection: the probe's snapshot still sees 10 (a miss), the upsert waits for the holder.
+      const racing = messagesOf(() => withFence(on, 'trip:race', 20n, work));
+      await waitForFenceWaiter(admin, (rows[0] as { pid: number }).pid);
+      await holder.commit();
+      const raced = await racing;
+      expect(raced.error).toBeUndefined();
+      // (That connection's first: its PREPARE first; the holder's close comes between the miss and its answer.)
+      expect(raced.sent.filter((text) => !text.startsWith('PREPARE'))).toEqual([expect.stringMatching(PROBE), expect.stringMatching(MISSED), CLOSE, WORK, CLOSE]);
+      // Both connections probe now (two at once: one waits for the other's row lock), and neither misses.
+      const both = await messagesOf(() => Promise.all([withFence(on, 'trip:race', 20n, work), withFence(on, 'trip:race', 20n, work)]));
+      expect(both.error).toBeUndefined();
+      expect(both.sent.filter((text) => PROBE.test(text))).toHaveLength(2);
+      expect(both.sent.filter((text) => MISSED.test(text) || OPEN.test(text))).toEqual([]);
+    } finally {
+      recording = saved;
+      await other.end();
+    }
+  });
+
+  it('the probe\'s statement alone dropped (DEALLOCATE by name): prepared again, the rest kept; the transaction goes through', async () => {
+    await withFence(db, 'trip:half', 110n, work);
+    const name = /EXECUTE (fencekeeper_fences_equal_[0-9a-f]+)/.exec((await messagesOf(() => withFence(db, 'trip:half', 110n, work))).sent[0] ?? '')?.[1];
+    expect(name).toBeDefined();
+    await pool.query(`DEALLOCATE ${name}`);
+    const { sent, error } = await messagesOf(() => withFence(db, 'trip:half', 110n, work));
+    expect(error).toBeUndefined();
+    expect(sent).toEqual([
+      expect.stringMatching(PROBE),
+      'ROLLBACK',
+      expect.stringMatching(/^PREPARE fencekeeper_fences_advance_.*; PREPARE fencekeeper_fences_equal_.*; SELECT pg_backend_pid\(\) AS pid$/s), // 42P05 on the first
+      expect.stringMatching(/^PREPARE fencekeeper_fences_advance_/),
+      expect.stringMatching(/^PREPARE fencekeeper_fences_equal_/),
+      'SELECT pg_backend_pid() AS pid',
+      expect.stringMatching(PROBE),
+      WORK,
+      CLOSE,
+    ]);
+  });
+
   it('the prepared statement dropped under it (DEALLOCATE ALL on the connection): prepared again, the transaction goes through', async () => {
     await pool.query('DEALLOCATE ALL');
     const { sent, error } = await messagesOf(() => withFence(db, 'trip:deallocated', 40n, work));
@@ -222,6 +354,11 @@ describe('resource names through the one-message open (fast-check, real server)'
     // Compared as UTF-8 bytes in hex, so that the check itself means the same under any client_encoding.
     const { rows } = await raw.query<{ token: string }>(`SELECT token::text AS token FROM fencekeeper_fences WHERE convert_to(resource, 'UTF8') = decode($1, 'hex')`, [hex(name)]);
     expect(rows, JSON.stringify(name)).toEqual([{ token: '7' }]);
+    // The same token again: on a pg.Pool the probe's literal must find that row (one open message, no miss).
+    const again = await messagesOf(() => fence(7n));
+    expect(again.error, JSON.stringify(name)).toBeUndefined();
+    if (on !== (kysely as unknown)) expect(again.sent[0], JSON.stringify(name)).toMatch(PROBE);
+    if (on !== (kysely as unknown)) expect(again.sent.some((text) => MISSED.test(text)), JSON.stringify(name)).toBe(false);
     // The stale path sends the name in its own literal: it must find the same row.
     const stale = await fence(6n).then(() => undefined, (e: unknown) => e);
     expect(stale, JSON.stringify(name)).toBeInstanceOf(StaleTokenError);
