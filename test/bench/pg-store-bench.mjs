@@ -10,11 +10,15 @@
 //                         store against it is what the library adds
 //   pgbench floors        pgbench running the statements the store sends, sent
 //                         - as the store sends them: two messages,
-//                           `BEGIN; EXECUTE <fence upsert>; SAVEPOINT` and
-//                           `SET CONSTRAINTS ALL IMMEDIATE; RELEASE SAVEPOINT; COMMIT`;
+//                           `BEGIN; EXECUTE <the probe>; SAVEPOINT` and
+//                           `SET CONSTRAINTS ALL IMMEDIATE; RELEASE SAVEPOINT; COMMIT`
+//                           (every mark starts at the bench's token, so every admission is
+//                           the same holder again: the store opens with the probe, the
+//                           equal token's row lock without the upsert, fence-open.ts);
 //                         - as one message (all six statements together: no client could do less);
 //                         - as four messages (BEGIN, the upsert, SAVEPOINT, the close: how
-//                           the store sent them before the open became one message);
+//                           the store sent them before the open became one message and
+//                           before the probe);
 //                         on one row, and the two-message form over 64 rows.
 // With one resource every admission waits for the previous one's commit (the
 // row lock), so the figure is PostgreSQL's commit rate on one row; with 64
@@ -78,7 +82,7 @@ async function serve(schema) {
   // resource is sent to wait on the row, the next once its open has been answered; without that, 32
   // waiters on one row cost PostgreSQL far more per commit than either, and the comparison would
   // measure that. The token is the bench's, the handler the same empty one.
-  const { OPEN_ADVANCE } = await import(`${dist}/adapters/postgres/fence-advance.js`);
+  const { OPEN_ADVANCE, OPEN_EQUAL } = await import(`${dist}/adapters/postgres/fence-advance.js`);
   const handPrepared = new WeakSet();
   const handLines = new Map(); // resource -> the promise of the open before ours
   const byHand = (pick) => async (_req, res) => {
@@ -92,12 +96,13 @@ async function serve(schema) {
     const client = await pool.connect();
     try {
       if (!handPrepared.has(client)) {
-        await client.query(`PREPARE hand_adv (text, int8, text, text, text, text) AS ${OPEN_ADVANCE}`);
+        // The store's open for an equal token (the bench's case): the probe, in a build that has it.
+        await client.query(`PREPARE hand_adv (text, int8, text, text, text, text) AS ${OPEN_EQUAL ?? OPEN_ADVANCE}`);
         handPrepared.add(client);
       }
       const answers = await client.query(`BEGIN; EXECUTE hand_adv(E'${resource}', ${TOKEN}::int8, NULL::text, NULL::text, NULL::text, NULL::text); SAVEPOINT fencekeeper_fenced`);
       const row = answers[1].rows[0];
-      if (row !== undefined && row.token !== TOKEN) throw new Error('the hand route\'s fence statement was refused');
+      if (OPEN_EQUAL === undefined ? row !== undefined && row.token !== TOKEN : row === undefined) throw new Error('the hand route\'s fence statement was refused');
     } catch (error) {
       opened();
       client.release(error);
@@ -134,8 +139,9 @@ async function measure() {
   const { default: autocannon } = await import('autocannon');
   const { default: pg } = await import('pg');
   const { migrate } = await import(`${dist}/adapters/postgres/index.js`);
-  // The very text the store prepares on each of its connections (fence-open.ts), from the build the server runs.
-  const { OPEN_ADVANCE } = await import(`${dist}/adapters/postgres/fence-advance.js`);
+  // The very texts the store prepares on each of its connections (fence-open.ts), from the build the server runs
+  // (OPEN_EQUAL: undefined in a build from before the probe, which opened with the upsert alone).
+  const { OPEN_ADVANCE, OPEN_EQUAL } = await import(`${dist}/adapters/postgres/fence-advance.js`);
   const loadAtStart = loadavg().map((l) => l.toFixed(2)).join(' ');
   const run = promisify(execFile);
   const delay = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -174,13 +180,16 @@ async function measure() {
   let child;
   try {
     await migrate(admin);
-    await admin.query(`INSERT INTO fencekeeper_fences (resource, token) SELECT 'bench-many-' || g, 1 FROM generate_series(1, ${RESOURCES}) g`);
-    await admin.query(`INSERT INTO fencekeeper_fences (resource, token) VALUES ('bench-hot', 1)`);
+    // The marks start at the bench's token: every admission is the same holder again, the store's probe (fence-open.ts) from its second on.
+    await admin.query(`INSERT INTO fencekeeper_fences (resource, token) SELECT 'bench-many-' || g, ${TOKEN} FROM generate_series(1, ${RESOURCES}) g`);
+    await admin.query(`INSERT INTO fencekeeper_fences (resource, token) VALUES ('bench-hot', ${TOKEN})`);
 
-    // pgbench scripts. Each client prepares the upsert once (PREPARE is per
+    // pgbench scripts. Each client prepares the upsert and the probe once (PREPARE is per
     // connection, like the store's), then runs the transaction as many times as it can.
-    const prepare = `\\if :prepped = 0\nPREPARE adv (text, int8, text, text, text, text) AS ${OPEN_ADVANCE.replaceAll('\n', ' ')};\n\\set prepped 1\n\\endif\n`;
-    const open = (resource) => `BEGIN \\; EXECUTE adv(E'${resource}', ${TOKEN}::int8, NULL, NULL, NULL, NULL) \\; SAVEPOINT fencekeeper_fenced`;
+    // The store opens an equal token's admission with the probe (OPEN_EQUAL); the four
+    // messages of before with the upsert.
+    const prepare = `\\if :prepped = 0\nPREPARE adv (text, int8, text, text, text, text) AS ${OPEN_ADVANCE.replaceAll('\n', ' ')};\nPREPARE eq (text, int8, text, text, text, text) AS ${(OPEN_EQUAL ?? OPEN_ADVANCE).replaceAll('\n', ' ')};\n\\set prepped 1\n\\endif\n`;
+    const open = (resource) => `BEGIN \\; EXECUTE eq(E'${resource}', ${TOKEN}::int8, NULL, NULL, NULL, NULL) \\; SAVEPOINT fencekeeper_fenced`;
     const close = 'SET CONSTRAINTS ALL IMMEDIATE \\; RELEASE SAVEPOINT fencekeeper_fenced \\; COMMIT';
     const scripts = {
       'two messages (as the store sends them)': `${prepare}${open('bench-hot')};\n${close};\n`,

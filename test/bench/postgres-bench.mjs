@@ -7,13 +7,22 @@
 //                and one statement more. The bound of any design that checks the fence in a
 //                statement of its own: withFence / oneMore is what the fence costs beyond the
 //                cheapest such statement, statements / oneMore what PostgreSQL's fence work does.
+//   rowLock      tx with `EXECUTE <SELECT 1 FROM fencekeeper_fences WHERE resource = $1 FOR NO KEY UPDATE>`
+//                in BEGIN's message: the row lock alone, no mark compared, no savepoint. Not a fence;
+//                the bound of any design that serializes holders with the fence row's lock, as
+//                withFence's guarantee needs (a concurrent holder must wait for our commit).
 //   withFence    withFence(resource, token, the plain UPDATE)    (the same three messages as tx: BEGIN
 //                travels with the fence statement and a savepoint, and the closing message replaces COMMIT)
 //   statements   the very messages withFence sends, from a bare pg client with none of the library's
 //                code: `BEGIN; EXECUTE <fence statement>; SAVEPOINT`, the UPDATE, `SET CONSTRAINTS ALL
-//                IMMEDIATE; RELEASE SAVEPOINT; COMMIT`. statements / tx is what PostgreSQL's work for
-//                the fence costs (the bound for withFence / tx at the same round trips);
-//                withFence / statements is what the library adds on top.
+//                IMMEDIATE; RELEASE SAVEPOINT; COMMIT`. The fence statement is the upsert for a row's
+//                first admission here and the probe (an equal token's row lock, fence-open.ts) after
+//                it, as withFence chooses. statements / tx is what PostgreSQL's work for the fence
+//                costs (the bound for withFence / tx at the same round trips); withFence / statements
+//                is what the library adds on top.
+//   baseline     withFence from another build (FK_POSTGRES_BASELINE: the path of its
+//                dist/adapters/postgres/index.js), when given: withFence / baseline compares two
+//                versions in one run.
 //
 //   npm run build && node test/bench/postgres-bench.mjs
 //
@@ -45,6 +54,10 @@ const { migrate, fencedUpdate, withFence } = await import(adapterPath);
 // fence-advance.js's (an equal token only locks the row), or fence-row.js's in a build from before it.
 const FENCE_STATEMENT = await import(new URL('fence-advance.js', adapterPath).href)
   .then((m) => m.OPEN_ADVANCE, async () => (await import(new URL('fence-row.js', adapterPath).href)).ADVANCE_CHECKED);
+// The probe withFence opens with once this process has admitted the token on the row (undefined in a build without it).
+const EQUAL_STATEMENT = await import(new URL('fence-advance.js', adapterPath).href).then((m) => m.OPEN_EQUAL, () => undefined);
+const baselinePath = process.env.FK_POSTGRES_BASELINE;
+const baseline = baselinePath === undefined ? undefined : (await import(baselinePath)).withFence;
 
 const url = process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test';
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 8);
@@ -90,6 +103,21 @@ const MODES = {
       client.release();
     }
   },
+  rowLock: async (id, body) => {
+    const client = await pool.connect();
+    try {
+      if (!lockPrepared.has(client)) {
+        await client.query('PREPARE bench_lock (text) AS SELECT 1 FROM fencekeeper_fences WHERE resource = $1 FOR NO KEY UPDATE');
+        lockPrepared.add(client);
+      }
+      const locked = await client.query(`BEGIN; EXECUTE bench_lock(E'docs:${id}')`);
+      if (locked[1].rowCount !== 1) throw new Error('the bench\'s row lock found no fence row');
+      await client.query({ ...UPDATE, values: [body, id] });
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+  },
   withFence: async (id, body) => {
     await withFence(pool, `docs:${id}`, TOKEN, (client) => client.query({ ...UPDATE, values: [body, id] }));
   },
@@ -98,12 +126,22 @@ const MODES = {
     try {
       if (!prepared.has(client)) {
         await client.query(`PREPARE bench_fence (text, int8, text, text, text, text) AS ${FENCE_STATEMENT}`);
+        if (EQUAL_STATEMENT !== undefined) await client.query(`PREPARE bench_equal (text, int8, text, text, text, text) AS ${EQUAL_STATEMENT}`);
         prepared.add(client);
       }
-      const opened = await client.query(`BEGIN; EXECUTE bench_fence(E'docs:${id}', ${TOKEN}::int8, NULL::text, NULL::text, NULL::text, NULL::text); SAVEPOINT fencekeeper_fenced`);
-      // Admitted: no row (the equal token, fence-advance.js), or a row carrying our token (the statement before it).
-      const row = opened[1].rows[0];
-      if (row !== undefined && row.token !== undefined && row.token !== String(TOKEN)) throw new Error('the bench\'s fence statement was refused');
+      const args = `(E'docs:${id}', ${TOKEN}::int8, NULL::text, NULL::text, NULL::text, NULL::text)`;
+      if (EQUAL_STATEMENT !== undefined && admitted.has(id)) {
+        const probed = await client.query(`BEGIN; EXECUTE bench_equal${args}; SAVEPOINT fencekeeper_fenced`);
+        // Missed (a row's first advance still in flight on another connection when the probe's snapshot was
+        // taken): as withFence, roll back and open with the upsert in the same message.
+        if (probed[1].rowCount !== 1) await client.query(`ROLLBACK; BEGIN; EXECUTE bench_fence${args}; SAVEPOINT fencekeeper_fenced`);
+      } else {
+        const opened = await client.query(`BEGIN; EXECUTE bench_fence${args}; SAVEPOINT fencekeeper_fenced`);
+        // Admitted: no row (the equal token, fence-advance.js), or a row carrying our token (the statement before it).
+        const row = opened[1].rows[0];
+        if (row !== undefined && row.token !== undefined && row.token !== String(TOKEN)) throw new Error('the bench\'s fence statement was refused');
+        admitted.add(id);
+      }
       await client.query({ ...UPDATE, values: [body, id] });
       await client.query('SET CONSTRAINTS ALL IMMEDIATE; RELEASE SAVEPOINT fencekeeper_fenced; COMMIT');
     } finally {
@@ -112,6 +150,14 @@ const MODES = {
   },
 };
 const prepared = new WeakSet();
+const lockPrepared = new WeakSet();
+/** Rows the statements mode has admitted TOKEN on (withFence keeps the same guess, per resource). */
+const admitted = new Set();
+if (baseline !== undefined) {
+  MODES.baseline = async (id, body) => {
+    await baseline(pool, `docs:${id}`, TOKEN, (client) => client.query({ ...UPDATE, values: [body, id] }));
+  };
+}
 
 try {
   await migrate(pool);
@@ -135,10 +181,13 @@ try {
   console.log(`withFence / tx:       ${ratio('withFence', 'tx')}   (aim >= 0.95x; the same round trips, more work on the server)`);
   console.log(`statements / tx:      ${ratio('statements', 'tx')}   (withFence's messages from a bare client: PostgreSQL's cost of the fence)`);
   console.log(`oneMore / tx:         ${ratio('oneMore', 'tx')}   (the bound of any fence checked in a statement of its own: the issue's 0.95x aim is reachable only if this is >= 0.95x)`);
+  console.log(`rowLock / tx:         ${ratio('rowLock', 'tx')}   (the bound of any fence that serializes holders with the row's lock, as withFence's guarantee needs)`);
+  console.log(`withFence / rowLock:  ${ratio('withFence', 'rowLock')}   (withFence against that bound: the mark's check, the savepoint, the library)`);
   console.log(`withFence / oneMore:  ${ratio('withFence', 'oneMore')}   (withFence against that bound)`);
   console.log(`statements / oneMore: ${ratio('statements', 'oneMore')}   (PostgreSQL's fence work against that bound)`);
   console.log(`withFence / statements: ${ratio('withFence', 'statements')}   (what the library adds to its own statements)`);
   console.log(`tx / plain:           ${ratio('tx', 'plain')}`);
+  if (baseline !== undefined) console.log(`withFence / baseline: ${ratio('withFence', 'baseline')}   (this build against ${baselinePath})`);
   console.log(`load average at the start: ${loadAtStart}, at the end: ${(await import('node:os')).loadavg().map((l) => l.toFixed(1)).join(' ')}`);
 } finally {
   await pool.end();
