@@ -92,9 +92,10 @@ export function advanceOrRaise(resource: string, token: string, kind: string, lo
  * Why a second statement: the upsert runs PostgreSQL's INSERT machinery
  * (the row to insert built, the conflict looked up in the unique index,
  * ON CONFLICT's projection and RETURNING) even when all it does is lock the
- * row. The probe is a plain index lookup with the row lock; measured with
- * the bench's transaction (test/bench/postgres-bench.mjs, 8 connections), 20 to 60 µs
- * less server CPU per transaction.
+ * row. The probe is a plain index lookup with the row lock: measured with
+ * the bench's transaction (test/bench/postgres-bench.mjs, 8 connections,
+ * FK_POSTGRES_BASELINE the build before), about 20 µs less server CPU per
+ * transaction.
  *
  * The lock: FOR NO KEY UPDATE conflicts with itself and with the upsert's
  * FOR UPDATE, so holders still serialize on the row. Under READ COMMITTED a

@@ -8,13 +8,20 @@
 //   cte   one statement: SELECT ... FOR NO KEY UPDATE of the row when it carries the equal
 //         token, at READ COMMITTED, with a passing binding; the upsert only when that finds
 //         no row (the same outcomes: no row for the equal token, the row otherwise)
-//   lck   only that SELECT ... FOR NO KEY UPDATE (not a fence: the floor of any design that
-//         locks the row with a SELECT)
-// Server CPU per transaction is the figure to read: the row lock (heap_lock_tuple and its
-// WAL record) is the same whichever statement takes it.
-// Measured on the 2-core machine (December 2026, load 5-7, four runs): cte's server CPU
-// per transaction was -3% to +12% of adv's, lck's no lower than adv's; so the library
-// keeps the upsert (the row lock costs the same however it is taken).
+//   lck   only that SELECT ... FOR NO KEY UPDATE (fence-advance.ts OPEN_EQUAL, the probe
+//         withFence and the store now open an equal token with: a fence only together with
+//         the fall-back to the upsert when it finds no row, which fence-open.ts sends next)
+//   nobind  lck without the binding check (MODES=... to run it; not a fence either)
+//   bare    the row lock alone: no mark, binding or isolation checked
+// Server CPU per transaction is the figure to read.
+// First measured on the 2-core machine (December 2026, load 5-7, four runs): cte's server
+// CPU per transaction was -3% to +12% of adv's, lck's no lower than adv's, and the library
+// kept the upsert. cte cannot gain: PostgreSQL runs a data-modifying WITH to completion
+// whether or not the query reads it, so the INSERT's machinery runs every time. Measured
+// again (load 1-4, three runs), lck came out 1-24 µs per transaction below adv, and a bare
+// row lock without the binding and isolation checks 40-55 µs below it (the binding's
+// NOT EXISTS about 17 of that); the open now sends the probe as a statement of its own,
+// with the upsert only after a miss.
 // SP=1 adds the savepoint and its release to the fence modes, as withFence sends them.
 //
 //   npm run build && node test/bench/pg-fence-sql.mjs
@@ -42,6 +49,8 @@ const PREPS = {
   adv: `PREPARE adv (text, int8, text, text, text, text) AS ${OPEN_ADVANCE}`,
   cte: `PREPARE cte (text, int8, text, text, text, text) AS ${CTE}`,
   lck: `PREPARE lck (text, int8, text, text, text, text) AS ${LOCK}`,
+  nobind: `PREPARE nobind (text, int8) AS SELECT f.token FROM fencekeeper_fences f WHERE f.resource = $1::text AND f.token = $2::int8 AND current_setting('transaction_isolation') = 'read committed' FOR NO KEY UPDATE OF f`,
+  bare: 'PREPARE bare (text) AS SELECT 1 FROM fencekeeper_fences f WHERE f.resource = $1::text FOR NO KEY UPDATE OF f',
 };
 if (process.env.SHOW) { console.log(CTE); }
 const prepared = new WeakSet();
@@ -56,6 +65,8 @@ const all = {
   adv: three((id) => `BEGIN; EXECUTE adv(E'docs:${id}', 34, NULL, NULL, NULL, NULL)${SP}`, CLOSE, noRow),
   cte: three((id) => `BEGIN; EXECUTE cte(E'docs:${id}', 34, NULL, NULL, NULL, NULL)${SP}`, CLOSE, noRow),
   lck: three((id) => `BEGIN; EXECUTE lck(E'docs:${id}', 34, NULL, NULL, NULL, NULL)${SP}`),
+  nobind: three((id) => `BEGIN; EXECUTE nobind(E'docs:${id}', 34)${SP}`),
+  bare: three((id) => `BEGIN; EXECUTE bare(E'docs:${id}')${SP}`),
 };
 const MODES = Object.fromEntries((process.env.MODES ?? 'tx,sel1,adv,cte,lck').split(',').map((m) => [m, all[m]]));
 try {
