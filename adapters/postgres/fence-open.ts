@@ -95,8 +95,9 @@ export type Opened =
 
 /**
  * BEGIN, advance the fence of `resource` to `token` and set the savepoint, in
- * one message on `client` (idle, outside a transaction). `send` carries that
- * message (the store's makes it cancellable while it waits for the row lock;
+ * one message on `client` (idle, outside a transaction); two when a probe
+ * misses (see above). `send` carries each message (the store's makes it
+ * cancellable while it waits for the row lock;
  * a CancelledWait it throws is passed through, the transaction left to the
  * caller, which destroys the client).
  * Every other failure, and a stale token, is answered with the transaction
