@@ -43,36 +43,6 @@ export type { LockSource, LockStatus, LockStatusEntry, SourceObserver } from './
 export { StepDownClock, safetyMargin } from './step-down.js';
 export type { StepDownSource, Holding, HoldingOptions } from './step-down.js';
 
-// ZooKeeper client
-export { ZooKeeperClient, digestAclId } from './zookeeper/client.js';
-export type {
-  ClientState,
-  ConnectOptions,
-  AuthInfo,
-  CreateOptions,
-  WatchOptions,
-  MultiOp,
-  MultiResult,
-} from './zookeeper/client.js';
-export type { Connector } from './zookeeper/client.js';
-export { tlsConnector } from './zookeeper/tls.js';
-export type { TlsOptions } from './zookeeper/tls.js';
-export type { ServerAddress } from './zookeeper/paths.js';
-export type { Stat, ACL, Id, CreateMode } from './zookeeper/protocol.js';
-export { Perms, OPEN_ACL_UNSAFE, CREATOR_ALL_ACL, READ_ACL_UNSAFE } from './zookeeper/protocol.js';
-export type { WatchEvent, WatchEventType, Watcher } from './zookeeper/watches.js';
-
-// ZooKeeper's lock and election recipes, as functions of a client or as a LockSource
-export { acquireLock, tryAcquireLock, lockStatus, observeLock } from './zookeeper/recipes/lock.js';
-export type { ZooKeeperLock, LockObserver } from './zookeeper/recipes/lock.js';
-export { campaign, observeLeader } from './zookeeper/recipes/election.js';
-export type { ZooKeeperLeadership, LeaderObserver, LeaderInfo } from './zookeeper/recipes/election.js';
-export type { QueueEntry } from './zookeeper/recipes/queue.js';
-export { zookeeperSource } from './zookeeper/recipes/source.js';
-export { zookeeperSourceId } from './zookeeper/recipes/source-id.js';
-export type { ZooKeeperSource, ZooKeeperSourceOptions } from './zookeeper/recipes/source.js';
-export type { AclOption, ZooKeeperAcquireOptions, ZooKeeperTryAcquireOptions, ZooKeeperCampaignOptions } from './zookeeper/recipes/acl-options.js';
-
 // Diagnostics: the channel names operators and instrumentations subscribe to, and their messages
 export { CHANNELS, TRACING_CHANNELS, RUN_WITHIN } from './diagnostics.js';
 // ... and the publishers, for the adapters and for a LockSource or FenceStore of your own

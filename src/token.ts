@@ -1,15 +1,18 @@
 import { InvalidTokenError } from './errors.js';
 
 /**
- * A fencing token: the czxid of the lock node that granted it. Always a bigint,
- * never a JS number: a czxid is (epoch << 32 | counter), so it passes 2^53 once
- * the epoch passes 2^21, and the resources store it as a signed 64-bit value
- * (int8, a decimal header, metadata) where a `number` would silently round two
- * grants onto one value.
+ * A fencing token: a number that grows with every grant of one lock source,
+ * so that a resource can refuse a write carrying a smaller one (a paused
+ * holder's). Each source takes it from its own history: ZooKeeper the
+ * creation zxid of the holder's queue node, etcd the create revision of its
+ * key, Redis a counter. Always a bigint, never a JS number: a zxid is
+ * (epoch << 32 | counter), past 2^53 once the epoch passes 2^21, and the
+ * resources store tokens as signed 64-bit values (int8, a decimal header,
+ * metadata) where a `number` would silently round two grants onto one value.
  */
 export type FencingToken = bigint;
 
-/** The largest token: PostgreSQL's int8 and ZooKeeper's zxid are both signed 64-bit. */
+/** The largest token: PostgreSQL's int8, ZooKeeper's zxid and etcd's revision are all signed 64-bit. */
 export const MAX_TOKEN: FencingToken = (1n << 63n) - 1n;
 
 // Strict decimal: no sign, no leading zero, no exponent, no whitespace, ASCII

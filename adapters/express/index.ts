@@ -5,8 +5,6 @@ export { fencing } from './middleware.js';
 export type { FencingOptions } from './middleware.js';
 export type { FencingContext } from './context.js';
 export { MemoryFenceStore } from './memory-store.js';
-export { verifyWithZooKeeper } from './verify-zookeeper.js';
-export type { ZooKeeperVerifier, VerifyWithZooKeeperOptions } from './verify-zookeeper.js';
 export type { FencingProblem, IdempotencyProblemCode, ProblemCode } from './problem.js';
 export { fencingHeaders, fencedFetch } from './client.js';
 export type { FencedFetch, TokenHolder } from './client.js';

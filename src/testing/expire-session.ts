@@ -26,15 +26,15 @@
  */
 import type { Duplex } from 'node:stream';
 import { ClientClosedError, ConnectionLossError, InvalidArgumentError } from '../errors.js';
-import type { Connector, ServerAddress, TlsOptions, ZooKeeperClient } from '../index.js';
-import { clientInternals } from '../zookeeper/client.js';
-import { connectTcp } from '../zookeeper/connection.js';
-import { FrameParser } from '../zookeeper/frame-parser.js';
-import { JuteReader } from '../zookeeper/jute-reader.js';
-import { JuteWriter } from '../zookeeper/jute-writer.js';
-import { parseConnectString } from '../zookeeper/paths.js';
-import { MAX_PACKET_BYTES, OpCode, readConnectResponse, readReplyHeader, writeConnectRequest } from '../zookeeper/protocol.js';
-import { tlsConnector } from '../zookeeper/tls.js';
+import type { Connector, ServerAddress, TlsOptions, ZooKeeperClient } from '../sources/zookeeper/index.js';
+import { clientInternals } from '../sources/zookeeper/client.js';
+import { connectTcp } from '../sources/zookeeper/connection.js';
+import { FrameParser } from '../sources/zookeeper/frame-parser.js';
+import { JuteReader } from '../sources/zookeeper/jute-reader.js';
+import { JuteWriter } from '../sources/zookeeper/jute-writer.js';
+import { parseConnectString } from '../sources/zookeeper/paths.js';
+import { MAX_PACKET_BYTES, OpCode, readConnectResponse, readReplyHeader, writeConnectRequest } from '../sources/zookeeper/protocol.js';
+import { tlsConnector } from '../sources/zookeeper/tls.js';
 
 interface RecordedSession {
   readonly password: Uint8Array;

@@ -30,7 +30,8 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { ClientClosedError, FencekeeperError, InvalidArgumentError } from '../errors.js';
-import type { FencingToken, Lock, ZooKeeperClient } from '../index.js';
+import type { FencingToken, Lock } from '../index.js';
+import type { ZooKeeperClient } from '../sources/zookeeper/index.js';
 import { killOnExit } from './server-process.js';
 
 /** What reportHolding() tells the test. */

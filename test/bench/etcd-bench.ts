@@ -22,7 +22,7 @@
 import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Etcd3 } from 'etcd3';
-import { acquireLock, etcdSession } from '../../adapters/etcd/index.js';
+import { acquireLock, etcdSession } from '../../src/sources/etcd/index.js';
 
 const host = new URL(process.env.FK_ETCD ?? 'http://127.0.0.1:2389').host;
 const reps = Number(process.env.BENCH_REPS ?? 6);

@@ -11,9 +11,9 @@
 // machine loads both alike; medians over rounds of cycles/s and client CPU per cycle
 // (process.cpuUsage), and the median of the per-round ratios. Prints figures; asserts nothing.
 import { loadavg } from 'node:os';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
-import { CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, type ACL } from '../../src/zookeeper/protocol.js';
-import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
+import { CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, type ACL } from '../../src/sources/zookeeper/protocol.js';
+import { acquireLock } from '../../src/sources/zookeeper/recipes/lock.js';
 import { closedLoop, median, type LoopFigures } from './closed-loop.js';
 
 const SERVER = process.env.FK_ZK_STANDALONE ?? '127.0.0.1:2181';

@@ -17,8 +17,8 @@
 import net from 'node:net';
 import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
-import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { acquireLock } from '../../src/sources/zookeeper/recipes/lock.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
 import { call, nzc, nzcAcquire, nzcConnect, type NzcClient } from './nzc-lock.js';
 
 const SERVER = process.env.FK_ZK_STANDALONE ?? '127.0.0.1:2181';

@@ -13,8 +13,8 @@
 // Prints cycles/s (median over rounds), the median per-round ratio delayed/plain, client CPU
 // per cycle (process.cpuUsage) and the load average. Asserts nothing.
 import { loadavg } from 'node:os';
-import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { acquireLock } from '../../src/sources/zookeeper/recipes/lock.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
 import { closedLoop, median, type LoopFigures } from './closed-loop.js';
 
 const SERVER = process.env.FK_ZK_STANDALONE ?? '127.0.0.1:2181';

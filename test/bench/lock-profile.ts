@@ -5,8 +5,8 @@
 // BENCH_SIGNAL=1: every holder reads lock.signal (the step-down holding is made).
 // Prints cycles/s and CPU per cycle (user and system).
 import { performance } from 'node:perf_hooks';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
-import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
+import { acquireLock } from '../../src/sources/zookeeper/recipes/lock.js';
 import { RawSession, rawCycle } from './raw-zk.js';
 
 const K = Number(process.env.BENCH_K ?? 1);

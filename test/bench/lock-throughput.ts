@@ -30,8 +30,8 @@ import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { acquireLock, type ZooKeeperLock } from '../../src/zookeeper/recipes/lock.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { acquireLock, type ZooKeeperLock } from '../../src/sources/zookeeper/recipes/lock.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
 import { nzcAcquire, nzcConnect as nzcConnectTo, type NzcClient } from './nzc-lock.js';
 import { RawSession, rawCycle } from './raw-zk.js';
 

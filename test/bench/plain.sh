@@ -10,7 +10,7 @@
 # load from node_modules as plain Node modules. That tilts a same-run ratio
 # against our code by a few percent, about what some aims are about.
 # Here the bench is transpiled (types stripped, nothing bundled) into
-# dist/test/bench/, so its '../../adapters/...' imports reach the build.
+# dist/test/bench/, so its '../../src/...' and '../../adapters/...' imports reach the build.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 name=${1:?usage: bash test/bench/plain.sh BENCH (a test/bench/*.ts without .ts)}

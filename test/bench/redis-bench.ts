@@ -26,7 +26,7 @@ import { loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { Redlock as SesameRedlock } from '@sesamecare-oss/redlock';
-import { acquireLock } from '../../adapters/redis/index.js';
+import { acquireLock } from '../../src/sources/redis/index.js';
 
 const single = process.env.FK_REDIS ?? 'redis://127.0.0.1:6390';
 const nodes = (process.env.FK_REDLOCK ?? [6391, 6392, 6393, 6394, 6395].map((p) => `redis://127.0.0.1:${p}`).join(',')).split(',');

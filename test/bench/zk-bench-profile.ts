@@ -1,7 +1,7 @@
 // Profile this client's hot path alone (pipelined exists):
 //   NODE_OPTIONS='--cpu-prof --cpu-prof-dir=/tmp/fk-prof' FK_ZK_STANDALONE=127.0.0.1:2181 npx vite-node test/bench/zk-bench-profile.ts
 import { performance } from 'node:perf_hooks';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
 
 const zk = await ZooKeeperClient.connect({ connectString: process.env.FK_ZK_STANDALONE ?? '127.0.0.1:2181', sessionTimeoutMs: 30_000 });
 const total = Number(process.env.BENCH_PIPELINED ?? 200_000);

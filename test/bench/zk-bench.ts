@@ -12,7 +12,7 @@
 // loaded machine it compares the clients' own cost better than wall time.
 import { createRequire } from 'node:module';
 import { performance } from 'node:perf_hooks';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
 
 const require = createRequire(import.meta.url);
 

@@ -15,11 +15,11 @@
 import { readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { Etcd3 } from 'etcd3';
-import { etcdSession, etcdSource } from '../../adapters/etcd/index.js';
-import { redisSource } from '../../adapters/redis/index.js';
+import { etcdSession, etcdSource } from '../../src/sources/etcd/index.js';
+import { redisSource } from '../../src/sources/redis/index.js';
 import type { LockSource } from '../../src/lock-source.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
-import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
+import { zookeeperSource } from '../../src/sources/zookeeper/recipes/source.js';
 import { environmentServers } from '../helpers/server-env.js';
 import { ETCD, REDIS, REDLOCK, ZOOKEEPER, type SourceUnderTest } from '../helpers/sources.js';
 import { etcdCtl, holdEnsemble, holdEtcd, holdRedis, redisCtl, restoreEnsemble, type Turn } from './control.js';

@@ -8,11 +8,11 @@
 //   ZooKeeper     the 3-node ensemble: its leader SIGKILLed (restarted after)
 import { Etcd3 } from 'etcd3';
 import { Redis } from 'ioredis';
-import { etcdSession, etcdSource } from '../../adapters/etcd/index.js';
-import { redisSource } from '../../adapters/redis/index.js';
-import { lockKeys } from '../../adapters/redis/scripts.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
-import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
+import { etcdSession, etcdSource } from '../../src/sources/etcd/index.js';
+import { redisSource } from '../../src/sources/redis/index.js';
+import { lockKeys } from '../../src/sources/redis/scripts.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
+import { zookeeperSource } from '../../src/sources/zookeeper/recipes/source.js';
 import type { Lock } from '../../src/lock.js';
 import type { LockSource } from '../../src/lock-source.js';
 import { environmentServers } from '../helpers/server-env.js';

@@ -13,8 +13,8 @@
 // The second client then asks nodes 3..5, say, which never saw the first
 // grant or no longer have it: a majority.
 import type { Redis } from 'ioredis';
-import { acquireLock, redisSource, type RedisLock } from '../../adapters/redis/index.js';
-import { lockKeys } from '../../adapters/redis/scripts.js';
+import { acquireLock, redisSource, type RedisLock } from '../../src/sources/redis/index.js';
+import { lockKeys } from '../../src/sources/redis/scripts.js';
 import { environmentServers } from '../helpers/server-env.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { retrying, until } from '../helpers/wait.js';

@@ -67,7 +67,7 @@ import type { NemesisContext, SourceControl, SourceFaults } from './source-fault
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const WORKER = `${ROOT}test/fixtures/fault-worker.mjs`;
-const DIST_ENTRIES = ['dist/src/index.js', 'dist/adapters/postgres/index.js', 'dist/adapters/s3/index.js'];
+const DIST_ENTRIES = ['dist/src/index.js', 'dist/src/sources/zookeeper/index.js', 'dist/adapters/postgres/index.js', 'dist/adapters/s3/index.js'];
 
 export interface RunOptions {
   readonly servers: TestServers;

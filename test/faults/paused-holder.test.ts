@@ -10,8 +10,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { acquireLock, lockStatus } from '../../src/zookeeper/recipes/lock.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { acquireLock, lockStatus } from '../../src/sources/zookeeper/recipes/lock.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 

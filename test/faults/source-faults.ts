@@ -29,7 +29,7 @@
 import { execFile } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
-import { lockKeys } from '../../adapters/redis/scripts.js';
+import { lockKeys } from '../../src/sources/redis/scripts.js';
 import { holdEnsembleForFaults } from '../helpers/ensemble-lock.js';
 import { healedTurn, scriptTurn } from '../helpers/fault-turn.js';
 import { SERVER_ENV, type ProvidedServers, type TestServers } from '../helpers/server-env.js';

@@ -13,7 +13,7 @@ import { Redis } from 'ioredis';
 import { LockTimeoutError, QuorumError } from '../../src/errors.js';
 import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import type { FencingToken } from '../../src/token.js';
-import { acquireLock, type RedisClient, type RedisLock } from '../../adapters/redis/index.js';
+import { acquireLock, type RedisClient, type RedisLock } from '../../src/sources/redis/index.js';
 import { REDIS_SERVICE } from '../../src/cli/services/redis.js';
 import type { QueueEvent } from '../../src/cli/lock-service.js';
 import type { PrivateRedis } from './private-redis.js';

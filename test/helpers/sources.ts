@@ -5,13 +5,13 @@
 // A new source plugs in by adding its entry to SOURCES.
 import { Etcd3 } from 'etcd3';
 import { Redis } from 'ioredis';
-import { etcdSession, etcdSource } from '../../adapters/etcd/index.js';
-import { redisSource } from '../../adapters/redis/index.js';
+import { etcdSession, etcdSource } from '../../src/sources/etcd/index.js';
+import { redisSource } from '../../src/sources/redis/index.js';
 import type { AcquireOptions } from '../../src/lock.js';
 import type { LockSource } from '../../src/lock-source.js';
 import type { FencingToken } from '../../src/token.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
-import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
+import { zookeeperSource } from '../../src/sources/zookeeper/recipes/source.js';
 // The environment, not ./servers.js: that module imports 'vitest', which the
 // scripts using these sources (test/compare/run-compare.ts) cannot load.
 import { environmentServers as testServers } from './server-env.js';

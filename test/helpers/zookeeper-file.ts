@@ -3,7 +3,7 @@
 // clients closed after each test, and TCP proxies to the server closed after
 // each test (before the clients).
 import { afterAll, afterEach, beforeAll } from 'vitest';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
 import { testServers } from './servers.js';
 import { TcpProxy } from './tcp-proxy.js';
 import { ClientPool } from './zookeeper.js';

@@ -1,7 +1,7 @@
 // ZooKeeper in tests: clients closed after each test, and the server's own
 // view through its four-letter words (srvr, wchc, cons).
 import net from 'node:net';
-import { ZooKeeperClient, type ConnectOptions } from '../../src/zookeeper/client.js';
+import { ZooKeeperClient, type ConnectOptions } from '../../src/sources/zookeeper/client.js';
 
 /** The clients a test file opened, closed together after each test. */
 export class ClientPool {

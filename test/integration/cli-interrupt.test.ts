@@ -7,7 +7,7 @@
 // the signal can end it within the liveness guard). The same edge on a
 // really paused Redis node is in redis-cli-interrupt.test.ts.
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ZooKeeperClient } from '../../src/index.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/index.js';
 import { ExitCode } from '../../src/cli/exit-codes.js';
 import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import { testServers } from '../helpers/servers.js';

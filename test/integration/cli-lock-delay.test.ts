@@ -12,7 +12,7 @@
 // release record in its data, between the two participants: a reaped parent
 // counts as unclean.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ZooKeeperClient, acquireLock, lockStatus } from '../../src/index.js';
+import { ZooKeeperClient, acquireLock, lockStatus } from '../../src/sources/zookeeper/index.js';
 import { ExitCode } from '../../src/cli/exit-codes.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';

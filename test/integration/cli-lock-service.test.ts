@@ -2,7 +2,8 @@
 // names its lock service, checked before connecting (exit 64), and the
 // zookeeper:// form against the real ensemble and standalone server.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ZooKeeperClient, lockStatus, parseToken } from '../../src/index.js';
+import { parseToken } from '../../src/index.js';
+import { ZooKeeperClient, lockStatus } from '../../src/sources/zookeeper/index.js';
 import { ExitCode } from '../../src/cli/exit-codes.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';

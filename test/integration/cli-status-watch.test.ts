@@ -5,7 +5,8 @@
 // that while nothing changes it sends nothing but pings, and that a dropped
 // connection and a lost session are reported and recovered from.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ZooKeeperClient, acquireLock, type Lock } from '../../src/index.js';
+import { type Lock } from '../../src/index.js';
+import { ZooKeeperClient, acquireLock } from '../../src/sources/zookeeper/index.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';

@@ -6,7 +6,8 @@
 // SIGTERM so that only the kill deadline can end them) through /proc.
 import { performance } from 'node:perf_hooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ZooKeeperClient, acquireLock, lockStatus, parseToken, type Lock } from '../../src/index.js';
+import { parseToken, type Lock } from '../../src/index.js';
+import { ZooKeeperClient, acquireLock, lockStatus } from '../../src/sources/zookeeper/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { assertBuilt, cli, killSurvivors, running, witness, type Running, type Witness } from './cli-helpers.js';

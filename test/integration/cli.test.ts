@@ -3,7 +3,8 @@
 import { readFileSync, readdirSync } from 'node:fs';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ZooKeeperClient, lockStatus, parseSequencer, parseToken, zookeeperSourceId } from '../../src/index.js';
+import { parseSequencer, parseToken } from '../../src/index.js';
+import { ZooKeeperClient, lockStatus, zookeeperSourceId } from '../../src/sources/zookeeper/index.js';
 import { ExitCode } from '../../src/cli/exit-codes.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';

@@ -5,7 +5,7 @@
 // elected.
 import { performance } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
-import { campaign, observeLeader, type ZooKeeperLeadership as Leadership } from '../../src/zookeeper/recipes/election.js';
+import { campaign, observeLeader, type ZooKeeperLeadership as Leadership } from '../../src/sources/zookeeper/recipes/election.js';
 import { LockLostError } from '../../src/errors.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';

@@ -3,7 +3,7 @@
 // published as held, then released, with its token.
 import diagnostics_channel from 'node:diagnostics_channel';
 import { afterEach, describe, expect, it } from 'vitest';
-import { acquireLock, campaign, etcdSession } from '../../adapters/etcd/index.js';
+import { acquireLock, campaign, etcdSession } from '../../src/sources/etcd/index.js';
 import { CHANNELS } from '../../src/index.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until } from '../helpers/wait.js';

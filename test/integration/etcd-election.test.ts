@@ -3,8 +3,8 @@
 // leader's key), and an observer that answers from a cache its watch keeps
 // fresh.
 import { describe, expect, it } from 'vitest';
-import { campaign, etcdSource, observeLeader } from '../../adapters/etcd/index.js';
-import { ELECTIONS_ROOT, prefixEnd, queuePrefix } from '../../adapters/etcd/queue.js';
+import { campaign, etcdSource, observeLeader } from '../../src/sources/etcd/index.js';
+import { ELECTIONS_ROOT, prefixEnd, queuePrefix } from '../../src/sources/etcd/queue.js';
 import type { LockLostError } from '../../src/errors.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';

@@ -4,9 +4,9 @@
 // and raw reads of a queue behind the source's back.
 import { Etcd3 } from 'etcd3';
 import { afterEach } from 'vitest';
-import type { EtcdClient, EtcdKeyValue, EtcdRangeRequest, EtcdTxnResponse, EtcdWatchBuilder, EtcdWatcher } from '../../adapters/etcd/client.js';
-import { etcdSession } from '../../adapters/etcd/index.js';
-import { prefixEnd, queuePrefix, LOCKS_ROOT } from '../../adapters/etcd/queue.js';
+import type { EtcdClient, EtcdKeyValue, EtcdRangeRequest, EtcdTxnResponse, EtcdWatchBuilder, EtcdWatcher } from '../../src/sources/etcd/client.js';
+import { etcdSession } from '../../src/sources/etcd/index.js';
+import { prefixEnd, queuePrefix, LOCKS_ROOT } from '../../src/sources/etcd/queue.js';
 import { testServers } from '../helpers/servers.js';
 
 /** host:port list of the single node, as etcd3 takes it. */

@@ -5,7 +5,7 @@
 // proxy: no window between compare and write); one whose lease was revoked
 // is refused before any request; nothing is written by any refusal.
 import { describe, expect, it, vi } from 'vitest';
-import { acquireLock, campaign } from '../../adapters/etcd/index.js';
+import { acquireLock, campaign } from '../../src/sources/etcd/index.js';
 import { LockLostError } from '../../src/errors.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueId, uniqueLockName } from '../helpers/unique.js';

@@ -4,13 +4,13 @@
 // nothing left behind on abort, timeout or a busy try, lost replies adopted,
 // the lease's and the key's loss ending the holding.
 import { describe, expect, it } from 'vitest';
-import { acquireLock, etcdSession, etcdSource, lockStatus, tryAcquireLock, type EtcdLock } from '../../adapters/etcd/index.js';
+import { acquireLock, etcdSession, etcdSource, lockStatus, tryAcquireLock, type EtcdLock } from '../../src/sources/etcd/index.js';
 import { ClientClosedError, LockLostError, LockTimeoutError, SessionExpiredError } from '../../src/errors.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { EtcdPool, counting, lostReply, queueKeys, singleHosts } from './etcd-helpers.js';
-import type { EtcdTxnResponse } from '../../adapters/etcd/client.js';
+import type { EtcdTxnResponse } from '../../src/sources/etcd/client.js';
 import { takeTurns } from '../helpers/sources.js';
 
 const pool = new EtcdPool();

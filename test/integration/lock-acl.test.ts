@@ -7,12 +7,12 @@
 // default (no ACL) stays open; the client-wide defaultAcl covers the roots.
 import { describe, expect, it, vi } from 'vitest';
 import { AclMismatchError } from '../../src/errors.js';
-import { ZooKeeperClient, digestAclId, type ConnectOptions } from '../../src/zookeeper/client.js';
-import { CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, Perms, READ_ACL_UNSAFE, type ACL } from '../../src/zookeeper/protocol.js';
-import { campaign, observeLeader } from '../../src/zookeeper/recipes/election.js';
-import { acquireLock, lockStatus, observeLock, tryAcquireLock } from '../../src/zookeeper/recipes/lock.js';
-import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
-import { verifyWithZooKeeper } from '../../adapters/express/verify-zookeeper.js';
+import { ZooKeeperClient, digestAclId, type ConnectOptions } from '../../src/sources/zookeeper/client.js';
+import { CREATOR_ALL_ACL, OPEN_ACL_UNSAFE, Perms, READ_ACL_UNSAFE, type ACL } from '../../src/sources/zookeeper/protocol.js';
+import { campaign, observeLeader } from '../../src/sources/zookeeper/recipes/election.js';
+import { acquireLock, lockStatus, observeLock, tryAcquireLock } from '../../src/sources/zookeeper/recipes/lock.js';
+import { zookeeperSource } from '../../src/sources/zookeeper/recipes/source.js';
+import { verifyWithZooKeeper } from '../../src/sources/zookeeper/index.js';
 import { uniqueId, uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
 import { assertBuilt, cli } from './cli-helpers.js';

@@ -16,7 +16,7 @@ import { performance } from 'node:perf_hooks';
 import { describe, expect, it, vi } from 'vitest';
 import { LockLostError, LockTimeoutError } from '../../src/errors.js';
 import { expireSession } from '../../src/testing/expire-session.js';
-import { acquireLock, lockStatus, tryAcquireLock, type ZooKeeperLock } from '../../src/zookeeper/recipes/lock.js';
+import { acquireLock, lockStatus, tryAcquireLock, type ZooKeeperLock } from '../../src/sources/zookeeper/recipes/lock.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';

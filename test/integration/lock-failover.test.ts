@@ -3,7 +3,7 @@
 // larger than the one before, and the ones after the kill carry a larger
 // epoch (czxid >> 32). The killed node is restarted afterwards.
 import { describe, expect, it } from 'vitest';
-import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
+import { acquireLock } from '../../src/sources/zookeeper/recipes/lock.js';
 import type { FencingToken } from '../../src/token.js';
 import { killEnsembleLeader, testServers, useEnsembleForFaults, waitEnsembleHealthy } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';

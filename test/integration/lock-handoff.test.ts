@@ -8,7 +8,7 @@
 // granted on a node that is gone.
 import { describe, expect, it, vi } from 'vitest';
 import { LockLostError } from '../../src/errors.js';
-import { acquireLock, lockStatus } from '../../src/zookeeper/recipes/lock.js';
+import { acquireLock, lockStatus } from '../../src/sources/zookeeper/recipes/lock.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
 import { LOCKS, serverWatchCount } from './lock-helpers.js';

@@ -4,7 +4,7 @@
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { isCode } from '../../src/errors.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
 import type { TcpProxy } from '../helpers/tcp-proxy.js';
 import { fourLetterWord } from '../helpers/zookeeper.js';
 

@@ -8,9 +8,9 @@
 import { describe, expect, it, vi } from 'vitest';
 import { InvalidArgumentError, LockLostError, ZooKeeperError } from '../../src/errors.js';
 import { expireSession } from '../../src/testing/expire-session.js';
-import { campaign } from '../../src/zookeeper/recipes/election.js';
-import { acquireLock, type ZooKeeperLock } from '../../src/zookeeper/recipes/lock.js';
-import type { ZooKeeperClient } from '../../src/zookeeper/client.js';
+import { campaign } from '../../src/sources/zookeeper/recipes/election.js';
+import { acquireLock, type ZooKeeperLock } from '../../src/sources/zookeeper/recipes/lock.js';
+import type { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName, uniqueZnodePath } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';

@@ -6,7 +6,7 @@
 import { getEventListeners } from 'node:events';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { LockTimeoutError } from '../../src/errors.js';
-import { acquireLock, tryAcquireLock, type ZooKeeperLock } from '../../src/zookeeper/recipes/lock.js';
+import { acquireLock, tryAcquireLock, type ZooKeeperLock } from '../../src/sources/zookeeper/recipes/lock.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until } from '../helpers/wait.js';

@@ -6,7 +6,7 @@
 // ZooKeeper produces at the wrap (what the server does there is documented in
 // the ZooKeeper Programmer's Guide, "Sequence Nodes -- Unique Naming").
 import { describe, expect, it } from 'vitest';
-import { position, sequenceOf, sortQueue } from '../../src/zookeeper/recipes/queue-order.js';
+import { position, sequenceOf, sortQueue } from '../../src/sources/zookeeper/recipes/queue-order.js';
 
 const node = (guid: string, seq: string): string => `${guid}-lock-${seq}`;
 

@@ -5,8 +5,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, LockLostError } from '../../src/errors.js';
 import type { LockSource } from '../../src/lock-source.js';
-import type { ZooKeeperClient } from '../../src/zookeeper/client.js';
-import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
+import type { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
+import { zookeeperSource } from '../../src/sources/zookeeper/recipes/source.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { LOCKS, queueChildren } from './lock-helpers.js';

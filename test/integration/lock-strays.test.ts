@@ -3,10 +3,10 @@
 // leaving a second node of ours that would block the lock once ours is gone.
 // These tests plant such a stray (same guid, same session) on a real server.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ZooKeeperClient } from '../../src/index.js';
-import { LOCKS_ROOT } from '../../src/zookeeper/recipes/lock.js';
-import { leaveQueue, withoutStrays, type QueueNode } from '../../src/zookeeper/recipes/queue.js';
-import { queueParent } from '../../src/zookeeper/recipes/queue-order.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/index.js';
+import { LOCKS_ROOT } from '../../src/sources/zookeeper/recipes/lock.js';
+import { leaveQueue, withoutStrays, type QueueNode } from '../../src/sources/zookeeper/recipes/queue.js';
+import { queueParent } from '../../src/sources/zookeeper/recipes/queue-order.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 

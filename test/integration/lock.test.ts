@@ -6,7 +6,7 @@ import diagnostics from 'node:diagnostics_channel';
 import { performance } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
 import { LockLostError, LockTimeoutError } from '../../src/errors.js';
-import { acquireLock, lockStatus, observeLock, tryAcquireLock, type ZooKeeperLock as Lock } from '../../src/zookeeper/recipes/lock.js';
+import { acquireLock, lockStatus, observeLock, tryAcquireLock, type ZooKeeperLock as Lock } from '../../src/sources/zookeeper/recipes/lock.js';
 import type { FencingToken } from '../../src/token.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { LOCKS, lastReplyHeldBack, queueChildren, serverWatchCount, serverWatches } from './lock-helpers.js';

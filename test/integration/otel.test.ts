@@ -16,8 +16,8 @@ import { bindFence, withEffect, withFence } from '../../adapters/postgres/index.
 import { fencedPutObject } from '../../adapters/s3/index.js';
 import { EffectPendingError, SequencerMismatchError, StaleTokenError } from '../../src/errors.js';
 import { expireSession, sessionRecorder } from '../../src/testing/expire-session.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
-import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
+import { acquireLock } from '../../src/sources/zookeeper/recipes/lock.js';
 import { otelSdk, sum, type OtelSdk } from '../helpers/otel.js';
 import { testSource } from '../helpers/sequencers.js';
 import { testServers } from '../helpers/servers.js';

@@ -69,7 +69,8 @@ async function readmeBlock(heading: string): Promise<string> {
 const TYPED = `
 import express from 'express';
 import pg from 'pg';
-import { ZooKeeperClient, acquireLock, parseToken, StaleTokenError, type FencingToken, type Lock } from 'fencekeeper';
+import { parseToken, StaleTokenError, type FencingToken, type Lock } from 'fencekeeper';
+import { ZooKeeperClient, acquireLock } from 'fencekeeper/zookeeper';
 import { PostgresFenceStore, migrate, withFence } from 'fencekeeper/postgres';
 import { fencedHandler, fencing, hasFencing, MemoryFenceStore, type FencingContext } from 'fencekeeper/express';
 import { TcpProxy, WriteHistory, checkHistory, expireSession, sessionRecorder, startZooKeeper } from 'fencekeeper/testing';

@@ -7,7 +7,7 @@
 // redis-server on port 16530, so no shared node is paused.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
-import { acquireLock } from '../../adapters/redis/index.js';
+import { acquireLock } from '../../src/sources/redis/index.js';
 import { ExitCode } from '../../src/cli/exit-codes.js';
 import { startRedis, type RedisServer } from '../../src/testing/redis-server.js';
 import { TcpProxy } from '../../src/testing/tcp-proxy.js';

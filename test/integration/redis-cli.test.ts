@@ -4,7 +4,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseToken } from '../../src/index.js';
 import { ExitCode } from '../../src/cli/exit-codes.js';
-import { acquireLock, lockStatus } from '../../adapters/redis/index.js';
+import { acquireLock, lockStatus } from '../../src/sources/redis/index.js';
 import { REDIS, REDLOCK } from '../helpers/sources.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until } from '../helpers/wait.js';

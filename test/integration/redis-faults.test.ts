@@ -5,8 +5,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { QuorumError } from '../../src/errors.js';
 import type { FencingToken } from '../../src/token.js';
-import { acquireLock, lockStatus, tryAcquireLock } from '../../adapters/redis/index.js';
-import { lockKeys } from '../../adapters/redis/scripts.js';
+import { acquireLock, lockStatus, tryAcquireLock } from '../../src/sources/redis/index.js';
+import { lockKeys } from '../../src/sources/redis/scripts.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until } from '../helpers/wait.js';
 import { RedisPool, holdRedisFaults, onPort, redisCtl, redlockPorts } from './redis-helpers.js';

@@ -8,8 +8,8 @@
 // integer per reply, and loaded again when the server forgot them.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { LockLostError } from '../../src/errors.js';
-import { acquireLock, lockStatus, tryAcquireLock } from '../../adapters/redis/index.js';
-import { ACQUIRE, ACQUIRE_FIRST, lockKeys } from '../../adapters/redis/scripts.js';
+import { acquireLock, lockStatus, tryAcquireLock } from '../../src/sources/redis/index.js';
+import { ACQUIRE, ACQUIRE_FIRST, lockKeys } from '../../src/sources/redis/scripts.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { within } from '../helpers/wait.js';

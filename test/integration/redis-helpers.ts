@@ -3,7 +3,7 @@
 // under the set's fault turn.
 import { execFile } from 'node:child_process';
 import { Redis } from 'ioredis';
-import type { RedisClient } from '../../adapters/redis/index.js';
+import type { RedisClient } from '../../src/sources/redis/index.js';
 import { healedTurn, scriptTurn } from '../helpers/fault-turn.js';
 import { testServers } from '../helpers/servers.js';
 

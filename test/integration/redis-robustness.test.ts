@@ -12,10 +12,10 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { acquireLock } from '../../adapters/redis/index.js';
+import { acquireLock } from '../../src/sources/redis/index.js';
 import { PrivateRedis } from '../helpers/private-redis.js';
 import { client, redlockStress, waiterLeavesDuringResubscribe, watcherStopsDuringResubscribe } from '../helpers/redis-robustness.js';
-import { lockKeys } from '../../adapters/redis/scripts.js';
+import { lockKeys } from '../../src/sources/redis/scripts.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { countUnhandledRejections } from '../helpers/unhandled.js';
 import { until } from '../helpers/wait.js';

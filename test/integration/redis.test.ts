@@ -5,8 +5,8 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, LockLostError, LockTimeoutError } from '../../src/errors.js';
 import type { FencingToken } from '../../src/token.js';
-import { acquireLock, lockStatus, redisSource, tryAcquireLock, type RedisClient, type RedisTarget } from '../../adapters/redis/index.js';
-import { ACQUIRE, CLAIM, RAISE, lockKeys } from '../../adapters/redis/scripts.js';
+import { acquireLock, lockStatus, redisSource, tryAcquireLock, type RedisClient, type RedisTarget } from '../../src/sources/redis/index.js';
+import { ACQUIRE, CLAIM, RAISE, lockKeys } from '../../src/sources/redis/scripts.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { takeTurns } from '../helpers/sources.js';
 import { uniqueLockName } from '../helpers/unique.js';

@@ -6,7 +6,8 @@
 // is a 400; unbound fences take bare tokens and sequencers as before.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatSequencer, sequencer, type FenceBinding, type FenceStore, type Sequencer } from '../../src/index.js';
-import { MemoryFenceStore, fencing, verifyWithZooKeeper } from '../../adapters/express/index.js';
+import { MemoryFenceStore, fencing } from '../../adapters/express/index.js';
+import { verifyWithZooKeeper } from '../../src/sources/zookeeper/index.js';
 import { PostgresFenceStore, bindFence } from '../../adapters/postgres/index.js';
 import { post, serve, type Served } from './express-helpers.js';
 import { until } from '../helpers/wait.js';
@@ -14,7 +15,7 @@ import { recordRefusals } from '../helpers/sequencers.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { ClientPool } from '../helpers/zookeeper.js';
-import { acquireLock } from '../../src/zookeeper/recipes/lock.js';
+import { acquireLock } from '../../src/sources/zookeeper/recipes/lock.js';
 import { express } from './express-variants.js';
 import { adminPool, migratedSchema, uniqueName } from './postgres-helpers.js';
 

@@ -10,7 +10,7 @@ import pg from 'pg';
 import {
   CURRENT_LOCK, FenceAlreadyBoundError, InvalidArgumentError, SequencerMismatchError, StaleTokenError, withLock, type Sequencer,
 } from '../../src/index.js';
-import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
+import { zookeeperSource } from '../../src/sources/zookeeper/recipes/source.js';
 import { PostgresFenceStore, bindFence, fenceBindingOf, withFence } from '../../adapters/postgres/index.js';
 import { recordRefusals, testSource } from '../helpers/sequencers.js';
 import { testServers } from '../helpers/servers.js';

@@ -15,7 +15,7 @@ import {
   CHANNELS, CURRENT_LOCK, FenceAlreadyBoundError, InvalidArgumentError, NoCurrentLockError, SequencerMismatchError, StaleTokenError, sequencer, withLock,
   type FenceBinding, type FenceRefusedMessage, type Fencing, type Sequencer,
 } from '../../src/index.js';
-import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
+import { zookeeperSource } from '../../src/sources/zookeeper/recipes/source.js';
 import { bindTable, fenced, fencedDelete, fencedInsert, fencedUpdate, fencedUpsert, migrate, tableBindingOf, type Database } from '../../adapters/postgres/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';

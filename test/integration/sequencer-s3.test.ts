@@ -13,7 +13,7 @@ import {
   CURRENT_LOCK, InvalidArgumentError, SequencerMismatchError, StaleTokenError, withLock,
   type FenceBinding, type Fencing,
 } from '../../src/index.js';
-import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
+import { zookeeperSource } from '../../src/sources/zookeeper/recipes/source.js';
 import { collectGarbage, fencedDeleteObject, fencedGetObject, fencedPutObject, readFence, type ObjectLayout } from '../../adapters/s3/index.js';
 import { recordRefusals, testSource } from '../helpers/sequencers.js';
 import { testServers } from '../helpers/servers.js';

@@ -9,10 +9,11 @@
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { LockLostError, ZooKeeperClient, acquireLock, lockStatus, tlsConnector, type ConnectOptions } from '../../src/index.js';
+import { LockLostError } from '../../src/index.js';
+import { ZooKeeperClient, acquireLock, lockStatus, tlsConnector, type ConnectOptions } from '../../src/sources/zookeeper/index.js';
 import { expireSession, sessionRecorder, type ExpireSessionOptions } from '../../src/testing/index.js';
 import { sessionPassword } from '../../src/testing/expire-session.js';
-import { connectTcp, type Connector } from '../../src/zookeeper/connection.js';
+import { connectTcp, type Connector } from '../../src/sources/zookeeper/connection.js';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';

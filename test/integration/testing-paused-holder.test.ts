@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryFenceStore, fencing, fencingHeaders } from '../../adapters/express/index.js';
-import { ZooKeeperClient, acquireLock, lockStatus } from '../../src/index.js';
+import { ZooKeeperClient, acquireLock, lockStatus } from '../../src/sources/zookeeper/index.js';
 import { reportHolding, spawnHolder, type HolderProcess } from '../../src/testing/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';

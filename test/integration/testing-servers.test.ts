@@ -5,7 +5,7 @@
 import { existsSync } from 'node:fs';
 import net from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ZooKeeperClient, acquireLock } from '../../src/index.js';
+import { ZooKeeperClient, acquireLock } from '../../src/sources/zookeeper/index.js';
 import { ServerNotInstalledError, ServerStartError, startRedis, startZooKeeper, type RedisServer, type ZooKeeperServer } from '../../src/testing/index.js';
 import { uniqueLockName } from '../helpers/unique.js';
 

@@ -5,7 +5,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { CURRENT_LOCK, NoCurrentLockError, currentLock, withLock } from '../../src/index.js';
 import type { Lock } from '../../src/lock.js';
-import { zookeeperSource } from '../../src/zookeeper/recipes/source.js';
+import { zookeeperSource } from '../../src/sources/zookeeper/recipes/source.js';
 import { withFence, type Database } from '../../adapters/postgres/index.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';

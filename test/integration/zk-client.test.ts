@@ -1,9 +1,9 @@
 // Every operation of the wire client against a real standalone ZooKeeper.
 import { describe, expect, it } from 'vitest';
 import { ClientClosedError, InvalidArgumentError, ZooKeeperError } from '../../src/errors.js';
-import { ZooKeeperClient, digestAclId } from '../../src/zookeeper/client.js';
-import { CREATOR_ALL_ACL, MAX_PACKET_BYTES, OPEN_ACL_UNSAFE, Perms, READ_ACL_UNSAFE } from '../../src/zookeeper/protocol.js';
-import type { WatchEvent } from '../../src/zookeeper/watches.js';
+import { ZooKeeperClient, digestAclId } from '../../src/sources/zookeeper/client.js';
+import { CREATOR_ALL_ACL, MAX_PACKET_BYTES, OPEN_ACL_UNSAFE, Perms, READ_ACL_UNSAFE } from '../../src/sources/zookeeper/protocol.js';
+import type { WatchEvent } from '../../src/sources/zookeeper/watches.js';
 import { StandaloneFile } from '../helpers/zookeeper-file.js';
 import { RequestCounter, fileNamespace, watcherSpy } from './zk-helpers.js';
 

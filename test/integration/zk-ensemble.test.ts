@@ -1,8 +1,8 @@
 // Leader failover on a real 3-node ensemble: the session, its ephemeral nodes
 // and its watches survive the SIGKILL of the leader.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ZooKeeperClient, type ClientState } from '../../src/zookeeper/client.js';
-import type { WatchEvent } from '../../src/zookeeper/watches.js';
+import { ZooKeeperClient, type ClientState } from '../../src/sources/zookeeper/client.js';
+import type { WatchEvent } from '../../src/sources/zookeeper/watches.js';
 import { ConnectionLossError, isCode, type ErrorCode } from '../../src/errors.js';
 import { ensembleLeader, ensembleLeaderKills, testServers, useEnsembleForFaults, waitEnsembleHealthy } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';

@@ -2,9 +2,9 @@
 // each test, a per-file namespace, a wait that polls without timing, and a
 // count of the requests on a client's socket.
 import { ZooKeeperError } from '../../src/errors.js';
-import { ZooKeeperClient, type ConnectOptions, type Connector } from '../../src/zookeeper/client.js';
-import { connectTcp } from '../../src/zookeeper/connection.js';
-import { FrameParser } from '../../src/zookeeper/frame-parser.js';
+import { ZooKeeperClient, type ConnectOptions, type Connector } from '../../src/sources/zookeeper/client.js';
+import { connectTcp } from '../../src/sources/zookeeper/connection.js';
+import { FrameParser } from '../../src/sources/zookeeper/frame-parser.js';
 import { afterAll, beforeAll } from 'vitest';
 import { uniqueZnodePath } from '../helpers/unique.js';
 import type { StandaloneFile } from '../helpers/zookeeper-file.js';

@@ -2,8 +2,8 @@
 // a TCP proxy owned by the test: connection resets and a black hole.
 import { afterEach, describe, expect, it } from 'vitest';
 import { ConnectionLossError, SessionExpiredError } from '../../src/errors.js';
-import { ZooKeeperClient, type ClientState } from '../../src/zookeeper/client.js';
-import type { WatchEvent } from '../../src/zookeeper/watches.js';
+import { ZooKeeperClient, type ClientState } from '../../src/sources/zookeeper/client.js';
+import type { WatchEvent } from '../../src/sources/zookeeper/watches.js';
 import { StandaloneFile } from '../helpers/zookeeper-file.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { RequestCounter, fileNamespace, watcherSpy } from './zk-helpers.js';

@@ -5,9 +5,9 @@
 // holder on it, all over TLS.
 import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { acquireLock, lockStatus, type ZooKeeperLock } from '../../src/zookeeper/recipes/lock.js';
-import { ZooKeeperClient } from '../../src/zookeeper/client.js';
-import type { WatchEvent } from '../../src/zookeeper/watches.js';
+import { acquireLock, lockStatus, type ZooKeeperLock } from '../../src/sources/zookeeper/recipes/lock.js';
+import { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
+import type { WatchEvent } from '../../src/sources/zookeeper/watches.js';
 import { ensembleLeader, ensembleLeaderKills, testServers, useEnsembleForFaults, waitEnsembleHealthy } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';

@@ -1,10 +1,10 @@
 // fencekeeper/etcd refuses bad input with InvalidArgumentError before any
 // request: the client here records every call, and none may happen.
 import { describe, expect, it } from 'vitest';
-import type { EtcdClient } from '../../adapters/etcd/client.js';
-import { acquireLock, campaign, etcdSession, etcdSource, lockStatus, observeLeader, tryAcquireLock } from '../../adapters/etcd/index.js';
-import { prefixEnd, queuePrefix, queueRequests } from '../../adapters/etcd/queue.js';
-import { checkName } from '../../adapters/etcd/input.js';
+import type { EtcdClient } from '../../src/sources/etcd/client.js';
+import { acquireLock, campaign, etcdSession, etcdSource, lockStatus, observeLeader, tryAcquireLock } from '../../src/sources/etcd/index.js';
+import { prefixEnd, queuePrefix, queueRequests } from '../../src/sources/etcd/queue.js';
+import { checkName } from '../../src/sources/etcd/input.js';
 import { UsageError } from '../../src/cli/args.js';
 import { ETCD_SERVICE } from '../../src/cli/services/etcd.js';
 import { InvalidArgumentError } from '../../src/errors.js';

@@ -5,8 +5,8 @@
 // stalled keepalive stream is replaced.
 import { performance } from 'node:perf_hooks';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { EtcdClient, EtcdDuplexStream, EtcdKeepAliveResponse } from '../../adapters/etcd/client.js';
-import { etcdSession, type EtcdSession } from '../../adapters/etcd/index.js';
+import type { EtcdClient, EtcdDuplexStream, EtcdKeepAliveResponse } from '../../src/sources/etcd/client.js';
+import { etcdSession, type EtcdSession } from '../../src/sources/etcd/index.js';
 import type { LockLostError } from '../../src/errors.js';
 import { until } from '../helpers/wait.js';
 

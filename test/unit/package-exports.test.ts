@@ -63,16 +63,23 @@ const ERROR_CLASSES = [
 const CONTRACT: Record<string, { functions: string[]; classes: string[]; values: string[] }> = {
   fencekeeper: {
     functions: [
-      'parseToken', 'formatToken', 'assertToken', 'acquireLock', 'tryAcquireLock', 'campaign', 'withLock',
-      'lockStatus', 'observeLock', 'observeLeader', 'zookeeperSource', 'safetyMargin', 'tlsConnector',
+      'parseToken', 'formatToken', 'assertToken', 'withLock', 'safetyMargin',
       'traceAcquire', 'traceRelease', 'traceCampaign', 'traceAdmit', 'traceEffect', 'traceFencedWrite', 'traceWithFence',
       'traceS3Put', 'traceS3Delete', 'publishSessionState', 'publishRefused', 'publishUnknownOutcome',
-      'grantSequencer', 'zookeeperSourceId', 'digestAclId',
+      'grantSequencer',
       'sequencer', 'isSequencer', 'parseSequencer', 'formatSequencer', 'resolveFencing',
       'currentLock', 'fenceBinding', 'matchesBinding',
     ],
-    classes: [...ERROR_CLASSES, 'ZooKeeperClient', 'StepDownClock', 'SourceIdentityCache'],
-    values: ['MAX_TOKEN', 'CHANNELS', 'TRACING_CHANNELS', 'CURRENT_LOCK', 'RUN_WITHIN', 'Perms', 'OPEN_ACL_UNSAFE', 'READ_ACL_UNSAFE', 'CREATOR_ALL_ACL'],
+    classes: [...ERROR_CLASSES, 'StepDownClock', 'SourceIdentityCache'],
+    values: ['MAX_TOKEN', 'CHANNELS', 'TRACING_CHANNELS', 'CURRENT_LOCK', 'RUN_WITHIN'],
+  },
+  'fencekeeper/zookeeper': {
+    functions: [
+      'acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader',
+      'zookeeperSource', 'zookeeperSourceId', 'tlsConnector', 'digestAclId', 'verifyWithZooKeeper',
+    ],
+    classes: ['ZooKeeperClient'],
+    values: ['Perms', 'OPEN_ACL_UNSAFE', 'READ_ACL_UNSAFE', 'CREATOR_ALL_ACL'],
   },
   'fencekeeper/postgres': {
     functions: [
@@ -89,7 +96,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     values: ['DEFAULT_GRACE_MS', 'LAYOUT_METADATA', 'TOKEN_METADATA', 'TOMBSTONE_METADATA', 'WRITE_ID_METADATA'],
   },
   'fencekeeper/express': {
-    functions: ['fencing', 'verifyWithZooKeeper', 'fencedHandler', 'hasFencing', 'idempotency', 'fencingHeaders', 'fencedFetch'],
+    functions: ['fencing', 'fencedHandler', 'hasFencing', 'idempotency', 'fencingHeaders', 'fencedFetch'],
     classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
     values: ['REPLAYED_HEADERS'],
   },
@@ -110,7 +117,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
 describe('the package by name', () => {
   it('package.json names the package and exports exactly its entry points', () => {
     expect(pkg.name).toBe('fencekeeper');
-    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './etcd', './express', './opentelemetry', './package.json', './postgres', './redis', './s3', './testing']);
+    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './etcd', './express', './opentelemetry', './package.json', './postgres', './redis', './s3', './testing', './zookeeper']);
     for (const [subpath, target] of Object.entries(pkg.exports)) {
       if (typeof target === 'string') continue;
       expect(existsSync(join(root, target.default)), `${subpath} -> ${target.default}`).toBe(true);
@@ -167,7 +174,7 @@ describe('the package by name', () => {
   });
 
   it('internal files are not reachable through the exports map', async () => {
-    for (const specifier of ['fencekeeper/dist/src/token.js', 'fencekeeper/src/token.js', 'fencekeeper/zookeeper']) {
+    for (const specifier of ['fencekeeper/dist/src/token.js', 'fencekeeper/src/token.js', 'fencekeeper/sources/zookeeper', 'fencekeeper/dist/src/sources/zookeeper/client.js']) {
       await expect(load(specifier), specifier).rejects.toThrow();
     }
   });

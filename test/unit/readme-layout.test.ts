@@ -1,5 +1,5 @@
 // The README's "How the code is laid out" section against the tree: every
-// path it names exists, and every folder of src/ and adapters/ (and every
+// path it names exists, and every folder of src/, src/sources/ and adapters/ (and every
 // file directly in src/ and its folders' top level) is named, so a new
 // maintainer's map cannot drift from the code.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
@@ -64,10 +64,11 @@ describe('README: how the code is laid out', () => {
     expect(missing).toEqual([]);
   });
 
-  it('names every folder of src/ and adapters/, and the files of src/, src/zookeeper/ and its recipes, src/testing/ and src/cli/', () => {
+  it('names every folder of src/ and adapters/, and the files of src/, src/sources/zookeeper/ and its recipes, src/testing/ and src/cli/', () => {
     const wanted = [
       ...readdirSync(`${ROOT}src`).map((e) => `src/${e}`),
-      ...tree('src/zookeeper', 1),
+      ...readdirSync(`${ROOT}src/sources`).map((e) => `src/sources/${e}`),
+      ...tree('src/sources/zookeeper', 1),
       ...tree('src/testing', 0),
       ...tree('src/cli', 0).filter((p) => !/\/(commands|services|demo)\//.test(p)),
       ...readdirSync(`${ROOT}adapters`).map((e) => `adapters/${e}`),

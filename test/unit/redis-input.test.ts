@@ -3,12 +3,12 @@
 // they are given, and must have been given none.
 import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../../src/errors.js';
-import { acquireLock, lockStatus, redisSource, tryAcquireLock, type RedisClient, type RedisTarget } from '../../adapters/redis/index.js';
+import { acquireLock, lockStatus, redisSource, tryAcquireLock, type RedisClient, type RedisTarget } from '../../src/sources/redis/index.js';
 import { REDIS_SERVICE, REDLOCK_SERVICE } from '../../src/cli/services/redis.js';
 import { UsageError } from '../../src/cli/args.js';
 import type { LockServiceContext } from '../../src/cli/lock-service.js';
-import { checkName } from '../../adapters/redis/options.js';
-import { lockKeys } from '../../adapters/redis/scripts.js';
+import { checkName } from '../../src/sources/redis/options.js';
+import { lockKeys } from '../../src/sources/redis/scripts.js';
 
 function fake(sent: string[]): RedisClient {
   return {

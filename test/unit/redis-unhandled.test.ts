@@ -7,8 +7,8 @@
 import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { ConnectionLossError } from '../../src/errors.js';
-import { NodeTimeoutError, send, type RedisClient, type RedisSubscriber } from '../../adapters/redis/client.js';
-import { wakeChannel } from '../../adapters/redis/wake.js';
+import { NodeTimeoutError, send, type RedisClient, type RedisSubscriber } from '../../src/sources/redis/client.js';
+import { wakeChannel } from '../../src/sources/redis/wake.js';
 import { countUnhandledRejections } from '../helpers/unhandled.js';
 
 const unhandled = countUnhandledRejections();

@@ -6,11 +6,11 @@ import net from 'node:net';
 import { Duplex } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ClientClosedError, ConnectionLossError, ProtocolError } from '../../src/errors.js';
-import { ZooKeeperClient, type ClientState, type Connector } from '../../src/zookeeper/client.js';
-import { FrameParser } from '../../src/zookeeper/frame-parser.js';
-import { JuteReader } from '../../src/zookeeper/jute-reader.js';
-import { JuteWriter } from '../../src/zookeeper/jute-writer.js';
-import type { WatchEvent } from '../../src/zookeeper/watches.js';
+import { ZooKeeperClient, type ClientState, type Connector } from '../../src/sources/zookeeper/client.js';
+import { FrameParser } from '../../src/sources/zookeeper/frame-parser.js';
+import { JuteReader } from '../../src/sources/zookeeper/jute-reader.js';
+import { JuteWriter } from '../../src/sources/zookeeper/jute-writer.js';
+import type { WatchEvent } from '../../src/sources/zookeeper/watches.js';
 
 interface FakeRequest { readonly xid: number; readonly opcode: number; readonly connection: number }
 type Behaviour = {

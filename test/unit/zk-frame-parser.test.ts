@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { ProtocolError } from '../../src/errors.js';
-import { FrameParser } from '../../src/zookeeper/frame-parser.js';
+import { FrameParser } from '../../src/sources/zookeeper/frame-parser.js';
 
 function frame(payload: Uint8Array): Buffer {
   const out = Buffer.alloc(4 + payload.length);

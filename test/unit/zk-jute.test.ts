@@ -3,9 +3,9 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { ProtocolError } from '../../src/errors.js';
-import { JuteReader } from '../../src/zookeeper/jute-reader.js';
-import { JuteWriter } from '../../src/zookeeper/jute-writer.js';
-import { readAcl, readStat, writeAcl, type ACL, type Stat } from '../../src/zookeeper/protocol.js';
+import { JuteReader } from '../../src/sources/zookeeper/jute-reader.js';
+import { JuteWriter } from '../../src/sources/zookeeper/jute-writer.js';
+import { readAcl, readStat, writeAcl, type ACL, type Stat } from '../../src/sources/zookeeper/protocol.js';
 
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;

@@ -1,10 +1,10 @@
-// The arrival rule of lock-delay (src/zookeeper/recipes/lock-delay.ts) on
+// The arrival rule of lock-delay (src/sources/zookeeper/recipes/lock-delay.ts) on
 // hand-made parent stats: the cases a real server only produces in a race
 // between two pipelined requests (a child that came and went between the
 // read before our create and the read after it), next to the ordinary ones.
 import { describe, expect, it } from 'vitest';
-import { arrivedClean } from '../../src/zookeeper/recipes/lock-delay.js';
-import type { Stat } from '../../src/zookeeper/protocol.js';
+import { arrivedClean } from '../../src/sources/zookeeper/recipes/lock-delay.js';
+import type { Stat } from '../../src/sources/zookeeper/protocol.js';
 
 const OURS = 'aaaa-lock-0000000007';
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { InvalidArgumentError } from '../../src/errors.js';
-import { joinPath, parseConnectString, validatePath } from '../../src/zookeeper/paths.js';
+import { joinPath, parseConnectString, validatePath } from '../../src/sources/zookeeper/paths.js';
 
 describe('validatePath', () => {
   it.each([

@@ -11,8 +11,8 @@ import { UsageError, positiveInt } from '../args.js';
 import { UnreachableError, type LockService, type LockServiceAddress, type LockServiceKind, type QueueEntry, type QueueEvent } from '../lock-service.js';
 import { followQueue, serviceOf } from './source-service.js';
 
-type EtcdEntry = typeof import('../../../adapters/etcd/index.js');
-type Etcd3Module = { Etcd3: new (options: { hosts: string[] }) => import('../../../adapters/etcd/index.js').EtcdClient & { close(): void } };
+type EtcdEntry = typeof import('../../sources/etcd/index.js');
+type Etcd3Module = { Etcd3: new (options: { hosts: string[] }) => import('../../sources/etcd/index.js').EtcdClient & { close(): void } };
 
 const HOST = /^(?:\[[0-9a-f:.]+\]|[a-z0-9.-]+):[0-9]{1,5}$/i;
 
@@ -35,7 +35,7 @@ export const ETCD_SERVICE: LockServiceKind = {
         checkEtcdName(kind, name);
       },
       async connect(signal) {
-        const [entry, etcd3] = await Promise.all([import('../../../adapters/etcd/index.js'), loadEtcd3()]);
+        const [entry, etcd3] = await Promise.all([import('../../sources/etcd/index.js'), loadEtcd3()]);
         signal?.throwIfAborted();
         const etcd = new etcd3.Etcd3({ hosts });
         let source: ReturnType<EtcdEntry['etcdSource']>;
@@ -76,7 +76,7 @@ async function loadEtcd3(): Promise<Etcd3Module> {
   }
 }
 
-// fencekeeper/etcd's name rule (adapters/etcd/input.ts checkName), checked here before
+// fencekeeper/etcd's name rule (src/sources/etcd/input.ts checkName), checked here before
 // anything is loaded: the CLI loads adapters only on demand (test/integration/cli-layers.test.ts).
 function checkEtcdName(kind: string, name: string): void {
   // eslint-disable-next-line no-control-regex

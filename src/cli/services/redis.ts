@@ -100,9 +100,9 @@ export const REDLOCK_SERVICE = kind('redlock', 'redlock://h1:6379,h2:6379,h3:637
 async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number, description: string, signal: AbortSignal | undefined): Promise<LockService> {
   const [{ Redis }, { redisSource }, { NodeTimeoutError, send }, { checkSettings }] = await Promise.all([
     import('ioredis'),
-    import('../../../adapters/redis/index.js'),
-    import('../../../adapters/redis/client.js'),
-    import('../../../adapters/redis/options.js'),
+    import('../../sources/redis/index.js'),
+    import('../../sources/redis/client.js'),
+    import('../../sources/redis/options.js'),
   ]);
   const clients = url.endpoints.map(
     (e) =>

@@ -17,31 +17,16 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
-import {
-  ClientClosedError,
-  ConnectionLossError,
-  InvalidArgumentError,
-  SessionExpiredError,
-  ZooKeeperClient,
-  ZooKeeperError,
-  tlsConnector,
-  zookeeperSource,
-  CREATOR_ALL_ACL,
-  READ_ACL_UNSAFE,
-  type ACL,
-  type AuthInfo,
-  type ClientState,
-  type Connector,
-  type QueueEntry as ZooKeeperQueueEntry,
-} from '../../index.js';
-import { ELECTIONS_ROOT } from '../../zookeeper/recipes/election.js';
-import { LOCKS_ROOT } from '../../zookeeper/recipes/lock.js';
-import { readEntry } from '../../zookeeper/recipes/queue.js';
-import { queueParent, sortQueue } from '../../zookeeper/recipes/queue-order.js';
+import { ClientClosedError, ConnectionLossError, InvalidArgumentError, SessionExpiredError, ZooKeeperError } from '../../index.js';
+import { ZooKeeperClient, tlsConnector, zookeeperSource, CREATOR_ALL_ACL, READ_ACL_UNSAFE, type ACL, type AuthInfo, type ClientState, type Connector, type QueueEntry as ZooKeeperQueueEntry } from '../../sources/zookeeper/index.js';
+import { ELECTIONS_ROOT } from '../../sources/zookeeper/recipes/election.js';
+import { LOCKS_ROOT } from '../../sources/zookeeper/recipes/lock.js';
+import { readEntry } from '../../sources/zookeeper/recipes/queue.js';
+import { queueParent, sortQueue } from '../../sources/zookeeper/recipes/queue-order.js';
 import { UsageError, positiveInt, type ParsedArgs } from '../args.js';
-import type { TlsOptions } from '../../zookeeper/tls.js';
+import type { TlsOptions } from '../../sources/zookeeper/tls.js';
 // The client's own default connector, which the public API does not export: wrapped while connecting (interruptibleConnector).
-import { connectTcp } from '../../zookeeper/connection.js';
+import { connectTcp } from '../../sources/zookeeper/connection.js';
 import { UnreachableError, type LockService, type LockServiceAddress, type LockServiceKind, type QueueEntry, type QueueEvent } from '../lock-service.js';
 import { READ_AGAIN, followQueue, serviceOf } from './source-service.js';
 

@@ -1,0 +1,83 @@
+/**
+ * Leader election on the same queue as the lock: electing a leader is
+ * acquiring a lock that is held for longer. The leader's epoch is its key's
+ * create revision, so every later leader's epoch is larger, across etcd
+ * leader changes too; downstream systems fence on it as on a lock token.
+ */
+import { traceCampaign, traceRelease, type CampaignOptions, type FencingToken, type Leadership, type SourceObserver } from '../../index.js';
+import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
+import { HeldKey } from './held-key.js';
+import { checkClient, checkName } from './input.js';
+import { joinAndWait } from './join.js';
+import { QueueObserver } from './observer.js';
+import { ELECTIONS_ROOT, queuePrefix, type QueueKey } from './queue.js';
+import type { Lease } from './session.js';
+import { etcdSourceIds } from './source-id.js';
+
+/** A leadership won in an etcd election: the core's Leadership, our id, and the key behind it. */
+export interface EtcdLeadership extends Leadership {
+  /** This candidate's id (CampaignOptions.id), as observers see it. */
+  readonly id: string;
+  /** Our key (its create revision is the epoch). */
+  readonly key: string;
+  readonly lease: bigint;
+  /** Apply `ops` only while this candidate leads: as EtcdLock.ifHeld (./fenced-txn.ts). */
+  ifLeader(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']>;
+}
+
+class HeldLeadership extends HeldKey implements EtcdLeadership {
+  readonly id: string;
+  readonly epoch: FencingToken;
+
+  constructor(etcd: EtcdClient, lease: Lease, name: string, id: string, node: QueueKey, revision: bigint, marginMs: number) {
+    super(etcd, lease, 'election', name, node, revision, marginMs);
+    this.id = id;
+    this.epoch = node.token;
+  }
+
+  resign(): Promise<void> {
+    return traceRelease('etcd', this.name, this.epoch, () => this.leave());
+  }
+
+  ifLeader(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']> {
+    return this.fenced('ifLeader', ops);
+  }
+}
+
+/** Stand for election; resolves when this candidate is the leader. */
+export function campaign(etcd: EtcdClient, name: string, options: CampaignOptions = {}): Promise<EtcdLeadership> {
+  const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number, id: string): HeldLeadership =>
+    new HeldLeadership(etcd, lease, name, id, node, revision, marginMs);
+  // A waiting join ends in a leadership or an error, never null.
+  return traceCampaign('etcd', name, () =>
+    etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { root: ELECTIONS_ROOT, name, mode: 'wait', options, ownerField: 'id', build }), (leader) => leader.resign()) as Promise<HeldLeadership>);
+}
+
+export interface EtcdLeaderInfo {
+  readonly id: string;
+  readonly epoch: FencingToken;
+  readonly key: string;
+}
+
+/**
+ * Who leads an election, without campaigning. `current()` answers from a
+ * cache that a watch on the election's prefix invalidates, so repeated calls
+ * cost no request while nothing changes.
+ */
+export interface EtcdLeaderObserver extends SourceObserver {
+  current(): Promise<EtcdLeaderInfo | null>;
+}
+
+export function observeLeader(etcd: EtcdClient, name: string): EtcdLeaderObserver {
+  checkClient(etcd);
+  checkName(name);
+  const queue = new QueueObserver(etcd, queuePrefix(ELECTIONS_ROOT, name), 1);
+  return {
+    async current() {
+      const head = (await queue.entries())[0];
+      return head === undefined ? null : { id: head.owner, epoch: head.token, key: head.key };
+    },
+    onChange: (listener) => queue.onChange(listener),
+    close: () => queue.close(),
+  };
+}

@@ -1,0 +1,38 @@
+/**
+ * etcd as a LockSource: the lock and election bound to one client and its
+ * session, for code that takes any source.
+ *
+ *   const source = etcdSource(etcd, { ttlSeconds: 10 });
+ *   const lock = await source.acquireLock('jobs/reindex');   // = acquireLock(etcd, 'jobs/reindex')
+ *
+ * The source's one setting, the lease TTL, is the client's session's: every
+ * source over one client shares its lease. Closing the session (and the
+ * client) is still its owner's job: `etcdSession(etcd).close()`.
+ */
+import type { AcquireOptions, CampaignOptions, LockSource, LockStatus, TryAcquireOptions } from '../../index.js';
+import type { EtcdClient } from './client.js';
+import { campaign, type EtcdLeadership } from './election.js';
+import { acquireLock, lockStatus, tryAcquireLock, type EtcdLock } from './lock.js';
+import type { EtcdQueueEntry } from './queue.js';
+import { etcdSession, type EtcdSessionOptions } from './session.js';
+
+/** The etcd source: every method of LockSource, with etcd's richer results. */
+export interface EtcdSource extends LockSource {
+  readonly kind: 'etcd';
+  acquireLock(name: string, options?: AcquireOptions): Promise<EtcdLock>;
+  tryAcquireLock(name: string, options?: TryAcquireOptions): Promise<EtcdLock | null>;
+  campaign(name: string, options?: CampaignOptions): Promise<EtcdLeadership>;
+  lockStatus(name: string): Promise<LockStatus<EtcdQueueEntry>>;
+}
+
+export function etcdSource(etcd: EtcdClient, options?: EtcdSessionOptions): EtcdSource {
+  const session = etcdSession(etcd, options);
+  return Object.freeze({
+    kind: 'etcd',
+    description: `etcd, one ${session.requestedTtlSeconds} s lease per client`,
+    acquireLock: (name: string, o?: AcquireOptions) => acquireLock(etcd, name, o),
+    tryAcquireLock: (name: string, o?: TryAcquireOptions) => tryAcquireLock(etcd, name, o),
+    campaign: (name: string, o?: CampaignOptions) => campaign(etcd, name, o),
+    lockStatus: (name: string) => lockStatus(etcd, name),
+  });
+}

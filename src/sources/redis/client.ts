@@ -1,0 +1,147 @@
+// The part of ioredis this entry calls, as structural interfaces: a user's
+// `new Redis(...)` fits without this package importing ioredis (an optional
+// peer dependency of fencekeeper/redis only).
+import { ConnectionLossError } from '../../index.js';
+import { Deadline, deadlines, type Deadlines } from './deadlines.js';
+
+/** A Redis connection: an ioredis `Redis` instance. */
+export interface RedisClient {
+  /** ioredis: `call(command, args)`, a raw command and its raw reply. */
+  call(command: string, args: (string | number)[]): Promise<unknown>;
+  /**
+   * A second connection to the same server with the same options: a waiter
+   * subscribes on it to hear of a release (a connection in subscriber mode
+   * can send nothing else). Closed again when the client has no waiter left.
+   * Asked with `{ autoResubscribe: false }` (a wrapper must pass it on):
+   * ioredis's own resubscribe after a reconnect is a promise nobody can
+   * handle, rejected with "Connection is closed." (an unhandled rejection,
+   * which ends a Node process) when the subscriber is closed before the
+   * server confirms it; we resubscribe ourselves on 'ready' instead.
+   */
+  duplicate(override?: { readonly autoResubscribe: false }): RedisSubscriber;
+  /** ioredis keeps its connection options here; read for messages only. */
+  readonly options?: { readonly host?: string | undefined; readonly port?: number | undefined };
+}
+
+const places = new WeakMap<RedisClient, string>();
+
+/** host:port of a client, for messages (worked out once per client: every acquire passes it on). */
+export function where(client: RedisClient): string {
+  let place = places.get(client);
+  if (place === undefined) {
+    const o = client.options;
+    place = `${o?.host ?? 'localhost'}:${o?.port ?? 6379}`;
+    places.set(client, place);
+  }
+  return place;
+}
+
+/** A connection used for SUBSCRIBE only. */
+export interface RedisSubscriber {
+  subscribe(channel: string): Promise<unknown>;
+  on(event: 'message', listener: (channel: string, message: string) => void): unknown;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+  /** ioredis: 'close' when a connection ends, 'ready' when a new one can take commands. */
+  on(event: 'close' | 'ready', listener: () => void): unknown;
+  disconnect(): void;
+}
+
+/** The server answered with an error, or did not answer in time. */
+export class NodeTimeoutError extends ConnectionLossError {}
+
+/**
+ * `command` on `client`, or a ConnectionLossError after `timeoutMs`. The
+ * command is not withdrawn: it may still run on the server later (a node
+ * paused by SIGSTOP answers when it resumes), which every caller allows for:
+ * a late SET NX leaves a key with a value nobody will use, removed by its TTL
+ * or by the compare-and-delete queued behind it on the same connection.
+ *
+ * `command` in lower case, as ioredis names its commands: it looks the name
+ * up in its command tables several times per command, lower-casing it each
+ * time (a new string for a name in capitals).
+ *
+ * `scriptText`, for an evalsha (`args[0]` the SHA1): a server that does not
+ * know the script (NOSCRIPT: restarted, or SCRIPT FLUSH) is sent it once with
+ * eval, with a timeout of its own, on the same promise.
+ */
+export function send(client: RedisClient, where: string, command: string, args: (string | number)[], timeoutMs: number, scriptText?: string): Promise<unknown> {
+  return new PendingCommand(client, where, command, args, timeoutMs, scriptText).promise;
+}
+
+/**
+ * One command of send(): its promise, and its node timeout on the shared list
+ * of timeouts of its length (./deadlines.ts), not a Node timer of its own.
+ * This is every command's path: one object and the promise, not a race of
+ * two promises, nor an async wrapper for the NOSCRIPT case.
+ */
+class PendingCommand extends Deadline {
+  readonly promise: Promise<unknown>;
+  readonly #client: RedisClient;
+  readonly #where: string;
+  readonly #timeouts: Deadlines;
+  #command: string;
+  #args: (string | number)[];
+  #fallback: string | undefined;
+  #resolve!: (value: unknown) => void;
+  #reject!: (error: unknown) => void;
+  /** Settled: a later reply or failure (after the timeout) changes nothing. */
+  #done = false;
+
+  constructor(client: RedisClient, where: string, command: string, args: (string | number)[], timeoutMs: number, scriptText: string | undefined) {
+    super();
+    this.#client = client;
+    this.#where = where;
+    this.#command = command;
+    this.#args = args;
+    this.#fallback = scriptText;
+    this.#timeouts = deadlines(timeoutMs);
+    this.promise = new Promise((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+    this.#timeouts.start(this);
+    this.#issue();
+  }
+
+  #issue(): void {
+    let reply: Promise<unknown>;
+    try {
+      reply = this.#client.call(this.#command, this.#args);
+    } catch (error) {
+      // A client that throws instead of rejecting (a wrapper, a closed client of another library): the same error, our class.
+      this.#fallback = undefined;
+      this.#failed(error);
+      return;
+    }
+    // Both outcomes handled, also after the timeout has already decided.
+    reply.then(this.#succeeded, this.#failed);
+  }
+
+  readonly #succeeded = (value: unknown): void => {
+    if (this.#done) return;
+    this.#done = true;
+    this.cancel();
+    this.#resolve(value);
+  };
+
+  readonly #failed = (error: unknown): void => {
+    if (this.#done) return;
+    if (this.#fallback !== undefined && /NOSCRIPT/.test(String((error as Error)?.message))) {
+      this.#args = [this.#fallback, ...this.#args.slice(1)];
+      this.#fallback = undefined;
+      this.#command = 'eval';
+      this.#timeouts.start(this);
+      this.#issue();
+      return;
+    }
+    this.#done = true;
+    this.cancel();
+    this.#reject(error instanceof ConnectionLossError ? error : new ConnectionLossError(`Redis at ${this.#where}: ${(error as Error)?.message ?? String(error)}`, { cause: error }));
+  };
+
+  override expired(): void {
+    if (this.#done) return;
+    this.#done = true;
+    this.#reject(new NodeTimeoutError(`Redis at ${this.#where} did not answer ${this.#command.toUpperCase()} within ${this.#timeouts.ms} ms`));
+  }
+}

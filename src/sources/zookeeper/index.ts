@@ -1,0 +1,37 @@
+// fencekeeper/zookeeper: the ZooKeeper token source. A wire-protocol client
+// of its own (no ZooKeeper package underneath), the fair lock and leader
+// election recipes over it, as functions of a client or as a LockSource,
+// and the HTTP verify that admits only the current holder's token.
+// ZooKeeper client
+export { ZooKeeperClient, digestAclId } from './client.js';
+export type {
+  ClientState,
+  ConnectOptions,
+  AuthInfo,
+  CreateOptions,
+  WatchOptions,
+  MultiOp,
+  MultiResult,
+} from './client.js';
+export type { Connector } from './client.js';
+export { tlsConnector } from './tls.js';
+export type { TlsOptions } from './tls.js';
+export type { ServerAddress } from './paths.js';
+export type { Stat, ACL, Id, CreateMode } from './protocol.js';
+export { Perms, OPEN_ACL_UNSAFE, CREATOR_ALL_ACL, READ_ACL_UNSAFE } from './protocol.js';
+export type { WatchEvent, WatchEventType, Watcher } from './watches.js';
+
+// ZooKeeper's lock and election recipes, as functions of a client or as a LockSource
+export { acquireLock, tryAcquireLock, lockStatus, observeLock } from './recipes/lock.js';
+export type { ZooKeeperLock, LockObserver } from './recipes/lock.js';
+export { campaign, observeLeader } from './recipes/election.js';
+export type { ZooKeeperLeadership, LeaderObserver, LeaderInfo } from './recipes/election.js';
+export type { QueueEntry } from './recipes/queue.js';
+export { zookeeperSource } from './recipes/source.js';
+export { zookeeperSourceId } from './recipes/source-id.js';
+export type { ZooKeeperSource, ZooKeeperSourceOptions } from './recipes/source.js';
+export type { AclOption, ZooKeeperAcquireOptions, ZooKeeperTryAcquireOptions, ZooKeeperCampaignOptions } from './recipes/acl-options.js';
+
+// Chubby's CheckSequencer for a resource: admit only the current holder's token
+export { verifyWithZooKeeper } from './recipes/verify.js';
+export type { ZooKeeperVerifier, VerifyWithZooKeeperOptions } from './recipes/verify.js';

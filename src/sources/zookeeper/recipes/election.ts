@@ -1,0 +1,93 @@
+/**
+ * Leader election on the same queue as the lock: electing a leader is
+ * acquiring a lock that is held for longer. The leader's epoch is the czxid
+ * of its node, so every later leader's epoch is larger, across ZooKeeper
+ * failovers too; downstream systems fence on it exactly as on a lock token.
+ */
+import { traceCampaign, traceRelease } from '../../../diagnostics.js';
+import type { Leadership } from '../../../lock.js';
+import type { SourceObserver } from '../../../lock-source.js';
+import type { ZooKeeperAcquireOptions, ZooKeeperCampaignOptions } from './acl-options.js';
+import type { FencingToken } from '../../../token.js';
+import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
+import { HeldNode } from './held-node.js';
+import { DEFAULT_OWNER, joinAndWait } from './join.js';
+import { QueueObserver } from './observer.js';
+import type { QueueNode } from './queue.js';
+import { zookeeperSourceIds } from './source-id.js';
+import { queueParent } from './queue-order.js';
+
+export const ELECTIONS_ROOT = '/fencekeeper/elections';
+
+/** A leadership won in a ZooKeeper election: the core's Leadership, our id, and the queue node behind it. */
+export interface ZooKeeperLeadership extends Leadership {
+  /** This candidate's id (CampaignOptions.id), as observers see it. */
+  readonly id: string;
+  /** Our node's path (its czxid is the epoch). */
+  readonly path: string;
+  /**
+   * Apply `ops` only while this candidate leads: as ZooKeeperLock.ifHeld
+   * (one multi with a check of our node; LockLostError, nothing written, when not leading).
+   */
+  ifLeader(ops: readonly MultiOp[]): Promise<MultiResult[]>;
+}
+
+class HeldLeadership extends HeldNode implements ZooKeeperLeadership {
+  readonly id: string;
+  readonly epoch: FencingToken;
+
+  constructor(zk: ZooKeeperClient, name: string, id: string, node: QueueNode, marginMs: number) {
+    super(zk, 'election', name, node, marginMs);
+    this.id = id;
+    this.epoch = node.token;
+  }
+
+  ifLeader(ops: readonly MultiOp[]): Promise<MultiResult[]> {
+    return this.fenced('ifLeader', ops);
+  }
+
+  resign(): Promise<void> {
+    return traceRelease('zookeeper', this.name, this.epoch, () => this.leave());
+  }
+}
+
+/** Stand for election; resolves when this candidate is the leader. */
+export async function campaign(zk: ZooKeeperClient, name: string, options: ZooKeeperCampaignOptions = {}): Promise<ZooKeeperLeadership> {
+  const id = options.id ?? DEFAULT_OWNER;
+  const acquire: ZooKeeperAcquireOptions = {
+    owner: id,
+    ...(options.acl !== undefined && { acl: options.acl }),
+    ...(options.signal !== undefined && { signal: options.signal }),
+    ...(options.safetyMarginMs !== undefined && { safetyMarginMs: options.safetyMarginMs }),
+  };
+  const build = (node: QueueNode, marginMs: number): HeldLeadership => new HeldLeadership(zk, name, id, node, marginMs);
+  return traceCampaign('zookeeper', name, async () =>
+    (await zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { root: ELECTIONS_ROOT, name, mode: 'wait', options: acquire, build }), (leader) => leader.resign())) as HeldLeadership);
+}
+
+export interface LeaderInfo {
+  readonly id: string;
+  readonly epoch: FencingToken;
+  readonly path: string;
+}
+
+/**
+ * Who leads an election, without campaigning. `current()` answers from a
+ * cache that a children watch invalidates, so repeated calls cost no round
+ * trip while nothing changes.
+ */
+export interface LeaderObserver extends SourceObserver {
+  current(): Promise<LeaderInfo | null>;
+}
+
+export function observeLeader(zk: ZooKeeperClient, name: string): LeaderObserver {
+  const queue = new QueueObserver(zk, queueParent(ELECTIONS_ROOT, name));
+  return {
+    async current() {
+      const head = await queue.head();
+      return head === null ? null : { id: head.owner, epoch: head.token, path: head.path };
+    },
+    onChange: (listener) => queue.onChange(listener),
+    close: () => queue.close(),
+  };
+}

@@ -1,0 +1,135 @@
+/**
+ * A fair distributed lock whose every grant carries a fencing token.
+ *
+ *   const lock = await acquireLock(zk, 'jobs/reindex');
+ *   await withFence(db, 'jobs/reindex', lock.token, work);   // the resource checks the token
+ *   await lock.release();
+ *
+ * The lock tells a holder when to stop (lock.signal, lock.held); the token
+ * lets the resource refuse a holder that did not stop in time. Queue and
+ * token semantics: ./queue.ts. Holding and step-down: ./holding.ts.
+ */
+import { traceAcquire, traceRelease } from '../../../diagnostics.js';
+import { isCode } from '../../../errors.js';
+import type { Lock } from '../../../lock.js';
+import type { ZooKeeperAcquireOptions, ZooKeeperTryAcquireOptions } from './acl-options.js';
+import type { LockStatus, SourceObserver } from '../../../lock-source.js';
+import type { FencingToken } from '../../../token.js';
+import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
+import { joinPath } from '../paths.js';
+import { listChildren } from './connection-loss.js';
+import { leaveCleanly } from './lock-delay.js';
+import { HeldNode } from './held-node.js';
+import { joinAndWait } from './join.js';
+import { QueueObserver } from './observer.js';
+import { zookeeperSourceIds } from './source-id.js';
+import { readEntry, type QueueEntry, type QueueNode } from './queue.js';
+import { queueParent, sortQueue } from './queue-order.js';
+
+export const LOCKS_ROOT = '/fencekeeper/locks';
+
+/** A lock granted by ZooKeeper: the core's Lock, and the queue node behind it. */
+export interface ZooKeeperLock extends Lock {
+  /** Our queue node's path (its czxid is the token). */
+  readonly path: string;
+  /**
+   * Apply `ops` (the client's multi operations) only while this lock is
+   * held, in one multi with a check of our queue node: all or nothing, and
+   * nothing once the node is gone. Resolves to the ops' results; refused
+   * with LockLostError (LOCK_LOST), writing nothing, when the lock is not
+   * held (by our clock, before any I/O, or by the server). See ./fenced-multi.ts.
+   */
+  ifHeld(ops: readonly MultiOp[]): Promise<MultiResult[]>;
+}
+
+class HeldLock extends HeldNode implements ZooKeeperLock {
+  readonly token: FencingToken;
+
+  constructor(zk: ZooKeeperClient, name: string, node: QueueNode, marginMs: number) {
+    super(zk, 'lock', name, node, marginMs);
+    this.token = node.token;
+  }
+
+  ifHeld(ops: readonly MultiOp[]): Promise<MultiResult[]> {
+    return this.fenced('ifHeld', ops);
+  }
+
+  release(): Promise<void> {
+    return traceRelease('zookeeper', this.name, this.token, () => this.leave());
+  }
+
+  toJSON(): { name: string; token: string; path: string; held: boolean } {
+    return { name: this.name, token: this.token.toString(), path: this.path, held: this.held };
+  }
+}
+
+const leaveGrant = (lock: HeldLock): Promise<void> => lock.release();
+
+/** A lock taken with lockDelayMs: its release marks itself clean, in the multi that deletes its node (./lock-delay.ts). */
+class DelayedLock extends HeldLock {
+  protected override leaveNode(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
+    return leaveCleanly(zk, node);
+  }
+}
+
+/** The holder of our node, made once joinAndWait has validated the options (lockDelayMs 0 is off). */
+function builder(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquireOptions): (node: QueueNode, marginMs: number) => HeldLock {
+  return (node, marginMs) => (options.lockDelayMs ? new DelayedLock(zk, name, node, marginMs) : new HeldLock(zk, name, node, marginMs));
+}
+
+/**
+ * Wait for the lock (fair: in the order of arrival) and return it. With
+ * `lockDelayMs`, a grant that follows an unclean end (the previous holder's
+ * session expired, its node was deleted) waits that long first (./lock-delay.ts).
+ */
+export function acquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperAcquireOptions = {}): Promise<ZooKeeperLock> {
+  const build = builder(zk, name, options);
+  // In 'wait' mode the join never answers null.
+  return traceAcquire('zookeeper', name, 'wait', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'wait', options, build }), leaveGrant) as Promise<HeldLock>);
+}
+
+/**
+ * Take the lock if nobody holds it or waits for it; null otherwise (leaving
+ * nothing behind). With `lockDelayMs`, a free lock whose previous holder
+ * ended uncleanly is taken after that delay (our node keeps its place meanwhile).
+ */
+export function tryAcquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquireOptions = {}): Promise<ZooKeeperLock | null> {
+  const build = builder(zk, name, options);
+  return traceAcquire('zookeeper', name, 'try', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'try', options, build }), leaveGrant));
+}
+
+/**
+ * The lock's queue in grant order: the first entry holds, the rest wait.
+ * For operators (`fencekeeper status`); costs one read per entry.
+ */
+export async function lockStatus(zk: ZooKeeperClient, name: string): Promise<LockStatus<QueueEntry>> {
+  const parent = queueParent(LOCKS_ROOT, name);
+  let children: string[];
+  try {
+    children = await listChildren(zk, parent);
+  } catch (error) {
+    if (isCode(error, 'ZK_NONODE')) return { name, holder: null, waiters: [] };
+    throw error;
+  }
+  const entries = await Promise.all(sortQueue(children).map((child) => readEntry(zk, joinPath(parent, child))));
+  const queue = entries.filter((e): e is QueueEntry => e !== null); // null: left meanwhile
+  return { name, holder: queue[0] ?? null, waiters: queue.slice(1) };
+}
+
+/**
+ * Who holds a lock, from a cache kept fresh by a watch: a resource uses it
+ * to admit only the current holder's token (verifyWithZooKeeper).
+ */
+export interface LockObserver extends SourceObserver {
+  /** The holder (null: free), answered from the cache while the queue has not changed. */
+  holder(): Promise<QueueEntry | null>;
+}
+
+export function observeLock(zk: ZooKeeperClient, name: string): LockObserver {
+  const queue = new QueueObserver(zk, queueParent(LOCKS_ROOT, name));
+  return {
+    holder: () => queue.head(),
+    onChange: (listener) => queue.onChange(listener),
+    close: () => queue.close(),
+  };
+}

@@ -1,0 +1,75 @@
+/**
+ * Names and order in a lock's queue: pure functions of the listing, no
+ * request. A queue child is `<guid>-lock-<seq>`, where the guid names one
+ * join (see ./queue.ts) and the sequence is the one ZooKeeper appended.
+ */
+import { InvalidArgumentError } from '../../../errors.js';
+import { validatePath } from '../paths.js';
+
+/** What separates a join's guid from the sequence ZooKeeper appends. */
+export const MARKER = '-lock-';
+
+/** Validate a lock or election name ('jobs/reindex') and return its parent path. */
+export function queueParent(root: string, name: string): string {
+  if (typeof name !== 'string' || name === '' || name.startsWith('/') || name.endsWith('/')) {
+    throw new InvalidArgumentError(`lock name must be a non-empty relative path like "jobs/reindex", got ${JSON.stringify(name)}`);
+  }
+  const parent = `${root}/${name}`;
+  validatePath(parent);
+  return parent;
+}
+
+/** The sequence number of a queue child, or null for anything that is not ours. */
+export function sequenceOf(child: string): number | null {
+  const at = child.lastIndexOf(MARKER);
+  if (at === -1) return null;
+  const digits = child.slice(at + MARKER.length);
+  // ZooKeeper formats the parent's cversion with Java's %010d, the sign
+  // counted in the width: 0000000042, and past 2^31 - 1 the int wraps
+  // negative: -2147483648, then -000000001 for -1.
+  if (!/^(?:[0-9]{10}|-[0-9]{9,10})$/.test(digits)) return null;
+  return Number(digits);
+}
+
+/**
+ * Sequence order across the 32-bit wrap (serial number arithmetic, as in
+ * RFC 1982): the difference taken as an int32. Live queue nodes span far
+ * fewer than 2^31 parent changes, so this orders them as they were created,
+ * including a node made just after the counter wrapped (-2147483648 comes
+ * after 2147483647, not before every older node).
+ */
+function compareSequence(a: number, b: number): number {
+  return (a - b) | 0;
+}
+
+/** Queue children in grant order (lowest sequence first); foreign children are ignored. */
+export function sortQueue(children: readonly string[]): string[] {
+  return children
+    .map((child) => ({ child, seq: sequenceOf(child) }))
+    .filter((e): e is { child: string; seq: number } => e.seq !== null)
+    .sort((a, b) => compareSequence(a.seq, b.seq))
+    .map((e) => e.child);
+}
+
+export function guidOf(child: string): string {
+  const at = child.lastIndexOf(MARKER);
+  return at === -1 ? '' : child.slice(0, at);
+}
+
+export type TurnOutcome =
+  | { readonly turn: true }
+  /** ahead: how many nodes precede ours (1: the predecessor is the head). */
+  | { readonly turn: false; readonly predecessor: string; readonly ahead: number };
+
+/** Where we stand in a listing: holding, or behind `predecessor`. Null: our node is gone. */
+const TURN: TurnOutcome = Object.freeze({ turn: true });
+
+export function position(children: readonly string[], child: string): TurnOutcome | null {
+  // Alone in the queue (an uncontended acquire): nothing to sort.
+  if (children.length === 1) return children[0] === child ? TURN : null;
+  const sorted = sortQueue(children);
+  const index = sorted.indexOf(child);
+  if (index === -1) return null;
+  if (index === 0) return TURN;
+  return { turn: false, predecessor: sorted[index - 1] as string, ahead: index };
+}

@@ -1,0 +1,398 @@
+/**
+ * The ordered wait queue under a lock's (or election's) parent node, shared
+ * by the lock and election recipes.
+ *
+ * Each contender creates an ephemeral sequential child `<guid>-lock-<seq>`;
+ * the lowest sequence holds; every other contender watches only its
+ * predecessor, so a release wakes exactly one waiter instead of the whole
+ * queue (no thundering herd). When the predecessor goes, the waiter lists
+ * again rather than assuming it is next: the predecessor may have been a
+ * waiter that gave up.
+ *
+ * The fencing token is the czxid of our own node, read from create2's Stat:
+ * the zxid is (epoch << 32 | counter), strictly increasing across creations
+ * and across leader failover, unlike the sequence suffix, which is the
+ * parent's 32-bit cversion and restarts when a container parent is reaped.
+ */
+import { randomBytes } from 'node:crypto';
+import { ConnectionLossError, isCode } from '../../../errors.js';
+import type { FencingToken } from '../../../token.js';
+import type { LockStatusEntry } from '../../../lock-source.js';
+import type { ZooKeeperClient } from '../client.js';
+import { joinPath } from '../paths.js';
+import { listChildren, retryOnLoss, whileConnected } from './connection-loss.js';
+import { NODE_DELETED, NODE_DONE, watchOwnNodeNow, type OwnNode } from './holding.js';
+import { MARKER, guidOf, position, sortQueue } from './queue-order.js';
+import { checkParent, isChecked, madeParent, type NodeAcl } from './acl.js';
+import type { WatchEvent } from '../watches.js';
+
+/**
+ * Each join gets its own guid, so a lost create2 reply can be matched to its
+ * node. Random per process, counted per join: unique among one session's
+ * nodes (and adoption also checks the ephemeral owner), without asking the
+ * kernel for entropy on every acquire.
+ */
+const PROCESS_GUID = randomBytes(6).toString('hex');
+let joins = 0;
+function nextGuid(): string {
+  joins = (joins + 1) % 0x100000000;
+  return `${PROCESS_GUID}${joins.toString(16).padStart(8, '0')}`;
+}
+
+export interface QueueNode {
+  /** Full path of our node. */
+  readonly path: string;
+  readonly parent: string;
+  /** Child name under the parent. */
+  readonly child: string;
+  readonly token: FencingToken;
+  /** This join's guid, the prefix of its node's name. */
+  readonly guid: string;
+  /**
+   * A create of this join lost its reply. In an ensemble the lost create can
+   * still commit after we have listed, adopted nothing and created again
+   * (it was on its way from the old server to the leader when the session
+   * moved): then a second node of ours exists, and once ours is released it
+   * would block the lock for as long as our session lives. Such a join drops
+   * every other node carrying its guid while waiting and when leaving.
+   */
+  readonly uncertain: boolean;
+}
+
+/** A node in the queue as others see it: the holder (the first entry), a waiter, a leader. */
+export interface QueueEntry extends LockStatusEntry {
+  /** Full path of the node. */
+  readonly path: string;
+  /** The node's czxid: the token of that grant. */
+  readonly token: FencingToken;
+  /** The node's data: the holder's owner string, the candidate's id. */
+  readonly owner: string;
+  /** The session that owns the (ephemeral) node. */
+  readonly sessionId: bigint;
+}
+
+/**
+ * Create the persistent roots and the container parents of `parent`. A
+ * container is reaped by the server once its last child is gone, so it is
+ * created on demand every time a create finds it missing.
+ */
+async function ensureParents(zk: ZooKeeperClient, parent: string, root: string, acl: NodeAcl | null): Promise<void> {
+  // Usually only the lock's own container is missing (reaped while the lock
+  // was idle): try it first, and walk up only when its parent is missing too.
+  const persistent = root === parent || root.startsWith(`${parent}/`);
+  const mode = persistent ? 'persistent' : 'container';
+  try {
+    // The roots are every lock's, so they are made open (see ./acl.ts); the lock's container takes its ACL.
+    const { stat } = await zk.create(parent, null, acl === null || persistent ? { mode } : { mode, acl: acl.acl });
+    if (acl !== null && !persistent) madeParent(zk, parent, acl, stat.czxid);
+  } catch (error) {
+    if (isCode(error, 'ZK_NODEEXISTS')) return;
+    const up = parent.lastIndexOf('/');
+    if (!isCode(error, 'ZK_NONODE') || up <= 0) throw error;
+    await ensureParents(zk, parent.slice(0, up), root, acl);
+    await ensureParents(zk, parent, root, acl);
+  }
+}
+
+export interface Enqueued {
+  readonly node: QueueNode;
+  /** The parent's children as listed right after our create (same socket write). */
+  readonly children: string[];
+  /**
+   * With an ACL: the parent's czxid from that listing (undefined when the
+   * listing was made again after a loss), to tell whether the parent is
+   * still the one whose ACL was checked (see ./acl.ts).
+   */
+  readonly parentCzxid?: bigint;
+}
+
+/**
+ * Join the queue: create2 our node and list the parent in the same socket
+ * write (ZooKeeper answers one session's requests in order, so the listing
+ * already contains our node). Uncontended, that is the whole acquire: one
+ * round trip.
+ *
+ * If the connection drops with the create in flight, its outcome is
+ * unknown: after the reconnect we list the parent and adopt the node that
+ * carries this attempt's guid and is owned by our session, and only create
+ * again if there is none. One acquire never leaves two nodes.
+ */
+export function enqueue(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null, acl: NodeAcl | null = null): Promise<Enqueued> {
+  if (acl !== null) return enqueueWithAcl(zk, root, parent, data, acl);
+  const guid = nextGuid();
+  const prefix = joinPath(parent, `${guid}${MARKER}`);
+  // The common case without async frames: every acquire takes it.
+  const created = zk.create(prefix, data, SEQUENTIAL);
+  const listed = zk.getChildren(parent);
+  return created.then(
+    ({ path, stat }) => {
+      const node: QueueNode = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain: false };
+      return listed.then(
+        (children) => ({ node, children }),
+        (error: unknown) => listAfterLoss(zk, node, error),
+      );
+    },
+    (error: unknown) => {
+      listed.catch(ignore);
+      return enqueueAfter(zk, root, parent, data, guid, prefix, error, null);
+    },
+  );
+}
+
+/**
+ * The join with an ACL: the parent's ACL is checked before anything is
+ * created under a parent this client has not checked (or made) yet, and the
+ * listing carries the parent's Stat, so the caller can tell that the parent
+ * is still that one (see ./acl.ts and confirmParent in ./join.ts).
+ */
+async function enqueueWithAcl(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null, acl: NodeAcl): Promise<Enqueued> {
+  if (!isChecked(zk, parent, acl)) await checkParent(zk, parent, acl);
+  const guid = nextGuid();
+  const prefix = joinPath(parent, `${guid}${MARKER}`);
+  const created = zk.create(prefix, data, acl.sequential);
+  const listed = zk.getChildrenWithStat(parent);
+  let node: QueueNode;
+  try {
+    const { path, stat } = await created;
+    node = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain: false };
+  } catch (error) {
+    listed.catch(ignore);
+    return enqueueAfter(zk, root, parent, data, guid, prefix, error, acl);
+  }
+  try {
+    const { children, stat } = await listed;
+    return { node, children, parentCzxid: stat.czxid };
+  } catch (error) {
+    return listAfterLoss(zk, node, error);
+  }
+}
+
+const SEQUENTIAL = Object.freeze({ mode: 'ephemeral_sequential' } as const);
+const ignore = (): void => undefined;
+
+/** Our create landed but the listing was lost with the connection: list again (a read). */
+async function listAfterLoss(zk: ZooKeeperClient, node: QueueNode, error: unknown): Promise<Enqueued> {
+  if (!(error instanceof ConnectionLossError)) throw error;
+  return { node, children: await listChildren(zk, node.parent) };
+}
+
+/** The join after its first create failed with `firstError`: make the parents, or adopt a lost create, and try again. */
+async function enqueueAfter(
+  zk: ZooKeeperClient,
+  root: string,
+  parent: string,
+  data: Uint8Array | null,
+  guid: string,
+  prefix: string,
+  firstError: unknown,
+  acl: NodeAcl | null,
+): Promise<Enqueued> {
+  let uncertain = false;
+  let error = firstError;
+  for (let attempt = 0; ; attempt++) {
+    if (isCode(error, 'ZK_NONODE') && attempt < 10) {
+      await ensureParents(zk, parent, root, acl);
+    } else {
+      if (!(error instanceof ConnectionLossError)) throw error;
+      uncertain = true;
+      const adopted = await adopt(zk, parent, guid);
+      if (adopted !== null) return { node: adopted, children: await listChildren(zk, parent) };
+    }
+    const created = zk.create(prefix, data, acl === null ? SEQUENTIAL : acl.sequential);
+    // With an ACL the listing brings the parent's czxid too (see Enqueued.parentCzxid).
+    const listed: Promise<{ children: string[]; stat?: { czxid: bigint } }> =
+      acl === null ? zk.getChildren(parent).then((children) => ({ children })) : zk.getChildrenWithStat(parent);
+    let node: QueueNode;
+    try {
+      const { path, stat } = await created;
+      node = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain };
+    } catch (failed) {
+      listed.catch(ignore);
+      error = failed;
+      continue;
+    }
+    try {
+      const listing = await listed;
+      return listing.stat === undefined ? { node, children: listing.children } : { node, children: listing.children, parentCzxid: listing.stat.czxid };
+    } catch (failed) {
+      return listAfterLoss(zk, node, failed);
+    }
+  }
+}
+
+async function adopt(zk: ZooKeeperClient, parent: string, guid: string): Promise<QueueNode | null> {
+  const children = await listChildren(zk, parent).catch((error: unknown) => {
+    if (isCode(error, 'ZK_NONODE')) return [] as string[];
+    throw error;
+  });
+  const child = children.find((c) => guidOf(c) === guid);
+  if (child === undefined) return null;
+  const path = joinPath(parent, child);
+  const stat = await retryOnLoss(() => zk.exists(path));
+  if (stat === null || stat.ephemeralOwner !== zk.sessionId) return null;
+  return { path, parent, child, token: stat.czxid, guid, uncertain: true };
+}
+
+/**
+ * For an uncertain join (see QueueNode.uncertain): the listing without our
+ * other nodes, which are deleted in the background. A certain join's
+ * listing is returned as it is, at no cost.
+ */
+export function withoutStrays(zk: ZooKeeperClient, node: QueueNode, children: string[]): string[] {
+  if (!node.uncertain) return children;
+  const strays = children.filter((c) => c !== node.child && guidOf(c) === node.guid);
+  if (strays.length === 0) return children;
+  for (const stray of strays) leave(zk, joinPath(node.parent, stray)).catch(() => undefined);
+  return children.filter((c) => !strays.includes(c));
+}
+
+/**
+ * Every way out of a join but a grant removes our node before the caller
+ * hears of it; if the caller gave up while the create was in flight, wait
+ * for the create to settle and remove what it made. While connected, that
+ * is a round trip or two. Disconnected, the create and the delete wait for
+ * the reconnect (or for the session's expiry, which removes the node as
+ * well): a caller's timeout or abort must not wait that long, so the
+ * removal finishes in the background.
+ */
+export async function abandon(zk: ZooKeeperClient, joining: Promise<Enqueued>): Promise<void> {
+  const removal = joining.then((joined) => leaveQueue(zk, joined.node)).catch(() => undefined);
+  await whileConnected(zk, removal);
+}
+
+/** Leave the queue for good: our node, and for an uncertain join any other node carrying its guid. */
+export function leaveQueue(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
+  return node.uncertain ? leaveUncertain(zk, node) : leave(zk, node.path);
+}
+
+async function leaveUncertain(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
+  await leave(zk, node.path);
+  await dropOthers(zk, node);
+}
+
+/** For an uncertain join, once our node is gone: delete any other node carrying its guid. */
+export async function dropOthers(zk: ZooKeeperClient, node: QueueNode): Promise<void> {
+  if (zk.state === 'expired' || zk.state === 'closed') return;
+  try {
+    const children = await listChildren(zk, node.parent);
+    await Promise.all(children.filter((c) => guidOf(c) === node.guid).map((c) => leave(zk, joinPath(node.parent, c))));
+  } catch {
+    // The parent is gone (NONODE) or so is the session: nothing of ours is left either way.
+  }
+}
+
+/**
+ * Leave the queue: delete our node, repeating the delete across connection
+ * losses (a lost delete reply is answered NONODE the second time). Ends when
+ * the node is gone or the session is (which deletes it too). Every release
+ * takes this path: one promise on the delete's, no async frames around it.
+ */
+export function leave(zk: ZooKeeperClient, path: string): Promise<void> {
+  return zk.delete(path).then(undefined, (error: unknown) => {
+    if (isCode(error, 'ZK_NONODE')) return;
+    if (error instanceof ConnectionLossError) return leave(zk, path);
+    if (zk.state === 'expired' || zk.state === 'closed') return;
+    throw error;
+  });
+}
+
+/**
+ * Wait until our node is the lowest, starting behind `predecessor`, with
+ * `ahead` nodes before ours (from the listing the join made). Each round
+ * watches only the predecessor (exists with a watch; if it is already gone,
+ * look again at once), so a release wakes one waiter, not the queue.
+ *
+ * When the predecessor goes, the waiter lists again rather than assuming it
+ * is next (the predecessor may have been a waiter that gave up), except
+ * when the predecessor was the head: nodes only ever join behind ours
+ * (sequence order), so with the head gone nothing is ahead of us, and the
+ * grant needs no listing (a release hands over in one notification, not a
+ * notification and a round trip). That is sound only if our own node still
+ * exists: so the waiter watches its own node too, from the start (in the
+ * write that carries the predecessor's watch), and that watch then serves
+ * the holding as well.
+ *
+ * `stop` is a promise that rejects when the caller gives up (abort,
+ * timeout, session loss); the caller then removes our node. `seen`, if
+ * given, is kept pointing at the predecessor of the latest round.
+ */
+export async function waitForTurn(
+  zk: ZooKeeperClient,
+  parent: string,
+  node: QueueNode,
+  start: { readonly predecessor: string; readonly ahead: number },
+  stop: Promise<never>,
+  seen?: { predecessor: string },
+): Promise<'turn' | 'gone'> {
+  const self = new WaitingNode(node.path);
+  watchOwnNodeNow(zk, self);
+  try {
+    let { predecessor, ahead } = start;
+    for (;;) {
+      // For lock-delay (./lock-delay.ts): the last predecessor we waited behind.
+      if (seen !== undefined) seen.predecessor = predecessor;
+      const gone = await Promise.race([predecessorGone(zk, joinPath(parent, predecessor)), self.deleted, stop]);
+      if (self.isDeleted) return 'gone';
+      if (gone && ahead === 1) return 'turn';
+      const listing = await Promise.race([listChildren(zk, parent), stop]);
+      const where = position(withoutStrays(zk, node, listing), node.child);
+      if (where === null) return 'gone';
+      if (where.turn) return 'turn';
+      ({ predecessor, ahead } = where);
+    }
+  } finally {
+    self.done = true;
+  }
+}
+
+/**
+ * Resolves when the predecessor is gone (true: its exists answered null, or
+ * its watch fired for a deletion) or something else happened to it (false:
+ * its data changed, the session is in trouble): then look again.
+ */
+function predecessorGone(zk: ZooKeeperClient, path: string): Promise<boolean> {
+  return new Promise<boolean>((resolve) => {
+    const watch = (event: WatchEvent): void => resolve(event.type === 'deleted');
+    retryOnLoss(() => zk.exists(path, { watch })).then(
+      (stat) => {
+        if (stat === null) resolve(true);
+      },
+      () => resolve(false), // session trouble: the listing reports it
+    );
+  });
+}
+
+/** A waiter's own node, for its watch (./holding.ts): its deletion ends the wait. */
+class WaitingNode implements OwnNode {
+  done = false;
+  isDeleted = false;
+  readonly deleted: Promise<false>;
+  #wake!: (value: false) => void;
+
+  constructor(readonly path: string) {
+    this.deleted = new Promise<false>((resolve) => {
+      this.#wake = resolve;
+    });
+  }
+
+  get [NODE_DONE](): boolean {
+    return this.done;
+  }
+
+  [NODE_DELETED](): void {
+    if (this.done) return;
+    this.isDeleted = true;
+    this.#wake(false);
+  }
+}
+
+/** Who is behind a queue node (null: it left meanwhile). One read. */
+export async function readEntry(zk: ZooKeeperClient, path: string): Promise<QueueEntry | null> {
+  try {
+    const { data, stat } = await retryOnLoss(() => zk.getData(path));
+    return { path, token: stat.czxid, owner: Buffer.from(data).toString('utf8'), sessionId: stat.ephemeralOwner };
+  } catch (error) {
+    if (isCode(error, 'ZK_NONODE')) return null;
+    throw error;
+  }
+}

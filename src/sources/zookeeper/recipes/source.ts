@@ -1,0 +1,50 @@
+/**
+ * ZooKeeper as a LockSource: the lock and election recipes bound to one
+ * client, for code that takes any source.
+ *
+ *   const source = zookeeperSource(zk);
+ *   const lock = await source.acquireLock('jobs/reindex');   // = acquireLock(zk, 'jobs/reindex')
+ *
+ * Each method is the function of the same name with `zk` filled in; the
+ * source holds no state of its own (two sources over one client share its
+ * session, its holdings and their step-down clock). Closing the client is
+ * still its owner's job.
+ */
+import { InvalidArgumentError } from '../../../errors.js';
+import type { LockSource, LockStatus } from '../../../lock-source.js';
+import { ZooKeeperClient } from '../client.js';
+import { campaign, type ZooKeeperLeadership } from './election.js';
+import { acquireLock, lockStatus, tryAcquireLock, type ZooKeeperLock } from './lock.js';
+import type { QueueEntry } from './queue.js';
+import { validateAcl, type AclOption, type ZooKeeperAcquireOptions, type ZooKeeperCampaignOptions, type ZooKeeperTryAcquireOptions } from './acl-options.js';
+
+/** The ZooKeeper source: every method of LockSource, with ZooKeeper's richer results. */
+export interface ZooKeeperSource extends LockSource {
+  readonly kind: 'zookeeper';
+  acquireLock(name: string, options?: ZooKeeperAcquireOptions): Promise<ZooKeeperLock>;
+  tryAcquireLock(name: string, options?: ZooKeeperTryAcquireOptions): Promise<ZooKeeperLock | null>;
+  campaign(name: string, options?: ZooKeeperCampaignOptions): Promise<ZooKeeperLeadership>;
+  lockStatus(name: string): Promise<LockStatus<QueueEntry>>;
+}
+
+/** `acl`: the ACL of every lock and election taken through this source that names none (before the client's defaultAcl). */
+export type ZooKeeperSourceOptions = AclOption;
+
+export function zookeeperSource(zk: ZooKeeperClient, sourceOptions: ZooKeeperSourceOptions = {}): ZooKeeperSource {
+  if (!(zk instanceof ZooKeeperClient)) throw new InvalidArgumentError('zookeeperSource needs a ZooKeeperClient');
+  if (sourceOptions === null || typeof sourceOptions !== 'object') throw new InvalidArgumentError('zookeeperSource options must be an object');
+  const acl = sourceOptions.acl;
+  if (acl !== undefined) validateAcl(acl, 'acl');
+  // Only when the source has an ACL does it touch the options: without one each call passes them on as they are.
+  const withAcl = <O extends AclOption>(options: O | undefined): O | undefined =>
+    acl === undefined || options?.acl !== undefined ? options : { ...(options as O), acl };
+  const chroot = zk.chroot === '' ? '' : `, chroot ${zk.chroot}`;
+  return Object.freeze({
+    kind: 'zookeeper',
+    description: `ZooKeeper session 0x${zk.sessionId.toString(16)}${chroot}`,
+    acquireLock: (name: string, options?: ZooKeeperAcquireOptions) => acquireLock(zk, name, withAcl(options)),
+    tryAcquireLock: (name: string, options?: ZooKeeperTryAcquireOptions) => tryAcquireLock(zk, name, withAcl(options)),
+    campaign: (name: string, options?: ZooKeeperCampaignOptions) => campaign(zk, name, withAcl(options)),
+    lockStatus: (name: string) => lockStatus(zk, name),
+  });
+}
