@@ -76,7 +76,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
   'fencekeeper/zookeeper': {
     functions: [
       'acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader',
-      'zookeeperSource', 'zookeeperSourceId', 'tlsConnector', 'digestAclId', 'verifyWithZooKeeper',
+      'zookeeperSource', 'zookeeperSourceId', 'tlsConnector', 'tcpConnector', 'digestAclId', 'verifyWithZooKeeper', 'queuePath',
     ],
     classes: ['ZooKeeperClient'],
     values: ['Perms', 'OPEN_ACL_UNSAFE', 'READ_ACL_UNSAFE', 'CREATOR_ALL_ACL'],

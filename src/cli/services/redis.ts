@@ -98,12 +98,7 @@ export const REDIS_SERVICE = kind('redis', 'redis://127.0.0.1:6379');
 export const REDLOCK_SERVICE = kind('redlock', 'redlock://h1:6379,h2:6379,h3:6379');
 
 async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number, description: string, signal: AbortSignal | undefined): Promise<LockService> {
-  const [{ Redis }, { redisSource }, { NodeTimeoutError, send }, { checkSettings }] = await Promise.all([
-    import('ioredis'),
-    import('../../sources/redis/index.js'),
-    import('../../sources/redis/client.js'),
-    import('../../sources/redis/options.js'),
-  ]);
+  const [{ Redis }, { redisSource }] = await Promise.all([import('ioredis'), import('../../sources/redis/index.js')]);
   const clients = url.endpoints.map(
     (e) =>
       new Redis({
@@ -166,17 +161,29 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
     // Redis keeps no queue of waiters with tokens: the holder alone.
     entries: (queue) => entries(queue, ttlMs),
     watchQueue: (name, onChange, signal) => {
-      // CONFIG GET through the adapter's send(), on the lock commands' own
-      // node timeout. No answer in time (a paused node) rejects, with the
-      // NodeTimeoutError (a ConnectionLossError: CONNECTION_LOSS, exit 69)
-      // rather than an UnreachableError, which would make `status --watch`
-      // reconnect to it again and again; CONFIG refused or renamed (an error
-      // reply, a dropped connection) is undefined: subscribe anyway.
-      const { nodeTimeoutMs } = checkSettings(settings);
+      // CONFIG GET within the lock commands' own node timeout. No answer in
+      // time (a paused node) rejects, with a ConnectionLossError
+      // (CONNECTION_LOSS, exit 69) rather than an UnreachableError, which
+      // would make `status --watch` reconnect to it again and again; CONFIG
+      // refused or renamed (an error reply, a dropped connection) is
+      // undefined: subscribe anyway.
+      const { nodeTimeoutMs } = source.settings;
       const configGet = (client: (typeof clients)[number]): Promise<unknown> =>
-        send(client, `${client.options.host}:${client.options.port}`, 'CONFIG', ['GET', 'notify-keyspace-events'], nodeTimeoutMs).catch((error: unknown) => {
-          if (error instanceof NodeTimeoutError) throw error;
-          return undefined;
+        new Promise((resolve, reject) => {
+          const timer = setTimeout(() => {
+            reject(new ConnectionLossError(`Redis at ${client.options.host}:${client.options.port} did not answer CONFIG within ${nodeTimeoutMs} ms`));
+          }, nodeTimeoutMs);
+          timer.unref();
+          client.config('GET', 'notify-keyspace-events').then(
+            (reply) => {
+              clearTimeout(timer);
+              resolve(reply);
+            },
+            () => {
+              clearTimeout(timer);
+              resolve(undefined);
+            },
+          );
         });
       return watchQueue(clients, configGet, url.db, async () => entries(holderOf(await source.lockStatus(name)), ttlMs), name, onChange, signal, description, ttlMs);
     },

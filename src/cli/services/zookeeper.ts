@@ -17,16 +17,25 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Duplex } from 'node:stream';
-import { ClientClosedError, ConnectionLossError, InvalidArgumentError, SessionExpiredError, ZooKeeperError } from '../../index.js';
-import { ZooKeeperClient, tlsConnector, zookeeperSource, CREATOR_ALL_ACL, READ_ACL_UNSAFE, type ACL, type AuthInfo, type ClientState, type Connector, type QueueEntry as ZooKeeperQueueEntry } from '../../sources/zookeeper/index.js';
-import { ELECTIONS_ROOT } from '../../sources/zookeeper/recipes/election.js';
-import { LOCKS_ROOT } from '../../sources/zookeeper/recipes/lock.js';
-import { readEntry } from '../../sources/zookeeper/recipes/queue.js';
-import { queueParent, sortQueue } from '../../sources/zookeeper/recipes/queue-order.js';
+import { ClientClosedError, ConnectionLossError, InvalidArgumentError, SessionExpiredError } from '../../index.js';
+import {
+  ZooKeeperClient,
+  observeLock,
+  queuePath,
+  tcpConnector,
+  tlsConnector,
+  zookeeperSource,
+  CREATOR_ALL_ACL,
+  READ_ACL_UNSAFE,
+  type ACL,
+  type AuthInfo,
+  type ClientState,
+  type Connector,
+  type LockObserver,
+  type QueueEntry as ZooKeeperQueueEntry,
+  type TlsOptions,
+} from '../../sources/zookeeper/index.js';
 import { UsageError, positiveInt, type ParsedArgs } from '../args.js';
-import type { TlsOptions } from '../../sources/zookeeper/tls.js';
-// The client's own default connector, which the public API does not export: wrapped while connecting (interruptibleConnector).
-import { connectTcp } from '../../sources/zookeeper/connection.js';
 import { UnreachableError, type LockService, type LockServiceAddress, type LockServiceKind, type QueueEntry, type QueueEvent } from '../lock-service.js';
 import { READ_AGAIN, followQueue, serviceOf } from './source-service.js';
 
@@ -169,7 +178,7 @@ function ensembleAddress(connectString: string, values: ParsedArgs['values'], en
     lockDelay: true,
     checkName(kind, name) {
       try {
-        queueParent(kind === 'lock' ? LOCKS_ROOT : ELECTIONS_ROOT, name);
+        queuePath(kind, name);
       } catch (error) {
         if (error instanceof InvalidArgumentError) {
           throw new UsageError(`bad ${kind} name ${JSON.stringify(name)} (${error.message}): a name is a relative path of non-empty segments, without '.' or '..', like "jobs/reindex"`);
@@ -179,7 +188,7 @@ function ensembleAddress(connectString: string, values: ParsedArgs['values'], en
     },
     async connect(signal) {
       signal?.throwIfAborted();
-      const interruptible = signal === undefined ? undefined : interruptibleConnector(tls !== undefined ? tlsConnector(tls) : connectTcp, signal);
+      const interruptible = signal === undefined ? undefined : interruptibleConnector(tls !== undefined ? tlsConnector(tls) : tcpConnector, signal);
       let zk: ZooKeeperClient;
       try {
         zk = await ZooKeeperClient.connect({
@@ -269,19 +278,23 @@ function entries(queue: readonly ZooKeeperQueueEntry[]): QueueEntry[] {
 }
 
 /**
- * The lock's queue, read again each time a watch says it changed: a children
- * watch on the lock's parent (an exists watch while the parent is missing:
- * it is a container, removed once its last node is gone, and created again
- * by the next acquire). One listing costs a getChildren and a getData per
- * node; nothing is read while the queue does not change. After a lost
- * connection the client re-arms the watch with setWatches, which fires it if
- * the queue changed meanwhile, so nothing is missed and nothing is re-read
- * for nothing; a read that was in flight is sent again.
+ * The lock's queue, read again each time the watch of fencekeeper/zookeeper's
+ * observeLock says it changed: a children watch on the lock's parent (an
+ * exists watch while the parent is missing: it is a container, removed once
+ * its last node is gone, and created again by the next acquire). One listing
+ * costs a getChildren and a getData per node; nothing is read while the
+ * queue does not change. After a lost connection the client re-arms the
+ * watch with setWatches, which fires it if the queue changed meanwhile, so
+ * nothing is missed and nothing is re-read for nothing; a read that was in
+ * flight is sent again.
  */
 function watchQueue(zk: ZooKeeperClient, name: string, onChange: (event: QueueEvent) => void, signal: AbortSignal): Promise<void> {
-  const parent = queueParent(LOCKS_ROOT, name);
+  let observer: LockObserver | undefined;
   return followQueue(
-    (_changed, end) => {
+    (changed, end) => {
+      const watching = observeLock(zk, name);
+      observer = watching;
+      watching.onChange(changed);
       const onState = (state: ClientState): void => {
         if (state === 'suspended') {
           onChange({ type: 'disconnected', detail: `lost the connection to ZooKeeper; reconnecting (the session lasts ${zk.sessionTimeoutMs} ms without one)` });
@@ -292,32 +305,17 @@ function watchQueue(zk: ZooKeeperClient, name: string, onChange: (event: QueueEv
         }
       };
       zk.on('state', onState);
-      return () => zk.off('state', onState);
+      return () => {
+        zk.off('state', onState);
+        watching.close();
+      };
     },
-    // Each listing leaves a watch that fires on the queue's next change.
-    async (changed) => entries(await readQueue(zk, parent, changed)),
+    async () => entries(await (observer as LockObserver).queue()),
     // In flight when the connection dropped: send it again (it waits for the reconnect).
     (error) => (error instanceof ConnectionLossError ? READ_AGAIN : unreachable(error)),
     onChange,
     signal,
   );
-}
-
-/** List the queue, leaving a watch that fires on its next change. */
-async function readQueue(zk: ZooKeeperClient, parent: string, watch: () => void): Promise<ZooKeeperQueueEntry[]> {
-  for (;;) {
-    let children: string[];
-    try {
-      children = await zk.getChildren(parent, { watch });
-    } catch (error) {
-      if (!(error instanceof ZooKeeperError && error.code === 'ZK_NONODE')) throw error;
-      if ((await zk.exists(parent, { watch })) === null) return [];
-      continue; // created between the two reads: list it
-    }
-    const read = await Promise.all(sortQueue(children).map((child) => readEntry(zk, `${parent}/${child}`)));
-    // null: the node left between the listing and its read (the watch has fired for it)
-    return read.filter((e): e is ZooKeeperQueueEntry => e !== null);
-  }
 }
 
 /** A session lost while we waited is the service becoming unreachable, not a bug. */

@@ -24,7 +24,7 @@ import { performance } from 'node:perf_hooks';
 import { ClientClosedError, InvalidArgumentError, SessionExpiredError, StepDownClock, publishSessionState, type LossReason } from '../../index.js';
 import { int64, type EtcdClient, type EtcdDuplexStream, type EtcdKeepAliveResponse } from './client.js';
 import { checkClient } from './input.js';
-import { isClosedClient } from './retry.js';
+import { isClosedClient } from './client-errors.js';
 
 export interface EtcdSessionOptions {
   /** The lease's TTL to ask for, in whole seconds (etcd may grant more). Default 10. */

@@ -97,6 +97,8 @@ export async function lockStatus(target: RedisTarget, name: string, options?: Pi
 
 export interface RedisSource extends LockSource {
   readonly kind: 'redis' | 'redlock';
+  /** The TTL and node timeout every grant of this source uses (the defaults filled in). */
+  readonly settings: Readonly<Required<RedisLockSettings>>;
   acquireLock(name: string, options?: AcquireOptions): Promise<RedisLock>;
   tryAcquireLock(name: string, options?: TryAcquireOptions): Promise<RedisLock | null>;
   lockStatus(name: string): Promise<LockStatus<RedisLockStatusEntry>>;
@@ -120,6 +122,7 @@ export function redisSource(target: RedisTarget, settings?: RedisLockSettings): 
   return Object.freeze({
     kind: redlock ? 'redlock' : 'redis',
     description: `${redlock ? 'Redlock over' : 'Redis at'} ${clients.map(where).join(', ')} (ttl ${fixed.ttlMs} ms)`,
+    settings: fixed,
     acquireLock: (name: string, options?: AcquireOptions) => acquire(bound, name, only(options), 'wait', fixed) as Promise<RedisLock>,
     tryAcquireLock: (name: string, options?: TryAcquireOptions) => acquire(bound, name, only(options), 'try', fixed),
     lockStatus: (name: string) => lockStatus(bound, name, { nodeTimeoutMs: fixed.nodeTimeoutMs }),

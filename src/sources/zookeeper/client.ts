@@ -53,9 +53,9 @@ import {
   type MultiOp,
   type MultiResult,
   type Request,
+  validateAcl,
 } from './requests.js';
 import { WatchRegistry, type Watcher } from './watches.js';
-import { validateAcl } from './recipes/acl-options.js';
 
 export type { AuthInfo, CreateOptions, MultiOp, MultiResult } from './requests.js';
 export type { Connector } from './connection.js';

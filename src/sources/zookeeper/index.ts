@@ -15,6 +15,8 @@ export type {
 } from './client.js';
 export type { Connector } from './client.js';
 export { tlsConnector } from './tls.js';
+// The default connector (plain TCP), for a Connector that wraps it.
+export { connectTcp as tcpConnector } from './connection.js';
 export type { TlsOptions } from './tls.js';
 export type { ServerAddress } from './paths.js';
 export type { Stat, ACL, Id, CreateMode } from './protocol.js';
@@ -28,6 +30,7 @@ export { campaign, observeLeader } from './recipes/election.js';
 export type { ZooKeeperLeadership, LeaderObserver, LeaderInfo } from './recipes/election.js';
 export type { QueueEntry } from './recipes/queue.js';
 export { zookeeperSource } from './recipes/source.js';
+export { queuePath } from './recipes/queue-path.js';
 export { zookeeperSourceId } from './recipes/source-id.js';
 export type { ZooKeeperSource, ZooKeeperSourceOptions } from './recipes/source.js';
 export type { AclOption, ZooKeeperAcquireOptions, ZooKeeperTryAcquireOptions, ZooKeeperCampaignOptions } from './recipes/acl-options.js';

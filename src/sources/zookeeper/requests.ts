@@ -167,7 +167,7 @@ export function getAclRequest(chroot: Chroot, path: string): Request<{ acl: ACL[
 
 export function setAclRequest(chroot: Chroot, path: string, acl: readonly ACL[], aclVersion: number): Request<Stat> {
   validatePath(path);
-  checkAcl(acl);
+  validateAcl(acl);
   checkVersion(aclVersion);
   const serverPath = chroot.toServer(path);
   return new Request(OpCode.setACL, path, (w) => void w.ustring(serverPath).vector(acl, writeAcl).int(aclVersion), readStat);
@@ -265,7 +265,7 @@ function createRecord(chroot: Chroot, path: string, data: Uint8Array | string | 
   const ttlMs = options.ttlMs;
   const bytes = toBytes(data);
   validatePath(path, mode.includes('sequential'));
-  checkAcl(acl);
+  validateAcl(acl);
   if (ttl && (!Number.isInteger(ttlMs) || (ttlMs as number) < 1 || (ttlMs as number) > MAX_TTL_MS)) {
     throw new InvalidArgumentError(`mode ${mode} needs ttlMs, an integer in 1..${MAX_TTL_MS}`);
   }
@@ -400,11 +400,21 @@ function checkVersion(version: number): void {
   }
 }
 
-function checkAcl(acl: readonly ACL[]): void {
-  if (!Array.isArray(acl) || acl.length === 0) throw new InvalidArgumentError('acl must be a non-empty array (ZooKeeper answers INVALIDACL otherwise)');
-  for (const entry of acl) {
-    if (!Number.isInteger(entry?.perms) || typeof entry.id?.scheme !== 'string' || typeof entry.id.id !== 'string') {
-      throw new InvalidArgumentError('each ACL entry needs { perms: number, id: { scheme: string, id: string } }');
+/**
+ * Throws InvalidArgumentError unless `acl` is a non-empty list of well-formed
+ * entries (ZooKeeper answers INVALIDACL to an empty one, and perms is a 5-bit
+ * mask). The one ACL check: every create, setACL, ConnectOptions.defaultAcl
+ * and the recipes' acl option go through it. `what` names the option in the message.
+ */
+export function validateAcl(acl: unknown, what = 'acl'): asserts acl is readonly ACL[] {
+  if (!Array.isArray(acl) || acl.length === 0) throw new InvalidArgumentError(`${what} must be a non-empty array of ACL entries (ZooKeeper answers INVALIDACL otherwise)`);
+  for (const entry of acl as unknown[]) {
+    const e = entry as Partial<ACL> | null;
+    if (
+      e === null || typeof e !== 'object' || !Number.isInteger(e.perms) || (e.perms as number) < 0 || (e.perms as number) > 31
+      || typeof e.id?.scheme !== 'string' || typeof e.id.id !== 'string'
+    ) {
+      throw new InvalidArgumentError(`each entry of ${what} needs { perms: 0..31, id: { scheme: string, id: string } }`);
     }
   }
 }

@@ -29,7 +29,7 @@
  * shows a new czxid and is checked again, and an unchanged one costs nothing.
  */
 import { AclMismatchError, InvalidArgumentError, isCode } from '../../../errors.js';
-import { validateAcl } from './acl-options.js';
+import { validateAcl } from '../requests.js';
 import type { ZooKeeperClient } from '../client.js';
 import { clientInternals } from '../client.js';
 import type { ACL } from '../protocol.js';

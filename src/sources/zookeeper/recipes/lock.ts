@@ -123,12 +123,15 @@ export async function lockStatus(zk: ZooKeeperClient, name: string): Promise<Loc
 export interface LockObserver extends SourceObserver {
   /** The holder (null: free), answered from the cache while the queue has not changed. */
   holder(): Promise<QueueEntry | null>;
+  /** The whole queue in grant order, from the cache while it has not changed. */
+  queue(): Promise<QueueEntry[]>;
 }
 
 export function observeLock(zk: ZooKeeperClient, name: string): LockObserver {
   const queue = new QueueObserver(zk, queueParent(LOCKS_ROOT, name));
   return {
     holder: () => queue.head(),
+    queue: () => queue.entries(),
     onChange: (listener) => queue.onChange(listener),
     close: () => queue.close(),
   };

@@ -1,6 +1,7 @@
 /**
- * A cached view of who is at the head of a queue (the lock holder, the
- * leader). A children watch on the queue's parent invalidates the cache, so
+ * A cached view of a queue: who is at its head (the lock holder, the
+ * leader), and on demand the whole queue in grant order (`fencekeeper status
+ * --watch`). A children watch on the queue's parent invalidates the cache, so
  * while nothing changes a lookup is answered locally: what a resource needs
  * to check every request's token against the lock service (Chubby's
  * CheckSequencer) without a round trip per request.
@@ -16,6 +17,7 @@ export class QueueObserver {
   readonly #zk: ZooKeeperClient;
   readonly #parent: string;
   #cache: Promise<QueueEntry | null> | null = null;
+  #entriesCache: Promise<QueueEntry[]> | null = null;
   #generation = 0;
   #closed = false;
   readonly #listeners = new Set<() => void>();
@@ -52,6 +54,19 @@ export class QueueObserver {
     return this.#cache;
   }
 
+  /** The whole queue in grant order; the head alone (head()) reads one node, this reads every one. */
+  entries(): Promise<QueueEntry[]> {
+    if (this.#closed) return this.#loadEntries();
+    if (this.#entriesCache === null) {
+      const load = this.#loadEntries();
+      this.#entriesCache = load;
+      load.catch(() => {
+        if (this.#entriesCache === load) this.#entriesCache = null;
+      });
+    }
+    return this.#entriesCache;
+  }
+
   onChange(listener: () => void): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
@@ -62,6 +77,7 @@ export class QueueObserver {
     this.#zk.off('state', this.#onState);
     this.#closed = true;
     this.#cache = null;
+    this.#entriesCache = null;
     this.#listeners.clear();
   }
 
@@ -69,28 +85,43 @@ export class QueueObserver {
     if (this.#closed || generation !== this.#generation) return;
     this.#generation++;
     this.#cache = null;
+    this.#entriesCache = null;
     for (const l of this.#listeners) l();
   }
 
   async #load(): Promise<QueueEntry | null> {
+    for (;;) {
+      const children = await this.#children();
+      if (children === null) return null;
+      const first = children[0];
+      if (first === undefined) return null;
+      const head = await readEntry(this.#zk, joinPath(this.#parent, first));
+      // Null: the head left between the listing and the read; list again.
+      if (head !== null) return head;
+    }
+  }
+
+  async #loadEntries(): Promise<QueueEntry[]> {
+    const children = await this.#children();
+    if (children === null) return [];
+    const read = await Promise.all(children.map((child) => readEntry(this.#zk, joinPath(this.#parent, child))));
+    // Null: that node left between the listing and its read (the watch has fired for it).
+    return read.filter((entry): entry is QueueEntry => entry !== null);
+  }
+
+  /** The queue's children in grant order, leaving a watch that fires on its next change; null while it has no parent. */
+  async #children(): Promise<string[] | null> {
     const generation = this.#generation;
     const watch = (): void => this.#invalidate(generation);
     for (;;) {
-      let children: string[];
       try {
-        children = await retryOnLoss(() => this.#zk.getChildren(this.#parent, { watch }));
+        return sortQueue(await retryOnLoss(() => this.#zk.getChildren(this.#parent, { watch })));
       } catch (error) {
         if (!isCode(error, 'ZK_NONODE')) throw error;
         // No queue yet: be told when it appears.
         const stat = await retryOnLoss(() => this.#zk.exists(this.#parent, { watch }));
         if (stat === null) return null;
-        continue;
       }
-      const first = sortQueue(children)[0];
-      if (first === undefined) return null;
-      const head = await readEntry(this.#zk, joinPath(this.#parent, first));
-      // Null: the head left between the listing and the read; list again.
-      if (head !== null) return head;
     }
   }
 }

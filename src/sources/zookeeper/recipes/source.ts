@@ -16,7 +16,8 @@ import { ZooKeeperClient } from '../client.js';
 import { campaign, type ZooKeeperLeadership } from './election.js';
 import { acquireLock, lockStatus, tryAcquireLock, type ZooKeeperLock } from './lock.js';
 import type { QueueEntry } from './queue.js';
-import { validateAcl, type AclOption, type ZooKeeperAcquireOptions, type ZooKeeperCampaignOptions, type ZooKeeperTryAcquireOptions } from './acl-options.js';
+import { validateAcl } from '../requests.js';
+import type { AclOption, ZooKeeperAcquireOptions, ZooKeeperCampaignOptions, ZooKeeperTryAcquireOptions } from './acl-options.js';
 
 /** The ZooKeeper source: every method of LockSource, with ZooKeeper's richer results. */
 export interface ZooKeeperSource extends LockSource {
