@@ -27,6 +27,11 @@
  *   fencekeeper:fence:refused     FenceRefusedMessage: a write was refused where the resource lives (a stale token,
  *                                 or another lock's sequencer or a bare token on a bound fence)
  *   fencekeeper:s3:unknown-outcome UnknownOutcomeMessage: a PUT whose outcome was lost, and how the read-back settled it
+ *   fencekeeper:postgres:commit-failed  fencekeeper/postgres's CommitFailure: fenced work that did not commit, and what
+ *                                 became of its fence advance (published by the adapter)
+ *   fencekeeper:zookeeper:state   { sessionId, previous, state }: a ZooKeeper client's every state change (ClientState)
+ *   fencekeeper:zookeeper:watch   { sessionId, type, path, watchers }: a watch notification delivered, with how many
+ *                                 watchers it woke (a herd shows here)
  *
  * Tokens are bigint in messages (never a lossy number). `source` is a
  * LockSource kind ('zookeeper', 'redis', 'redlock', 'etcd'); `adapter` is
@@ -65,6 +70,9 @@ export const CHANNELS = Object.freeze({
   sessionState: 'fencekeeper:session:state',
   fenceRefused: 'fencekeeper:fence:refused',
   s3UnknownOutcome: 'fencekeeper:s3:unknown-outcome',
+  postgresCommitFailed: 'fencekeeper:postgres:commit-failed',
+  zookeeperState: 'fencekeeper:zookeeper:state',
+  zookeeperWatch: 'fencekeeper:zookeeper:watch',
 } as const);
 
 /** The names of the tracing channels, as a subscriber iterates over them. */

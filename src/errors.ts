@@ -87,25 +87,22 @@ export class FencekeeperError extends Error {
   }
 }
 
-/** A write presented a token smaller than the one the resource has already seen. */
+/**
+ * True when `error` is one of ours with this code ('ZK_NONODE',
+ * 'CONNECTION_LOSS', ...): the one way the library classifies an error, by its
+ * stable code and never by its message.
+ */
+export function isCode(error: unknown, code: ErrorCode): error is FencekeeperError {
+  return error instanceof FencekeeperError && error.code === code;
+}
+
 // Tokens are spelled `bigint` in this file (FencingToken is that type): the
 // errors are the bottom of the core, imported by everything, token.ts included,
 // so they import nothing themselves.
-export class StaleTokenError extends FencekeeperError {
-  static override readonly kind: string = 'StaleTokenError';
-  readonly resource: string;
-  /** The token the write presented (a FencingToken). */
-  readonly presented: bigint;
-  /** The resource's high-water mark when the write was refused (null if unknown). */
-  readonly current: bigint | null;
-  constructor(resource: string, presented: bigint, current: bigint | null, options?: FencekeeperErrorOptions) {
-    super('STALE_TOKEN', `stale fencing token for ${resource}: presented ${presented}, current ${current ?? 'unknown'}`, options);
-    this.resource = resource;
-    this.presented = presented;
-    this.current = current;
-  }
-}
 
+// ---- Tokens and arguments: what a caller passed ----
+
+/** Text that is not a token: not a decimal integer in 1..2^63-1. */
 export class InvalidTokenError extends FencekeeperError {
   static override readonly kind: string = 'InvalidTokenError';
   constructor(message: string, options?: FencekeeperErrorOptions) { super('INVALID_TOKEN', message, options); }
@@ -116,6 +113,8 @@ export class InvalidArgumentError extends FencekeeperError {
   static override readonly kind: string = 'InvalidArgumentError';
   constructor(message: string, options?: FencekeeperErrorOptions) { super('INVALID_ARGUMENT', message, options); }
 }
+
+// ---- Locks, sessions and the connection to a lock service ----
 
 /**
  * Why a lock or a leadership ended, whatever source granted it:
@@ -206,58 +205,6 @@ export class ProtocolError extends FencekeeperError {
   constructor(message: string, options?: FencekeeperErrorOptions) { super('PROTOCOL', message, options); }
 }
 
-/** A write whose outcome cannot be known (a 5xx after a conditional PUT that a read-back could not settle). */
-export class UnknownOutcomeError extends FencekeeperError {
-  static override readonly kind: string = 'UnknownOutcomeError';
-  constructor(message: string, options?: FencekeeperErrorOptions) { super('UNKNOWN_OUTCOME', message, { retryable: true, ...options }); }
-}
-
-/**
- * The fenced work returned, but its writes did not commit: a statement in its
- * transaction failed and the work caught the error (PostgreSQL then answers
- * COMMIT with ROLLBACK), or a deferred constraint failed. The fence advance
- * was committed on its own, so the mark does not go back below `token`.
- */
-export class WorkNotCommittedError extends FencekeeperError {
-  static override readonly kind: string = 'WorkNotCommittedError';
-  readonly resource: string;
-  readonly token: bigint;
-  constructor(resource: string, token: bigint, options?: FencekeeperErrorOptions) {
-    super('WORK_NOT_COMMITTED', `the writes fenced on ${resource} with token ${token} did not commit${causeText(options)}; the fence advance did`, options);
-    this.resource = resource;
-    this.token = token;
-  }
-}
-
-/**
- * The transaction holding the fence advance did not reach a confirmed COMMIT:
- * COMMIT itself failed (a serialization failure), the connection was lost, or
- * the work ended the transaction itself. The advance went with it and was
- * applied again at once in a transaction of its own; `restored` says whether
- * that worked (false: the mark may stay below `token` until a holder presents
- * a token at least as large). The work's writes did not commit, except that a
- * connection lost during COMMIT leaves them unknown. Retryable when PostgreSQL
- * reported a serialization failure or a deadlock and the advance was restored.
- */
-export class CommitFailedError extends FencekeeperError {
-  static override readonly kind: string = 'CommitFailedError';
-  readonly resource: string;
-  readonly token: bigint;
-  readonly restored: boolean;
-  constructor(resource: string, token: bigint, restored: boolean, options?: FencekeeperErrorOptions) {
-    const advance = restored ? 'the fence advance was applied again on its own' : 'the fence advance could not be applied again';
-    super('COMMIT_FAILED', `the transaction fenced on ${resource} with token ${token} did not commit${causeText(options)}; ${advance}`, options);
-    this.resource = resource;
-    this.token = token;
-    this.restored = restored;
-  }
-}
-
-function causeText(options: FencekeeperErrorOptions | undefined): string {
-  const message = (options?.cause as { message?: unknown } | undefined)?.message;
-  return typeof message === 'string' && message.length > 0 ? ` (${message})` : '';
-}
-
 /** An error answer from the ZooKeeper server, by its reply-header error number. */
 export class ZooKeeperError extends FencekeeperError {
   static override readonly kind: string = 'ZooKeeperError';
@@ -282,47 +229,46 @@ export class ZooKeeperError extends FencekeeperError {
 }
 
 /**
- * True when `error` is one of ours with this code ('ZK_NONODE',
- * 'CONNECTION_LOSS', ...): the one way the library classifies an error, by its
- * stable code and never by its message.
+ * A lock's (or election's) container exists with an ACL other than the one
+ * the acquire asked for: someone else made it (or re-made it after the
+ * reaper removed ours). Queueing under it would leave the lock to whoever
+ * that ACL admits, so nothing was queued.
  */
-export function isCode(error: unknown, code: ErrorCode): error is FencekeeperError {
-  return error instanceof FencekeeperError && error.code === code;
-}
-
-/**
- * A fenced write of one storage layout met a resource kept in another (an S3
- * key written in place, written through a pointer, or a pointer's data
- * object). Nothing was written: a key's writers and readers rely on one
- * layout, so a key changes layout only by a deliberate migration.
- */
-export class LayoutMismatchError extends FencekeeperError {
-  static override readonly kind: string = 'LayoutMismatchError';
-  readonly resource: string;
-  /** The layout the write asked for. */
-  readonly expected: string;
-  /** The layout the resource is kept in. */
-  readonly found: string;
-  constructor(resource: string, expected: string, found: string, message: string, options?: FencekeeperErrorOptions) {
-    super('LAYOUT_MISMATCH', message, options);
-    this.resource = resource;
+export class AclMismatchError extends FencekeeperError {
+  static override readonly kind: string = 'AclMismatchError';
+  /** The container's path. */
+  readonly path: string;
+  readonly expected: readonly { readonly perms: number; readonly id: { readonly scheme: string; readonly id: string } }[];
+  readonly found: readonly { readonly perms: number; readonly id: { readonly scheme: string; readonly id: string } }[];
+  constructor(
+    path: string,
+    expected: AclMismatchError['expected'],
+    found: AclMismatchError['found'],
+    message: string,
+    options?: FencekeeperErrorOptions,
+  ) {
+    super('ACL_MISMATCH', message, options);
+    this.path = path;
     this.expected = expected;
     this.found = found;
   }
 }
 
-/**
- * An in-place conditional write whose body is byte for byte the object's
- * current body. The object's ETag would not change, so a paused holder that
- * read the object earlier could still pass its own condition and put its
- * older token back. Nothing was written.
- */
-export class RepeatedBodyError extends FencekeeperError {
-  static override readonly kind: string = 'RepeatedBodyError';
+// ---- Fences and sequencers: a write refused where the resource lives ----
+
+/** A write presented a token smaller than the one the resource has already seen. */
+export class StaleTokenError extends FencekeeperError {
+  static override readonly kind: string = 'StaleTokenError';
   readonly resource: string;
-  constructor(resource: string, message: string, options?: FencekeeperErrorOptions) {
-    super('REPEATED_BODY', message, options);
+  /** The token the write presented (a FencingToken). */
+  readonly presented: bigint;
+  /** The resource's high-water mark when the write was refused (null if unknown). */
+  readonly current: bigint | null;
+  constructor(resource: string, presented: bigint, current: bigint | null, options?: FencekeeperErrorOptions) {
+    super('STALE_TOKEN', `stale fencing token for ${resource}: presented ${presented}, current ${current ?? 'unknown'}`, options);
     this.resource = resource;
+    this.presented = presented;
+    this.current = current;
   }
 }
 
@@ -357,123 +303,6 @@ export class FenceReleasedError extends FencekeeperError {
     this.resource = resource;
     this.token = token;
     this.reason = reason;
-  }
-}
-
-/**
- * fencekeeper/testing: a throwaway server cannot start because its program
- * is not on this machine. `missing` names what was looked for (a path, a
- * command), `install` what provides it.
- */
-export class ServerNotInstalledError extends FencekeeperError {
-  static override readonly kind: string = 'ServerNotInstalledError';
-  readonly missing: string;
-  readonly install: string;
-  constructor(missing: string, install: string, message: string, options?: FencekeeperErrorOptions) {
-    super('SERVER_NOT_INSTALLED', message, options);
-    this.missing = missing;
-    this.install = install;
-  }
-}
-
-/**
- * An outside effect (withEffect) whose outcome is not known: its intent was
- * recorded as pending, and nothing recorded since says whether it happened.
- * An earlier holder may have paused or died between recording the intent and
- * recording the outcome, and its call may even still be on its way. Retrying
- * the call cannot settle it; reconciling with the outside system can
- * (`retryable` is true only when the call that failed had a reconcile to run
- * on the next attempt). `token` is the one that recorded the pending intent;
- * `deadline` the wall-clock instant after which that call can no longer land
- * (null: none was given, so a "did not happen" can never be trusted).
- */
-export class EffectPendingError extends UnknownOutcomeError {
-  static override readonly kind: string = 'EffectPendingError';
-  readonly resource: string;
-  readonly key: string;
-  readonly idempotencyKey: string;
-  readonly attempt: number;
-  readonly token: bigint;
-  readonly deadline: Date | null;
-  constructor(
-    effect: { readonly resource: string; readonly key: string; readonly idempotencyKey: string; readonly attempt: number; readonly token: bigint; readonly deadline: Date | null },
-    message: string,
-    options?: FencekeeperErrorOptions,
-  ) {
-    super(message, { retryable: false, ...options });
-    this.resource = effect.resource;
-    this.key = effect.key;
-    this.idempotencyKey = effect.idempotencyKey;
-    this.attempt = effect.attempt;
-    this.token = effect.token;
-    this.deadline = effect.deadline;
-  }
-}
-
-/**
- * fencekeeper/testing: a throwaway server exited or did not become ready in
- * time. `log` holds the last lines it wrote.
- */
-export class ServerStartError extends FencekeeperError {
-  static override readonly kind: string = 'ServerStartError';
-  readonly log: string;
-  constructor(message: string, log: string, options?: FencekeeperErrorOptions) {
-    super('SERVER_START_FAILED', message, options);
-    this.log = log;
-  }
-}
-
-/**
- * An outside effect (withEffect) that definitely failed, as recorded: the
- * effect (or its reconcile) said the outside system refused it and did
- * nothing. Recorded failures are not run again unless the caller asks
- * (`retryFailed`), and then under a fresh idempotency key. `details` is the
- * JSON value recorded with the failure, if any.
- */
-export class EffectFailedError extends FencekeeperError {
-  static override readonly kind: string = 'EffectFailedError';
-  readonly resource: string;
-  readonly key: string;
-  readonly idempotencyKey: string;
-  readonly attempt: number;
-  readonly details: unknown;
-  constructor(
-    effect: { readonly resource: string; readonly key: string; readonly idempotencyKey: string; readonly attempt: number },
-    failure: { readonly message: string; readonly details?: unknown },
-    options?: FencekeeperErrorOptions,
-  ) {
-    super('EFFECT_FAILED', `the effect ${effect.key} on ${effect.resource} (attempt ${effect.attempt}) failed: ${failure.message}`, options);
-    this.resource = effect.resource;
-    this.key = effect.key;
-    this.idempotencyKey = effect.idempotencyKey;
-    this.attempt = effect.attempt;
-    this.details = failure.details;
-  }
-}
-
-/**
- * A lock's (or election's) container exists with an ACL other than the one
- * the acquire asked for: someone else made it (or re-made it after the
- * reaper removed ours). Queueing under it would leave the lock to whoever
- * that ACL admits, so nothing was queued.
- */
-export class AclMismatchError extends FencekeeperError {
-  static override readonly kind: string = 'AclMismatchError';
-  /** The container's path. */
-  readonly path: string;
-  readonly expected: readonly { readonly perms: number; readonly id: { readonly scheme: string; readonly id: string } }[];
-  readonly found: readonly { readonly perms: number; readonly id: { readonly scheme: string; readonly id: string } }[];
-  constructor(
-    path: string,
-    expected: AclMismatchError['expected'],
-    found: AclMismatchError['found'],
-    message: string,
-    options?: FencekeeperErrorOptions,
-  ) {
-    super('ACL_MISMATCH', message, options);
-    this.path = path;
-    this.expected = expected;
-    this.found = found;
   }
 }
 
@@ -526,5 +355,190 @@ export class FenceAlreadyBoundError extends FencekeeperError {
     super('FENCE_ALREADY_BOUND', `${resource} is already bound to ${bound.kind} ${bound.lock} at ${bound.source.kind}:${bound.source.id}`, options);
     this.resource = resource;
     this.bound = bound;
+  }
+}
+
+// ---- Writes whose outcome or commit is in doubt (PostgreSQL, S3) ----
+
+/** A write whose outcome cannot be known (a 5xx after a conditional PUT that a read-back could not settle). */
+export class UnknownOutcomeError extends FencekeeperError {
+  static override readonly kind: string = 'UnknownOutcomeError';
+  constructor(message: string, options?: FencekeeperErrorOptions) { super('UNKNOWN_OUTCOME', message, { retryable: true, ...options }); }
+}
+
+/**
+ * The fenced work returned, but its writes did not commit: a statement in its
+ * transaction failed and the work caught the error (PostgreSQL then answers
+ * COMMIT with ROLLBACK), or a deferred constraint failed. The fence advance
+ * was committed on its own, so the mark does not go back below `token`.
+ */
+export class WorkNotCommittedError extends FencekeeperError {
+  static override readonly kind: string = 'WorkNotCommittedError';
+  readonly resource: string;
+  readonly token: bigint;
+  constructor(resource: string, token: bigint, options?: FencekeeperErrorOptions) {
+    super('WORK_NOT_COMMITTED', `the writes fenced on ${resource} with token ${token} did not commit${causeText(options)}; the fence advance did`, options);
+    this.resource = resource;
+    this.token = token;
+  }
+}
+
+/**
+ * The transaction holding the fence advance did not reach a confirmed COMMIT:
+ * COMMIT itself failed (a serialization failure), the connection was lost, or
+ * the work ended the transaction itself. The advance went with it and was
+ * applied again at once in a transaction of its own; `restored` says whether
+ * that worked (false: the mark may stay below `token` until a holder presents
+ * a token at least as large). The work's writes did not commit, except that a
+ * connection lost during COMMIT leaves them unknown. Retryable when PostgreSQL
+ * reported a serialization failure or a deadlock and the advance was restored.
+ */
+export class CommitFailedError extends FencekeeperError {
+  static override readonly kind: string = 'CommitFailedError';
+  readonly resource: string;
+  readonly token: bigint;
+  readonly restored: boolean;
+  constructor(resource: string, token: bigint, restored: boolean, options?: FencekeeperErrorOptions) {
+    const advance = restored ? 'the fence advance was applied again on its own' : 'the fence advance could not be applied again';
+    super('COMMIT_FAILED', `the transaction fenced on ${resource} with token ${token} did not commit${causeText(options)}; ${advance}`, options);
+    this.resource = resource;
+    this.token = token;
+    this.restored = restored;
+  }
+}
+
+function causeText(options: FencekeeperErrorOptions | undefined): string {
+  const message = (options?.cause as { message?: unknown } | undefined)?.message;
+  return typeof message === 'string' && message.length > 0 ? ` (${message})` : '';
+}
+
+/**
+ * A fenced write of one storage layout met a resource kept in another (an S3
+ * key written in place, written through a pointer, or a pointer's data
+ * object). Nothing was written: a key's writers and readers rely on one
+ * layout, so a key changes layout only by a deliberate migration.
+ */
+export class LayoutMismatchError extends FencekeeperError {
+  static override readonly kind: string = 'LayoutMismatchError';
+  readonly resource: string;
+  /** The layout the write asked for. */
+  readonly expected: string;
+  /** The layout the resource is kept in. */
+  readonly found: string;
+  constructor(resource: string, expected: string, found: string, message: string, options?: FencekeeperErrorOptions) {
+    super('LAYOUT_MISMATCH', message, options);
+    this.resource = resource;
+    this.expected = expected;
+    this.found = found;
+  }
+}
+
+/**
+ * An in-place conditional write whose body is byte for byte the object's
+ * current body. The object's ETag would not change, so a paused holder that
+ * read the object earlier could still pass its own condition and put its
+ * older token back. Nothing was written.
+ */
+export class RepeatedBodyError extends FencekeeperError {
+  static override readonly kind: string = 'RepeatedBodyError';
+  readonly resource: string;
+  constructor(resource: string, message: string, options?: FencekeeperErrorOptions) {
+    super('REPEATED_BODY', message, options);
+    this.resource = resource;
+  }
+}
+
+// ---- Side effects through withEffect ----
+
+/**
+ * An outside effect (withEffect) whose outcome is not known: its intent was
+ * recorded as pending, and nothing recorded since says whether it happened.
+ * An earlier holder may have paused or died between recording the intent and
+ * recording the outcome, and its call may even still be on its way. Retrying
+ * the call cannot settle it; reconciling with the outside system can
+ * (`retryable` is true only when the call that failed had a reconcile to run
+ * on the next attempt). `token` is the one that recorded the pending intent;
+ * `deadline` the wall-clock instant after which that call can no longer land
+ * (null: none was given, so a "did not happen" can never be trusted).
+ */
+export class EffectPendingError extends UnknownOutcomeError {
+  static override readonly kind: string = 'EffectPendingError';
+  readonly resource: string;
+  readonly key: string;
+  readonly idempotencyKey: string;
+  readonly attempt: number;
+  readonly token: bigint;
+  readonly deadline: Date | null;
+  constructor(
+    effect: { readonly resource: string; readonly key: string; readonly idempotencyKey: string; readonly attempt: number; readonly token: bigint; readonly deadline: Date | null },
+    message: string,
+    options?: FencekeeperErrorOptions,
+  ) {
+    super(message, { retryable: false, ...options });
+    this.resource = effect.resource;
+    this.key = effect.key;
+    this.idempotencyKey = effect.idempotencyKey;
+    this.attempt = effect.attempt;
+    this.token = effect.token;
+    this.deadline = effect.deadline;
+  }
+}
+
+/**
+ * An outside effect (withEffect) that definitely failed, as recorded: the
+ * effect (or its reconcile) said the outside system refused it and did
+ * nothing. Recorded failures are not run again unless the caller asks
+ * (`retryFailed`), and then under a fresh idempotency key. `details` is the
+ * JSON value recorded with the failure, if any.
+ */
+export class EffectFailedError extends FencekeeperError {
+  static override readonly kind: string = 'EffectFailedError';
+  readonly resource: string;
+  readonly key: string;
+  readonly idempotencyKey: string;
+  readonly attempt: number;
+  readonly details: unknown;
+  constructor(
+    effect: { readonly resource: string; readonly key: string; readonly idempotencyKey: string; readonly attempt: number },
+    failure: { readonly message: string; readonly details?: unknown },
+    options?: FencekeeperErrorOptions,
+  ) {
+    super('EFFECT_FAILED', `the effect ${effect.key} on ${effect.resource} (attempt ${effect.attempt}) failed: ${failure.message}`, options);
+    this.resource = effect.resource;
+    this.key = effect.key;
+    this.idempotencyKey = effect.idempotencyKey;
+    this.attempt = effect.attempt;
+    this.details = failure.details;
+  }
+}
+
+// ---- fencekeeper/testing: the servers it starts ----
+
+/**
+ * fencekeeper/testing: a throwaway server cannot start because its program
+ * is not on this machine. `missing` names what was looked for (a path, a
+ * command), `install` what provides it.
+ */
+export class ServerNotInstalledError extends FencekeeperError {
+  static override readonly kind: string = 'ServerNotInstalledError';
+  readonly missing: string;
+  readonly install: string;
+  constructor(missing: string, install: string, message: string, options?: FencekeeperErrorOptions) {
+    super('SERVER_NOT_INSTALLED', message, options);
+    this.missing = missing;
+    this.install = install;
+  }
+}
+
+/**
+ * fencekeeper/testing: a throwaway server exited or did not become ready in
+ * time. `log` holds the last lines it wrote.
+ */
+export class ServerStartError extends FencekeeperError {
+  static override readonly kind: string = 'ServerStartError';
+  readonly log: string;
+  constructor(message: string, log: string, options?: FencekeeperErrorOptions) {
+    super('SERVER_START_FAILED', message, options);
+    this.log = log;
   }
 }

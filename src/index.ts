@@ -1,37 +1,47 @@
-// The public surface of 'fencekeeper'. Everything a user may import is named
-// here; nothing internal is re-exported wholesale.
+// The public surface of 'fencekeeper': what an application uses. Everything
+// a user may import is named here; nothing internal is re-exported
+// wholesale. What someone writing a source, a store or an instrumentation
+// needs besides is 'fencekeeper/extend' (./extend.ts); each token source and
+// each enforcement adapter has an entry of its own.
 export type { FencingToken } from './token.js';
 export { parseToken, formatToken, assertToken, MAX_TOKEN } from './token.js';
-export type { ErrorCode, ZooKeeperErrorCode, FencekeeperErrorOptions, LossReason } from './errors.js';
+// Errors: one base class with stable codes, grouped as in ./errors.ts
+export type { ErrorCode, ZooKeeperErrorCode, FencekeeperErrorOptions, LossReason, BoundLock } from './errors.js';
 export {
   FencekeeperError,
-  StaleTokenError,
+  // tokens and arguments
   InvalidTokenError,
   InvalidArgumentError,
+  // locks, sessions and the connection to a lock service
   LockLostError,
   LockTimeoutError,
   SessionExpiredError,
   ConnectionLossError,
+  TlsError,
+  QuorumError,
   ClientClosedError,
   ProtocolError,
-  UnknownOutcomeError,
   ZooKeeperError,
-  LayoutMismatchError,
-  RepeatedBodyError,
+  AclMismatchError,
+  // fences and sequencers
+  StaleTokenError,
   CorruptFenceError,
+  FenceReleasedError,
+  NoCurrentLockError,
+  SequencerMismatchError,
+  FenceAlreadyBoundError,
+  // writes whose outcome or commit is in doubt
+  UnknownOutcomeError,
   WorkNotCommittedError,
   CommitFailedError,
+  LayoutMismatchError,
+  RepeatedBodyError,
+  // side effects
+  EffectPendingError,
+  EffectFailedError,
 } from './errors.js';
-export { FenceReleasedError } from './errors.js';
-export { EffectPendingError, EffectFailedError } from './errors.js';
-export { TlsError } from './errors.js';
-export { QuorumError } from './errors.js';
-export { AclMismatchError } from './errors.js';
-export { NoCurrentLockError, SequencerMismatchError, FenceAlreadyBoundError } from './errors.js';
-export type { BoundLock } from './errors.js';
 export { sequencer, fenceBinding, isSequencer, matchesBinding, formatSequencer, parseSequencer } from './sequencer.js';
 export type { Sequencer, SequencerKind, SourceIdentity, FenceBinding } from './sequencer.js';
-export { SourceIdentityCache, grantSequencer } from './source-identity.js';
 export { withLock, currentLock, resolveFencing, CURRENT_LOCK } from './with-lock.js';
 export type { WithLockOptions, Fencing, ResolvedFencing } from './with-lock.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
@@ -40,26 +50,10 @@ export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, Idempoten
 // The lock contract every token source implements
 export type { Lock, Leadership, AcquireOptions, TryAcquireOptions, CampaignOptions } from './lock.js';
 export type { LockSource, LockStatus, LockStatusEntry, SourceObserver } from './lock-source.js';
-export { StepDownClock, safetyMargin } from './step-down.js';
-export type { StepDownSource, Holding, HoldingOptions } from './step-down.js';
 
 // Diagnostics: the channel names operators and instrumentations subscribe to, and their messages
 export { CHANNELS, TRACING_CHANNELS, RUN_WITHIN } from './diagnostics.js';
-// ... and the publishers, for the adapters and for a LockSource or FenceStore of your own
-export {
-  traceAcquire,
-  traceRelease,
-  traceCampaign,
-  traceAdmit,
-  traceWithFence,
-  traceFencedWrite,
-  traceS3Put,
-  traceS3Delete,
-  traceEffect,
-  publishSessionState,
-  publishRefused,
-  publishUnknownOutcome,
-} from './diagnostics.js';
+// ... and the messages they carry, for a subscriber of your own
 export type {
   TraceContext,
   AcquireTraceContext,

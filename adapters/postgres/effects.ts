@@ -46,7 +46,8 @@
 // carrying out a call it accepted just before the deadline.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { debuglog } from 'node:util';
-import { EffectFailedError, EffectPendingError, InvalidArgumentError, LockLostError, StaleTokenError, traceEffect, type FencingToken } from '../../src/index.js';
+import { EffectFailedError, EffectPendingError, InvalidArgumentError, LockLostError, StaleTokenError, type FencingToken } from '../../src/index.js';
+import { traceEffect } from '../../src/extend.js';
 import type { Database } from './database.js';
 import {
   MAX_INT32,

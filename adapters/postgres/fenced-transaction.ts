@@ -28,7 +28,7 @@
 // with a smaller token can be admitted: that window is documented, not closed.
 import { channel } from 'node:diagnostics_channel';
 import { debuglog } from 'node:util';
-import { CommitFailedError, StaleTokenError, WorkNotCommittedError, type FencingToken } from '../../src/index.js';
+import { CHANNELS, CommitFailedError, StaleTokenError, WorkNotCommittedError, type FencingToken } from '../../src/index.js';
 import { asError, isKysely, isSerializationFailure, rawQuery, sqlState, type PgQueryable, type PgQueryResult, type Queryable } from './database.js';
 import { advanceFence } from './fence-row.js';
 
@@ -157,7 +157,7 @@ export interface CommitFailure {
 }
 
 const debug = debuglog('fencekeeper');
-const commitFailed = channel('fencekeeper:postgres:commit-failed');
+const commitFailed = channel(CHANNELS.postgresCommitFailed);
 
 export function reportCommitFailure(failure: CommitFailure): void {
   debug('%s: %s: the fenced work did not commit (fence advance %s): %o', failure.origin, failure.resource, failure.advance, failure.error);

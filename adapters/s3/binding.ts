@@ -22,10 +22,8 @@
 //
 // Text form: fk1:<kind>:<source kind>:<source id>:<lock name, percent-encoded>,
 // a sequencer's text form without its token (../../src/sequencer.ts).
-import {
-  CorruptFenceError, InvalidArgumentError, SequencerMismatchError,
-  fenceBinding, matchesBinding, publishRefused, type FenceBinding, type ResolvedFencing,
-} from '../../src/index.js';
+import { CorruptFenceError, InvalidArgumentError, SequencerMismatchError, fenceBinding, matchesBinding, type FenceBinding, type ResolvedFencing } from '../../src/index.js';
+import { publishRefused } from '../../src/extend.js';
 
 /** The lock the key's fence is bound to (absent: never bound). */
 export const BINDING_METADATA = 'fencing-lock';

@@ -30,7 +30,8 @@
 // real DELETE would erase the high-water mark. fencedGetObject answers null
 // for a tombstone; readFence still reports its token.
 import type { PutObjectCommandInput, S3Client } from '@aws-sdk/client-s3';
-import { InvalidArgumentError, formatToken, resolveFencing, traceS3Delete, traceS3Put } from '../../src/index.js';
+import { InvalidArgumentError, formatToken, resolveFencing } from '../../src/index.js';
+import { traceS3Delete, traceS3Put } from '../../src/extend.js';
 import type { FenceBinding, Fencing, FencingToken } from '../../src/index.js';
 import { checkBindOption } from './binding.js';
 import { conditionalWrite } from './conditional-write.js';

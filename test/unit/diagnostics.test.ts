@@ -4,6 +4,8 @@
 // tracing channel sees start/end/asyncStart/asyncEnd with its context, the
 // result or the error, and may run the operation inside its own scope.
 import diagnostics from 'node:diagnostics_channel';
+import { readFileSync, readdirSync, statSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import {
   CHANNELS,
@@ -41,6 +43,9 @@ const helpers: [string, (fn: () => Promise<unknown>) => Promise<unknown>, Record
 describe('diagnostics channels', () => {
   it('the names are the documented, stable ones, and the core exports them', () => {
     expect(Object.values(CHANNELS).every((n) => /^fencekeeper:[a-z0-9]+:[a-z-]+$/.test(n))).toBe(true);
+    expect(CHANNELS.postgresCommitFailed).toBe('fencekeeper:postgres:commit-failed');
+    expect(CHANNELS.zookeeperState).toBe('fencekeeper:zookeeper:state');
+    expect(CHANNELS.zookeeperWatch).toBe('fencekeeper:zookeeper:watch');
     expect(CHANNELS.lockAcquire).toBe('fencekeeper:lock:acquire');
     expect(CHANNELS.lockLost).toBe('fencekeeper:lock:lost');
     expect(CHANNELS.sessionState).toBe('fencekeeper:session:state');
@@ -127,5 +132,38 @@ describe('diagnostics channels', () => {
     } finally {
       for (const name of [CHANNELS.fenceRefused, CHANNELS.sessionState, CHANNELS.s3UnknownOutcome]) diagnostics.unsubscribe(name, onMessage);
     }
+  });
+
+  it('CHANNELS lists every channel the code publishes, and the README documents each', () => {
+    const root = fileURLToPath(new URL('../../', import.meta.url));
+    const files = (dir: string): string[] =>
+      readdirSync(`${root}${dir}`).flatMap((name) => {
+        const path = `${dir}/${name}`;
+        if (statSync(`${root}${path}`).isDirectory()) return files(path);
+        return path.endsWith('.ts') ? [path] : [];
+      });
+    const names = new Set<string>(Object.values(CHANNELS));
+    const made: string[] = [];
+    const literals: string[] = [];
+    for (const file of [...files('src'), ...files('adapters')]) {
+      const text = readFileSync(`${root}${file}`, 'utf8');
+      // what each channel() / tracingChannel() is made from: a CHANNELS name, a variable, or a literal
+      for (const match of text.matchAll(/\b(?:channel|tracingChannel)(?:<[^>]*>)?\(\s*([^)\s]+)\s*\)/g)) made.push(`${file}: ${match[1]}`);
+      if (file === 'src/diagnostics.ts') continue;
+      // a channel name spelled out anywhere else (Redis key names carry {braces}: not channels)
+      for (const match of text.matchAll(/'fencekeeper:[a-z0-9]+:[a-z-]+'/g)) literals.push(`${file}: ${match[0]}`);
+    }
+    expect(literals).toEqual([]);
+    const unlisted = made.filter((m) => {
+      const argument = m.slice(m.indexOf(': ') + 2);
+      if (argument.startsWith('CHANNELS.')) return !(argument.slice('CHANNELS.'.length) in CHANNELS);
+      if (/^'.*'$/.test(argument)) return !names.has(argument.slice(1, -1));
+      return !/^[a-z]\w*$/.test(argument); // a variable iterating CHANNELS / TRACING_CHANNELS (opentelemetry)
+    });
+    expect(unlisted).toEqual([]);
+    expect(made.filter((m) => m.includes('CHANNELS.')).length).toBeGreaterThanOrEqual(Object.keys(CHANNELS).length);
+    const readme = readFileSync(`${root}README.md`, 'utf8');
+    const section = readme.slice(readme.indexOf('### Observability'), readme.indexOf('\n## ', readme.indexOf('### Observability')));
+    expect([...names].filter((name) => !section.includes(`\`${name}\``))).toEqual([]);
   });
 });

@@ -174,7 +174,7 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
             reject(new ConnectionLossError(`Redis at ${client.options.host}:${client.options.port} did not answer CONFIG within ${nodeTimeoutMs} ms`));
           }, nodeTimeoutMs);
           timer.unref();
-          client.config('GET', 'notify-keyspace-events').then(
+          client.call('CONFIG', ['GET', 'notify-keyspace-events']).then(
             (reply) => {
               clearTimeout(timer);
               resolve(reply);

@@ -5,7 +5,8 @@
  * its grants last, which of its errors mean "unreachable", how its queue
  * entries read, and (where it can push changes) watchQueue.
  */
-import { InvalidArgumentError, safetyMargin, type FencingToken, type Lock, type LockSource, type LockStatus, type LockStatusEntry } from '../../index.js';
+import { InvalidArgumentError, type FencingToken, type Lock, type LockSource, type LockStatus, type LockStatusEntry } from '../../index.js';
+import { safetyMargin } from '../../extend.js';
 import { UsageError } from '../args.js';
 import type { Holding, HoldOptions, Kind, LockService, QueueEntry, QueueEvent } from '../lock-service.js';
 

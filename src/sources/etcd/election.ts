@@ -4,7 +4,8 @@
  * create revision, so every later leader's epoch is larger, across etcd
  * leader changes too; downstream systems fence on it as on a lock token.
  */
-import { traceCampaign, traceRelease, type CampaignOptions, type FencingToken, type Leadership, type SourceObserver } from '../../index.js';
+import { type CampaignOptions, type FencingToken, type Leadership, type SourceObserver } from '../../index.js';
+import { traceCampaign, traceRelease } from '../../extend.js';
 import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';

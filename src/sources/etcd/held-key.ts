@@ -7,7 +7,8 @@
  * we leave (release / resign), which aborts the signal at once and then
  * deletes the key.
  */
-import { grantSequencer, type Holding, type Sequencer, type SequencerKind } from '../../index.js';
+import { type Sequencer, type SequencerKind } from '../../index.js';
+import { grantSequencer, type Holding } from '../../extend.js';
 import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { fencedTxn, type FencedKey } from './fenced-txn.js';
 import { leave, type QueueKey } from './queue.js';

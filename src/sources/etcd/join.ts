@@ -5,7 +5,8 @@
  * its name is this join's own, so deleting it is always safe).
  */
 import { hostname } from 'node:os';
-import { LockLostError, LockTimeoutError, safetyMargin } from '../../index.js';
+import { LockLostError, LockTimeoutError } from '../../index.js';
+import { safetyMargin } from '../../extend.js';
 import type { EtcdClient } from './client.js';
 import { checkName, checkWaitOptions } from './input.js';
 import { join, joinIfEmpty, leave, planJoin, untilLeaseEnds, waitForTurn, type JoinPlan, type Joined, type QueueKey } from './queue.js';

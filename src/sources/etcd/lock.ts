@@ -9,7 +9,8 @@
  *
  * Queue and token: ./queue.ts. The lease every grant hangs on: ./session.ts.
  */
-import { traceAcquire, traceRelease, type AcquireOptions, type FencingToken, type Lock, type LockStatus, type SourceObserver, type TryAcquireOptions } from '../../index.js';
+import { type AcquireOptions, type FencingToken, type Lock, type LockStatus, type SourceObserver, type TryAcquireOptions } from '../../index.js';
+import { traceAcquire, traceRelease } from '../../extend.js';
 import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';

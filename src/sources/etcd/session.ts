@@ -21,7 +21,8 @@
  * unanswered send.
  */
 import { performance } from 'node:perf_hooks';
-import { ClientClosedError, InvalidArgumentError, SessionExpiredError, StepDownClock, publishSessionState, type LossReason } from '../../index.js';
+import { ClientClosedError, InvalidArgumentError, SessionExpiredError, type LossReason } from '../../index.js';
+import { StepDownClock, publishSessionState } from '../../extend.js';
 import { int64, type EtcdClient, type EtcdDuplexStream, type EtcdKeepAliveResponse } from './client.js';
 import { checkClient } from './input.js';
 import { isClosedClient } from './client-errors.js';

@@ -9,7 +9,8 @@
 // Taken from the reply to the client's first join (its transaction's header),
 // so no grant costs a request for it; only if that header had none is it
 // asked for, with a one-key range read. Every later grant reads it from memory.
-import { ProtocolError, SourceIdentityCache } from '../../index.js';
+import { ProtocolError } from '../../index.js';
+import { SourceIdentityCache } from '../../extend.js';
 import type { EtcdClient, EtcdResponseHeader } from './client.js';
 
 const CLUSTER_ID = /^[1-9][0-9]{0,19}$/;

@@ -6,7 +6,8 @@
 // with getters and closures made per grant), its holding, and its watchdog
 // tick: an entry on the shared list of timeouts of its length (./deadlines.ts),
 // started again after each renewal, not a Node timer per grant.
-import { StepDownClock, grantSequencer, traceRelease, type FencingToken, type Holding, type Lock, type Sequencer, type SourceIdentity } from '../../index.js';
+import { type FencingToken, type Lock, type Sequencer, type SourceIdentity } from '../../index.js';
+import { StepDownClock, grantSequencer, traceRelease, type Holding } from '../../extend.js';
 import { Deadline, deadlines } from './deadlines.js';
 
 /** What one renewal found: extended (the new earliest expiry), refused (the key is not ours), or no answer. */

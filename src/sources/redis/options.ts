@@ -1,6 +1,7 @@
 // Every argument checked before the first command: a bad call changes nothing.
 import { hostname } from 'node:os';
-import { InvalidArgumentError, safetyMargin, type AcquireOptions } from '../../index.js';
+import { InvalidArgumentError, type AcquireOptions } from '../../index.js';
+import { safetyMargin } from '../../extend.js';
 import type { RedisClient } from './client.js';
 
 /** The settings of a Redis or Redlock source, fixed when it is made. */

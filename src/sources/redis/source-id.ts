@@ -29,7 +29,8 @@
 // Asked once per client (Redlock: per set of clients) after its first grant;
 // every later grant reads it from memory.
 import { createHash, randomUUID } from 'node:crypto';
-import { ProtocolError, QuorumError, SourceIdentityCache, type SourceIdentity } from '../../index.js';
+import { ProtocolError, QuorumError, type SourceIdentity } from '../../index.js';
+import { SourceIdentityCache } from '../../extend.js';
 import { send, where, type RedisClient } from './client.js';
 import { run, type Script } from './scripts.js';
 

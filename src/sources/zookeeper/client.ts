@@ -24,7 +24,7 @@ import diagnostics from 'node:diagnostics_channel';
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { debuglog } from 'node:util';
-import { publishSessionState } from '../../diagnostics.js';
+import { CHANNELS, publishSessionState } from '../../diagnostics.js';
 import { ClientClosedError, ConnectionLossError, InvalidArgumentError, ProtocolError, SessionExpiredError, ZooKeeperError } from '../../errors.js';
 import { Connection, connectTcp, type Connector, type PendingRequest, type SessionProgress } from './connection.js';
 import { tlsConnector, type TlsOptions } from './tls.js';
@@ -63,8 +63,8 @@ export { digestAclId } from './requests.js';
 
 const debug = debuglog('fencekeeper');
 /** Every watch notification delivered, for observers (tests count herd wake-ups with it). */
-const watchChannel = diagnostics.channel('fencekeeper:zookeeper:watch');
-const stateChannel = diagnostics.channel('fencekeeper:zookeeper:state');
+const watchChannel = diagnostics.channel(CHANNELS.zookeeperWatch);
+const stateChannel = diagnostics.channel(CHANNELS.zookeeperState);
 
 export type ClientState = 'connecting' | 'connected' | 'suspended' | 'expired' | 'closed';
 

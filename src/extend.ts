@@ -1,0 +1,29 @@
+// The public surface of 'fencekeeper/extend': for authors of a token source,
+// a fence or idempotency store, or an instrumentation, not for applications
+// (they import 'fencekeeper'). The step-down clock that every grant's `held`
+// and `signal` run on, the identity a source's sequencers carry, and the
+// diagnostics publishers every built-in source and adapter reports through,
+// so that a source or store of your own shows up in the same channels.
+
+// The step-down clock: held / signal / deadline by our own monotonic clock
+export { StepDownClock, safetyMargin } from './step-down.js';
+export type { StepDownSource, Holding, HoldingOptions } from './step-down.js';
+
+// A source's identity, asked once per client, and the sequencer of a grant
+export { SourceIdentityCache, grantSequencer } from './source-identity.js';
+
+// The publishers of the diagnostics channels (their names: CHANNELS in 'fencekeeper')
+export {
+  traceAcquire,
+  traceRelease,
+  traceCampaign,
+  traceAdmit,
+  traceWithFence,
+  traceFencedWrite,
+  traceS3Put,
+  traceS3Delete,
+  traceEffect,
+  publishSessionState,
+  publishRefused,
+  publishUnknownOutcome,
+} from './diagnostics.js';
