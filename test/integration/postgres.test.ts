@@ -263,27 +263,27 @@ describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
   // that refuses (the update/delete lookup, the insert/upsert lookup, a
   // tombstone, and the tombstone found by the re-check after a wait).
   it('every stale refusal of the row helpers is published on fencekeeper:fence:refused, once each, with the row and the mark', async () => {
-    await fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7000, body: 'a' }, token: 30n });
-    await fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7001, body: 'a' }, token: 30n });
-    expect(await fencedDelete(db, { table: 'docs', where: { id: 7001 }, token: 31n })).toBe(1);
+    await fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7100, body: 'a' }, token: 30n });
+    await fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7101, body: 'a' }, token: 30n });
+    expect(await fencedDelete(db, { table: 'docs', where: { id: 7101 }, token: 31n })).toBe(1);
     const refusals = recordRefusals();
     const stale: [string, () => Promise<unknown>][] = [
-      ['fencedUpdate', () => fencedUpdate(db, { table: 'docs', where: { id: 7000 }, set: { body: 'old' }, token: 29n })],
-      ['fencedUpsert', () => fencedUpsert(db, { table: 'docs', key: ['id'], values: { id: 7000, body: 'old' }, token: 28n })],
-      ['fencedInsert over a larger row', () => fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7000, body: 'old' }, token: 27n })],
-      ['fencedInsert over a tombstone', () => fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7001, body: 'zombie' }, token: 26n })],
-      ['fencedUpsert over a tombstone', () => fencedUpsert(db, { table: 'docs', key: ['id'], values: { id: 7001, body: 'zombie' }, token: 25n })],
-      ['fencedDelete', () => fencedDelete(db, { table: 'docs', where: { id: 7000 }, token: 24n })],
+      ['fencedUpdate', () => fencedUpdate(db, { table: 'docs', where: { id: 7100 }, set: { body: 'old' }, token: 29n })],
+      ['fencedUpsert', () => fencedUpsert(db, { table: 'docs', key: ['id'], values: { id: 7100, body: 'old' }, token: 28n })],
+      ['fencedInsert over a larger row', () => fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7100, body: 'old' }, token: 27n })],
+      ['fencedInsert over a tombstone', () => fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7101, body: 'zombie' }, token: 26n })],
+      ['fencedUpsert over a tombstone', () => fencedUpsert(db, { table: 'docs', key: ['id'], values: { id: 7101, body: 'zombie' }, token: 25n })],
+      ['fencedDelete', () => fencedDelete(db, { table: 'docs', where: { id: 7100 }, token: 24n })],
     ];
     try {
       for (const [what, write] of stale) await expect(write(), what).rejects.toBeInstanceOf(StaleTokenError);
       // The re-check path (SQLSTATE FK409): a stale insert that waited on a row a newer holder deleted meanwhile.
-      await fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7002, body: 'a' }, token: 50n });
+      await fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7102, body: 'a' }, token: 50n });
       const deleter = await pool.connect();
       try {
         await deleter.query('BEGIN');
-        expect(await fencedDelete(deleter, { table: 'docs', where: { id: 7002 }, token: 52n })).toBe(1);
-        const insert = fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7002, body: 'zombie' }, token: 51n }).catch((e: unknown) => e);
+        expect(await fencedDelete(deleter, { table: 'docs', where: { id: 7102 }, token: 52n })).toBe(1);
+        const insert = fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7102, body: 'zombie' }, token: 51n }).catch((e: unknown) => e);
         await waitForLockWaiters(admin, applicationName, 1);
         await deleter.query('COMMIT');
         expect(await insert).toBeInstanceOf(StaleTokenError);
@@ -294,14 +294,14 @@ describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
       refusals.stop();
     }
     const row = (id: number): string => `docs {"id":${id}}`;
-    expect(refusals.published.filter((m) => /^docs \{"id":700\d\}$/.test(m.resource))).toEqual([
-      { adapter: 'postgres', resource: row(7000), presented: 29n, current: 30n, code: 'STALE_TOKEN' },
-      { adapter: 'postgres', resource: row(7000), presented: 28n, current: 30n, code: 'STALE_TOKEN' },
-      { adapter: 'postgres', resource: row(7000), presented: 27n, current: 30n, code: 'STALE_TOKEN' },
-      { adapter: 'postgres', resource: row(7001), presented: 26n, current: 31n, code: 'STALE_TOKEN' },
-      { adapter: 'postgres', resource: row(7001), presented: 25n, current: 31n, code: 'STALE_TOKEN' },
-      { adapter: 'postgres', resource: row(7000), presented: 24n, current: 30n, code: 'STALE_TOKEN' },
-      { adapter: 'postgres', resource: row(7002), presented: 51n, current: 52n, code: 'STALE_TOKEN' },
+    expect(refusals.published.filter((m) => /^docs \{"id":710\d\}$/.test(m.resource))).toEqual([
+      { adapter: 'postgres', resource: row(7100), presented: 29n, current: 30n, code: 'STALE_TOKEN' },
+      { adapter: 'postgres', resource: row(7100), presented: 28n, current: 30n, code: 'STALE_TOKEN' },
+      { adapter: 'postgres', resource: row(7100), presented: 27n, current: 30n, code: 'STALE_TOKEN' },
+      { adapter: 'postgres', resource: row(7101), presented: 26n, current: 31n, code: 'STALE_TOKEN' },
+      { adapter: 'postgres', resource: row(7101), presented: 25n, current: 31n, code: 'STALE_TOKEN' },
+      { adapter: 'postgres', resource: row(7100), presented: 24n, current: 30n, code: 'STALE_TOKEN' },
+      { adapter: 'postgres', resource: row(7102), presented: 51n, current: 52n, code: 'STALE_TOKEN' },
     ]);
   });
 
