@@ -4,7 +4,9 @@ const EXIT_CODES = `exit codes:
   cmd's own    run, elect: cmd's exit code passes through (128 + n when signal n ended it)
   0            done
   64           usage: a bad flag, argument or lock name, or a --safety-margin or
-               --grace that does not fit the negotiated session timeout
+               --grace that does not fit the negotiated session timeout, or
+               input the lock service refuses once reached (INVALID_ARGUMENT: e.g.
+               a redlock:// URL that names one server under two host names)
   69           ZooKeeper could not be reached, or the session ended while waiting
                (migrate: the database could not be reached or refused the migration)
   70           internal error (a bug: please report it)
