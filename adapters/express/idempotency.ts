@@ -112,8 +112,15 @@ interface Settings {
 }
 
 /**
- * The middleware: see the header of this file. Place it after fencing()
- * (when the route has one) and after the body parser.
+ * The server half of the Idempotency-Key header: the first request with a
+ * key runs the handler and its response (below 500) is stored; a retry with
+ * the same key and fingerprint gets it back (`idempotent-replayed: true`),
+ * one while the first runs 409, one with another fingerprint 422. Place it
+ * after fencing() (when the route has one) and after the body parser, and
+ * give that parser `verify: keepRawBody` so the fingerprint covers the
+ * body's bytes rather than its parsed value. A handler that fails after
+ * starting its response gets the connection closed, as Express does; nothing
+ * is stored. More in the header of idempotency.ts and the README.
  */
 export function idempotency(options: IdempotencyOptions): RequestHandler {
   const store = options?.store;
