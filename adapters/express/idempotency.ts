@@ -23,6 +23,15 @@
 // back the writes made through req.fencing.transaction). The handler must
 // then not have acted outside that transaction.
 //
+// A handler that fails after it started its response (a write, a writeHead)
+// finds res.headersSent true, as without the middleware (see
+// idempotency-capture.ts), so Express closes the connection. Its response
+// never ends, so nothing is stored, and the claim is left as a running
+// request's (the handler may be one that is still running while its client
+// left): a retry gets 409 until the store's maxRunningMs, then runs again.
+// Behind fencing(), the connection's close aborts the fence's transaction,
+// which takes a claim written through it along.
+//
 // With fencing() on the same route (fencing first, then idempotency) and a
 // PostgresFenceStore, pass a PostgresIdempotencyStore on the same database:
 // the claim and the stored response are written through
