@@ -89,7 +89,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     values: ['DEFAULT_GRACE_MS', 'LAYOUT_METADATA', 'TOKEN_METADATA', 'TOMBSTONE_METADATA', 'WRITE_ID_METADATA'],
   },
   'fencekeeper/express': {
-    functions: ['fencing', 'verifyWithZooKeeper', 'fencedHandler', 'hasFencing', 'idempotency', 'fencingHeaders', 'fencedFetch'],
+    functions: ['fencing', 'verifyWithZooKeeper', 'fencedHandler', 'hasFencing', 'idempotency', 'keepRawBody', 'fencingHeaders', 'fencedFetch'],
     classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
     values: ['REPLAYED_HEADERS'],
   },
