@@ -194,9 +194,11 @@ export class Connection extends EventEmitter<{ handshake: [ConnectResponse]; not
       request.fail(error instanceof Error ? error : new Error(String(error)));
       return;
     }
-    if (w.frameLength > MAX_PACKET_BYTES) {
+    const length = w.frameLength;
+    if (length > MAX_PACKET_BYTES) {
+      // The length read before abortFrame: the aborted frame has none.
       w.abortFrame();
-      request.fail(new InvalidArgumentError(`request of ${w.frameLength} bytes exceeds ZooKeeper's packet limit (${MAX_PACKET_BYTES}, jute.maxbuffer)`));
+      request.fail(new InvalidArgumentError(`request of ${length} bytes exceeds ZooKeeper's packet limit (${MAX_PACKET_BYTES}, jute.maxbuffer)`));
       return;
     }
     w.endFrame();
