@@ -136,6 +136,21 @@ describe('a lock with an ACL', () => {
     await file.admin.delete(parent);
   });
 
+  it('a container with our very ids but other permissions (world DELETE) is refused: anyone could delete the holder node', async () => {
+    const name = uniqueLockName('perms');
+    const parent = `${LOCKS}/${name}`;
+    // The ids of STORED, entry for entry; only the world entry's permissions differ.
+    const loose = [STORED[0]!, { perms: Perms.READ | Perms.DELETE, id: { scheme: 'world', id: 'anyone' } }];
+    await file.admin.create(parent, null, { mode: 'container', acl: loose });
+    const alice = await as(ALICE);
+    const error = await tryAcquireLock(alice, name, { acl: HOLDER_ACL }).then((lock) => lock, (e: unknown) => e);
+    expect(error).toBeInstanceOf(AclMismatchError);
+    expect((error as AclMismatchError).path).toBe(parent);
+    expect(sorted((error as AclMismatchError).found)).toEqual(sorted(loose));
+    expect((await file.admin.exists(parent))?.cversion).toBe(0);
+    await file.admin.delete(parent);
+  });
+
   it('a container reaped and re-created by someone else is checked again, and our node leaves it', async () => {
     const name = uniqueLockName('recreated');
     const parent = `${LOCKS}/${name}`;
