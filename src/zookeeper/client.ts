@@ -81,9 +81,10 @@ export interface ConnectOptions {
   /** Speak TLS to the servers' secure client port (see ./tls.ts). Not together with `connector`. */
   readonly tls?: TlsOptions;
   /**
-   * The ACL the lock and election recipes give the nodes they create (each
-   * lock's container, the roots above it, the queue nodes) when an acquire
-   * names none, as Curator's ACLProvider. Default: none (open to everyone).
+   * The ACL the lock and election recipes give each lock's container and its
+   * queue nodes when an acquire names none, as Curator's ACLProvider (the
+   * shared roots above them, and 'jobs' of a nested 'jobs/reindex', are made
+   * open). Default: none (open to everyone).
    */
   readonly defaultAcl?: readonly ACL[];
 }
