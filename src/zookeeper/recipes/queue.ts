@@ -72,19 +72,15 @@ export interface QueueEntry extends LockStatusEntry {
 }
 
 /**
- * Create the persistent roots and the container parents of `parent`. A
- * container is reaped by the server once its last child is gone, so it is
- * created on demand every time a create finds it missing. Only the lock's
- * own container (`parent`) takes the ACL: the roots and the nodes between
- * them and it ('jobs' of 'jobs/reindex') are shared by every lock under
- * them, so they are made open (see ./acl.ts).
+ * Create `path` (a lock's container) and, when missing, the persistent roots
+ * and the container nodes above it. A container is reaped by the server once
+ * its last child is gone, so it is created on demand every time a create
+ * finds it missing. `acl` is the one `path` itself is made with (null: open);
+ * the roots and the nodes between them and the container ('jobs' of
+ * 'jobs/reindex') are shared by every lock under them, so they are made open
+ * whatever the lock's ACL (see ./acl.ts).
  */
-async function ensureParents(zk: ZooKeeperClient, parent: string, root: string, acl: NodeAcl | null): Promise<void> {
-  await ensureNode(zk, parent, root, acl);
-}
-
-/** `path` and, if missing, the nodes above it; `acl` is the one `path` itself is made with (null: open). */
-async function ensureNode(zk: ZooKeeperClient, path: string, root: string, acl: NodeAcl | null): Promise<void> {
+async function ensureParents(zk: ZooKeeperClient, path: string, root: string, acl: NodeAcl | null): Promise<void> {
   // Usually only the lock's own container is missing (reaped while the lock
   // was idle): try it first, and walk up only when its parent is missing too.
   const persistent = root === path || root.startsWith(`${path}/`);
@@ -100,8 +96,8 @@ async function ensureNode(zk: ZooKeeperClient, path: string, root: string, acl: 
     // A root a deployment closed answers NOAUTH, as documented.
     if (isCode(error, 'ZK_NOAUTH') && up > root.length) throw await refusedParent(zk, path.slice(0, up), error);
     if (!isCode(error, 'ZK_NONODE') || up <= 0) throw error;
-    await ensureNode(zk, path.slice(0, up), root, null);
-    await ensureNode(zk, path, root, acl);
+    await ensureParents(zk, path.slice(0, up), root, null);
+    await ensureParents(zk, path, root, acl);
   }
 }
 
