@@ -12,7 +12,8 @@ const EXIT_CODES = `exit codes:
   70           internal error (a bug: please report it)
   75           run: the lock was not acquired within --timeout
   76           the lock was lost: cmd was stopped and exited 0, or never started
-  77           the lock service refused our credentials (ZK_AUTHFAILED, ZK_NOAUTH)
+  77           the lock service refused our credentials (ZK_AUTHFAILED, ZK_NOAUTH), or the
+               lock's nodes carry another ACL than the run asks for (ACL_MISMATCH)
   127          cmd could not be started
   128 + n      interrupted by signal n (SIGINT, SIGTERM) while connecting to the lock
                service or waiting for the lock: nothing is left held`;

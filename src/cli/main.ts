@@ -73,7 +73,10 @@ export async function main(argv: readonly string[]): Promise<number> {
     }
     if (error instanceof FencekeeperError) {
       err(`${error.code}: ${error.message}`);
-      if (error.code === 'ZK_NOAUTH' || error.code === 'ZK_AUTHFAILED') return ExitCode.noPermission;
+      // ACL_MISMATCH: the lock's nodes carry another ACL than the run asked
+      // for (or a node on the way is closed to us): a matter of permissions,
+      // as a bare NOAUTH is, not a fault of ours.
+      if (error.code === 'ZK_NOAUTH' || error.code === 'ZK_AUTHFAILED' || error.code === 'ACL_MISMATCH') return ExitCode.noPermission;
       return error.code === 'CONNECTION_LOSS' || error.code === 'SESSION_EXPIRED' || error.code === 'TLS_FAILED' ? ExitCode.unavailable : ExitCode.software;
     }
     const code = (error as { code?: unknown })?.code;
