@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { InvalidArgumentError, LayoutMismatchError } from '../../src/index.js';
 import { collectGarbage, fencedDeleteObject, fencedGetObject, fencedPutObject, readFence } from '../../adapters/s3/index.js';
-import { Gate, TestBucket, expectRejects, holdRequests, newClient, randomPrefix } from './s3-helpers.js';
+import { Gate, TestBucket, expectRejects, holdRequests, newClient, proxiedClient, randomPrefix } from './s3-helpers.js';
 
 const testBucket = new TestBucket('gc');
 const Bucket = testBucket.name;
@@ -121,6 +121,39 @@ describe('collectGarbage', () => {
     expect(written.dataKey).toMatch(/\/0000000000000000002-3-/); // written anew in the pointer's generation
     expect(await read(Key)).toEqual({ text: 'by w', token: 2n });
     w.client.destroy();
+  });
+
+  it("a data PUT's reply lost, then the object collected before the writer could see it: the writer reads the pointer again and writes anew", async () => {
+    const Key = `${randomPrefix()}/lost-data-reply`;
+    await write(Key, 'v1', 1n);
+    const w = await proxiedClient();
+    // The data PUT lands and its reply is lost (the proxy resets the
+    // connection); the writer sends it again: 412, the name exists. Its HEAD
+    // of that name is held while the collector runs twice (generation 1 to 3,
+    // removing the writer's generation-1 object), then goes out.
+    w.proxy.loseReplyTo('body of the lost reply');
+    const resumeHead = new Gate();
+    const headHeld = holdRequests(w.client, (r) => r.method === 'HEAD' && r.path.includes('.fencekeeper/'), () => resumeHead.wait());
+    const writing = fencedPutObject(w.client, { Bucket, Key, Body: 'body of the lost reply', token: 2n }, pointer);
+    await headHeld.wait();
+    const firstDataKey = (await dataObjects(Key)).find((k) => k.includes('/0000000000000000002-1-'))!;
+    const collected: string[] = [];
+    for (let i = 0; i < 2; i += 1) collected.push(...(await collectGarbage(admin, { Bucket, Key }, { graceMs: 0 })).deleted);
+    expect(collected).toEqual([firstDataKey]);
+    resumeHead.open();
+
+    const written = await writing;
+    expect(w.proxy.repliesLost).toBe(1);
+    expect(w.seen.map((r) => `${r.method} ${r.status}`)).toEqual([
+      'HEAD 200', // the pointer, generation 1
+      'PUT -1', 'PUT 412', 'HEAD 404', // the data object: reply lost, exists, then collected
+      'HEAD 200', // the pointer again, generation 3
+      'PUT 200', 'PUT 200', // a fresh data object, the pointer
+    ]);
+    expect(written.dataKey).toMatch(/\/0000000000000000002-3-/);
+    expect(await read(Key)).toEqual({ text: 'body of the lost reply', token: 2n });
+    w.client.destroy();
+    await w.proxy.close();
   });
 
   it('a reader holding an old pointer while its data object is collected reads the pointer again', async () => {
