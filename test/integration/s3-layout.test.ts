@@ -5,7 +5,7 @@
 // writes, which never repeat.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DeleteObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { CopyObjectCommand, DeleteObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import {
   CorruptFenceError, InvalidArgumentError, InvalidTokenError, LayoutMismatchError, RepeatedBodyError, StaleTokenError,
 } from '../../src/index.js';
@@ -401,11 +401,35 @@ describe('one layout per key', () => {
       const error = await expectRejects(attempt(), LayoutMismatchError);
       expect([error.expected, error.found]).toEqual(['in-place', 'pointer']);
     }
-    const onData = await expectRejects(fencedPutObject(client, { Bucket, Key: written.dataKey!, Body: 'x', token: 6n }), LayoutMismatchError);
+    // A data object's own key lies in the data prefix (refused before any
+    // request, below); a copy of one elsewhere is still recognised by its metadata.
+    await expectRejects(fencedPutObject(client, { Bucket, Key: written.dataKey!, Body: 'x', token: 6n }), InvalidArgumentError);
+    const copy = `${Key}-copy-of-data`;
+    await testBucket.admin.send(new CopyObjectCommand({ Bucket, Key: copy, CopySource: `${Bucket}/${written.dataKey!}` }));
+    const onData = await expectRejects(fencedPutObject(client, { Bucket, Key: copy, Body: 'x', token: 6n }), LayoutMismatchError);
     expect(onData.found).toBe('data');
     expect(seen.every((r) => r.method === 'HEAD')).toBe(true);
     expect((await testBucket.raw(Key)).etag).toBe(before.etag);
     expect(await body(Key)).toMatchObject({ text: 'through a pointer', token: 5n });
+    client.destroy();
+  });
+
+  it("a fenced write into a pointer key's data prefix is refused in either layout, before any request (the collector removes objects there)", async () => {
+    const Key = `${randomPrefix()}/owner`;
+    await fencedPutObject(testBucket.admin, { Bucket, Key, Body: 'v1', token: 1n }, pointer);
+    // A name the collector would take for a data object of generation 1, and one it would not.
+    const inside = [`${Key}.fencekeeper/0000000000000000007-1-${randomUUID()}`, `${Key}.fencekeeper/notes.txt`];
+    const { client, seen } = newClient();
+    for (const target of inside) {
+      for (const layout of ['in-place', 'pointer'] as const) {
+        const put = await expectRejects(fencedPutObject(client, { Bucket, Key: target, Body: 'fence 7', token: 7n }, { layout }), InvalidArgumentError);
+        expect(put.message).toContain(`lies inside the data prefix of ${JSON.stringify(Key)}`);
+        await expectRejects(fencedDeleteObject(client, { Bucket, Key: target, token: 7n }, { layout }), InvalidArgumentError);
+      }
+      expect(await testBucket.exists(target)).toBe(false);
+    }
+    expect(seen).toEqual([]);
+    expect(await dataObjects(Key)).toHaveLength(1); // v1's data object only
     client.destroy();
   });
 
