@@ -15,6 +15,7 @@ import {
 import type { S3ClientConfig } from '@aws-sdk/client-s3';
 import { testServers } from '../helpers/servers.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
+import type { ProxyOptions } from '../helpers/tcp-proxy.js';
 
 /** The run's S3 server (the global setup's, or S3_*): never a guessed address. */
 export const s3Config: S3ClientConfig = { ...testServers().s3, forcePathStyle: true };
@@ -62,9 +63,9 @@ export function newClient(extra: Partial<S3ClientConfig> = {}): RecordingClient 
  * retries, so the adapter's own handling is what runs. Close the proxy and
  * destroy the client when done.
  */
-export async function proxiedClient(): Promise<RecordingClient & { readonly proxy: TcpProxy }> {
+export async function proxiedClient(options: ProxyOptions = {}): Promise<RecordingClient & { readonly proxy: TcpProxy }> {
   const server = new URL(String(s3Config.endpoint));
-  const proxy = await TcpProxy.start({ host: server.hostname, port: Number(server.port) });
+  const proxy = await TcpProxy.start({ host: server.hostname, port: Number(server.port) }, options);
   return { proxy, ...newClient({ endpoint: `http://${proxy.address}`, maxAttempts: 1 }) };
 }
 

@@ -7,12 +7,12 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CopyObjectCommand, DeleteObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import {
-  CorruptFenceError, InvalidArgumentError, InvalidTokenError, LayoutMismatchError, RepeatedBodyError, StaleTokenError,
+  CorruptFenceError, InvalidArgumentError, InvalidTokenError, LayoutMismatchError, RepeatedBodyError, StaleTokenError, UnknownOutcomeError,
 } from '../../src/index.js';
 import type { FencekeeperError } from '../../src/index.js';
 import { fencedDeleteObject, fencedGetObject, fencedPutObject, readFence } from '../../adapters/s3/index.js';
 import type { ObjectLayout } from '../../adapters/s3/index.js';
-import { TestBucket, expectRejects, loseReplies, newClient, randomPrefix } from './s3-helpers.js';
+import { TestBucket, expectRejects, loseReplies, newClient, proxiedClient, randomPrefix } from './s3-helpers.js';
 import type { RecordingClient } from './s3-helpers.js';
 
 const testBucket = new TestBucket('layout');
@@ -109,6 +109,34 @@ describe('the pointer layout', () => {
     expect(retrying.seen.map((r) => `${r.method} ${r.status}`)).toEqual(['PUT 500', 'PUT 412', 'HEAD 200', 'PUT 500', 'PUT 412', 'HEAD 200']);
     expect(await body(Key)).toMatchObject({ text: 'v2', token: 9n });
     destroy([once, retrying]);
+  });
+
+  it("a pointer PUT that landed with its reply lost, and a read-back that fails too: UnknownOutcomeError, and its data object is kept (the pointer names it)", async () => {
+    const Key = `${randomPrefix()}/unresolved`;
+    await fencedPutObject(testBucket.admin, { Bucket, Key, Body: 'v1', token: 1n }, pointer);
+    const pointerMarker = '"fencekeeper":"pointer"'; // only in a pointer PUT's body
+    let armed = false;
+    // The pointer PUT lands, its reply is lost; so is the reply to the HEAD that reads it back.
+    const w = await proxiedClient({
+      observe: (chunk, from) => {
+        if (armed && from === 'client' && chunk.includes(pointerMarker)) w.proxy.loseReplyTo(`HEAD /${Bucket}/${Key} `);
+      },
+    });
+    const error = await expectRejects(fencedPutObject(w.client, { Bucket, Key, Body: 'by the writer', token: 2n }, {
+      ...pointer,
+      beforePut: async () => {
+        armed = true;
+        w.proxy.loseReplyTo(pointerMarker);
+      },
+    }), UnknownOutcomeError);
+    expect(error.message).toMatch(/may or may not have landed .*reading the object back failed/);
+    expect(w.proxy.repliesLost).toBe(2);
+    // It had landed: the pointer names the writer's data object, which must still be there.
+    expect(await body(Key)).toMatchObject({ text: 'by the writer', token: 2n });
+    expect(await dataObjects(Key)).toHaveLength(2);
+    expect(w.seen.map((r) => `${r.method} ${r.status}`)).toEqual(['HEAD 200', 'PUT 200', 'PUT -1', 'HEAD -1']); // no DELETE
+    w.client.destroy();
+    await w.proxy.close();
   });
 
   it('deletes keep the fence: a tombstone pointer; 34 is refused, 36 writes again', async () => {
