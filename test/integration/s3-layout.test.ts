@@ -139,6 +139,45 @@ describe('the pointer layout', () => {
     await w.proxy.close();
   });
 
+  it('two writers with the same token: a pointer naming the other one\'s data object (same token and generation, another write id) is not ours', async () => {
+    const Key = `${randomPrefix()}/same-token`;
+    await fencedPutObject(testBucket.admin, { Bucket, Key, Body: 'v1', token: 1n }, pointer);
+    const w1 = newClient();
+    const w2 = newClient();
+    let w2Written: Awaited<ReturnType<typeof fencedPutObject>> | undefined;
+    // w1 has written its data object and is about to move the pointer; w2,
+    // holding the same token, writes first. w1's If-Match fails (412) and it
+    // reads the pointer: token 5, generation 1, but w2's write id.
+    const w1Written = await fencedPutObject(w1.client, { Bucket, Key, Body: 'by w1', token: 5n }, {
+      ...pointer,
+      beforePut: async () => {
+        w2Written ??= await fencedPutObject(w2.client, { Bucket, Key, Body: 'by w2', token: 5n }, pointer);
+      },
+    });
+    expect(w2Written!.dataKey).not.toBe(w1Written.dataKey);
+    expect(w2Written!.dataKey!.replace(/[0-9a-f-]{36}$/, '')).toBe(w1Written.dataKey!.replace(/[0-9a-f-]{36}$/, '')); // only the write id differs
+    // w1 wrote again (an equal token passes) rather than take w2's write for its own:
+    // the pointer names w1's data object, and the key reads w1's body.
+    expect(await body(Key)).toMatchObject({ text: 'by w1', token: 5n });
+    expect((await testBucket.raw(Key)).metadata['fencing-data']).toBe(w1Written.dataKey!.split('/').pop());
+    expect(w1.seen.map((r) => `${r.method} ${r.status}`)).toEqual(['HEAD 200', 'PUT 200', 'PUT 412', 'HEAD 200', 'PUT 200']);
+    destroy([w1, w2]);
+  });
+
+  it("two writers with the same token: a data object carrying the other one's write id under the name the pointer names is refused on read", async () => {
+    const Key = `${randomPrefix()}/same-token-read`;
+    const first = await fencedPutObject(testBucket.admin, { Bucket, Key, Body: 'by w1', token: 5n }, pointer);
+    const w2 = newClient();
+    const second = await fencedPutObject(w2.client, { Bucket, Key, Body: 'by w2', token: 5n }, pointer);
+    w2.client.destroy();
+    // w1's data object put under w2's name (a copy keeps its metadata): the
+    // same token, layout 'data', generation 1; only the write id tells.
+    await testBucket.admin.send(new CopyObjectCommand({ Bucket, Key: second.dataKey!, CopySource: `${Bucket}/${first.dataKey!}` }));
+    const error = await expectRejects(fencedGetObject(testBucket.admin, { Bucket, Key }), CorruptFenceError);
+    expect(error.message).toContain(second.dataKey!);
+    expect(error.message).toContain('does not carry the fence its pointer names');
+  });
+
   it('deletes keep the fence: a tombstone pointer; 34 is refused, 36 writes again', async () => {
     const Key = `${randomPrefix()}/del`;
     const { client } = newClient();
