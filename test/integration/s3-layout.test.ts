@@ -14,6 +14,7 @@ import { fencedDeleteObject, fencedGetObject, fencedPutObject, readFence } from 
 import type { ObjectLayout } from '../../adapters/s3/index.js';
 import { TestBucket, expectRejects, loseReplies, newClient, proxiedClient, randomPrefix } from './s3-helpers.js';
 import type { RecordingClient } from './s3-helpers.js';
+import { until } from '../helpers/wait.js';
 
 const testBucket = new TestBucket('layout');
 const Bucket = testBucket.name;
@@ -135,6 +136,36 @@ describe('the pointer layout', () => {
     expect(await body(Key)).toMatchObject({ text: 'by the writer', token: 2n });
     expect(await dataObjects(Key)).toHaveLength(2);
     expect(w.seen.map((r) => `${r.method} ${r.status}`)).toEqual(['HEAD 200', 'PUT 200', 'PUT -1', 'HEAD -1']); // no DELETE
+    w.client.destroy();
+    await w.proxy.close();
+  });
+
+  it('a pointer PUT that had not landed when the writer gave up (aborted) lands later: its data object is still there', async () => {
+    const Key = `${randomPrefix()}/lands-later`;
+    await fencedPutObject(testBucket.admin, { Bucket, Key, Body: 'v1', token: 1n }, pointer);
+    const w = await proxiedClient();
+    const abort = new AbortController();
+    // The pointer PUT goes into a black hole (the proxy stops reading it), and
+    // the writer gives up on it a second later: the call fails, and nothing
+    // has reached the server yet.
+    const aborted = new Promise((resolve) => abort.signal.addEventListener('abort', resolve));
+    const writing = fencedPutObject(w.client, { Bucket, Key, Body: 'by the writer', token: 2n }, {
+      ...pointer,
+      signal: abort.signal,
+      beforePut: async () => {
+        w.proxy.blackhole();
+        setTimeout(() => abort.abort(), 1000);
+      },
+    });
+    await aborted;
+    expect(await readFence(testBucket.admin, { Bucket, Key })).toBe(1n); // not landed
+    // The network heals and delivers the PUT: its If-Match still holds, so it lands now.
+    w.proxy.resume();
+    const error = await expectRejects(writing, Error);
+    expect((error as { name?: string }).name).toBe('AbortError');
+    await until(async () => (await readFence(testBucket.admin, { Bucket, Key })) === 2n, 'the delayed pointer PUT to land', 20_000);
+    expect(await body(Key)).toMatchObject({ text: 'by the writer', token: 2n });
+    expect(w.seen.map((r) => r.method)).toEqual(['HEAD', 'PUT', 'PUT']); // no DELETE of its data object
     w.client.destroy();
     await w.proxy.close();
   });
