@@ -97,9 +97,9 @@ export type FencedDeleteObjectInput = ObjectLocation & {
  * corrupt; CorruptFenceError for a pointer that does not parse;
  * LayoutMismatchError for a key kept in the other layout; RepeatedBodyError
  * (in place) for a body equal to the current object's; InvalidArgumentError
- * for unusable input (a key containing `.fencekeeper/` too); UnknownOutcomeError when a 5xx or lost reply could not
- * be settled by reading the key back, or when contention outlasted
- * `maxAttempts`. S3 errors (NoSuchBucket, AccessDenied, ...) pass through.
+ * for unusable input (a key containing `.fencekeeper/` too); UnknownOutcomeError
+ * when a 5xx or lost reply could not be settled by reading the key back, or
+ * when contention outlasted `maxAttempts`. S3 errors (NoSuchBucket, AccessDenied, ...) pass through.
  */
 export async function fencedPutObject(
   client: S3Client,
