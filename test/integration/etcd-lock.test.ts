@@ -347,6 +347,34 @@ describe('etcd lock', () => {
     expect(lock.held).toBe(false);
   });
 
+  it('a waiter whose own key was deleted fails with node_deleted when it looks again, while the holder still holds, and is never granted', async () => {
+    const name = uniqueLockName('etcd_waiter_deleted');
+    const holder = await acquireLock(pool.client(), name);
+    // Two waiters: P, then W behind it (W watches P's key, P the holder's).
+    const pAbort = new AbortController();
+    const p = acquireLock(pool.client(), name, { signal: pAbort.signal }).catch((e: unknown) => e);
+    await until(async () => (await queueKeys(pool.client(), name)).length === 2, 'P to join the queue');
+    const w = acquireLock(pool.client(), name, { timeoutMs: 60_000 }).then(
+      (lock) => lock,
+      (e: unknown) => e,
+    );
+    await until(async () => (await queueKeys(pool.client(), name)).length === 3, 'W to join the queue');
+    const [, , wKey] = await queueKeys(pool.client(), name);
+    // Someone deletes W's key (an operator, a cleanup script): W cannot hear it (it watches P's)...
+    await pool.client().kv.deleteRange({ key: Buffer.from(wKey!.key) });
+    // ...until P gives up and leaves: W looks again, finds the holder's key where its own should be first, and fails.
+    pAbort.abort();
+    const error = await within(w, 20_000, 'W to fail after looking again without its key');
+    expect(error).toBeInstanceOf(LockLostError);
+    expect((error as LockLostError).reason).toBe('node_deleted');
+    expect(holder.held).toBe(true);
+    expect((await p as Error).name).toBe('AbortError');
+    // Nothing of P or W is left: the holder's key alone, then nobody's.
+    expect((await queueKeys(pool.client(), name)).map((k) => k.key)).toEqual([holder.key]);
+    await holder.release();
+    expect(await queueKeys(pool.client(), name)).toEqual([]);
+  });
+
   it('release aborts the signal at once and deletes the key; a second release is the same promise', async () => {
     const etcd = pool.client();
     const lock = await acquireLock(etcd, uniqueLockName('etcd_release'));
