@@ -347,6 +347,32 @@ describe('etcd lock', () => {
     expect(lock.held).toBe(false);
   });
 
+  it('a timeout longer than a timer keeps (30 days) waits: no LockTimeoutError after 1 ms, the lock on release', async () => {
+    const name = uniqueLockName('etcd_long_timeout');
+    const holder = await acquireLock(pool.client(), name);
+    const warnings: string[] = [];
+    const onWarning = (w: Error): void => void warnings.push(w.name);
+    process.on('warning', onWarning);
+    try {
+      let settled: unknown = null;
+      const waiter = acquireLock(pool.client(), name, { timeoutMs: 30 * 24 * 3600 * 1000 }).then(
+        (lock) => (settled = lock),
+        (e: unknown) => (settled = e),
+      );
+      await until(async () => settled !== null || (await queueKeys(pool.client(), name)).length === 2, 'the waiter to join the queue');
+      // Longer than the 1 ms an oversized setTimeout delay becomes.
+      await new Promise((r) => setTimeout(r, 200));
+      expect(settled, 'the waiter settled while the lock was held').toBeNull();
+      await holder.release();
+      const granted = await within(waiter, 20_000, 'the waiter to be granted');
+      expect(granted, String(granted)).not.toBeInstanceOf(Error);
+      await (granted as EtcdLock).release();
+    } finally {
+      process.off('warning', onWarning);
+    }
+    expect(warnings).not.toContain('TimeoutOverflowWarning');
+  });
+
   it('a waiter whose own key was deleted fails with node_deleted when it looks again, while the holder still holds, and is never granted', async () => {
     const name = uniqueLockName('etcd_waiter_deleted');
     const holder = await acquireLock(pool.client(), name);
