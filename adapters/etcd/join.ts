@@ -81,13 +81,13 @@ async function abandon(etcd: EtcdClient, lease: Lease, joining: Promise<Joined |
   await leave(etcd, lease, plan).catch(() => undefined);
 }
 
+/** The longest delay setTimeout keeps. */
+const MAX_TIMER_MS = 0x7fffffff;
+
 /**
  * Everything that ends a wait early (the caller's signal, its timeout, the
  * lease's end), as the rejection of whatever is raced against it.
  */
-/** The longest delay setTimeout keeps. */
-const MAX_TIMER_MS = 0x7fffffff;
-
 class Stopper {
   #reason: unknown = null;
   /** Rejects the pending race (a no-op once that has settled). */
