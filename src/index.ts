@@ -29,7 +29,7 @@ export { QuorumError } from './errors.js';
 export { AclMismatchError } from './errors.js';
 export { NoCurrentLockError, SequencerMismatchError, FenceAlreadyBoundError } from './errors.js';
 export type { BoundLock } from './errors.js';
-export { sequencer, fenceBinding, isSequencer, matchesBinding, formatSequencer, parseSequencer } from './sequencer.js';
+export { sequencer, fenceBinding, isSequencer, matchesBinding, formatSequencer, parseSequencer, assertLockName } from './sequencer.js';
 export type { Sequencer, SequencerKind, SourceIdentity, FenceBinding } from './sequencer.js';
 export { SourceIdentityCache, grantSequencer } from './source-identity.js';
 export { withLock, currentLock, resolveFencing, CURRENT_LOCK } from './with-lock.js';

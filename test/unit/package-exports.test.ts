@@ -68,7 +68,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
       'traceAcquire', 'traceRelease', 'traceCampaign', 'traceAdmit', 'traceEffect', 'traceFencedWrite', 'traceWithFence',
       'traceS3Put', 'traceS3Delete', 'publishSessionState', 'publishRefused', 'publishUnknownOutcome',
       'grantSequencer', 'zookeeperSourceId', 'digestAclId',
-      'sequencer', 'isSequencer', 'parseSequencer', 'formatSequencer', 'resolveFencing',
+      'sequencer', 'isSequencer', 'parseSequencer', 'formatSequencer', 'assertLockName', 'resolveFencing',
       'currentLock', 'fenceBinding', 'matchesBinding',
     ],
     classes: [...ERROR_CLASSES, 'ZooKeeperClient', 'StepDownClock', 'SourceIdentityCache'],
