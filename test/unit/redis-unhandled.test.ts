@@ -150,4 +150,26 @@ describe('the wake subscriber', () => {
     await settle();
     expect(unhandled.reasons).toEqual([]);
   });
+
+  it('a first SUBSCRIBE refused before the connection is ready (enableOfflineQueue: false) is asked again at ready, and the join waits for it', async () => {
+    const subscriber = new FakeSubscriber();
+    const client: RedisClient = { call: () => Promise.resolve(1), duplicate: () => subscriber as unknown as RedisSubscriber };
+    let joined = false;
+    const joining = wakeChannel(client)
+      .join('c', () => {}, 60_000)
+      .then((ticket) => {
+        joined = true;
+        return ticket;
+      });
+    subscriber.subscribes.shift()!.reject(new Error("Stream isn't writeable and enableOfflineQueue options is false"));
+    await settle();
+    expect(joined).toBe(false);
+    subscriber.emit('ready');
+    expect(subscriber.subscribes).toHaveLength(1);
+    subscriber.subscribes.shift()!.resolve();
+    (await joining).leave();
+    expect(joined).toBe(true);
+    await settle();
+    expect(unhandled.reasons).toEqual([]);
+  });
 });
