@@ -2,11 +2,12 @@
 // has one subscriber connection (opened while the client has waiters, closed
 // with its last), on a channel of its own. A waiter's entry in the lock's
 // waiter list names that channel; the release script pops the oldest entry
-// whose channel has a listener and publishes to it, so one release wakes one
-// waiter, across any number of processes.
+// whose channel has a listener, publishes to it and reserves the lock for it
+// (./scripts.ts), so one release wakes one waiter, across any number of
+// processes, and that waiter is the one that gets the lock.
 import { randomBytes } from 'node:crypto';
 import { send, where, type RedisClient, type RedisSubscriber } from './client.js';
-import { WAKE_CHANNEL, WAKE_NEXT, lockKeys, run } from './scripts.js';
+import { LEAVE, WAKE_CHANNEL, lockKeys } from './scripts.js';
 
 /** One waiter's place on one client's channel. */
 export interface WakeTicket {
@@ -106,12 +107,14 @@ class WakeChannel {
    * unless the server does not confirm within `limitMs` (a node down or
    * paused): the waiter then goes on without its wakes from that node and
    * relies on its re-checks (the subscriber keeps trying, and subscribes
-   * again on each new connection).
+   * again on each new connection). A release that wakes this waiter
+   * reserves the lock for it for `handoffMs`: the time its attempt has to
+   * take it before anyone else may.
    */
-  async join(name: string, onWake: () => void, limitMs: number): Promise<WakeTicket> {
+  async join(name: string, onWake: () => void, limitMs: number, handoffMs: number): Promise<WakeTicket> {
     const waiter = `${++this.#seq}`;
-    // name last: it has no spaces, so the three fields split cleanly
-    const entry = `${this.#id} ${waiter} ${name}`;
+    // name last: it has no spaces, so the four fields split cleanly
+    const entry = `${this.#id} ${waiter} ${handoffMs} ${name}`;
     this.#subscription ??= new Subscription(this.#client, WAKE_CHANNEL + this.#id, (connection, message) => this.#deliver(connection, message));
     // After the subscriber is made: a duplicate() that throws leaves no waiter behind.
     this.#waiters.set(waiter, onWake);
@@ -128,29 +131,27 @@ class WakeChannel {
   }
 
   #deliver(connection: RedisSubscriber, message: string): void {
-    const [, waiter = '', name = ''] = message.split(' ');
+    const [, waiter = '', , name = ''] = message.split(' ');
     const onWake = this.#waiters.get(waiter);
     if (onWake !== undefined) {
       onWake();
       return;
     }
-    // Woken after it left: hand the wake on, or the next waiter would sleep until its re-check.
-    if (connection === this.#subscription?.connection && name !== '') void this.#passOn(name);
+    // Woken after it left: hand the wake (and the lock reserved for it) on, or the next waiter would sleep until its re-check.
+    if (connection === this.#subscription?.connection && name !== '') this.#handOn(name, message, '1');
   }
 
-  async #passOn(name: string): Promise<void> {
-    try {
-      await run(this.#client, where(this.#client), WAKE_NEXT, [lockKeys(name)[2]], [WAKE_CHANNEL], 5_000);
-    } catch {
-      // the others re-check on their own
-    }
+  /** LEAVE for `entry`: out of the waiter list, and the lock handed on if it was reserved for it (`wake` '1': or if it is free). */
+  #handOn(name: string, entry: string, wake: '1' | ''): void {
+    const [lock, , waiters] = lockKeys(name);
+    // Best effort, never thrown into the waiter's finally (send turns even a throwing client into a rejection): an
+    // entry left behind is skipped by the release script or its wake passed on (#deliver), a reservation ends at its TTL.
+    send(this.#client, where(this.#client), 'evalsha', [LEAVE.sha, 2, lock, waiters, entry, WAKE_CHANNEL, wake], 5_000, LEAVE.text).catch(() => {});
   }
 
   #leave(waiter: string, entry: string, name: string): void {
     if (!this.#waiters.delete(waiter)) return;
-    // Best effort, never thrown into the waiter's finally (send turns even a throwing client into a
-    // rejection): an entry left behind is skipped by the release script, or its wake passed on (#deliver).
-    send(this.#client, where(this.#client), 'lrem', [lockKeys(name)[2], 0, entry], 5_000).catch(() => {});
+    this.#handOn(name, entry, '');
     if (this.#waiters.size === 0 && this.#subscription !== null) {
       this.#subscription.close();
       this.#subscription = null;

@@ -1,11 +1,13 @@
 // fencekeeper/redis: how a release reaches a waiter, on the real servers (the
 // single instance on FK_REDIS, Redlock on the five nodes of FK_REDLOCK).
 // A waiter's subscriber must work with the client options users set
-// (ioredis's `enableOfflineQueue: false`).
+// (ioredis's `enableOfflineQueue: false`), and a release hands the lock to
+// the waiter it wakes (a reservation): a holder that asks again at once
+// comes after it, and a woken waiter that leaves hands the lock on.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Redis, type RedisOptions } from 'ioredis';
-import { acquireLock, type RedisTarget } from '../../adapters/redis/index.js';
-import { WAKE_CHANNEL, lockKeys } from '../../adapters/redis/scripts.js';
+import { acquireLock, lockStatus, tryAcquireLock, type RedisClient, type RedisLock, type RedisTarget } from '../../adapters/redis/index.js';
+import { ACQUIRE, CLAIM, RESERVED, WAKE_CHANNEL, lockKeys } from '../../adapters/redis/scripts.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until } from '../helpers/wait.js';
 import { holdRedisFaults, hostPort, onPort, redlockUrls, singleUrl } from './redis-helpers.js';
@@ -73,6 +75,79 @@ describe.each(kinds)('%s', (_kind, urls) => {
     await queued(urls(), name, 1);
     await holder.release();
     const next = await waiting;
+    expect(next.token).toBeGreaterThan(holder.token);
+    await next.release();
+  }, 60_000);
+
+  it('a release hands the lock to the waiter it wakes: the holder asking again at once is refused, and granted after it', async () => {
+    const name = uniqueLockName('handoff');
+    const mine = await target(urls());
+    const holder = await acquireLock(mine, name, { ttlMs: 60_000 });
+    const order: string[] = [];
+    const waiting = acquireLock(await target(urls()), name, { ttlMs: 60_000, timeoutMs: 20_000 }).then((lock) => {
+      order.push('waiter');
+      return lock;
+    });
+    waiting.catch(() => {});
+    await queued(urls(), name, 1);
+    // Sent right behind the release, on the same connections (before the woken waiter can try): the lock is the waiter's.
+    const released = holder.release();
+    const tried = tryAcquireLock(mine, name, { ttlMs: 60_000 });
+    await released;
+    expect(await tried).toBeNull();
+    const again = acquireLock(mine, name, { ttlMs: 60_000, timeoutMs: 20_000 }).then((lock) => {
+      order.push('holder again');
+      return lock;
+    });
+    const next = await waiting;
+    await next.release();
+    const last = await again;
+    expect(order).toEqual(['waiter', 'holder again']);
+    expect(next.token).toBeGreaterThan(holder.token);
+    expect(last.token).toBeGreaterThan(next.token);
+    await last.release();
+  }, 60_000);
+
+  it('a woken waiter that leaves before taking the lock hands it on to the next waiter; meanwhile nobody holds it', async () => {
+    const name = uniqueLockName('handon');
+    const holder = await acquireLock(await target(urls()), name, { ttlMs: 60_000 });
+    // The first waiter's attempts stop reaching the server once told to: woken, it never takes its reservation,
+    // and they fail when the test says so (a node timeout of 20 s: its reservation, twice that, outlasts the
+    // second waiter's timeout, so only a hand-on can grant the second in time, not the reservation's end).
+    let hold = false;
+    const blocked: Array<(error: Error) => void> = [];
+    const acquireScripts = new Set([ACQUIRE.sha, CLAIM.sha]);
+    const stalled = (await Promise.all(urls().map((u) => open(u)))).map(
+      (c): RedisClient => ({
+        call: (command, args) => {
+          if (hold && command === 'evalsha' && acquireScripts.has(args[0] as string)) return new Promise((_, reject) => blocked.push(reject));
+          return c.call(command, args);
+        },
+        duplicate: (override) => c.duplicate(override),
+        options: c.options,
+      }),
+    );
+    const first = acquireLock(stalled.length === 1 ? (stalled[0] as RedisClient) : stalled, name, { ttlMs: 60_000, nodeTimeoutMs: 20_000 }).catch((e: unknown) => e);
+    await queued(urls(), name, 1);
+    const second = acquireLock(await target(urls()), name, { ttlMs: 60_000, timeoutMs: 20_000 });
+    second.catch(() => {});
+    await queued(urls(), name, 2);
+    hold = true;
+    await holder.release();
+    await until(() => blocked.length > 0, 'the first waiter to be woken');
+    // Reserved for the first waiter on every node (Redlock's release returns once a majority answered): no grant, no holder.
+    const reservation = new RegExp(`^${RESERVED}\\S+ 1 40000 `);
+    await until(
+      async () => (await Promise.all(urls().map((u) => onPort<string | null>(hostPort(u).port, 'GET', lockKeys(name)[0])))).every((v) => reservation.test(v ?? '')),
+      'the lock reserved for the first waiter on every node',
+      10_000,
+    );
+    expect((await lockStatus(await target(urls()), name)).holder).toBeNull();
+    expect(await tryAcquireLock(await target(urls()), name)).toBeNull();
+    // Its attempt fails; leaving, it hands the lock on to the second (asleep until the holder's TTL otherwise).
+    for (const reject of blocked) reject(new Error('cut off by the test'));
+    expect((await first) as Error).toMatchObject({ code: expect.stringMatching(/^(CONNECTION_LOSS|NO_QUORUM)$/) });
+    const next: RedisLock = await second;
     expect(next.token).toBeGreaterThan(holder.token);
     await next.release();
   }, 60_000);
