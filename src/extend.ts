@@ -11,6 +11,8 @@ export type { StepDownSource, Holding, HoldingOptions } from './step-down.js';
 
 // A source's identity, asked once per client, and the sequencer of a grant
 export { SourceIdentityCache, grantSequencer } from './source-identity.js';
+// The one well-formedness rule of lock and election names every source checks first
+export { assertLockName } from './sequencer.js';
 
 // The publishers of the diagnostics channels (their names: CHANNELS in 'fencekeeper')
 export {

@@ -115,11 +115,29 @@ function checkKind(kind: unknown): SequencerKind {
 }
 
 function checkName(name: unknown): string {
+  assertLockName(name);
+  return name;
+}
+
+/**
+ * Throws InvalidArgumentError unless `name` is a name any sequencer can
+ * carry: a string of 1..1024 UTF-16 code units, without NUL, and
+ * well-formed Unicode (no lone surrogate: it has no UTF-8 form, so a
+ * server would store U+FFFD instead, and two names such as "\ud800" and
+ * "\udc00" would become one lock). Every source's name check calls this
+ * before its own rules and before any I/O, so a granted lock's `sequencer`
+ * never throws for its name; a LockSource of your own can do the same.
+ */
+export function assertLockName(name: unknown): asserts name is string {
   if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME) {
     throw new InvalidArgumentError(`a lock name must be a string of 1..${MAX_NAME} characters, got ${describe(name)}`);
   }
-  if (name.includes('\0') || LONE_SURROGATE.test(name)) throw new InvalidArgumentError('a lock name must be well-formed Unicode without NUL');
-  return name;
+  if (name.includes('\0')) throw new InvalidArgumentError('a lock name must not contain NUL');
+  const surrogate = LONE_SURROGATE.exec(name);
+  if (surrogate !== null) {
+    const unit = name.charCodeAt(surrogate.index).toString(16);
+    throw new InvalidArgumentError(`a lock name must be well-formed Unicode: a lone surrogate \\u${unit} at index ${surrogate.index} of ${describe(name)}`);
+  }
 }
 
 function checkSource(source: unknown): SourceIdentity {

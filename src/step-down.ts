@@ -70,6 +70,14 @@ export interface StepDownSource {
    * no holding outlives a state change whose event has not been delivered yet.
    */
   ended?(): LossReason | null;
+  /**
+   * Optional: why the source cannot be heard from now, if it knows (a
+   * ZooKeeper client's last connection error while no server has its
+   * session: a certificate that does not verify, a refused port). Read when
+   * a holding ends other than by a release or a deletion, and carried as
+   * the LockLostError's cause, so the loss does not hide what led to it.
+   */
+  cause?(): Error | null;
 }
 
 export interface HoldingOptions {
@@ -155,6 +163,8 @@ export class StepDownClock {
 interface Ended {
   readonly reason: LossReason;
   readonly detail: string | undefined;
+  /** StepDownSource.cause at the end, if any. */
+  readonly cause: Error | null;
   error: LockLostError | null;
 }
 
@@ -239,7 +249,8 @@ export class Holding {
       reason = 'deadline';
       detail = undefined;
     }
-    const ended: Ended = { reason, detail, error: null };
+    const cause = reason === 'released' || reason === 'node_deleted' ? null : (this.#source.cause?.() ?? null);
+    const ended: Ended = { reason, detail, cause, error: null };
     this.#ended = ended;
     this.#onEnd();
     this.#onLoss?.(reason);
@@ -260,7 +271,13 @@ export class Holding {
     const stackLimit = Error.stackTraceLimit;
     if (ended.reason === 'released') Error.stackTraceLimit = 0;
     try {
-      ended.error = new LockLostError(lock, ended.reason, `lock ${lock} lost: ${ended.detail ?? this.#explain(ended.reason)}`);
+      const { cause } = ended;
+      ended.error = new LockLostError(
+        lock,
+        ended.reason,
+        `lock ${lock} lost: ${ended.detail ?? this.#explain(ended.reason)}${cause === null ? '' : ` (last connection error: ${cause.message})`}`,
+        cause === null ? undefined : { cause },
+      );
     } finally {
       Error.stackTraceLimit = stackLimit;
     }

@@ -16,12 +16,21 @@
 //   malformed key, or the header sent twice: 400 IDEMPOTENCY_KEY_INVALID /
 //   IDEMPOTENCY_KEY_REPEATED. Nothing a client sends answers 500.
 // The fingerprint (section 2.4) is SHA-256 over the method, the request target
-// (path and query) and the body's bytes.
+// (path and query) and the body (see "The body" below for which bytes).
 //
 // A response with a status of 500 or more is not stored: the claim is given
 // up and a retry runs the handler again (behind fencing(), a 5xx also rolls
 // back the writes made through req.fencing.transaction). The handler must
 // then not have acted outside that transaction.
+//
+// A handler that fails after it started its response (a write, a writeHead)
+// finds res.headersSent true, as without the middleware (see
+// idempotency-capture.ts), so Express closes the connection. Its response
+// never ends, so nothing is stored, and the claim is left as a running
+// request's (the handler may be one that is still running while its client
+// left): a retry gets 409 until the store's maxRunningMs, then runs again.
+// Behind fencing(), the connection's close aborts the fence's transaction,
+// which takes a claim written through it along.
 //
 // With fencing() on the same route (fencing first, then idempotency) and a
 // PostgresFenceStore, pass a PostgresIdempotencyStore on the same database:
@@ -30,11 +39,24 @@
 // writes. A replay then never answers a success whose writes were rolled
 // back: if the commit fails, the key is unknown again and a retry runs anew.
 //
-// The body: a body parser placed before idempotency() has read it, and its
-// req.body is digested (a Buffer or string as its bytes, a parsed object as
-// its JSON). Otherwise idempotency() reads the body itself, up to
-// maxRequestBytes (413 past it), and leaves it in req.body as a Buffer, as
-// express.raw() would: put JSON or form parsers before it.
+// The body. The draft fingerprints the request's bytes, and a parsed body
+// cannot give them back: {"amount":10000000000000001} and
+// {"amount":10000000000000000} parse to the same number, so a key reused for
+// the second would be answered with the first's response instead of 422. So,
+// in this order:
+// - no body parser has read it: idempotency() reads it itself, up to
+//   maxRequestBytes (413 past it), fingerprints those bytes and leaves them
+//   in req.body as a Buffer, as express.raw() would;
+// - a body-parser (express.json(), .urlencoded(), .text(), .raw()) given
+//   `verify: keepRawBody` kept the bytes it read: those bytes (after any
+//   Content-Encoding was undone);
+// - req.body is a Buffer or a string (express.raw(), express.text()): its bytes;
+// - otherwise req.body is a parsed value, and its JSON.stringify() is
+//   fingerprinted: bodies that parse to the same value (another spacing, key
+//   order aside, digits past a double's precision, a repeated key) share a
+//   fingerprint. The bytes are gone by then; keepRawBody is the way to keep them.
+// idempotency() cannot sit before a JSON or form parser: the parser would
+// find the body consumed. Put it after, with keepRawBody.
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { debuglog } from 'node:util';
@@ -62,7 +84,16 @@ export interface IdempotencyOptions {
   readonly headers?: readonly string[];
   /** The largest response body kept for replay, in bytes. Default 1 MiB. */
   readonly maxResponseBytes?: number;
-  /** The largest request body idempotency() reads itself to compute the fingerprint, in bytes. Default 1 MiB. */
+  /**
+   * The largest request body idempotency() reads itself to compute the
+   * fingerprint, in bytes (when no body parser has read it). Default 1 MiB.
+   *
+   * Which bytes are fingerprinted: the body as received when idempotency()
+   * reads it, or when the body parser before it was given
+   * `verify: keepRawBody`; a Buffer or string req.body as it is; otherwise
+   * the JSON of the parsed req.body, so two bodies that parse alike (such as
+   * numbers beyond a double's precision) count as the same request.
+   */
   readonly maxRequestBytes?: number;
 }
 
@@ -90,8 +121,15 @@ interface Settings {
 }
 
 /**
- * The middleware: see the header of this file. Place it after fencing()
- * (when the route has one) and after the body parser.
+ * The server half of the Idempotency-Key header: the first request with a
+ * key runs the handler and its response (below 500) is stored; a retry with
+ * the same key and fingerprint gets it back (`idempotent-replayed: true`),
+ * one while the first runs 409, one with another fingerprint 422. Place it
+ * after fencing() (when the route has one) and after the body parser, and
+ * give that parser `verify: keepRawBody` so the fingerprint covers the
+ * body's bytes rather than its parsed value. A handler that fails after
+ * starting its response gets the connection closed, as Express does; nothing
+ * is stored. More in the header of idempotency.ts and the README.
  */
 export function idempotency(options: IdempotencyOptions): RequestHandler {
   const store = options?.store;
@@ -241,10 +279,31 @@ function answer(res: ServerResponse, status: number, code: IdempotencyProblemCod
   sendProblem(res, status, code, detail);
 }
 
+/** The bytes body-parser read, per request, as keepRawBody() was handed them. */
+const rawBodies = new WeakMap<IncomingMessage, Buffer>();
+
+/**
+ * body-parser's `verify` hook that keeps the request body's bytes for
+ * idempotency()'s fingerprint: `express.json({ verify: keepRawBody })` (or
+ * `.urlencoded`, `.text`, `.raw`). Without it, idempotency() after a JSON or
+ * form parser can only fingerprint the parsed value, and bodies that parse
+ * alike (`{"amount":10000000000000001}` and `{"amount":10000000000000000}`)
+ * count as the same request. With a `verify` of your own, call this from it.
+ * The bytes are those body-parser saw, after any Content-Encoding was undone;
+ * they are held no longer than the request. Not a middleware: throws
+ * INVALID_ARGUMENT when called as one.
+ */
+export function keepRawBody(req: IncomingMessage, _res: ServerResponse, buf: Buffer): void {
+  if (!Buffer.isBuffer(buf)) {
+    throw new InvalidArgumentError('keepRawBody is body-parser\'s verify option (express.json({ verify: keepRawBody })), not a middleware: it was called without the body\'s bytes');
+  }
+  rawBodies.set(req, buf);
+}
+
 const TOO_LARGE: unique symbol = Symbol('too large');
 const UNREADABLE: unique symbol = Symbol('unreadable');
 
-/** The request body's bytes for the fingerprint: from a body parser's req.body, or read here. */
+/** The request body's bytes for the fingerprint: read here, kept by keepRawBody(), or from a body parser's req.body (see the file's header). */
 async function requestBody(req: Request, limit: number): Promise<Buffer | typeof TOO_LARGE | typeof UNREADABLE> {
   const parsed = (req as { body?: unknown }).body;
   const hasBody = req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] !== undefined && req.headers['content-length'] !== '0');
@@ -258,6 +317,8 @@ async function requestBody(req: Request, limit: number): Promise<Buffer | typeof
     }
     return read;
   }
+  const raw = rawBodies.get(req);
+  if (raw !== undefined) return raw;
   if (Buffer.isBuffer(parsed)) return parsed;
   if (parsed instanceof Uint8Array) return Buffer.from(parsed.buffer, parsed.byteOffset, parsed.byteLength);
   if (typeof parsed === 'string') return Buffer.from(parsed, 'utf8');

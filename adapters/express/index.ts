@@ -10,7 +10,7 @@ export { fencingHeaders, fencedFetch } from './client.js';
 export type { FencedFetch, TokenHolder } from './client.js';
 export { fencedHandler, hasFencing } from './fenced.js';
 export type { FencedHandler, FencedRequest } from './fenced.js';
-export { idempotency, REPLAYED_HEADERS } from './idempotency.js';
+export { idempotency, keepRawBody, REPLAYED_HEADERS } from './idempotency.js';
 export type { IdempotencyOptions } from './idempotency.js';
 export { MemoryIdempotencyStore } from './memory-idempotency-store.js';
 export type { MemoryIdempotencyStoreOptions } from './memory-idempotency-store.js';

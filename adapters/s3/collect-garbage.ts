@@ -22,6 +22,20 @@
 // the next generation. A superseded object is removed by the second call that
 // comes at least graceMs after the one before; call it periodically.
 //
+// A name under the key's data prefix is not proof of a data object: the
+// prefix is an ordinary part of the bucket, and anything may have been put
+// there (by hand, or, before fenced writes into a data prefix were refused, an
+// object carrying its own fence, which must never be removed: its fence would
+// go back). So each object the names single out is HEADed first, and removed
+// only if its metadata marks it as the data object its name spells (layout
+// 'data', the name's token and write id; the name alone ties it to this key,
+// as no other key's data prefix can contain it). The cost: one LIST page per
+// thousand objects under the prefix, plus a HEAD and a DELETE per object
+// removed; names that are current, carried or of the current generation cost
+// nothing more. (A LIST does not return user metadata, so nothing cheaper
+// tells; and a data object never changes once written, so the HEAD's answer
+// still holds at the DELETE.)
+//
 // graceMs is measured on the wall clocks of the processes that call this
 // (the generation's start is stored in the pointer): clock skew between them
 // shortens or lengthens a reader's grace, never a writer's safety, which rests
@@ -30,16 +44,16 @@ import { randomUUID } from 'node:crypto';
 import { debuglog } from 'node:util';
 import { DeleteObjectCommand, ListObjectsV2Command, PutObjectCommand } from '@aws-sdk/client-s3';
 import type { S3Client } from '@aws-sdk/client-s3';
-import { InvalidArgumentError, LayoutMismatchError, UnknownOutcomeError } from '../../src/index.js';
+import { CorruptFenceError, InvalidArgumentError, InvalidTokenError, LayoutMismatchError, UnknownOutcomeError } from '../../src/index.js';
 import { DEFAULT_MAX_ATTEMPTS } from './conditional-write.js';
 import { pointerMetadata } from './metadata.js';
 import type { StoredFence } from './metadata.js';
 import { checkPointerKey, dataPrefix, parseDataName, pointerBody, sameData } from './pointer.js';
-import type { PointerState } from './pointer.js';
+import type { DataName, PointerState } from './pointer.js';
 import { pointerContextOf } from './pointer-write.js';
 import type { PointerWriteContext } from './pointer-write.js';
 import { checkLocation, checkMaxAttempts, describeError, headFence, readContextOf, resourceName, sendOptions } from './requests.js';
-import type { ObjectLocation } from './requests.js';
+import type { ObjectLocation, ReadContext } from './requests.js';
 import { addCondition, isConditionFailure, isMissingKey, isUnknownOutcome } from './wire.js';
 
 const debug = debuglog('fencekeeper');
@@ -95,7 +109,7 @@ export async function collectGarbage(
   const state = pointer.pointer;
   if (Date.now() - state.generationSince < graceMs) return { deleted: [], generation: state.generation };
 
-  const deleted = await removeSuperseded(client, Bucket, Key, state, input.ExpectedBucketOwner, signal);
+  const deleted = await removeSuperseded(client, Bucket, Key, state, readContext, signal);
 
   // Start the next generation: the same token and data, a new pointer write
   // (so a writer that read the old pointer fails its If-Match and reads this one).
@@ -139,11 +153,12 @@ async function removeSuperseded(
   Bucket: string,
   Key: string,
   state: PointerState,
-  ExpectedBucketOwner: string | undefined,
+  readContext: ReadContext,
   signal: AbortSignal | undefined,
 ): Promise<string[]> {
+  const { ExpectedBucketOwner } = readContext;
   const prefix = dataPrefix(Key);
-  const doomed: string[] = [];
+  const doomed: { readonly key: string; readonly name: DataName }[] = [];
   let ContinuationToken: string | undefined;
   do {
     const page = await client.send(new ListObjectsV2Command({
@@ -160,17 +175,43 @@ async function removeSuperseded(
         debug('s3 %s: %s is not a data object name; left alone', resourceName(Bucket, Key), key);
         continue;
       }
-      if (name.generation < state.generation && !sameData(name, state.data) && !sameData(name, state.carried)) doomed.push(key);
+      if (name.generation < state.generation && !sameData(name, state.data) && !sameData(name, state.carried)) doomed.push({ key, name });
     }
     ContinuationToken = page.IsTruncated === true ? page.NextContinuationToken : undefined;
   } while (ContinuationToken !== undefined);
 
   const deleted: string[] = [];
   for (let i = 0; i < doomed.length; i += DELETE_CONCURRENCY) {
-    await Promise.all(doomed.slice(i, i + DELETE_CONCURRENCY).map(async (key) => {
+    await Promise.all(doomed.slice(i, i + DELETE_CONCURRENCY).map(async ({ key, name }) => {
+      if (!(await isDataObject(client, Bucket, Key, key, name, readContext, signal))) return;
       await client.send(new DeleteObjectCommand({ Bucket, Key: key, ...(ExpectedBucketOwner === undefined ? {} : { ExpectedBucketOwner }) }), sendOptions(signal));
       deleted.push(key);
     }));
   }
   return deleted;
+}
+
+/** Whether the object at `key` is the data object `name` spells, by its metadata (false when it is gone). */
+async function isDataObject(
+  client: S3Client,
+  Bucket: string,
+  Key: string,
+  key: string,
+  name: DataName,
+  readContext: ReadContext,
+  signal: AbortSignal | undefined,
+): Promise<boolean> {
+  let fence: StoredFence | null;
+  try {
+    fence = await headFence(client, Bucket, key, readContext, signal);
+  } catch (error) {
+    // Fence metadata that does not parse is not a data object we wrote.
+    if (!(error instanceof InvalidTokenError || error instanceof CorruptFenceError)) throw error;
+    debug('s3 %s: %s carries unreadable fence metadata (%s); left alone', resourceName(Bucket, Key), key, describeError(error));
+    return false;
+  }
+  if (fence === null) return false; // removed since the listing (another collector)
+  if (fence.layout === 'data' && fence.token === name.token && fence.writeId === name.writeId) return true;
+  debug('s3 %s: %s is named like a data object but its metadata says %s (token %s); left alone', resourceName(Bucket, Key), key, fence.layout, String(fence.token));
+  return false;
 }

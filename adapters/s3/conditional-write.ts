@@ -90,8 +90,13 @@ export interface WritePlan extends Planned {
   checkLayout(fence: StoredFence | null): void;
   /** Throws when the write must not go ahead for another reason (checked after the token). */
   checkWrite(fence: StoredFence | null): void;
-  /** The PUT to send, conditioned on `fence` and carrying `binding` (the pointer layout writes its data object first). */
-  prepare(fence: StoredFence | null, binding: FenceBinding | null): Promise<PutObjectCommandInput>;
+  /**
+   * The PUT to send, conditioned on `fence` and carrying `binding` (the pointer
+   * layout writes its data object first); null when preparing showed that the
+   * key has moved on since `fence` was read (the collector removed the data
+   * object just written for it): the loop reads the key again and judges anew.
+   */
+  prepare(fence: StoredFence | null, binding: FenceBinding | null): Promise<PutObjectCommandInput | null>;
   /** The write landed: the key's new ETag, the object read back when the read showed it, and the binding it carries. */
   landed(etag: string | undefined, readBack: StoredFence | null, binding: FenceBinding | null): void;
   /** What this process believed about the key is wrong or unknown now. */
@@ -161,11 +166,18 @@ async function run(
     plan.checkWrite(known);
     if (attempts >= maxAttempts) {
       throw new UnknownOutcomeError(
-        `${resource}: gave up after ${attempts} conditional PUTs with token ${token}: each lost to a concurrent write (or its outcome was lost, and the object then was not ours)`,
+        `${resource}: gave up after ${attempts} attempts with token ${token}: each lost to a concurrent write (or its outcome was lost, and the object then was not ours; or, in the pointer layout, the collector removed its data object before the pointer could name it)`,
       );
     }
 
     const input = await plan.prepare(known, binding);
+    if (input === null) {
+      // Counted as an attempt, so a collector that keeps outrunning us cannot keep us here forever.
+      attempts += 1;
+      debug('s3 %s: the key moved on while preparing (attempt %d), reading again', resource, attempts);
+      known = undefined;
+      continue;
+    }
     if (options.beforePut !== undefined) await options.beforePut();
     signal?.throwIfAborted();
     const condition: PutCondition = known === null ? { ifNoneMatch: '*' } : { ifMatch: known.etag };

@@ -15,7 +15,10 @@
 //
 // A key is kept in one layout: a write of the other layout is refused
 // (LayoutMismatchError), so one layout's fence is never hidden from the
-// other's writers. fencedGetObject and readFence read either.
+// other's writers. fencedGetObject and readFence read either. Keys containing
+// `.fencekeeper/` (a pointer's data prefix) take no fenced write at all
+// (InvalidArgumentError, before any request): the collector removes objects
+// there, and a fence must never be among them.
 //
 // Objects and metadata (fail closed):
 //   - An object with no fence metadata was written without fencing; any token
@@ -38,7 +41,7 @@ import { conditionalWrite } from './conditional-write.js';
 import type { FencedWriteOptions } from './conditional-write.js';
 import { inPlacePlan } from './in-place.js';
 import { TOKEN_METADATA, TOMBSTONE_METADATA, WRITE_ID_METADATA, isReservedMetadataName } from './metadata.js';
-import { checkPointerKey } from './pointer.js';
+import { checkNotDataKey, checkPointerKey } from './pointer.js';
 import { pointerContextOf, pointerPlan } from './pointer-write.js';
 import { checkLocation, readContextOf, resourceName } from './requests.js';
 import type { ObjectLocation, ReadContext } from './requests.js';
@@ -95,9 +98,9 @@ export type FencedDeleteObjectInput = ObjectLocation & {
  * corrupt; CorruptFenceError for a pointer that does not parse;
  * LayoutMismatchError for a key kept in the other layout; RepeatedBodyError
  * (in place) for a body equal to the current object's; InvalidArgumentError
- * for unusable input; UnknownOutcomeError when a 5xx or lost reply could not
- * be settled by reading the key back, or when contention outlasted
- * `maxAttempts`. S3 errors (NoSuchBucket, AccessDenied, ...) pass through.
+ * for unusable input (a key containing `.fencekeeper/` too); UnknownOutcomeError
+ * when a 5xx or lost reply could not be settled by reading the key back, or
+ * when contention outlasted `maxAttempts`. S3 errors (NoSuchBucket, AccessDenied, ...) pass through.
  */
 export async function fencedPutObject(
   client: S3Client,
@@ -203,6 +206,7 @@ function checkNoConditions(input: object): void {
 function checkWrite(input: { readonly Bucket?: unknown; readonly Key?: unknown }, options: FencedObjectOptions) {
   const fencing = resolveFencing((input as { token?: unknown }).token);
   const location = checkLocation(input);
+  checkNotDataKey(location.Key);
   const layout = checkLayoutOption(options.layout);
   const bind = checkBindOption(options.bind, fencing);
   return { fencing, token: fencing.token, location, layout, bind, resource: resourceName(location.Bucket, location.Key) };

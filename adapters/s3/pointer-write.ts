@@ -12,7 +12,9 @@
 //   3. A 412 (or 409) or an unknown outcome: read the pointer again. If it
 //      names our data object, ours landed. Otherwise judge again; a pointer of
 //      a newer generation means the collector has moved on, and our data
-//      object may be collected: write a fresh one in that generation.
+//      object may be collected: write a fresh one in that generation. (The
+//      same when step 1's reply was lost and the collector removed the object
+//      before we could see it: read the pointer again, write anew.)
 // A write that ends without moving the pointer (stale, given up) removes its
 // own data object when every pointer PUT it sent was answered with a refusal
 // (so none can land later); otherwise the collector removes it.
@@ -29,7 +31,7 @@ import type { DataName, PointerState } from './pointer.js';
 import { backoffMs, describeError, headFence, isAbort, sendOptions } from './requests.js';
 import type { ReadContext } from './requests.js';
 import { planned, type FencedWrite, type WritePlan } from './conditional-write.js';
-import { addCondition, httpStatus, isConditionFailure, isUnknownOutcome } from './wire.js';
+import { addCondition, httpStatus, isConditionFailure, isNotFound, isUnknownOutcome } from './wire.js';
 
 const debug = debuglog('fencekeeper');
 
@@ -83,8 +85,13 @@ export function pointerPlan(client: S3Client, write: PointerWrite): PointerWrite
   // As in place: our own last write is trusted for the same or a smaller token.
   const believed = own !== undefined && own.token !== null && token <= own.token ? own : undefined;
 
-  async function writeData(generation: number): Promise<void> {
-    if (write.data === undefined || dataObjects.get(generation)?.etag !== undefined) return;
+  /**
+   * Write this call's data object for `generation` (once per generation).
+   * 'collected': it was written and the collector has removed it since, so the
+   * pointer has moved past `generation` (read it again).
+   */
+  async function writeData(generation: number): Promise<'written' | 'collected'> {
+    if (write.data === undefined || dataObjects.get(generation)?.etag !== undefined) return 'written';
     const name: DataName = { token, generation, writeId };
     const key = dataKey(Key, name);
     const entry = { key, etag: undefined as string | undefined };
@@ -100,13 +107,25 @@ export function pointerPlan(client: S3Client, write: PointerWrite): PointerWrite
       const wire = addCondition(command, { ifNoneMatch: '*' });
       try {
         entry.etag = (await client.send(command, sendOptions(signal))).ETag ?? '';
-        return;
+        return 'written';
       } catch (error) {
         if (httpStatus(error) === 412) {
-          // The name is ours alone: an earlier send of this PUT (an SDK retry) created it.
-          const head = await client.send(new HeadObjectCommand({ ...readContext, Bucket, Key: key }), sendOptions(signal));
-          entry.etag = head.ETag ?? '';
-          return;
+          // The name is ours alone: an earlier send of this PUT (ours after a
+          // lost reply, or an SDK retry) created it.
+          try {
+            const head = await client.send(new HeadObjectCommand({ ...readContext, Bucket, Key: key }), sendOptions(signal));
+            entry.etag = head.ETag ?? '';
+            return 'written';
+          } catch (headError) {
+            if (!isNotFound(headError)) throw headError;
+            // Created, then removed: the collector removes a data object only
+            // once the pointer's generation is past its own, so the pointer we
+            // judged is gone for good and ours can never name this object.
+            // Forget it; the caller reads the pointer again and writes anew.
+            debug('s3 %s: data object %s was collected before the pointer could name it; reading the pointer again', resource, key);
+            dataObjects.delete(generation);
+            return 'collected';
+          }
         }
         // 409 ConditionalRequestConflict: a concurrent conditional write on the
         // same name, which can only be an earlier send of this one.
@@ -148,7 +167,7 @@ export function pointerPlan(client: S3Client, write: PointerWrite): PointerWrite
       // A new key, or one written without fencing: the first generation.
       const generation = fence?.pointer?.generation ?? 1;
       const generationSince = fence?.pointer?.generationSince ?? Date.now();
-      await writeData(generation);
+      if (await writeData(generation) === 'collected') return null;
       const state: PointerState = {
         generation,
         generationSince,

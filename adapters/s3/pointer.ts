@@ -108,7 +108,20 @@ export function checkPointerKey(Key: string): void {
       `Key is too long for the pointer layout (at most ${MAX_POINTER_KEY_BYTES} bytes, so that its data keys fit S3's ${MAX_KEY_BYTES})`,
     );
   }
-  if (Key.includes(DATA_SUFFIX)) {
-    throw new InvalidArgumentError(`Key ${JSON.stringify(Key.slice(0, 200))} contains ${JSON.stringify(DATA_SUFFIX)}, reserved for the pointer layout's data objects`);
-  }
+  checkNotDataKey(Key);
+}
+
+/**
+ * A key any fenced write may target, in either layout: not inside a data
+ * prefix. Every key containing `.fencekeeper/` lies in the data prefix of the
+ * key before it, whose collector would take an object there for one of its
+ * data objects; and an object that carries its own fence must never be where
+ * a collector removes things (its fence would go with it).
+ */
+export function checkNotDataKey(Key: string): void {
+  const at = Key.indexOf(DATA_SUFFIX);
+  if (at === -1) return;
+  throw new InvalidArgumentError(
+    `Key ${JSON.stringify(Key.slice(0, 200))} lies inside the data prefix of ${JSON.stringify(Key.slice(0, Math.min(at, 200)))}: keys containing ${JSON.stringify(DATA_SUFFIX)} are reserved for the pointer layout's data objects; no fenced write goes there`,
+  );
 }

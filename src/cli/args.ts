@@ -1,8 +1,24 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { InvalidArgumentError } from '../index.js';
+import { assertLockName } from '../extend.js';
 
 /** A mistake in the command line (flags, arguments, a lock name): exit 64. */
 export class UsageError extends Error {
   override readonly name = 'UsageError';
+}
+
+/**
+ * The name rule every source shares (assertLockName: a name a sequencer can
+ * carry, well-formed Unicode), as a usage error: the CLI's copies of the
+ * sources' own rules check it before loading any adapter.
+ */
+export function lockNameRule(kind: string, name: string): void {
+  try {
+    assertLockName(name);
+  } catch (error) {
+    if (error instanceof InvalidArgumentError) throw new UsageError(`bad ${kind} name: ${error.message}`);
+    throw error;
+  }
 }
 
 /** Split `fencekeeper run lock --flags -- cmd args` at the first `--`: the command's own flags are never ours. */

@@ -4,13 +4,16 @@ const EXIT_CODES = `exit codes:
   cmd's own    run, elect: cmd's exit code passes through (128 + n when signal n ended it)
   0            done
   64           usage: a bad flag, argument or lock name, or a --safety-margin or
-               --grace that does not fit the negotiated session timeout
+               --grace that does not fit the negotiated session timeout, or
+               input the lock service refuses once reached (INVALID_ARGUMENT: e.g.
+               a redlock:// URL that names one server under two host names)
   69           ZooKeeper could not be reached, or the session ended while waiting
                (migrate: the database could not be reached or refused the migration)
   70           internal error (a bug: please report it)
   75           run: the lock was not acquired within --timeout
   76           the lock was lost: cmd was stopped and exited 0, or never started
-  77           the lock service refused our credentials (ZK_AUTHFAILED, ZK_NOAUTH)
+  77           the lock service refused our credentials (ZK_AUTHFAILED, ZK_NOAUTH), or the
+               lock's nodes carry another ACL than the run asks for (ACL_MISMATCH)
   127          cmd could not be started
   128 + n      interrupted by signal n (SIGINT, SIGTERM) while connecting to the lock
                service or waiting for the lock: nothing is left held`;

@@ -54,18 +54,29 @@ export async function main(argv: readonly string[]): Promise<number> {
         throw new UsageError(`unknown command ${JSON.stringify(command)}`);
     }
   } catch (error) {
-    if (error instanceof UsageError) {
-      err(error.message);
+    const usage = (message: string): number => {
+      err(message);
       err(`run 'fencekeeper ${isHelpTopic(command) && command !== 'main' ? `${command} ` : ''}--help' for usage`);
       return ExitCode.usage;
-    }
+    };
+    if (error instanceof UsageError) return usage(error.message);
+    // Everything the CLI hands the library (names, margins, timeouts, the
+    // servers of a URL) is the operator's input, after the checks the CLI
+    // can make without I/O. What the library still refuses as an invalid
+    // argument is therefore a usage error too, wherever it is found: e.g. a
+    // redlock:// URL naming one server under two host names, which only the
+    // servers' run_ids reveal at the first acquire.
+    if (error instanceof FencekeeperError && error.code === 'INVALID_ARGUMENT') return usage(`${error.code}: ${error.message}`);
     if (error instanceof UnreachableError) {
       err(error.message);
       return ExitCode.unavailable;
     }
     if (error instanceof FencekeeperError) {
       err(`${error.code}: ${error.message}`);
-      if (error.code === 'ZK_NOAUTH' || error.code === 'ZK_AUTHFAILED') return ExitCode.noPermission;
+      // ACL_MISMATCH: the lock's nodes carry another ACL than the run asked
+      // for (or a node on the way is closed to us): a matter of permissions,
+      // as a bare NOAUTH is, not a fault of ours.
+      if (error.code === 'ZK_NOAUTH' || error.code === 'ZK_AUTHFAILED' || error.code === 'ACL_MISMATCH') return ExitCode.noPermission;
       return error.code === 'CONNECTION_LOSS' || error.code === 'SESSION_EXPIRED' || error.code === 'TLS_FAILED' ? ExitCode.unavailable : ExitCode.software;
     }
     const code = (error as { code?: unknown })?.code;

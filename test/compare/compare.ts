@@ -37,6 +37,7 @@ import {
 import { measureLatency, type Latency } from './latency.js';
 import { runPaused, type PausedScenario } from './paused.js';
 import { REDLOCK_CLOCK, REDLOCK_RESTART, redlockClockTrial, redlockRestartTrial } from './redlock.js';
+import { faultsNotVerified, scenariosIncomplete } from './evidence.js';
 import { Resources } from './resources.js';
 import { runTrials, type FaultScenario, type FaultTrial } from './trial.js';
 import { verdictOf, type Verdict } from './verdict.js';
@@ -72,8 +73,8 @@ export interface CompareReport {
   readonly machine: { readonly cores: number; readonly loadBefore: string; readonly loadAfter: string };
   readonly seconds: number;
   readonly sources: readonly SourceReport[];
-  /** "source scenario" for every scenario that injected no fault at all (the run then fails). */
-  readonly nothingInjected: readonly string[];
+  /** Every scenario with a trial whose evidence did not show its fault (./evidence.ts: faultsNotVerified): the run then fails. */
+  readonly notVerified: readonly string[];
   /** Trials that failed and were run again. */
   readonly errors: number;
   /** "source scenario" for every scenario that ran fewer trials than asked (too many failed): the run then fails. */
@@ -213,25 +214,15 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
       const l = latency.get(kind) as Latency;
       return { source: kind, deployment: DEPLOYMENT[kind], ...r, latency: l, verdict: verdictOf(r) };
     });
-    const nothingInjected = sources.flatMap((s) =>
-      [
-        ['failover', s.failover.injected] as const,
-        ...(s.clock === undefined ? [] : [['clock', s.clock.injected] as const]),
-        ['paused', s.paused.injected] as const,
-      ].flatMap(([scenario, injected]) => (injected === 0 ? [`${s.source} ${scenario}`] : [])),
-    );
-    const incomplete = sources.flatMap((s) =>
-      [['failover', s.failover.trials] as const, ...(s.clock === undefined ? [] : [['clock', s.clock.trials] as const]), ['paused', s.paused.trials] as const].flatMap(
-        ([scenario, done]) => (done < trials ? [`${s.source} ${scenario}`] : []),
-      ),
-    );
+    const notVerified = faultsNotVerified(sources);
+    const incomplete = scenariosIncomplete(sources, trials);
     const errors = sources.reduce((n, s) => n + s.failover.errors.length + (s.clock?.errors.length ?? 0) + s.paused.errors.length, 0);
     return {
       trials,
       machine: { cores: cpus().length, loadBefore, loadAfter: loadAverage() },
       seconds: (performance.now() - started) / 1000,
       sources,
-      nothingInjected,
+      notVerified,
       errors,
       incomplete,
     };

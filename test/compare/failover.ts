@@ -18,6 +18,7 @@ import type { LockSource } from '../../src/lock-source.js';
 import { environmentServers } from '../helpers/server-env.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { etcdCtl, memberId, redisCtl, zkCtl } from './control.js';
+import { leaderKillMissing, redisFailoverMissing } from './evidence.js';
 import type { Resources } from './resources.js';
 import { secondHolder, type FaultTrial } from './trial.js';
 
@@ -65,9 +66,9 @@ export async function redisFailoverTrial(resources: Resources): Promise<FaultTri
     await redisCtl('promote');
     // The evidence: the new primary never saw the first grant (no key, an older counter).
     const [key, counter] = (await replica.call('MGET', [lockKey, counterKey])) as [string | null, string | null];
-    const injected = dropped >= 1 && key === null && BigInt(counter ?? '0') < first.token;
+    const missing = redisFailoverMissing({ replicasDropped: dropped, promotedKey: key, promotedCounter: counter, firstToken: first.token });
     const rest = await secondHolder(first, redisSource(replica, { ttlMs: REDIS_TTL_MS }), name, resources);
-    return { injected, ...rest };
+    return { missing, ...rest };
   } finally {
     if (paused) await redisCtl('resume', 'replica').catch(() => {});
     primary.disconnect();
@@ -155,9 +156,9 @@ async function leaderKilled(cluster: Cluster, name: string, first: Lock, second:
   const killed = memberId(await ctl('kill-leader'), `${what} kill-leader`);
   try {
     await ctl('wait-healthy', '60');
-    const injected = killed === leader && memberId(await ctl('leader'), `${what} leader`) !== killed;
+    const missing = leaderKillMissing({ leaderBefore: leader, killed, leaderAfter: memberId(await ctl('leader'), `${what} leader`) });
     const rest = await secondHolder(first, second(), name, resources);
-    return { injected, ...rest };
+    return { missing, ...rest };
   } finally {
     await ctl(cluster.restart, String(killed));
     await ctl('wait-healthy', '60');

@@ -13,11 +13,12 @@ import { pauseSourceHolder } from '../helpers/paused-source-holder.js';
 import { environmentServers } from '../helpers/server-env.js';
 import type { SourceUnderTest } from '../helpers/sources.js';
 import { uniqueLockName } from '../helpers/unique.js';
+import { pausedMissing, type Missing } from './evidence.js';
 import type { Resources, Written } from './resources.js';
 
 export interface PausedTrial {
-  /** The holder was stopped (the kernel showed it so) when the successor was granted the lock. */
-  readonly injected: boolean;
+  /** What the evidence failed to show: empty when the holder was stopped (the kernel showed it so) when the successor was granted the lock. */
+  readonly missing: Missing;
   /** The holder's first check after SIGCONT: lock.held. */
   readonly heldAfterResume: boolean;
   /** The successor's token is equal to or smaller than the paused holder's. */
@@ -75,7 +76,7 @@ export async function pausedTrial(sut: SourceUnderTest, resources: Resources): P
     if (outcome !== 'written' && outcome !== 'STALE_TOKEN') throw new Error(`the holder's ${where} write failed: ${String(outcome)}`);
   }
   return {
-    injected: run.stoppedAtGrant,
+    missing: pausedMissing({ stoppedAtGrant: run.stoppedAtGrant }),
     heldAfterResume: report.held,
     tokenRegression: run.nextToken <= oldToken,
     // Fencing off: the plain resource keeps the stale holder's write over the newer one's.
@@ -94,7 +95,9 @@ export async function runPaused(sut: SourceUnderTest, deployment: string, trials
       if (claimed >= trials) return;
       running++;
       try {
-        done.push(await pausedTrial(sut, resources));
+        const t = await pausedTrial(sut, resources);
+        done.push(t);
+        if (t.missing.length > 0) log(`  paused ${sut.kind}: a trial's fault was not shown by its evidence: ${t.missing.join('; ')}`);
       } catch (error) {
         errors.push((error as Error).message.split('\n')[0] ?? String(error));
         log(`  paused ${sut.kind}: a trial failed (run again): ${errors.at(-1)}`);
@@ -116,7 +119,7 @@ export async function runPaused(sut: SourceUnderTest, deployment: string, trials
     deployment,
     grantMs: sut.grantMs,
     trials: done.length,
-    injected: count((t) => t.injected),
+    injected: count((t) => t.missing.length === 0),
     heldAfterResume: count((t) => t.heldAfterResume),
     tokenRegressions: count((t) => t.tokenRegression),
     fencingOff: per((t) => t.fencingOff),

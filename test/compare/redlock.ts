@@ -19,6 +19,7 @@ import { environmentServers } from '../helpers/server-env.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { retrying, until } from '../helpers/wait.js';
 import { redisCtl } from './control.js';
+import { redlockClockMissing, redlockRestartMissing, type Missing } from './evidence.js';
 import { redisClient } from './failover.js';
 import type { Resources } from './resources.js';
 import { secondHolder, type FaultTrial } from './trial.js';
@@ -73,16 +74,16 @@ async function grantOnThree(name: string): Promise<{ first: RedisLock; clients: 
   }
 }
 
-async function trial(resources: Resources, victimIndex: number, fault: (name: string, victim: Redis, first: RedisLock) => Promise<boolean>): Promise<FaultTrial> {
+async function trial(resources: Resources, victimIndex: number, fault: (name: string, victim: Redis, first: RedisLock) => Promise<Missing>): Promise<FaultTrial> {
   const name = uniqueLockName('cmp_redlock');
   const { first, clients } = await grantOnThree(name);
   let second: Redis[] = [];
   try {
     await resources.writeFenced(name, first.token, 'first');
-    const injected = await fault(name, clients[victimIndex] as Redis, first);
+    const missing = await fault(name, clients[victimIndex] as Redis, first);
     second = await connected();
     const rest = await secondHolder(first, redisSource(second, { ttlMs: TTL_MS, nodeTimeoutMs: NODE_TIMEOUT_MS }), name, resources);
-    return { injected, ...rest };
+    return { missing, ...rest };
   } finally {
     for (const c of [...clients, ...second]) c.disconnect();
   }
@@ -104,7 +105,7 @@ export function redlockRestartTrial(resources: Resources, i: number): Promise<Fa
     const [lockKey, counterKey] = lockKeys(name);
     await until(async () => (await victim.ping().catch(() => '')) === 'PONG', `node ${node} to answer`, 30_000);
     const [key, counter] = (await victim.call('MGET', [lockKey, counterKey])) as [string | null, string | null];
-    return key === null && counter === null;
+    return redlockRestartMissing({ key, counter });
   });
 }
 
@@ -115,7 +116,7 @@ export function redlockClockTrial(resources: Resources, i: number): Promise<Faul
     const cut = Number(await victim.call('PEXPIRE', [lockKey, '5']));
     // The evidence: the key was there and carried a TTL we cut, it is gone now, and the counter stayed at the first token.
     await until(async () => Number(await victim.call('EXISTS', [lockKey])) === 0, `the key to expire on node ${index + 1}`, 5_000);
-    const counter = (await victim.call('GET', [counterKey])) as string | null;
-    return cut === 1 && counter === String(first.token);
+    const [exists, counter] = (await Promise.all([victim.call('EXISTS', [lockKey]), victim.call('GET', [counterKey])])) as [number, string | null];
+    return redlockClockMissing({ pexpireReply: cut, keyExistsAfter: Number(exists), counter, firstToken: first.token });
   });
 }

@@ -16,8 +16,9 @@
 // FK_ZK_ENSEMBLE, DATABASE_URL, S3_ENDPOINT...) are used as they are;
 // otherwise the suite's global setup starts or reuses the project's servers
 // (test/servers/*.sh acquire) and releases them at the end. Exit 0 only if
-// every scenario injected its fault and ran all its trials (a trial that
-// fails is run again, at most as many extra runs as trials).
+// every trial of every scenario showed its fault by its evidence and every
+// scenario ran all its trials (a trial that fails is run again, at most as
+// many extra runs as trials): ./evidence.ts, runFailures.
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -25,6 +26,7 @@ import type { TestProject } from 'vitest/node';
 import { positive } from '../helpers/script-options.js';
 import setupServers from '../setup/global-setup.js';
 import { SOURCE_KINDS, runCompare, type SourceKind } from './compare.js';
+import { runFailures } from './evidence.js';
 import { renderReport, reportJson } from './table.js';
 
 function sourcesOf(text: string | undefined): SourceKind[] {
@@ -76,7 +78,7 @@ async function main(): Promise<number> {
     });
     if (json) process.stdout.write(`${reportJson(report)}\n`);
     else log(`\n${renderReport(report)}`);
-    return report.nothingInjected.length === 0 && report.incomplete.length === 0 ? 0 : 1;
+    return runFailures(report).length === 0 ? 0 : 1;
   } finally {
     await release();
   }

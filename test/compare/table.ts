@@ -2,6 +2,7 @@
 // trials, the trials beside every count), its verdict, then the seeds' table
 // with every source side by side.
 import type { CompareReport, SourceKind, SourceReport } from './compare.js';
+import { runFailures } from './evidence.js';
 import type { FaultScenario } from './trial.js';
 
 const TITLE: Record<SourceKind, string> = {
@@ -88,8 +89,7 @@ export function renderReport(report: CompareReport): string {
       line('verdict', (s) => s.verdict.kind),
     ]).map((l) => `  ${l}`),
   );
-  if (report.nothingInjected.length > 0) out.push('', `FAILED: no fault was injected in: ${report.nothingInjected.join(', ')}`);
-  if (report.incomplete.length > 0) out.push('', `FAILED: fewer trials than asked in: ${report.incomplete.join(', ')}`);
+  for (const failure of runFailures(report)) out.push('', failure);
   if (report.errors > 0) out.push('', `${report.errors} trials failed and were run again (their errors: --json)`);
   return out.join('\n');
 }

@@ -5,11 +5,16 @@
 import type { Lock } from '../../src/lock.js';
 import type { LockSource } from '../../src/lock-source.js';
 import { retrying } from '../helpers/wait.js';
+import type { Missing } from './evidence.js';
 import type { Resources, Written } from './resources.js';
 
 export interface FaultTrial {
-  /** The fault happened and did what it is there for (its evidence checked, e.g. the promoted replica lacked the key). */
-  readonly injected: boolean;
+  /**
+   * What the fault's evidence failed to show (./evidence.ts): empty when the
+   * fault happened and did what it is there for (e.g. the promoted replica
+   * lacked the key).
+   */
+  readonly missing: Missing;
   /** The first holder still held the lock (lock.held) when the second asked: what makes a refusal mean something. */
   readonly firstHeld: boolean;
   /** The second client was granted the lock while the first still held it (first.held true at that moment). */
@@ -40,7 +45,7 @@ export interface FaultScenario {
  * first's. Then the second writes, and the first writes again with its old
  * token: the write a fence must refuse.
  */
-export async function secondHolder(first: Lock, second: LockSource, name: string, resources: Resources): Promise<Omit<FaultTrial, 'injected'>> {
+export async function secondHolder(first: Lock, second: LockSource, name: string, resources: Resources): Promise<Omit<FaultTrial, 'missing'>> {
   const tried = await retrying(() => second.tryAcquireLock(name, { owner: 'second' }), 60_000, `the second client's try for ${name}`);
   const firstHeld = first.held;
   const doubleGrant = tried !== null && firstHeld;
@@ -77,7 +82,9 @@ export async function runTrials(
   const errors: string[] = [];
   for (let i = 0; done.length < trials && errors.length <= trials; i++) {
     try {
-      done.push(await trial(i));
+      const t = await trial(i);
+      done.push(t);
+      if (t.missing.length > 0) log(`  trial ${i + 1}: its fault was not shown by its evidence: ${t.missing.join('; ')}`);
     } catch (error) {
       errors.push((error as Error).message.split('\n')[0] ?? String(error));
       log(`  trial ${i + 1} failed (run again): ${errors.at(-1)}`);
@@ -88,7 +95,7 @@ export async function runTrials(
   return {
     fault,
     trials: done.length,
-    injected: count((t) => t.injected),
+    injected: count((t) => t.missing.length === 0),
     firstHeld: count((t) => t.firstHeld),
     doubleGrants: count((t) => t.doubleGrant),
     tokenRegressions: count((t) => t.tokenRegression),

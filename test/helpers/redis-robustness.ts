@@ -14,6 +14,7 @@ import { LockTimeoutError, QuorumError } from '../../src/errors.js';
 import { TcpProxy } from '../../src/testing/tcp-proxy.js';
 import type { FencingToken } from '../../src/token.js';
 import { acquireLock, type RedisClient, type RedisLock } from '../../src/sources/redis/index.js';
+import { lockKeys } from '../../src/sources/redis/scripts.js';
 import { REDIS_SERVICE } from '../../src/cli/services/redis.js';
 import type { QueueEvent } from '../../src/cli/lock-service.js';
 import type { PrivateRedis } from './private-redis.js';
@@ -67,6 +68,16 @@ async function wakeChannels(node: PrivateRedis): Promise<number> {
   }
 }
 
+/** The entries in the waiter list of lock `name` on the node. */
+async function inWaiterList(node: PrivateRedis, name: string): Promise<number> {
+  const admin = client(node.port);
+  try {
+    return (await admin.llen(lockKeys(name)[2])) as number;
+  } finally {
+    admin.disconnect();
+  }
+}
+
 export interface WaiterScenario {
   /** The node was paused with the resubscribe on its way. */
   readonly pausedAtResubscribe: boolean;
@@ -107,7 +118,8 @@ export async function waiterLeavesDuringResubscribe(node: PrivateRedis): Promise
       () => new Error('granted while the holder held'),
       (error: unknown) => error,
     );
-    await until(async () => (await wakeChannels(node)) === 1, 'the waiter to subscribe');
+    // Subscribed, and its attempt after that answered (it is in the waiter list): a cut now catches no command of it.
+    await until(async () => (await wakeChannels(node)) === 1 && (await inWaiterList(node, name)) === 1, 'the waiter to subscribe and queue up');
     pausing.arm();
     proxy.cut();
     await until(() => pausing.fired === 1, 'the resubscribe to reach the node, paused');

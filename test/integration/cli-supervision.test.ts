@@ -4,10 +4,14 @@
 // queue a real next holder on the real ZooKeeper behind it, and watch the
 // command's processes (the shell and the child it started, both ignoring
 // SIGTERM so that only the kill deadline can end them) through /proc.
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseToken, type Lock } from '../../src/index.js';
 import { ZooKeeperClient, acquireLock, lockStatus } from '../../src/sources/zookeeper/index.js';
+import { ExitCode } from '../../src/cli/exit-codes.js';
 import { testServers } from '../helpers/servers.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { assertBuilt, cli, killSurvivors, running, witness, type Running, type Witness } from './cli-helpers.js';
@@ -161,5 +165,36 @@ describe('fencekeeper run: the command never outlives the lock', () => {
     cleanups.push(() => next.lock.release());
     expect(result.code).toBe(0);
     expect(next.runningAtGrant).toEqual([]);
+  });
+
+  it("a supervisor that starts only after its first lease ran out never starts the command: exit 76, nothing ran", async () => {
+    const lock = uniqueLockName('cli-late');
+    const dir = mkdtempSync(join(tmpdir(), 'fk-late-supervisor-'));
+    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+    // The supervisor's own start-up stalls (a stalled machine, a slow disk)
+    // for a whole session timeout: longer than the first lease, which ends
+    // at most SESSION_MS - MARGIN_MS after fencekeeper spawns it. The lease
+    // waits in the pipe and is read only once it has run out, however
+    // loaded the machine. Preloaded through NODE_OPTIONS, which fencekeeper
+    // passes on to the supervisor with the rest of its environment; only
+    // the supervisor stalls.
+    const preload = join(dir, 'stall-supervisor.cjs');
+    writeFileSync(preload, `if (/supervisor\\.js$/.test(process.argv[1] || '')) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ${SESSION_MS});\n`);
+    const marker = join(dir, 'ran');
+    const run = cli(
+      [
+        'run', lock, '--zookeeper', connect, '--session-timeout', String(SESSION_MS), '--safety-margin', String(MARGIN_MS),
+        '--', 'sh', '-c', `touch '${marker}'`,
+      ],
+      { NODE_OPTIONS: `--require ${preload}` },
+    );
+    cleanups.push(() => {
+      run.child.kill('SIGKILL');
+    });
+    const result = await run.done;
+    expect(result.stderr).toContain('lost before sh could start');
+    expect(result.code, result.stderr).toBe(ExitCode.lockLost);
+    expect(existsSync(marker)).toBe(false);
+    expect(await lockStatus(zk, lock)).toEqual({ name: lock, holder: null, waiters: [] });
   });
 });

@@ -136,6 +136,17 @@ describe('digest credentials', () => {
     expect(allowed.stdout).toContain('free');
   });
 
+  it('a lock whose container carries another ACL than the run asks for: ACL_MISMATCH, exit 77 (no permission), the command never runs', async () => {
+    // The container of protectedLock lets only USER do anything and nobody
+    // else even read; USER's run asking for the creator ACL (USER all, anyone
+    // read) must not take a lock under another ACL than it asked for.
+    const marker = join(scratch, 'acl-mismatch-ran');
+    const run = await done(['run', protectedLock, ...tlsArgs(), '--zookeeper-acl', 'creator', '--', 'touch', marker], { ZOOKEEPER_AUTH: CREDENTIALS });
+    expect(run.stderr).toContain('ACL_MISMATCH');
+    expect(run.code).toBe(77);
+    expect(() => readFileSync(marker)).toThrow();
+  });
+
   it('from a file: --zookeeper-auth-file or ZOOKEEPER_AUTH_FILE (first line)', async () => {
     const byFlag = await done(['status', protectedLock, ...tlsArgs(), '--zookeeper-auth-file', authFile]);
     expect(byFlag.code).toBe(0);

@@ -4,7 +4,9 @@
 // itself with SIGSTOP (after the call, or between recording the intent and
 // sending the call); its session expires; B (this process) takes the lock
 // with a larger token, finds the effect pending and reconciles; A is resumed.
-// The service counts what it actually executed.
+// The service counts what it actually executed. And A frozen after recording
+// the intent but before withEffect decides to send, resumed past its
+// deadline: it must send nothing.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -26,6 +28,9 @@ import { until } from '../helpers/wait.js';
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const FIXTURE = `${ROOT}test/fixtures/effect-holder.mjs`;
 const GRACE_MS = 200;
+
+/** Where holder A freezes itself (test/fixtures/effect-holder.mjs). */
+type Pause = 'after-call' | 'before-send' | 'after-claim';
 
 interface Line {
   event: string;
@@ -91,7 +96,7 @@ afterAll(async () => {
   await admin.end();
 });
 
-function holderA(env: { lock: string; resource: string; key: string; service: string; mode: 'ledger' | 'direct'; pause: 'after-call' | 'before-send' }): Holder {
+function holderA(env: { lock: string; resource: string; key: string; service: string; mode: 'ledger' | 'direct'; pause: Pause }): Holder {
   const child = spawn(process.execPath, [FIXTURE], {
     cwd: ROOT,
     env: {
@@ -192,7 +197,7 @@ async function takeOver(name: string, holderToken: bigint): Promise<Lock> {
 }
 
 /** Start holder A against `svc` and wait until it has frozen itself at `pause`. */
-async function frozenHolder(svc: Service, key: string, mode: 'ledger' | 'direct', pause: 'after-call' | 'before-send'): Promise<{ a: Holder; tokenA: bigint; lockName: string; resource: string }> {
+async function frozenHolder(svc: Service, key: string, mode: 'ledger' | 'direct', pause: Pause): Promise<{ a: Holder; tokenA: bigint; lockName: string; resource: string }> {
   const lockName = uniqueLockName('fx');
   const resource = uniqueName('payments');
   const a = holderA({ lock: lockName, resource, key, service: svc.url, mode, pause });
@@ -300,6 +305,26 @@ describe('the paused holder with an outside effect', () => {
     expect(svc.total()).toBe(1);
     expect(await pendingEffects(pool, { resource })).toEqual([]);
     await lockB.release();
+  });
+
+  // The freeze lands after the claim committed and before withEffect's
+  // last look at the deadline: A's deadline passes while it is frozen, and
+  // the service would execute whatever arrives. Only that look stands
+  // between A and a call sent by a holder that may no longer act.
+  it('A frozen between recording the intent and deciding to send, past its deadline: resumed, it sends nothing; the intent stays pending', async () => {
+    const svc = await plainService(false);
+    const { a, tokenA, resource } = await frozenHolder(svc, 'order-12', 'ledger', 'after-claim');
+    const [intent] = await pendingEffects(pool, { resource });
+    expect(intent).toMatchObject({ key: 'order-12', token: tokenA });
+    const deadline = intent!.deadline!.getTime();
+    await until(() => Date.now() > deadline + 500, 'holder A\'s deadline to pass while it is frozen');
+
+    a.child.kill('SIGCONT');
+    const result = await a.next('result');
+    expect(svc.total(), 'holder A sent its call after its deadline').toBe(0);
+    expect(result).toMatchObject({ ok: false, name: 'EffectPendingError', code: 'UNKNOWN_OUTCOME' });
+    expect(result['message']).toContain('was not sent');
+    expect(await pendingEffects(pool, { resource })).toEqual([expect.objectContaining({ key: 'order-12', token: tokenA, state: 'pending' })]);
   });
 
   it('a service that neither deduplicates nor enforces deadlines: the ledger never runs it twice on its own; it stays pending for an operator', async () => {

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DefiniteFailure, effectIdempotencyKey, listEffects, migrate, pendingEffects, withEffect, withFence, type Database, type EffectContext, type ReconcileContext } from '../../adapters/postgres/index.js';
 import { EffectFailedError, EffectPendingError, InvalidArgumentError, InvalidTokenError, LockLostError, StaleTokenError } from '../../src/index.js';
 import { assertBuilt, cli } from './cli-helpers.js';
+import { until } from '../helpers/wait.js';
 import { adminPool, DATABASE_URL, FLAVORS, createSchema, dropSchema, migratedSchema, newPool, uniqueName } from './postgres-helpers.js';
 
 const admin = adminPool();
@@ -219,6 +220,50 @@ describe.each(FLAVORS)('withEffect with %s', (flavor) => {
     expect(settled).toMatchObject({ source: 'ran', attempt: 1, idempotencyKey: effectIdempotencyKey(resource, 'k') });
     expect(effect.runs.map((r) => r.idempotencyKey)).toEqual([settled.idempotencyKey, settled.idempotencyKey]);
     expect(await ledger(resource)).toEqual([expect.objectContaining({ state: 'succeeded', token: '2' })]);
+  });
+
+  // Between the recorded deadline and the deadline plus the grace, the
+  // earlier call may still be landing: a "no" there says nothing. The grace
+  // is the larger of the one recorded when the effect started and the one
+  // passed now (a reconciling holder cannot shorten its predecessor's).
+  it('"not happened" asked after the recorded deadline but within its grace is refused; the grace is the larger of the recorded one and ours', async () => {
+    const LONG = 30_000; // the window the "too early" questions are asked in: wide enough for a loaded machine
+    // The first holder's call: its reply lost, so the effect stays pending.
+    const reset = async (): Promise<never> => { throw new Error('reset'); };
+    const effect = counted((run) => ({ run }));
+    const notHappened = (): { outcome: 'not-happened' } => ({ outcome: 'not-happened' });
+    for (const [recordedGrace, ourGrace] of [[LONG, LONG], [LONG, 100], [100, LONG]] as const) {
+      const resource = uniqueName('res');
+      await rejection(withEffect(db, { resource, token: 1n, key: 'k' }, reset, { deadline: performance.now() + 300, graceMs: recordedGrace }));
+      const [recorded] = await pendingEffects(db, { resource });
+      expect(recorded?.graceMs).toBe(recordedGrace);
+      const deadline = recorded!.deadline!.getTime();
+      // Past the deadline, and past the shorter grace: only the longer one still says "too early".
+      await until(() => Date.now() > deadline + 300, 'the recorded deadline plus 300 ms');
+      const early = await withEffect(db, { resource, token: 2n, key: 'k' }, effect, { graceMs: ourGrace, reconcile: notHappened }).then(() => 'settled as not happened, and run', (e: unknown) => e);
+      const asked = `recorded grace ${recordedGrace} ms, ours ${ourGrace} ms`;
+      expect(Date.now(), `${asked}: asked within the grace`).toBeLessThan(deadline + LONG);
+      expect(early, asked).toBeInstanceOf(EffectPendingError);
+      expect((early as Error).message, asked).toContain(`before its deadline ${recorded!.deadline!.toISOString()} plus ${LONG} ms has passed`);
+      expect(await pendingEffects(db, { resource }), asked).toEqual([expect.objectContaining({ token: 1n, graceMs: recordedGrace })]);
+    }
+    expect(effect.runs).toHaveLength(0);
+
+    // waitOutDeadline() waits out the recorded grace too, not only ours.
+    const resource = uniqueName('res');
+    await rejection(withEffect(db, { resource, token: 1n, key: 'k' }, reset, { deadline: performance.now() + 300, graceMs: 1500 }));
+    const [recorded] = await pendingEffects(db, { resource });
+    const waitedUntil: number[] = [];
+    const settled = await withEffect(db, { resource, token: 2n, key: 'k' }, effect, {
+      graceMs: 0,
+      reconcile: async (context) => {
+        await context.waitOutDeadline();
+        waitedUntil.push(Date.now());
+        return { outcome: 'not-happened' };
+      },
+    });
+    expect(waitedUntil[0]).toBeGreaterThan(recorded!.deadline!.getTime() + 1500);
+    expect(settled).toMatchObject({ source: 'ran', result: { run: 1 } });
   });
 
   it('an effect recorded without a deadline can never be settled as "not happened"', async () => {

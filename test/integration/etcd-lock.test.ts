@@ -347,6 +347,60 @@ describe('etcd lock', () => {
     expect(lock.held).toBe(false);
   });
 
+  it('a timeout longer than a timer keeps (30 days) waits: no LockTimeoutError after 1 ms, the lock on release', async () => {
+    const name = uniqueLockName('etcd_long_timeout');
+    const holder = await acquireLock(pool.client(), name);
+    const warnings: string[] = [];
+    const onWarning = (w: Error): void => void warnings.push(w.name);
+    process.on('warning', onWarning);
+    try {
+      let settled: unknown = null;
+      const waiter = acquireLock(pool.client(), name, { timeoutMs: 30 * 24 * 3600 * 1000 }).then(
+        (lock) => (settled = lock),
+        (e: unknown) => (settled = e),
+      );
+      await until(async () => settled !== null || (await queueKeys(pool.client(), name)).length === 2, 'the waiter to join the queue');
+      // Longer than the 1 ms an oversized setTimeout delay becomes.
+      await new Promise((r) => setTimeout(r, 200));
+      expect(settled, 'the waiter settled while the lock was held').toBeNull();
+      await holder.release();
+      const granted = await within(waiter, 20_000, 'the waiter to be granted');
+      expect(granted, String(granted)).not.toBeInstanceOf(Error);
+      await (granted as EtcdLock).release();
+    } finally {
+      process.off('warning', onWarning);
+    }
+    expect(warnings).not.toContain('TimeoutOverflowWarning');
+  });
+
+  it('a waiter whose own key was deleted fails with node_deleted when it looks again, while the holder still holds, and is never granted', async () => {
+    const name = uniqueLockName('etcd_waiter_deleted');
+    const holder = await acquireLock(pool.client(), name);
+    // Two waiters: P, then W behind it (W watches P's key, P the holder's).
+    const pAbort = new AbortController();
+    const p = acquireLock(pool.client(), name, { signal: pAbort.signal }).catch((e: unknown) => e);
+    await until(async () => (await queueKeys(pool.client(), name)).length === 2, 'P to join the queue');
+    const w = acquireLock(pool.client(), name, { timeoutMs: 60_000 }).then(
+      (lock) => lock,
+      (e: unknown) => e,
+    );
+    await until(async () => (await queueKeys(pool.client(), name)).length === 3, 'W to join the queue');
+    const [, , wKey] = await queueKeys(pool.client(), name);
+    // Someone deletes W's key (an operator, a cleanup script): W cannot hear it (it watches P's)...
+    await pool.client().kv.deleteRange({ key: Buffer.from(wKey!.key) });
+    // ...until P gives up and leaves: W looks again, finds the holder's key where its own should be first, and fails.
+    pAbort.abort();
+    const error = await within(w, 20_000, 'W to fail after looking again without its key');
+    expect(error).toBeInstanceOf(LockLostError);
+    expect((error as LockLostError).reason).toBe('node_deleted');
+    expect(holder.held).toBe(true);
+    expect((await p as Error).name).toBe('AbortError');
+    // Nothing of P or W is left: the holder's key alone, then nobody's.
+    expect((await queueKeys(pool.client(), name)).map((k) => k.key)).toEqual([holder.key]);
+    await holder.release();
+    expect(await queueKeys(pool.client(), name)).toEqual([]);
+  });
+
   it('release aborts the signal at once and deletes the key; a second release is the same promise', async () => {
     const etcd = pool.client();
     const lock = await acquireLock(etcd, uniqueLockName('etcd_release'));

@@ -7,7 +7,7 @@ import type { Request } from 'express';
 import { express } from './express-variants.js';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MemoryIdempotencyStore, idempotency, type IdempotencyOptions } from '../../adapters/express/index.js';
+import { MemoryIdempotencyStore, idempotency, keepRawBody, type IdempotencyOptions } from '../../adapters/express/index.js';
 import { PostgresIdempotencyStore } from '../../adapters/postgres/index.js';
 import type { IdempotencyStore } from '../../src/index.js';
 import { rawStatus, serve, type Served } from './express-helpers.js';
@@ -345,6 +345,48 @@ describe.each(FLAVORS)('idempotency() with $name', (flavor) => {
     } finally {
       await raw.close();
     }
+  });
+
+  it('behind express.json({ verify: keepRawBody }) fingerprints the bytes: bodies that parse alike are different requests; without it, as documented, the parsed value', async () => {
+    const server = express();
+    const handled: unknown[] = [];
+    const handler = (req: Request, res: express.Response): void => {
+      handled.push(req.body);
+      res.status(201).json({ n: handled.length });
+    };
+    server.post('/bytes', express.json({ verify: keepRawBody }), idempotency({ store: flavor.make() }), handler);
+    server.post('/parsed', express.json(), idempotency({ store: flavor.make() }), handler);
+    const app = await serve(server);
+    try {
+      const url = (path: string): string => `http://127.0.0.1:${app.port}${path}`;
+      // Equal as doubles, different as bytes.
+      const first = '{"amount":10000000000000001}';
+      const second = '{"amount":10000000000000000}';
+      const key = keyOf();
+      expect((await call(url('/bytes'), { key, body: first })).status).toBe(201);
+      const reused = await call(url('/bytes'), { key, body: second });
+      expect(reused.status).toBe(422);
+      expect(reused.json()).toMatchObject({ code: 'IDEMPOTENCY_KEY_REUSED' });
+      // Another spacing of the same value is other bytes too; the same bytes replay.
+      expect((await call(url('/bytes'), { key, body: '{"amount": 10000000000000001}' })).status).toBe(422);
+      const again = await call(url('/bytes'), { key, body: first });
+      expect([again.status, again.headers.get('idempotent-replayed')]).toEqual([201, 'true']);
+      expect(handled).toHaveLength(1);
+
+      // Without the hook the bytes are gone: the parsed value is fingerprinted.
+      const parsedKey = keyOf();
+      expect((await call(url('/parsed'), { key: parsedKey, body: first })).status).toBe(201);
+      const alike = await call(url('/parsed'), { key: parsedKey, body: second });
+      expect([alike.status, alike.headers.get('idempotent-replayed')]).toEqual([201, 'true']);
+      expect(handled).toHaveLength(2);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('keepRawBody used as a middleware instead of body-parser\'s verify: INVALID_ARGUMENT', () => {
+    const next = (): void => undefined;
+    expect(() => keepRawBody({} as never, {} as never, next as never)).toThrow(expect.objectContaining({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('verify') }));
   });
 
   it('fuzzed Idempotency-Key headers (fast-check): never a 500, and a refused one runs nothing', async () => {

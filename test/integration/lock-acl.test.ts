@@ -136,6 +136,21 @@ describe('a lock with an ACL', () => {
     await file.admin.delete(parent);
   });
 
+  it('a container with our very ids but other permissions (world DELETE) is refused: anyone could delete the holder node', async () => {
+    const name = uniqueLockName('perms');
+    const parent = `${LOCKS}/${name}`;
+    // The ids of STORED, entry for entry; only the world entry's permissions differ.
+    const loose = [STORED[0]!, { perms: Perms.READ | Perms.DELETE, id: { scheme: 'world', id: 'anyone' } }];
+    await file.admin.create(parent, null, { mode: 'container', acl: loose });
+    const alice = await as(ALICE);
+    const error = await tryAcquireLock(alice, name, { acl: HOLDER_ACL }).then((lock) => lock, (e: unknown) => e);
+    expect(error).toBeInstanceOf(AclMismatchError);
+    expect((error as AclMismatchError).path).toBe(parent);
+    expect(sorted((error as AclMismatchError).found)).toEqual(sorted(loose));
+    expect((await file.admin.exists(parent))?.cversion).toBe(0);
+    await file.admin.delete(parent);
+  });
+
   it('a container reaped and re-created by someone else is checked again, and our node leaves it', async () => {
     const name = uniqueLockName('recreated');
     const parent = `${LOCKS}/${name}`;
@@ -198,6 +213,53 @@ describe('a lock with an ACL', () => {
     const waiting = acquireLock(second, name, { acl });
     await lock.release();
     await (await waiting).release();
+  });
+
+  it("nested names: the node between the root and the lock's container is made open, so other identities keep its sibling locks", async () => {
+    const group = uniqueId('jobs');
+    const alice = await as(ALICE);
+    const mallory = await as(MALLORY);
+    const lock = await acquireLock(alice, `${group}/reindex`, { acl: HOLDER_ACL });
+    // Another identity takes a sibling lock, without an ACL and with its own...
+    await (await acquireLock(mallory, `${group}/anything`, { timeoutMs: 5000 })).release();
+    // Only the lock's own container carries the ACL; 'jobs' is every jobs/* lock's, as the roots are.
+    expect(sorted((await file.admin.getACL(`${LOCKS}/${group}`)).acl)).toEqual(sorted(OPEN_ACL_UNSAFE));
+    expect(sorted((await alice.getACL(`${LOCKS}/${group}/reindex`)).acl)).toEqual(sorted(STORED));
+    const own = await acquireLock(mallory, `${group}/mine`, { acl: HOLDER_ACL, timeoutMs: 5000 });
+    expect(sorted((await mallory.getACL(`${LOCKS}/${group}/mine`)).acl)).toEqual(
+      sorted([{ perms: Perms.ALL, id: { scheme: 'digest', id: digestAclId(MALLORY.user, MALLORY.pw) } }, ...READ_ACL_UNSAFE]),
+    );
+    // ...but still cannot join alice's.
+    expect(await codeOf(tryAcquireLock(mallory, `${group}/reindex`))).toBe('ZK_NOAUTH');
+    expect(lock.held).toBe(true);
+    await own.release();
+    await lock.release();
+  });
+
+  it('an intermediate node another identity closed (as versions before this fix made it): ACL_MISMATCH naming it, not a bare NOAUTH', async () => {
+    const group = uniqueId('closedjobs');
+    const between = `${LOCKS}/${group}`;
+    // What an older fencekeeper left behind: 'jobs' made with the first lock's ACL.
+    await file.admin.create(between, null, { mode: 'container', acl: STORED });
+    const mallory = await as(MALLORY);
+    for (const attempt of [
+      tryAcquireLock(mallory, `${group}/anything`),
+      acquireLock(mallory, `${group}/anything`, { timeoutMs: 5000 }),
+      acquireLock(mallory, `${group}/mine`, { acl: HOLDER_ACL, timeoutMs: 5000 }),
+    ]) {
+      const error = await attempt.then(() => null, (e: unknown) => e);
+      expect(error).toBeInstanceOf(AclMismatchError);
+      expect((error as AclMismatchError).path).toBe(between);
+      expect((error as AclMismatchError).message).toContain(between);
+      expect((error as AclMismatchError).cause).toMatchObject({ code: 'ZK_NOAUTH' });
+      // What mallory could read of it (world READ; the digest hashless without ADMIN).
+      expect(sorted((error as AclMismatchError).found)).toEqual(sorted([{ perms: Perms.ALL, id: { scheme: 'digest', id: `${ALICE.user}:x` } }, ...READ_ACL_UNSAFE]));
+    }
+    expect(await file.admin.getChildren(between)).toEqual([]);
+    // Its creator's identity still takes locks under it.
+    const alice = await as(ALICE);
+    await (await acquireLock(alice, `${group}/anything`, { acl: HOLDER_ACL })).release();
+    await file.admin.delete(between).catch(() => undefined);
   });
 
   it('bad ACLs are refused before any request', async () => {

@@ -1,7 +1,7 @@
 // Lock-delay against a real standalone ZooKeeper: after a holder's session
 // expired (really, through expireSession) the next holder waits lockDelayMs
-// before its grant resolves, measured on the monotonic clock from before the
-// expiry; after a clean release of its own predecessor it does not wait (a
+// before its grant resolves, measured on the monotonic clock from the moment
+// the waiter's client hears of the expiry; after a clean release of its own predecessor it does not wait (a
 // delay of a minute that would blow the 10 s liveness bound); an old
 // clean-release record does not excuse a later expiry; a node that joined
 // behind the waiter and expired does not make a clean handoff unclean; a
@@ -17,6 +17,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { LockLostError, LockTimeoutError } from '../../src/errors.js';
 import { expireSession } from '../../src/testing/expire-session.js';
 import { acquireLock, lockStatus, tryAcquireLock, type ZooKeeperLock } from '../../src/sources/zookeeper/recipes/lock.js';
+import type { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../helpers/unique.js';
 import { until, within } from '../helpers/wait.js';
@@ -74,15 +75,35 @@ function grantedAt<T>(acquiring: Promise<T>): Promise<{ value: T; at: number }> 
 }
 
 /**
- * A waiter queued behind a holder that `end` ends (an expiry, a plain
- * release): its lock once granted, and how long after the end began. The
- * grant's time is taken when it resolves, even while `end` is still running.
+ * A waiter on `waiterZk`, queued behind a holder that `end` ends (an
+ * expiry, a plain release): its lock once granted, and how long after the
+ * end. The end is the instant the waiter's client hears that the holder's
+ * node is gone (a watch of the test's own beside the recipe's, delivered by
+ * the same notification): the earliest the waiter can know of it, so the
+ * time `end` spends before the expiry (expireSession dials a connection of
+ * its own first) is not counted as waited. The grant's time is taken when it
+ * resolves, even while `end` is still running.
  */
-async function grantAfterEnd(name: string, waiting: Promise<ZooKeeperLock>, end: () => Promise<unknown>): Promise<{ lock: ZooKeeperLock; waitedMs: number }> {
+async function grantAfterEnd(
+  name: string,
+  waiterZk: ZooKeeperClient,
+  waiting: Promise<ZooKeeperLock>,
+  end: () => Promise<unknown>,
+): Promise<{ lock: ZooKeeperLock; waitedMs: number }> {
   const next = grantedAt(waiting);
   await queued(name, 1);
-  const from = performance.now();
+  const holder = (await lockStatus(file.admin, name)).holder;
+  if (holder === null) throw new Error(`${name}: no holder to end`);
+  let deletedAt: (at: number) => void = () => undefined;
+  const ended = new Promise<number>((resolve) => (deletedAt = resolve));
+  const watched = await waiterZk.exists(holder.path, {
+    watch: (event) => {
+      if (event.type === 'deleted') deletedAt(performance.now());
+    },
+  });
+  expect(watched, 'the holder node, watched before its end').not.toBeNull();
   await end();
+  const from = await within(ended, 30_000, "the waiter's client told the holder node is gone");
   const { value: lock, at } = await within(next, 30_000, 'the waiter granted');
   return { lock, waitedMs: at - from };
 }
@@ -107,7 +128,7 @@ describe('lock-delay after an unclean end', () => {
     const name = uniqueLockName('delay-expiry');
     const [a, b] = await clients.many(2, server);
     const holder = await acquireLock(a!, name, { lockDelayMs: DELAY });
-    const { lock, waitedMs } = await grantAfterEnd(name, acquireLock(b!, name, { lockDelayMs: DELAY }), async () => {
+    const { lock, waitedMs } = await grantAfterEnd(name, b!, acquireLock(b!, name, { lockDelayMs: DELAY }), async () => {
       await expireSession(a!);
       expect((holder.signal.reason as LockLostError).reason).toBe('session_expired');
     });
@@ -133,7 +154,7 @@ describe('lock-delay after an unclean end', () => {
     const name = uniqueLockName('delay-plain');
     const [a, b] = await clients.many(2, server);
     const holder = await acquireLock(a!, name);
-    const { lock, waitedMs } = await grantAfterEnd(name, acquireLock(b!, name, { lockDelayMs: DELAY }), async () => {
+    const { lock, waitedMs } = await grantAfterEnd(name, b!, acquireLock(b!, name, { lockDelayMs: DELAY }), async () => {
       await holder.release();
       // The default release wrote nothing to the parent.
       expect((await file.admin.exists(parentOf(name)))!.version).toBe(0);
@@ -240,7 +261,7 @@ describe('an old clean-release record', () => {
     await queued(name, 1);
     await first.release();
     await within(second, 10_000, 'the second holder granted');
-    const { lock, waitedMs } = await grantAfterEnd(name, acquireLock(b!, name, { lockDelayMs: DELAY }), () => expireSession(c!));
+    const { lock, waitedMs } = await grantAfterEnd(name, b!, acquireLock(b!, name, { lockDelayMs: DELAY }), () => expireSession(c!));
     expect(waitedMs).toBeGreaterThanOrEqual(DELAY);
     expect(await recordOf(name)).toBe(childOf(first));
     await lock.release();

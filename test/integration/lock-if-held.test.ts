@@ -134,6 +134,29 @@ describe('lock.ifHeld', () => {
     expect(lock.held).toBe(true);
     await lock.release();
   });
+
+  it('ops over the packet limit together (each under it): INVALID_ARGUMENT naming the request\'s real size, nothing written, the lock still held', async () => {
+    const { zk, lock, target } = await heldWithTarget('ifheld-huge');
+    const states: string[] = [];
+    zk.on('state', (s) => states.push(s));
+    // Each op passes the per-op size check; the multi (about 2 MiB) does not fit in one packet.
+    const data = new Uint8Array(1_040_000).fill(7);
+    const ops = [
+      { op: 'create', path: target, data },
+      { op: 'create', path: `${target}-2`, data },
+    ] as const;
+    const refused = (await lock.ifHeld([...ops]).catch((error: unknown) => error)) as Error;
+    expect(refused).toBeInstanceOf(InvalidArgumentError);
+    expect(refused.message).toMatch(/^request of \d+ bytes exceeds ZooKeeper's packet limit/);
+    const size = Number(/request of (\d+) bytes/.exec(refused.message)?.[1]);
+    // The multi's frame: the data, plus headers, the check and the paths (well under a KiB).
+    expect(size).toBeGreaterThan(2 * data.byteLength);
+    expect(size).toBeLessThan(2 * data.byteLength + 1024);
+    expect(await dataOf(target)).toBeNull();
+    expect(states).toEqual([]);
+    expect(lock.held).toBe(true);
+    await lock.release();
+  });
 });
 
 describe('leadership.ifLeader', () => {

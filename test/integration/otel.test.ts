@@ -7,12 +7,12 @@
 // withEffect on PostgreSQL is a span under the user's, active for the
 // effect's own code, and an effect left pending is counted. Refusals carry
 // their code (error.type): a stale token and another lock's sequencer on a
-// bound fence are counted apart.
+// bound fence are counted apart; so are the row helpers' stale refusals.
 import { trace } from '@opentelemetry/api';
 import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ATTR, METRICS, instrument, uninstrument } from '../../adapters/opentelemetry/index.js';
-import { bindFence, withEffect, withFence } from '../../adapters/postgres/index.js';
+import { bindFence, fencedUpdate, fencedUpsert, withEffect, withFence } from '../../adapters/postgres/index.js';
 import { fencedPutObject } from '../../adapters/s3/index.js';
 import { EffectPendingError, SequencerMismatchError, StaleTokenError } from '../../src/errors.js';
 import { expireSession, sessionRecorder } from '../../src/testing/expire-session.js';
@@ -96,6 +96,18 @@ describe('fencekeeper/opentelemetry with real servers', () => {
     expect(spans.map((s) => s.attributes[ATTR.errorType])).toEqual([undefined, 'STALE_TOKEN', 'SEQUENCER_MISMATCH', 'SEQUENCER_MISMATCH']);
     const events = spans.map((s) => s.events.filter((e) => e.name === 'fencekeeper.fence.refused').map((e) => e.attributes?.[ATTR.errorType]));
     expect(events).toEqual([[], ['STALE_TOKEN'], ['SEQUENCER_MISMATCH'], ['SEQUENCER_MISMATCH']]);
+  });
+
+  it('PostgreSQL row helpers: a stale fencedUpdate and a stale fencedUpsert are counted as refusals (STALE_TOKEN) at their row', async () => {
+    const table = uniqueName('otel_rows');
+    await pool.query(`CREATE TABLE ${table} (id int PRIMARY KEY, body text, fencing_token bigint)`);
+    expect(await fencedUpsert(pool, { table, key: ['id'], values: { id: 1, body: 'by 10' }, token: 10n })).toBe('inserted');
+    await expect(fencedUpdate(pool, { table, where: { id: 1 }, set: { body: 'by 5' }, token: 5n })).rejects.toBeInstanceOf(StaleTokenError);
+    await expect(fencedUpsert(pool, { table, key: ['id'], values: { id: 1, body: 'by 6' }, token: 6n })).rejects.toBeInstanceOf(StaleTokenError);
+    const collected = await sdk.collect();
+    const where = { [ATTR.adapter]: 'postgres', [ATTR.resource]: `${table} {"id":1}` };
+    expect(sum(collected, METRICS.refused, where)).toBe(2);
+    expect(sum(collected, METRICS.refused, { ...where, [ATTR.errorType]: 'STALE_TOKEN' })).toBe(2);
   });
 
   it('a lost reply to a conditional PUT is an unknown outcome the read-back settles: counted as landed', async () => {

@@ -3,8 +3,10 @@
 // xmin, previous_token and updated_at stay), and holders are still
 // serialized on it (a concurrent writer waits, a NOWAIT lock fails); a stale
 // token is refused carrying the mark and leaves the row as it was; a larger
-// one advances it (previous_token: the mark before, updated_at moves). On a
-// pg.Pool and on Kysely.
+// one advances it (previous_token: the mark before, updated_at moves). Under
+// REPEATABLE READ and SERIALIZABLE an equal token rewrites the row instead,
+// and a holder that waited behind it fails with 40001. On a pg.Pool and on
+// Kysely.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StaleTokenError, type FencingToken } from '../../src/index.js';
@@ -163,6 +165,66 @@ describe.each(FLAVORS)('the equal-token path (%s)', (flavor) => {
       }
       expect((await rowOf(resource)).token).toBe(13n);
       expect(await lockable(resource)).toBe(true);
+    });
+  });
+});
+
+// Under REPEATABLE READ and SERIALIZABLE (here the sessions' default, as a
+// deployment sets it) the equal token must not take the lock-only path: the
+// fence statement takes the transaction's snapshot before it waits for the
+// row, and PostgreSQL fails a holder that waited (40001) only if the one
+// before it wrote the row. So there an equal token rewrites the row, on
+// every path: on a pg.Pool the probe (tried once this process has admitted
+// the token) must miss and the upsert rewrite; on Kysely, the upsert alone.
+describe.each(['repeatable read', 'serializable'] as const)('the equal token at %s', (isolation) => {
+  let isolated: pg.Pool;
+  let isolatedKysely: Kysely<never>;
+  const dbAt = (flavor: Flavor): Database => (flavor === 'pg' ? isolated : (isolatedKysely as unknown as Database));
+
+  beforeAll(() => {
+    isolated = newPool(schema, uniqueName('fk_pgequal_iso'), 4, { default_transaction_isolation: isolation });
+    isolatedKysely = newKysely(isolated) as unknown as Kysely<never>;
+  });
+  afterAll(async () => {
+    await isolatedKysely.destroy(); // ends `isolated`
+  });
+
+  describe.each(FLAVORS)('%s', (flavor) => {
+    describe.each(Object.keys(HOW) as (keyof typeof HOW)[])('%s', (how) => {
+      const fence = HOW[how];
+      const resource = `equal:${isolation}:${flavor}:${how}`;
+      const nothing = async (): Promise<void> => undefined;
+
+      it('an equal token rewrites the row: a new row version, previous_token the token itself, updated_at moved', async () => {
+        await fence(dbAt(flavor), resource, 5n, nothing);
+        for (let again = 1; again <= 3; again += 1) {
+          const before = await rowOf(resource);
+          const admitted = await fence(dbAt(flavor), resource, 5n, nothing);
+          if (how === 'PostgresFenceStore') expect(admitted.previous).toBe(5n);
+          const after = await rowOf(resource);
+          expect(after.xmin, `admission ${again} with the equal token: the row rewritten`).not.toBe(before.xmin);
+          expect(after).toMatchObject({ token: 5n, previous: 5n });
+          expect(after.updatedAt).toBeGreaterThan(before.updatedAt);
+        }
+        expect(await lockable(resource)).toBe(true);
+      });
+
+      it('a holder that waited behind an equal token\'s holder fails with 40001 (its snapshot predates that commit); the retry is admitted', async () => {
+        const contended = `${resource}:contended`;
+        await fence(dbAt(flavor), contended, 20n, nothing);
+        await fence(dbAt(flavor), contended, 20n, nothing);
+        let waited: Promise<unknown> | undefined;
+        let ran = false;
+        await fence(dbAt(flavor), contended, 20n, async (pid) => {
+          waited = fence(dbAt(flavor), contended, 20n, async () => { ran = true; }).then(() => 'admitted', (error: unknown) => error);
+          await waitForFenceWaiter(admin, pid);
+        });
+        expect(await waited).toMatchObject({ code: '40001' });
+        expect(ran).toBe(false);
+        await fence(dbAt(flavor), contended, 20n, async () => { ran = true; });
+        expect(ran).toBe(true);
+        expect((await rowOf(contended)).token).toBe(20n);
+      });
     });
   });
 });

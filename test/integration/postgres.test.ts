@@ -4,6 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { StaleTokenError, type FencingToken } from '../../src/index.js';
 import { PostgresFenceStore, fenced, fencedDelete, fencedInsert, fencedUpdate, fencedUpsert, migrate, withFence, type Queryable } from '../../adapters/postgres/index.js';
+import { recordRefusals } from '../helpers/sequencers.js';
 import { adminPool, FLAVORS, migratedSchema, newPool, backendPidOf, exec, uniqueName, waitForFenceWaiter, waitForLockWaiters } from './postgres-helpers.js';
 
 
@@ -254,6 +255,54 @@ describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
       }
       expect(await sql('SELECT 1 FROM docs WHERE id = $1', [id])).toHaveLength(0);
     }
+  });
+
+  // A stale write refused by a row helper is a refusal at the resource, as
+  // withFence's is: published on fencekeeper:fence:refused (which the
+  // OpenTelemetry instrument counts), once, by every helper and every path
+  // that refuses (the update/delete lookup, the insert/upsert lookup, a
+  // tombstone, and the tombstone found by the re-check after a wait).
+  it('every stale refusal of the row helpers is published on fencekeeper:fence:refused, once each, with the row and the mark', async () => {
+    await fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7100, body: 'a' }, token: 30n });
+    await fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7101, body: 'a' }, token: 30n });
+    expect(await fencedDelete(db, { table: 'docs', where: { id: 7101 }, token: 31n })).toBe(1);
+    const refusals = recordRefusals();
+    const stale: [string, () => Promise<unknown>][] = [
+      ['fencedUpdate', () => fencedUpdate(db, { table: 'docs', where: { id: 7100 }, set: { body: 'old' }, token: 29n })],
+      ['fencedUpsert', () => fencedUpsert(db, { table: 'docs', key: ['id'], values: { id: 7100, body: 'old' }, token: 28n })],
+      ['fencedInsert over a larger row', () => fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7100, body: 'old' }, token: 27n })],
+      ['fencedInsert over a tombstone', () => fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7101, body: 'zombie' }, token: 26n })],
+      ['fencedUpsert over a tombstone', () => fencedUpsert(db, { table: 'docs', key: ['id'], values: { id: 7101, body: 'zombie' }, token: 25n })],
+      ['fencedDelete', () => fencedDelete(db, { table: 'docs', where: { id: 7100 }, token: 24n })],
+    ];
+    try {
+      for (const [what, write] of stale) await expect(write(), what).rejects.toBeInstanceOf(StaleTokenError);
+      // The re-check path (SQLSTATE FK409): a stale insert that waited on a row a newer holder deleted meanwhile.
+      await fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7102, body: 'a' }, token: 50n });
+      const deleter = await pool.connect();
+      try {
+        await deleter.query('BEGIN');
+        expect(await fencedDelete(deleter, { table: 'docs', where: { id: 7102 }, token: 52n })).toBe(1);
+        const insert = fencedInsert(db, { table: 'docs', key: ['id'], values: { id: 7102, body: 'zombie' }, token: 51n }).catch((e: unknown) => e);
+        await waitForLockWaiters(admin, applicationName, 1);
+        await deleter.query('COMMIT');
+        expect(await insert).toBeInstanceOf(StaleTokenError);
+      } finally {
+        deleter.release();
+      }
+    } finally {
+      refusals.stop();
+    }
+    const row = (id: number): string => `docs {"id":${id}}`;
+    expect(refusals.published.filter((m) => /^docs \{"id":710\d\}$/.test(m.resource))).toEqual([
+      { adapter: 'postgres', resource: row(7100), presented: 29n, current: 30n, code: 'STALE_TOKEN' },
+      { adapter: 'postgres', resource: row(7100), presented: 28n, current: 30n, code: 'STALE_TOKEN' },
+      { adapter: 'postgres', resource: row(7100), presented: 27n, current: 30n, code: 'STALE_TOKEN' },
+      { adapter: 'postgres', resource: row(7101), presented: 26n, current: 31n, code: 'STALE_TOKEN' },
+      { adapter: 'postgres', resource: row(7101), presented: 25n, current: 31n, code: 'STALE_TOKEN' },
+      { adapter: 'postgres', resource: row(7100), presented: 24n, current: 30n, code: 'STALE_TOKEN' },
+      { adapter: 'postgres', resource: row(7102), presented: 51n, current: 52n, code: 'STALE_TOKEN' },
+    ]);
   });
 
   it('PostgresFenceStore: admissions for one resource serialize; stale is refused; commit/abort idempotent', async () => {

@@ -159,11 +159,14 @@ describe('the holder that lost its key', () => {
   it('a renewal the server refuses ends the holding (renewal_failed); its release never deletes the next holder\'s key', async () => {
     const name = uniqueLockName('stale');
     const [lockKey] = lockKeys(name);
-    // A short TTL for a renewal soon, not its 50 ms node timeout, which a loaded machine outlasts.
-    const a = await acquireLock(pool.single(), name, { ttlMs: 900, nodeTimeoutMs: 300 });
+    // Room for a loaded machine (a 300 ms node timeout was outlasted at load 12): every command may
+    // take 3 s, and A's first renewal, due 3 s after the grant, may be refused up to 3.75 s late
+    // before A's step-down deadline (the 9 s TTL less its 2.25 s margin) would end the holding first.
+    const patient = { nodeTimeoutMs: 3000 };
+    const a = await acquireLock(pool.single(), name, { ttlMs: 9000, ...patient });
     // The key expires under A (what a TTL cut short by a clock jump, or a long stall of A, does).
     await onPort(singlePort(), 'DEL', lockKey);
-    const b = await acquireLock(pool.single(), name, { ttlMs: 10_000 });
+    const b = await acquireLock(pool.single(), name, { ttlMs: 10_000, ...patient });
     expect(b.token).toBeGreaterThan(a.token);
     await until(() => a.signal.aborted, 'A\'s next renewal to be refused');
     expect((a.signal.reason as LockLostError).reason).toBe('renewal_failed');
@@ -172,7 +175,7 @@ describe('the holder that lost its key', () => {
     const value = await onPort<string | null>(singlePort(), 'GET', lockKey);
     expect(value).not.toBeNull();
     expect(b.held).toBe(true);
-    expect((await lockStatus(pool.single(), name)).holder?.token).toBe(b.token);
+    expect((await lockStatus(pool.single(), name, patient)).holder?.token).toBe(b.token);
     await b.release();
   });
 

@@ -2,12 +2,13 @@
 // layout's superseded data objects go, and only those no pointer names or can
 // name again, after a grace period; readers and paused writers caught in the
 // middle still get a clean answer.
+import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PutObjectCommand } from '@aws-sdk/client-s3';
+import { CopyObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { InvalidArgumentError, LayoutMismatchError } from '../../src/index.js';
 import { collectGarbage, fencedDeleteObject, fencedGetObject, fencedPutObject, readFence } from '../../adapters/s3/index.js';
-import { Gate, TestBucket, expectRejects, holdRequests, newClient, randomPrefix } from './s3-helpers.js';
+import { Gate, TestBucket, expectRejects, holdRequests, newClient, proxiedClient, randomPrefix } from './s3-helpers.js';
 
 const testBucket = new TestBucket('gc');
 const Bucket = testBucket.name;
@@ -123,6 +124,39 @@ describe('collectGarbage', () => {
     w.client.destroy();
   });
 
+  it("a data PUT's reply lost, then the object collected before the writer could see it: the writer reads the pointer again and writes anew", async () => {
+    const Key = `${randomPrefix()}/lost-data-reply`;
+    await write(Key, 'v1', 1n);
+    const w = await proxiedClient();
+    // The data PUT lands and its reply is lost (the proxy resets the
+    // connection); the writer sends it again: 412, the name exists. Its HEAD
+    // of that name is held while the collector runs twice (generation 1 to 3,
+    // removing the writer's generation-1 object), then goes out.
+    w.proxy.loseReplyTo('body of the lost reply');
+    const resumeHead = new Gate();
+    const headHeld = holdRequests(w.client, (r) => r.method === 'HEAD' && r.path.includes('.fencekeeper/'), () => resumeHead.wait());
+    const writing = fencedPutObject(w.client, { Bucket, Key, Body: 'body of the lost reply', token: 2n }, pointer);
+    await headHeld.wait();
+    const firstDataKey = (await dataObjects(Key)).find((k) => k.includes('/0000000000000000002-1-'))!;
+    const collected: string[] = [];
+    for (let i = 0; i < 2; i += 1) collected.push(...(await collectGarbage(admin, { Bucket, Key }, { graceMs: 0 })).deleted);
+    expect(collected).toEqual([firstDataKey]);
+    resumeHead.open();
+
+    const written = await writing;
+    expect(w.proxy.repliesLost).toBe(1);
+    expect(w.seen.map((r) => `${r.method} ${r.status}`)).toEqual([
+      'HEAD 200', // the pointer, generation 1
+      'PUT -1', 'PUT 412', 'HEAD 404', // the data object: reply lost, exists, then collected
+      'HEAD 200', // the pointer again, generation 3
+      'PUT 200', 'PUT 200', // a fresh data object, the pointer
+    ]);
+    expect(written.dataKey).toMatch(/\/0000000000000000002-3-/);
+    expect(await read(Key)).toEqual({ text: 'body of the lost reply', token: 2n });
+    w.client.destroy();
+    await w.proxy.close();
+  });
+
   it('a reader holding an old pointer while its data object is collected reads the pointer again', async () => {
     const Key = `${randomPrefix()}/reader`;
     const d1 = await write(Key, 'v1', 1n);
@@ -199,6 +233,36 @@ describe('collectGarbage', () => {
     expect(await dataObjects(Key)).toEqual([]);
     expect(await readFence(admin, { Bucket, Key })).toBe(largest);
     for (const w of writers) w.client.destroy();
+  });
+
+  it("objects under the data prefix that its metadata does not mark as the name's data object stay: the collector HEADs each candidate first", async () => {
+    const Key = `${randomPrefix()}/not-data`;
+    const d1 = await write(Key, 'v1', 1n);
+    const d2 = await write(Key, 'v2', 1n);
+    // Three objects whose names spell data objects of generation 1, none of them one:
+    // an object carrying its own fence (token 7), as fencedPutObject wrote one in
+    // place before the data prefix was refused to fenced writes;
+    const fenced = `${Key}.fencekeeper/0000000000000000007-1-${randomUUID()}`;
+    await admin.send(new PutObjectCommand({ Bucket, Key: fenced, Body: 'fence 7', Metadata: { 'fencing-token': '7', 'fencing-write': randomUUID() } }));
+    // a copy of a real data object under another write id's name;
+    const copied = `${Key}.fencekeeper/0000000000000000001-1-${randomUUID()}`;
+    await admin.send(new CopyObjectCommand({ Bucket, Key: copied, CopySource: `${Bucket}/${d1}` }));
+    // and an object written without fencing.
+    const plain = `${Key}.fencekeeper/0000000000000000001-1-${randomUUID()}`;
+    await admin.send(new PutObjectCommand({ Bucket, Key: plain, Body: 'plain' }));
+
+    const gc = newClient();
+    const deleted: string[] = [];
+    for (let i = 0; i < 2; i += 1) deleted.push(...(await collectGarbage(gc.client, { Bucket, Key }, { graceMs: 0 })).deleted);
+    expect(deleted).toEqual([d1]);
+    expect(await dataObjects(Key)).toEqual([copied, d2, fenced, plain].sort());
+    expect(await readFence(admin, { Bucket, Key: fenced })).toBe(7n); // the fence did not go back
+    // The cost: one HEAD per candidate of the second pass (d2 is current, so no HEAD), one DELETE.
+    const inPrefix = gc.seen.filter((r) => r.path.includes('.fencekeeper/')).map((r) => r.method);
+    expect(inPrefix.filter((m) => m === 'HEAD')).toHaveLength(4);
+    expect(inPrefix.filter((m) => m === 'DELETE')).toHaveLength(1);
+    expect(await read(Key)).toEqual({ text: 'v2', token: 1n });
+    gc.client.destroy();
   });
 
   it('bad input and other keys: a clear error, nothing removed', async () => {

@@ -14,6 +14,8 @@ import {
 } from '@aws-sdk/client-s3';
 import type { S3ClientConfig } from '@aws-sdk/client-s3';
 import { testServers } from '../helpers/servers.js';
+import { TcpProxy } from '../helpers/tcp-proxy.js';
+import type { ProxyOptions } from '../helpers/tcp-proxy.js';
 
 /** The run's S3 server (the global setup's, or S3_*): never a guessed address. */
 export const s3Config: S3ClientConfig = { ...testServers().s3, forcePathStyle: true };
@@ -52,6 +54,19 @@ export function newClient(extra: Partial<S3ClientConfig> = {}): RecordingClient 
     { step: 'finalizeRequest', name: 'testRecorder' },
   );
   return { client, seen };
+}
+
+/**
+ * A client that reaches the server through a TCP proxy the test owns (real
+ * network faults: `proxy.loseReplyTo(marker)` lets the request whose bytes
+ * contain `marker` land and resets the connection on its reply). No SDK
+ * retries, so the adapter's own handling is what runs. Close the proxy and
+ * destroy the client when done.
+ */
+export async function proxiedClient(options: ProxyOptions = {}): Promise<RecordingClient & { readonly proxy: TcpProxy }> {
+  const server = new URL(String(s3Config.endpoint));
+  const proxy = await TcpProxy.start({ host: server.hostname, port: Number(server.port) }, options);
+  return { proxy, ...newClient({ endpoint: `http://${proxy.address}`, maxAttempts: 1 }) };
 }
 
 export function randomPrefix(): string {

@@ -5,15 +5,16 @@
 // writes, which never repeat.
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DeleteObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
+import { CopyObjectCommand, DeleteObjectCommand, HeadObjectCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import {
-  CorruptFenceError, InvalidArgumentError, InvalidTokenError, LayoutMismatchError, RepeatedBodyError, StaleTokenError,
+  CorruptFenceError, InvalidArgumentError, InvalidTokenError, LayoutMismatchError, RepeatedBodyError, StaleTokenError, UnknownOutcomeError,
 } from '../../src/index.js';
 import type { FencekeeperError } from '../../src/index.js';
 import { fencedDeleteObject, fencedGetObject, fencedPutObject, readFence } from '../../adapters/s3/index.js';
 import type { ObjectLayout } from '../../adapters/s3/index.js';
-import { TestBucket, expectRejects, loseReplies, newClient, randomPrefix } from './s3-helpers.js';
+import { TestBucket, expectRejects, loseReplies, newClient, proxiedClient, randomPrefix } from './s3-helpers.js';
 import type { RecordingClient } from './s3-helpers.js';
+import { until } from '../helpers/wait.js';
 
 const testBucket = new TestBucket('layout');
 const Bucket = testBucket.name;
@@ -109,6 +110,103 @@ describe('the pointer layout', () => {
     expect(retrying.seen.map((r) => `${r.method} ${r.status}`)).toEqual(['PUT 500', 'PUT 412', 'HEAD 200', 'PUT 500', 'PUT 412', 'HEAD 200']);
     expect(await body(Key)).toMatchObject({ text: 'v2', token: 9n });
     destroy([once, retrying]);
+  });
+
+  it("a pointer PUT that landed with its reply lost, and a read-back that fails too: UnknownOutcomeError, and its data object is kept (the pointer names it)", async () => {
+    const Key = `${randomPrefix()}/unresolved`;
+    await fencedPutObject(testBucket.admin, { Bucket, Key, Body: 'v1', token: 1n }, pointer);
+    const pointerMarker = '"fencekeeper":"pointer"'; // only in a pointer PUT's body
+    let armed = false;
+    // The pointer PUT lands, its reply is lost; so is the reply to the HEAD that reads it back.
+    const w = await proxiedClient({
+      observe: (chunk, from) => {
+        if (armed && from === 'client' && chunk.includes(pointerMarker)) w.proxy.loseReplyTo(`HEAD /${Bucket}/${Key} `);
+      },
+    });
+    const error = await expectRejects(fencedPutObject(w.client, { Bucket, Key, Body: 'by the writer', token: 2n }, {
+      ...pointer,
+      beforePut: async () => {
+        armed = true;
+        w.proxy.loseReplyTo(pointerMarker);
+      },
+    }), UnknownOutcomeError);
+    expect(error.message).toMatch(/may or may not have landed .*reading the object back failed/);
+    expect(w.proxy.repliesLost).toBe(2);
+    // It had landed: the pointer names the writer's data object, which must still be there.
+    expect(await body(Key)).toMatchObject({ text: 'by the writer', token: 2n });
+    expect(await dataObjects(Key)).toHaveLength(2);
+    expect(w.seen.map((r) => `${r.method} ${r.status}`)).toEqual(['HEAD 200', 'PUT 200', 'PUT -1', 'HEAD -1']); // no DELETE
+    w.client.destroy();
+    await w.proxy.close();
+  });
+
+  it('a pointer PUT that had not landed when the writer gave up (aborted) lands later: its data object is still there', async () => {
+    const Key = `${randomPrefix()}/lands-later`;
+    await fencedPutObject(testBucket.admin, { Bucket, Key, Body: 'v1', token: 1n }, pointer);
+    const w = await proxiedClient();
+    const abort = new AbortController();
+    // The pointer PUT goes into a black hole (the proxy stops reading it), and
+    // the writer gives up on it a second later: the call fails, and nothing
+    // has reached the server yet.
+    const aborted = new Promise((resolve) => abort.signal.addEventListener('abort', resolve));
+    // (Its outcome is caught at once: the call may fail before the test looks.)
+    const writing = fencedPutObject(w.client, { Bucket, Key, Body: 'by the writer', token: 2n }, {
+      ...pointer,
+      signal: abort.signal,
+      beforePut: async () => {
+        w.proxy.blackhole();
+        setTimeout(() => abort.abort(), 1000);
+      },
+    }).then(() => 'written', (e: unknown) => e);
+    await aborted;
+    expect(await readFence(testBucket.admin, { Bucket, Key })).toBe(1n); // not landed
+    // The network heals and delivers the PUT: its If-Match still holds, so it lands now.
+    w.proxy.resume();
+    expect(((await writing) as { name?: string }).name).toBe('AbortError');
+    await until(async () => (await readFence(testBucket.admin, { Bucket, Key })) === 2n, 'the delayed pointer PUT to land', 20_000);
+    expect(await body(Key)).toMatchObject({ text: 'by the writer', token: 2n });
+    expect(w.seen.map((r) => r.method)).toEqual(['HEAD', 'PUT', 'PUT']); // no DELETE of its data object
+    w.client.destroy();
+    await w.proxy.close();
+  });
+
+  it('two writers with the same token: a pointer naming the other one\'s data object (same token and generation, another write id) is not ours', async () => {
+    const Key = `${randomPrefix()}/same-token`;
+    await fencedPutObject(testBucket.admin, { Bucket, Key, Body: 'v1', token: 1n }, pointer);
+    const w1 = newClient();
+    const w2 = newClient();
+    let w2Written: Awaited<ReturnType<typeof fencedPutObject>> | undefined;
+    // w1 has written its data object and is about to move the pointer; w2,
+    // holding the same token, writes first. w1's If-Match fails (412) and it
+    // reads the pointer: token 5, generation 1, but w2's write id.
+    const w1Written = await fencedPutObject(w1.client, { Bucket, Key, Body: 'by w1', token: 5n }, {
+      ...pointer,
+      beforePut: async () => {
+        w2Written ??= await fencedPutObject(w2.client, { Bucket, Key, Body: 'by w2', token: 5n }, pointer);
+      },
+    });
+    expect(w2Written!.dataKey).not.toBe(w1Written.dataKey);
+    expect(w2Written!.dataKey!.replace(/[0-9a-f-]{36}$/, '')).toBe(w1Written.dataKey!.replace(/[0-9a-f-]{36}$/, '')); // only the write id differs
+    // w1 wrote again (an equal token passes) rather than take w2's write for its own:
+    // the pointer names w1's data object, and the key reads w1's body.
+    expect(await body(Key)).toMatchObject({ text: 'by w1', token: 5n });
+    expect((await testBucket.raw(Key)).metadata['fencing-data']).toBe(w1Written.dataKey!.split('/').pop());
+    expect(w1.seen.map((r) => `${r.method} ${r.status}`)).toEqual(['HEAD 200', 'PUT 200', 'PUT 412', 'HEAD 200', 'PUT 200']);
+    destroy([w1, w2]);
+  });
+
+  it("two writers with the same token: a data object carrying the other one's write id under the name the pointer names is refused on read", async () => {
+    const Key = `${randomPrefix()}/same-token-read`;
+    const first = await fencedPutObject(testBucket.admin, { Bucket, Key, Body: 'by w1', token: 5n }, pointer);
+    const w2 = newClient();
+    const second = await fencedPutObject(w2.client, { Bucket, Key, Body: 'by w2', token: 5n }, pointer);
+    w2.client.destroy();
+    // w1's data object put under w2's name (a copy keeps its metadata): the
+    // same token, layout 'data', generation 1; only the write id tells.
+    await testBucket.admin.send(new CopyObjectCommand({ Bucket, Key: second.dataKey!, CopySource: `${Bucket}/${first.dataKey!}` }));
+    const error = await expectRejects(fencedGetObject(testBucket.admin, { Bucket, Key }), CorruptFenceError);
+    expect(error.message).toContain(second.dataKey!);
+    expect(error.message).toContain('does not carry the fence its pointer names');
   });
 
   it('deletes keep the fence: a tombstone pointer; 34 is refused, 36 writes again', async () => {
@@ -401,11 +499,35 @@ describe('one layout per key', () => {
       const error = await expectRejects(attempt(), LayoutMismatchError);
       expect([error.expected, error.found]).toEqual(['in-place', 'pointer']);
     }
-    const onData = await expectRejects(fencedPutObject(client, { Bucket, Key: written.dataKey!, Body: 'x', token: 6n }), LayoutMismatchError);
+    // A data object's own key lies in the data prefix (refused before any
+    // request, below); a copy of one elsewhere is still recognised by its metadata.
+    await expectRejects(fencedPutObject(client, { Bucket, Key: written.dataKey!, Body: 'x', token: 6n }), InvalidArgumentError);
+    const copy = `${Key}-copy-of-data`;
+    await testBucket.admin.send(new CopyObjectCommand({ Bucket, Key: copy, CopySource: `${Bucket}/${written.dataKey!}` }));
+    const onData = await expectRejects(fencedPutObject(client, { Bucket, Key: copy, Body: 'x', token: 6n }), LayoutMismatchError);
     expect(onData.found).toBe('data');
     expect(seen.every((r) => r.method === 'HEAD')).toBe(true);
     expect((await testBucket.raw(Key)).etag).toBe(before.etag);
     expect(await body(Key)).toMatchObject({ text: 'through a pointer', token: 5n });
+    client.destroy();
+  });
+
+  it("a fenced write into a pointer key's data prefix is refused in either layout, before any request (the collector removes objects there)", async () => {
+    const Key = `${randomPrefix()}/owner`;
+    await fencedPutObject(testBucket.admin, { Bucket, Key, Body: 'v1', token: 1n }, pointer);
+    // A name the collector would take for a data object of generation 1, and one it would not.
+    const inside = [`${Key}.fencekeeper/0000000000000000007-1-${randomUUID()}`, `${Key}.fencekeeper/notes.txt`];
+    const { client, seen } = newClient();
+    for (const target of inside) {
+      for (const layout of ['in-place', 'pointer'] as const) {
+        const put = await expectRejects(fencedPutObject(client, { Bucket, Key: target, Body: 'fence 7', token: 7n }, { layout }), InvalidArgumentError);
+        expect(put.message).toContain(`lies inside the data prefix of ${JSON.stringify(Key)}`);
+        await expectRejects(fencedDeleteObject(client, { Bucket, Key: target, token: 7n }, { layout }), InvalidArgumentError);
+      }
+      expect(await testBucket.exists(target)).toBe(false);
+    }
+    expect(seen).toEqual([]);
+    expect(await dataObjects(Key)).toHaveLength(1); // v1's data object only
     client.destroy();
   });
 

@@ -179,6 +179,36 @@ describe.each(FLAVORS)('bound tables with %s', (flavor) => {
     expect(await fencedUpdate(db, { table: renamed, where: { id: 1 }, set: { body: 'x' }, token: seq(lock, 50n) })).toBe(1);
   });
 
+  // The same lock name and kind at another source (another ZooKeeper
+  // ensemble, an etcd cluster) is another lock: its tokens are not
+  // comparable with the bound one's. Alone, and racing the first binding.
+  it('binding again with the same lock name and kind but another source id, source kind or kind is refused and changes nothing', async () => {
+    const name = await table();
+    const lock = uniqueLockName('source');
+    const others: [string, FenceBinding][] = [
+      ['another source id', { kind: 'lock', lock, source: { kind: 'zookeeper', id: 'c0ffee00-0000-4000-8000-00000000a002' } }],
+      ['another source kind', { kind: 'lock', lock, source: { kind: 'etcd', id: SOURCE.id } }],
+      ['another kind', { kind: 'election', lock, source: SOURCE }],
+    ];
+    await bindTable(db, name, guard(lock));
+    for (const [what, other] of others) {
+      const error = await bindTable(db, name, other).then(() => undefined, (e: unknown) => e);
+      expect(error, what).toBeInstanceOf(FenceAlreadyBoundError);
+      expect((error as FenceAlreadyBoundError).bound, what).toEqual(guard(lock));
+    }
+    expect(await tableBindingOf(db, name)).toEqual(guard(lock));
+    expect(await bindTable(db, name, guard(lock))).toEqual(guard(lock));
+
+    // Two first bindings at once, differing only in the source id: one is recorded, the other refused with it.
+    const raced = await table();
+    const [a, b] = await Promise.allSettled([bindTable(db, raced, guard(lock)), bindTable(db, raced, others[0]![1])]);
+    const recorded = await tableBindingOf(db, raced);
+    expect([guard(lock), others[0]![1]]).toContainEqual(recorded);
+    const outcomes = [a, b].map((o) => (o.status === 'fulfilled' ? o.value : o.reason as unknown));
+    expect(outcomes.filter((o) => o instanceof FenceAlreadyBoundError).map((e) => (e as FenceAlreadyBoundError).bound)).toEqual([recorded]);
+    expect(outcomes.filter((o) => !(o instanceof FenceAlreadyBoundError))).toEqual([recorded]);
+  });
+
   it('bad arguments are refused and bind nothing', async () => {
     const name = await table();
     for (const bad of [null, {}, { kind: 'mutex', lock: 'a', source: SOURCE }, { kind: 'lock', lock: '', source: SOURCE }, { kind: 'lock', lock: 'a', source: { kind: 'zookeeper', id: 'no spaces' } }]) {

@@ -23,7 +23,7 @@ function recordingClient(): { client: EtcdClient; calls: string[] } {
   return { client, calls };
 }
 
-const BAD_NAMES: unknown[] = ['', '/', '/a', 'a/', 'a//b', 'a/./b', '.', '..', 'a/.', 'a/..', '../a', 'a#b', 'a\nb', 'x'.repeat(1025), 42, null, undefined];
+const BAD_NAMES: unknown[] = ['', '/', '/a', 'a/', 'a//b', 'a/./b', '.', '..', 'a/.', 'a/..', '../a', 'a#b', 'a\nb', 'x'.repeat(1025), 'a/\ud800', '\udc00', 'b\udc00\ud800', 42, null, undefined];
 
 describe('etcd source input', () => {
   it.each(BAD_NAMES.map((n) => [n]))('refuses the name %j before any request', async (name) => {
@@ -111,7 +111,7 @@ describe('etcd source input', () => {
 
   it('the CLI\'s copy of the name rule (it loads no adapter before connecting) agrees with the entry\'s', () => {
     const address = ETCD_SERVICE.address('127.0.0.1:2379', { origin: '--lock-service', fromCommandLine: true, values: {}, env: {} });
-    for (const name of [...BAD_NAMES.filter((n): n is string => typeof n === 'string'), 'jobs/reindex', 'a', 'a.b/c-d_e', 'x'.repeat(1024), 'ünïcode/ok', '.x/..y', '...', 'a../.b', 'a/b/c']) {
+    for (const name of [...BAD_NAMES.filter((n): n is string => typeof n === 'string'), 'jobs/reindex', 'a', 'a.b/c-d_e', 'x'.repeat(1024), 'ünïcode/ok', 'jobs/\ud83d\udd12', '.x/..y', '...', 'a../.b', 'a/b/c']) {
       let entry = true;
       try {
         checkName(name);

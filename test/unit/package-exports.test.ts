@@ -72,7 +72,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
   },
   'fencekeeper/extend': {
     functions: [
-      'safetyMargin', 'grantSequencer',
+      'safetyMargin', 'grantSequencer', 'assertLockName',
       'traceAcquire', 'traceRelease', 'traceCampaign', 'traceAdmit', 'traceEffect', 'traceFencedWrite', 'traceWithFence',
       'traceS3Put', 'traceS3Delete', 'publishSessionState', 'publishRefused', 'publishUnknownOutcome',
     ],
@@ -102,7 +102,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     values: ['DEFAULT_GRACE_MS', 'LAYOUT_METADATA', 'TOKEN_METADATA', 'TOMBSTONE_METADATA', 'WRITE_ID_METADATA'],
   },
   'fencekeeper/express': {
-    functions: ['fencing', 'fencedHandler', 'hasFencing', 'idempotency', 'fencingHeaders', 'fencedFetch'],
+    functions: ['fencing', 'fencedHandler', 'hasFencing', 'idempotency', 'keepRawBody', 'fencingHeaders', 'fencedFetch'],
     classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
     values: ['REPLAYED_HEADERS'],
   },

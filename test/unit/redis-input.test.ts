@@ -50,6 +50,7 @@ describe('refused before any command', () => {
     ['ttl negative', () => acquireLock(one, 'a', { ttlMs: -5 })],
     ['ttl not an integer', () => acquireLock(one, 'a', { ttlMs: 1.5 })],
     ['ttl NaN', () => tryAcquireLock(one, 'a', { ttlMs: Number.NaN })],
+    ['ttl beyond a timer\'s range (2^31 ms)', () => acquireLock(one, 'a', { ttlMs: 2 ** 31 })],
     ['margin equal to the ttl', () => acquireLock(one, 'a', { ttlMs: 1000, safetyMarginMs: 1000 })],
     ['margin above the ttl', () => acquireLock(one, 'a', { ttlMs: 1000, safetyMarginMs: 5000 })],
     ['negative margin', () => acquireLock(one, 'a', { safetyMarginMs: -1 })],
@@ -61,6 +62,9 @@ describe('refused before any command', () => {
     ['name with a newline', () => tryAcquireLock(one, 'a\nb')],
     ['name too long', () => acquireLock(one, 'x'.repeat(513))],
     ['name not a string', () => acquireLock(one, 42 as unknown as string)],
+    ['name with a lone high surrogate', () => acquireLock(one, 'a\ud800')],
+    ['name with a lone low surrogate', () => tryAcquireLock(three, '\udc00b')],
+    ['status of a name with a lone surrogate', () => lockStatus(one, '\ud800')],
     ['empty owner', () => acquireLock(one, 'a', { owner: '' })],
     ['owner with a control character', () => acquireLock(one, 'a', { owner: 'a\u0007b' })],
     ['signal not an AbortSignal', () => acquireLock(one, 'a', { signal: {} as AbortSignal })],
@@ -82,6 +86,7 @@ describe('refused before any command', () => {
 
   it('redisSource checks its settings when it is made', () => {
     expect(() => redisSource(one, { ttlMs: 0 })).toThrow(InvalidArgumentError);
+    expect(() => redisSource(one, { ttlMs: 30 * 24 * 3600 * 1000 })).toThrow(/at most 2147483647/);
     expect(() => redisSource([three[0]!, three[0]!, three[1]!])).toThrow(InvalidArgumentError);
     expect(() => redisSource(three, { ttlMs: 100, nodeTimeoutMs: 200 })).toThrow(InvalidArgumentError);
     expect(sent).toEqual([]);
@@ -122,6 +127,8 @@ describe('the CLI\'s redis:// and redlock:// URLs', () => {
     const address = REDIS_SERVICE.address('h:1', context(true));
     expect(() => address.checkName('lock', 'jobs/reindex')).not.toThrow();
     expect(() => address.checkName('lock', 'a b')).toThrow(UsageError);
+    expect(() => address.checkName('lock', 'jobs/\ud800')).toThrow(UsageError);
+    expect(() => address.checkName('lock', 'jobs/\ud83d\udd12')).not.toThrow();
     expect(() => address.checkName('election', 'leader')).toThrow(/no elections/);
   });
 });

@@ -122,7 +122,7 @@ describe('the wake subscriber', () => {
       },
     };
     const channel = wakeChannel(client);
-    const joining = channel.join('a', () => {}, 1000);
+    const joining = channel.join('a', () => {}, 1000, 100);
     expect(subscriber.subscribes).toHaveLength(1);
     subscriber.subscribes.shift()!.resolve();
     const ticket = await joining;
@@ -142,11 +142,33 @@ describe('the wake subscriber', () => {
   it('a ready without a lost connection before it (the first one) subscribes nothing more', async () => {
     const subscriber = new FakeSubscriber();
     const client: RedisClient = { call: () => Promise.resolve(1), duplicate: () => subscriber as unknown as RedisSubscriber };
-    const joining = wakeChannel(client).join('b', () => {}, 1000);
+    const joining = wakeChannel(client).join('b', () => {}, 1000, 100);
     subscriber.emit('ready');
     expect(subscriber.subscribes).toHaveLength(1);
     subscriber.subscribes.shift()!.resolve();
     (await joining).leave();
+    await settle();
+    expect(unhandled.reasons).toEqual([]);
+  });
+
+  it('a first SUBSCRIBE refused before the connection is ready (enableOfflineQueue: false) is asked again at ready, and the join waits for it', async () => {
+    const subscriber = new FakeSubscriber();
+    const client: RedisClient = { call: () => Promise.resolve(1), duplicate: () => subscriber as unknown as RedisSubscriber };
+    let joined = false;
+    const joining = wakeChannel(client)
+      .join('c', () => {}, 60_000, 100)
+      .then((ticket) => {
+        joined = true;
+        return ticket;
+      });
+    subscriber.subscribes.shift()!.reject(new Error("Stream isn't writeable and enableOfflineQueue options is false"));
+    await settle();
+    expect(joined).toBe(false);
+    subscriber.emit('ready');
+    expect(subscriber.subscribes).toHaveLength(1);
+    subscriber.subscribes.shift()!.resolve();
+    (await joining).leave();
+    expect(joined).toBe(true);
     await settle();
     expect(unhandled.reasons).toEqual([]);
   });

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { CorruptFenceError, InvalidArgumentError, InvalidTokenError } from '../../src/index.js';
 import { fenceFromMetadata, isReservedMetadataName, pointerMetadata } from '../../adapters/s3/metadata.js';
 import {
-  MAX_POINTER_KEY_BYTES, checkPointerKey, dataKey, formatDataName, parseDataName, pointerBody,
+  MAX_POINTER_KEY_BYTES, checkNotDataKey, checkPointerKey, dataKey, formatDataName, parseDataName, pointerBody,
 } from '../../adapters/s3/pointer.js';
 import type { PointerState } from '../../adapters/s3/pointer.js';
 import { md5Etag } from '../../adapters/s3/wire.js';
@@ -95,5 +95,12 @@ describe('pointer keys', () => {
     expect(() => checkPointerKey('a.fencekeeper/b')).toThrow(InvalidArgumentError);
     expect(() => checkPointerKey('a.fencekeeper')).not.toThrow();
     expect(Buffer.byteLength(dataKey('k'.repeat(MAX_POINTER_KEY_BYTES), { token: 2n ** 63n - 1n, generation: 2 ** 53 - 1, writeId }))).toBeLessThanOrEqual(1024);
+  });
+
+  it('no fenced write, in either layout, goes inside a data prefix', () => {
+    expect(() => checkNotDataKey('reports/daily.txt.fencekeeper/notes')).toThrow(/inside the data prefix of "reports\/daily\.txt"/);
+    expect(() => checkNotDataKey('.fencekeeper/x')).toThrow(InvalidArgumentError);
+    expect(() => checkNotDataKey('a.fencekeeper')).not.toThrow();
+    expect(() => checkNotDataKey('a/fencekeeper/b')).not.toThrow();
   });
 });

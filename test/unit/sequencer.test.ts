@@ -4,11 +4,10 @@
 // never name the same lock).
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import {
-  InvalidArgumentError, InvalidTokenError, MAX_TOKEN, formatSequencer, matchesBinding, parseSequencer, resolveFencing, sequencer,
-  CURRENT_LOCK, NoCurrentLockError,
-} from '../../src/index.js';
+import { InvalidArgumentError, InvalidTokenError, MAX_TOKEN, formatSequencer, matchesBinding, parseSequencer, resolveFencing, sequencer, CURRENT_LOCK, NoCurrentLockError } from '../../src/index.js';
+import { assertLockName } from '../../src/extend.js';
 import { fencingHeaders } from '../../adapters/express/index.js';
+import { queueParent } from '../../src/sources/zookeeper/recipes/queue-order.js';
 
 const SOURCE = { kind: 'zookeeper', id: '3f0c2a8e-6d1b-4a57-9b0e-2c7f1d5e8a90' };
 const base = sequencer({ kind: 'lock', name: 'jobs/reindex', source: SOURCE, token: 4294967311n });
@@ -52,6 +51,15 @@ describe('sequencer text form', () => {
     ['a bare token', '5'],
   ])('refuses %s', (_, text) => {
     expect(() => parseSequencer(text)).toThrow(InvalidTokenError);
+  });
+
+  it('assertLockName: the name rule every source\'s name check calls (well-formed Unicode, no NUL, 1..1024)', () => {
+    for (const good of ['jobs/reindex', 'ünïcode', '\ud83d\udd12', 'x'.repeat(1024)]) expect(() => assertLockName(good)).not.toThrow();
+    for (const bad of ['\ud800', 'a\udc00', '\udc00\ud800', 'a\0b', '', 'x'.repeat(1025), 42]) expect(() => assertLockName(bad), JSON.stringify(bad)).toThrow(InvalidArgumentError);
+    expect(() => assertLockName('ab\udc00')).toThrow('a lone surrogate \\udc00 at index 2');
+    // ZooKeeper's name check calls it before its path rules (which refuse every surrogate, paired or not).
+    expect(() => queueParent('/fencekeeper/locks', 'jobs/\ud800')).toThrow(/well-formed Unicode: a lone surrogate/);
+    expect(() => queueParent('/fencekeeper/locks', 'x'.repeat(1025))).toThrow(/1\.\.1024 characters/);
   });
 
   it('checks fields when built, and binds on kind, name and source, never the token', () => {

@@ -147,6 +147,27 @@ describe('StepDownClock', () => {
     expect((holding.signal.reason as LockLostError).reason).toBe('closed');
     expect((holding.signal.reason as LockLostError).message).toBe('lock jobs/e lost: the TestSource client was closed');
   });
+
+  it("a source's cause is carried by a loss and named in its message; a release and a deletion carry none", () => {
+    let cause: Error | null = null;
+    const clock = new StepDownClock({ ...source, cause: () => cause });
+    const far = (): number => performance.now() + 60_000;
+    const released = clock.hold({ lock: 'jobs/f', marginMs: 0, deadline: far });
+    const deleted = clock.hold({ lock: 'jobs/g', marginMs: 0, deadline: far });
+    const healthy = clock.hold({ lock: 'jobs/h', marginMs: 0, deadline: far });
+    healthy.lose('session_expired');
+    expect((healthy.signal.reason as LockLostError).cause).toBeUndefined();
+    cause = new Error('TLS to zk2:2281 failed: self-signed certificate in certificate chain');
+    released.lose('released');
+    deleted.lose('node_deleted');
+    expect((released.signal.reason as LockLostError).cause).toBeUndefined();
+    expect((deleted.signal.reason as LockLostError).cause).toBeUndefined();
+    const lost = clock.hold({ lock: 'jobs/i', marginMs: 0, deadline: far });
+    clock.end('session_expired');
+    const reason = lost.signal.reason as LockLostError;
+    expect(reason.cause).toBe(cause);
+    expect(reason.message).toBe(`lock jobs/i lost: the TestSource lease expired (last connection error: ${cause.message})`);
+  });
 });
 
 describe('StepDownClock: what a holding makes only for a reader', () => {

@@ -5,7 +5,7 @@
 import net from 'node:net';
 import { Duplex } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
-import { ClientClosedError, ConnectionLossError, ProtocolError } from '../../src/errors.js';
+import { ClientClosedError, ConnectionLossError, ProtocolError, SessionExpiredError } from '../../src/errors.js';
 import { ZooKeeperClient, type ClientState, type Connector } from '../../src/sources/zookeeper/client.js';
 import { FrameParser } from '../../src/sources/zookeeper/frame-parser.js';
 import { JuteReader } from '../../src/sources/zookeeper/jute-reader.js';
@@ -536,12 +536,16 @@ describe('the client over a socket injected through its connector', () => {
     expect(zk.sessionId).toBe(SESSION_ID);
   });
 
-  it('a non-retryable connector error while reconnecting ends the session; waiting requests fail with it', async () => {
+  it('a non-retryable connector error while reconnecting does not end a live session: the client keeps trying, and an expiry carries it as its cause', async () => {
     const wire = new WireServer({});
     const refusal = new ProtocolError('server certificate failed verification');
     let refuse = false;
+    let refusals = 0;
     const connector: Connector = (address, options) => {
-      if (refuse) throw refusal;
+      if (refuse) {
+        refusals++;
+        throw refusal;
+      }
       return wire.connector(address, options);
     };
     const zk = await ZooKeeperClient.connect({ connectString: 'fake:2181', connector, sessionTimeoutMs: 3000 });
@@ -554,9 +558,14 @@ describe('the client over a socket injected through its connector', () => {
     });
     refuse = true;
     wire.sockets[0]?.destroy(); // the server resets the connection
-    await settleWithin(new Promise<void>((resolve) => zk.on('state', (s) => s === 'closed' && resolve())), 5000, 'the client to close');
-    expect(states).toEqual(['suspended', 'closed']);
-    expect(await waiting).toBe(refusal);
-    await expect(zk.exists('/x')).rejects.toBeInstanceOf(ClientClosedError);
+    await settleWithin(new Promise<void>((resolve) => zk.on('state', (s) => s === 'expired' && resolve())), 15_000, 'the session to expire');
+    // Not closed at the first refusal: tried again until the session timeout ran out.
+    expect(states).toEqual(['suspended', 'expired']);
+    expect(refusals).toBeGreaterThan(1);
+    const error = (await waiting) as SessionExpiredError;
+    expect(error).toBeInstanceOf(SessionExpiredError);
+    expect(error.cause).toBe(refusal);
+    expect(error.message).toContain('server certificate failed verification');
+    await expect(zk.exists('/x')).rejects.toBeInstanceOf(SessionExpiredError);
   });
 });

@@ -7,7 +7,7 @@
  * etcd:// URL is used, so the CLI works without etcd3 installed.
  */
 import { InvalidArgumentError, SessionExpiredError, ClientClosedError } from '../../index.js';
-import { UsageError, positiveInt } from '../args.js';
+import { UsageError, lockNameRule, positiveInt } from '../args.js';
 import { UnreachableError, type LockService, type LockServiceAddress, type LockServiceKind, type QueueEntry, type QueueEvent } from '../lock-service.js';
 import { followQueue, serviceOf } from './source-service.js';
 
@@ -84,6 +84,7 @@ function checkEtcdName(kind: string, name: string): void {
   if (bad) {
     throw new UsageError(`bad ${kind} name ${JSON.stringify(name)}: a name is a relative path of non-empty segments, without '.', '..' or '#', like "jobs/reindex"`);
   }
+  lockNameRule(kind, name);
 }
 
 function etcdService(

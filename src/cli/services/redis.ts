@@ -9,7 +9,7 @@
  * (where `ps` shows it to every user of the machine).
  */
 import { ConnectionLossError, InvalidArgumentError, QuorumError } from '../../index.js';
-import { UsageError, positiveInt } from '../args.js';
+import { UsageError, lockNameRule, positiveInt } from '../args.js';
 import { UnreachableError, type Holding, type LockService, type LockServiceContext, type LockServiceKind, type QueueEntry, type QueueEvent } from '../lock-service.js';
 import { followQueue, serviceOf } from './source-service.js';
 
@@ -75,6 +75,7 @@ function checkName(kind: 'lock' | 'election', name: string, description: string)
   if (name === '' || Buffer.byteLength(name) > 512 || /[\s{}\p{Cc}]/u.test(name)) {
     throw new UsageError(`bad lock name ${JSON.stringify(name)} for Redis: 1..512 bytes, without spaces, braces or control characters, like "jobs/reindex"`);
   }
+  lockNameRule(kind, name);
 }
 
 function kind(scheme: 'redis' | 'redlock', example: string): LockServiceKind {

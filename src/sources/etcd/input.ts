@@ -3,6 +3,7 @@
  * InvalidArgumentError and nothing is sent.
  */
 import { InvalidArgumentError } from '../../index.js';
+import { assertLockName } from '../../extend.js';
 import type { EtcdClient } from './client.js';
 
 export function checkClient(etcd: unknown): asserts etcd is EtcdClient {
@@ -31,14 +32,16 @@ const DOT = 0x2e;
 
 /**
  * A lock or election name: a relative path of non-empty segments ("jobs/reindex"),
- * without '.' or '..' segments, control characters, or '#'. The queue's keys
- * are `<root><name>/#<join>`; a name may not contain '#', so one lock's
- * prefix never covers the keys of another ("a" and "a/b").
+ * without '.' or '..' segments, control characters, '#' or a lone surrogate.
+ * The queue's keys are `<root><name>/#<join>`; a name may not contain '#', so
+ * one lock's prefix never covers the keys of another ("a" and "a/b").
  */
 export function checkName(name: unknown): asserts name is string {
   if (typeof name !== 'string' || name === '') throw new InvalidArgumentError(`a lock name must be a non-empty string, got ${describe(name)}`);
   if (name.length > MAX_NAME_LENGTH) throw new InvalidArgumentError(`a lock name must be at most ${MAX_NAME_LENGTH} characters, got ${name.length}`);
   if (FORBIDDEN_IN_NAME.test(name)) throw new InvalidArgumentError(`a lock name may not contain '#' or control characters, got ${JSON.stringify(name)}`);
+  // Well-formed Unicode (etcd3 encodes keys as UTF-8: a lone surrogate would become U+FFFD, one key for several names).
+  assertLockName(name);
   // Segment by segment in place: every acquire checks its name, and a split makes an array and a string per segment.
   for (let start = 0; ; ) {
     const slash = name.indexOf('/', start);

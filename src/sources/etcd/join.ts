@@ -82,6 +82,9 @@ async function abandon(etcd: EtcdClient, lease: Lease, joining: Promise<Joined |
   await leave(etcd, lease, plan).catch(() => undefined);
 }
 
+/** The longest delay setTimeout keeps. */
+const MAX_TIMER_MS = 0x7fffffff;
+
 /**
  * Everything that ends a wait early (the caller's signal, its timeout, the
  * lease's end), as the rejection of whatever is raced against it.
@@ -93,13 +96,27 @@ class Stopper {
   #stopped: Promise<never> | null = null;
   #rejectStopped: ((reason: unknown) => void) | null = null;
   readonly #signal: AbortSignal | undefined;
-  readonly #timer: NodeJS.Timeout | null;
+  #timer: NodeJS.Timeout | null;
   #unwatch: (() => void) | null = null;
 
   constructor(name: string, signal: AbortSignal | undefined, timeoutMs: number | undefined) {
     this.#signal = signal;
     signal?.addEventListener('abort', this.#onAbort, { once: true });
-    this.#timer = timeoutMs === undefined ? null : setTimeout(() => this.stop(new LockTimeoutError(name, timeoutMs)), timeoutMs);
+    this.#timer = timeoutMs === undefined ? null : this.#startTimer(name, timeoutMs);
+  }
+
+  #startTimer(name: string, timeoutMs: number): NodeJS.Timeout {
+    const timedOut = (): void => this.stop(new LockTimeoutError(name, timeoutMs));
+    return timeoutMs <= MAX_TIMER_MS ? setTimeout(timedOut, timeoutMs) : this.#longTimer(performance.now() + timeoutMs, timedOut);
+  }
+
+  /** A timeout longer than a timer keeps (setTimeout fires a longer one after 1 ms): armed again until `at`. */
+  #longTimer(at: number, timedOut: () => void): NodeJS.Timeout {
+    return setTimeout(() => {
+      const left = at - performance.now();
+      if (left <= 0) timedOut();
+      else this.#timer = this.#longTimer(at, timedOut);
+    }, Math.min(Math.max(1, Math.ceil(at - performance.now())), MAX_TIMER_MS));
   }
 
   readonly #onAbort = (): void => this.stop(this.#signal?.reason);

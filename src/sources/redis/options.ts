@@ -1,12 +1,16 @@
 // Every argument checked before the first command: a bad call changes nothing.
 import { hostname } from 'node:os';
 import { InvalidArgumentError, type AcquireOptions } from '../../index.js';
-import { safetyMargin } from '../../extend.js';
+import { assertLockName, safetyMargin } from '../../extend.js';
 import type { RedisClient } from './client.js';
 
 /** The settings of a Redis or Redlock source, fixed when it is made. */
 export interface RedisLockSettings {
-  /** How long a grant lives on the server without a renewal (the key's TTL). Default 10000. */
+  /**
+   * How long a grant lives on the server without a renewal (the key's TTL).
+   * Default 10000; at most 2147483647 (24.8 days), the longest delay a Node
+   * timer keeps.
+   */
   readonly ttlMs?: number;
   /**
    * Redlock: how long one node may take to answer before it counts as down
@@ -30,6 +34,13 @@ export interface CheckedOptions {
 }
 
 export const DEFAULT_TTL_MS = 10_000;
+/**
+ * The longest TTL: every timer of a grant and of its waiters is at most a
+ * TTL (the watchdog a third of it, the node timeout below it, a waiter's
+ * sleep the holder's remaining TTL), and setTimeout turns a longer delay
+ * into 1 ms: a waiter would poll and the watchdog renew in a tight loop.
+ */
+export const MAX_TTL_MS = 2_147_483_647;
 
 let owner: string | undefined;
 /** hostname:pid, asked of the system (and checked) once. */
@@ -42,13 +53,16 @@ let lastGoodName = '';
 /**
  * A lock name becomes part of three keys and of a hash tag: printable, no
  * spaces (they separate the fields of a key's value), no braces (they would
- * end the hash tag early and scatter the keys of one lock).
+ * end the hash tag early and scatter the keys of one lock), and a name every
+ * sequencer can carry (well-formed Unicode: a lone surrogate would reach the
+ * server as U+FFFD, one key for several names).
  */
 export function checkName(name: unknown): string {
   if (name === lastGoodName && name !== '') return name;
   if (typeof name !== 'string' || name === '') throw new InvalidArgumentError('a Redis lock name must be a non-empty string');
   if (Buffer.byteLength(name) > MAX_NAME_BYTES) throw new InvalidArgumentError(`a Redis lock name has at most ${MAX_NAME_BYTES} bytes, got ${Buffer.byteLength(name)}`);
   if (/[\s{}\p{Cc}]/u.test(name)) throw new InvalidArgumentError(`bad Redis lock name ${JSON.stringify(name)}: no spaces, braces or control characters`);
+  assertLockName(name);
   lastGoodName = name;
   return name;
 }
@@ -71,7 +85,10 @@ export function checkSettings(settings: RedisLockSettings | undefined): { ttlMs:
 }
 
 function checkTtl(ttlMs: number | undefined): number {
-  return ttlMs === undefined ? DEFAULT_TTL_MS : positive(ttlMs, 'ttlMs');
+  if (ttlMs === undefined) return DEFAULT_TTL_MS;
+  const checked = positive(ttlMs, 'ttlMs');
+  if (checked > MAX_TTL_MS) throw new InvalidArgumentError(`ttlMs must be at most ${MAX_TTL_MS} (24.8 days, the longest delay a timer keeps), got ${checked}`);
+  return checked;
 }
 
 function checkNodeTimeout(nodeTimeoutMs: number | undefined, ttlMs: number): number {

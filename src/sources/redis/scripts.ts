@@ -3,11 +3,19 @@
 // another holder's grant could fall between the two).
 //
 // Keys of lock NAME (the hash tag {NAME} keeps them in one slot of a cluster):
-//   fencekeeper:lock:{NAME}     the grant: "<unique grant id> <owner>", with the TTL
+//   fencekeeper:lock:{NAME}     the grant: "<unique grant id> <owner>", with the TTL;
+//                               or, briefly, a handoff: RESERVED + a waiter's entry
 //   fencekeeper:token:{NAME}    the fencing counter, never expires
-//   fencekeeper:waiters:{NAME}  waiters to wake, "<channel id> <waiter id>", oldest first
+//   fencekeeper:waiters:{NAME}  waiters to wake, "<channel id> <waiter id> <handoff ms> <name>", oldest first
 // A release wakes the oldest waiter that still listens, by a PUBLISH on the
 // channel of its process (WAKE_CHANNEL + channel id): one waiter, not all.
+// And it hands the lock to that waiter: the key becomes a reservation for
+// its entry, for the handoff time the entry names (./wake.ts), so a holder
+// that asks again at once (or any newcomer) cannot take the lock between the
+// release and the woken waiter's attempt. A reservation is no grant: it has
+// no token and no holder; only the attempt of the waiter it names turns it
+// into a grant (with the next token, as from a free key), and it ends by
+// itself at its TTL if that waiter never comes.
 import { createHash } from 'node:crypto';
 import { send, type RedisClient } from './client.js';
 
@@ -23,16 +31,29 @@ export function lockKeys(name: string): LockKeys {
   return last.keys;
 }
 
+/** The start of a lock key's value that reserves the lock for a waiter: never a grant's (those start with a base64url id). */
+export const RESERVED = '~handoff ';
+
 // Wake the oldest waiter still subscribed (PUBLISH counts the receivers; an
-// entry whose process is gone reaches nobody and is skipped). Inline, not a
-// Lua function: a script's functions are made again on every call.
-const wakeOne = (waiters: string, prefix: string): string => `
+// entry whose process is gone reaches nobody and is skipped), and leave the
+// lock key reserved for it, for the handoff time its entry names;
+// with nobody woken, the key is deleted. Inline, not a Lua function: a
+// script's functions are made again on every call. An entry without a
+// handoff time (none of ours) is woken without a reservation.
+const handOn = (lock: string, waiters: string, prefix: string): string => `
+local woken = false
 while true do
   local w = redis.call('LPOP', ${waiters})
   if not w then break end
-  local sep = string.find(w, ' ', 1, true)
-  if sep and redis.call('PUBLISH', ${prefix} .. string.sub(w, 1, sep - 1), w) > 0 then break end
-end`;
+  local channel, ms = string.match(w, '^(%S+) %S+ (%d+) ')
+  if not channel then channel = string.match(w, '^(%S+) ') end
+  if channel and redis.call('PUBLISH', ${prefix} .. channel, w) > 0 then
+    woken = true
+    if ms and tonumber(ms) > 0 then redis.call('SET', ${lock}, '${RESERVED}' .. w, 'PX', ms) else redis.call('DEL', ${lock}) end
+    break
+  end
+end
+if not woken then redis.call('DEL', ${lock}) end`;
 
 // A waiter that failed to get the lock queues up once (re-checks keep its
 // place); the list lives a while past its last waiter's last check.
@@ -41,6 +62,11 @@ if ARGV[3] ~= '' then
   if not redis.call('LPOS', KEYS[3], ARGV[3]) then redis.call('RPUSH', KEYS[3], ARGV[3]) end
   redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[2]) * 3)
 end`;
+
+// The woken waiter's attempt takes the lock its release reserved for it
+// (ARGV[3] its entry; in the same script as the GET, so nothing comes between):
+// as if the key were free, and from then on a grant like any other.
+const TAKE_RESERVED = `(ARGV[3] ~= '' and redis.call('GET', KEYS[1]) == '${RESERVED}' .. ARGV[3] and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]))`;
 
 export interface Script {
   readonly text: string;
@@ -57,10 +83,13 @@ function script(text: string): Script {
  * granted, the token (INCR of the counter, >= 1); refused, -3 - the remaining
  * TTL of the holder's key as PTTL gives it (-1: the key went meanwhile, -2:
  * a key without a TTL, <= -3: that many ms + 3). Decoded by ./single.ts.
- * KEYS lock, counter, waiters; ARGV value, ttl, waiter entry ('' for none).
+ * A key reserved for this waiter's entry (a release handed it the lock) is
+ * taken as a free one; reserved for another, it refuses with the
+ * reservation's PTTL. KEYS lock, counter, waiters; ARGV value, ttl, waiter
+ * entry ('' for none).
  */
 export const ACQUIRE = script(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) or ${TAKE_RESERVED} then
   if ARGV[3] ~= '' then redis.call('LREM', KEYS[3], 0, ARGV[3]) end
   return redis.call('INCR', KEYS[2])
 end
@@ -71,7 +100,9 @@ return -3 - redis.call('PTTL', KEYS[1])
 /**
  * ACQUIRE for an acquire's first attempt, which has no place in the waiter
  * list yet (an uncontended acquire never makes one): the same step and reply,
- * without the waiter list's key and entry. KEYS lock, counter; ARGV value, ttl.
+ * without the waiter list's key and entry. A reserved key refuses it like a
+ * held one: a release's handoff to the oldest waiter beats a re-acquire.
+ * KEYS lock, counter; ARGV value, ttl.
  */
 export const ACQUIRE_FIRST = script(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end
@@ -84,11 +115,12 @@ return -3 - redis.call('PTTL', KEYS[1])
  * for none), the same script also does step 3 at once where it can: the
  * counter is below the proposal, so it becomes the proposal (the lock
  * carries our value: we have just set it). {2, proposal} raised,
- * {1, counter} set but not raised, {0, remaining TTL} refused.
+ * {1, counter} set but not raised, {0, remaining TTL} refused. A key
+ * reserved for this waiter's entry is taken as a free one (as in ACQUIRE).
  * KEYS lock, counter, waiters; ARGV value, ttl, waiter entry, proposed token.
  */
 export const CLAIM = script(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) or ${TAKE_RESERVED} then
   if ARGV[3] ~= '' then redis.call('LREM', KEYS[3], 0, ARGV[3]) end
   local current = redis.call('GET', KEYS[2]) or '0'
   local proposal = tonumber(ARGV[4] or '')
@@ -121,17 +153,32 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[
 return 0
 `);
 
-/** Compare-and-delete, then wake one waiter. 1 if it was ours, 0 if not. KEYS lock, waiters; ARGV value, channel prefix. */
+/**
+ * Compare-and-delete, then wake one waiter and hand it the lock (a
+ * reservation), or delete the key when nobody listens. 1 if it was ours, 0
+ * if not. KEYS lock, waiters; ARGV value, channel prefix.
+ */
 export const RELEASE = script(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-${wakeOne('KEYS[2]', 'ARGV[2]')}
+${handOn('KEYS[1]', 'KEYS[2]', 'ARGV[2]')}
 return 1
 `);
 
-/** Pass a wake on: a woken waiter that had already left hands it to the next. KEYS waiters; ARGV channel prefix. */
-export const WAKE_NEXT = script(`
-${wakeOne('KEYS[1]', 'ARGV[1]')}
+/**
+ * A waiter leaves (granted, timed out, aborted, or its process woken after
+ * it left): its entry out of the list and, if the lock is reserved for it,
+ * the reservation handed on to the next waiter (the key deleted when there
+ * is none). With ARGV[3] '1' (a wake that found the waiter gone), a free
+ * lock wakes the next waiter too: the wake was meant to start a grant. A
+ * lock held, or reserved for another, is left alone: its release wakes.
+ * 1 if it handed on, 0 if not. KEYS lock, waiters; ARGV entry, channel
+ * prefix, '1' or ''.
+ */
+export const LEAVE = script(`
+redis.call('LREM', KEYS[2], 0, ARGV[1])
+local v = redis.call('GET', KEYS[1])
+if v ~= '${RESERVED}' .. ARGV[1] and (v or ARGV[3] ~= '1') then return 0 end
+${handOn('KEYS[1]', 'KEYS[2]', 'ARGV[2]')}
 return 1
 `);
 

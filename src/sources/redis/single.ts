@@ -78,7 +78,8 @@ class SingleLockKey {
     }
     // Refused: -3 - the holder's PTTL (-1: the key went meanwhile; -2: a key without a TTL, set by someone else).
     if (typeof reply !== 'number' || !Number.isSafeInteger(reply) || reply === 0) throw new ProtocolError(`unexpected reply to the lock script: ${JSON.stringify(reply)}`);
-    return reply === -1 ? 0 : reply === -2 ? ttlMs : -reply - 3 + 1;
+    // At most our own TTL, as Redlock's: a waiter's sleep stays within a timer's range (options.ts MAX_TTL_MS) whatever TTL the holder set.
+    return reply === -1 ? 0 : reply === -2 ? ttlMs : Math.min(ttlMs, -reply - 3 + 1);
   }
 
   /** An attempt of the waiting loop (./waiting.ts), with this waiter's entry. */

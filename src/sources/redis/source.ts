@@ -6,7 +6,7 @@ import { send, where, type RedisClient } from './client.js';
 import type { RedisLock } from './held-lock.js';
 import { checkName, checkOptions, checkSettings, checkTarget, type CheckedOptions, type RedisAcquireOptions, type RedisLockSettings, type RedisTryAcquireOptions } from './options.js';
 import { acquireRedlock, canonicalSet, quorumOf } from './redlock.js';
-import { lockKeys } from './scripts.js';
+import { RESERVED, lockKeys } from './scripts.js';
 import { acquireSingle, toToken } from './single.js';
 
 /** A single client or an array of at least three independent ones (Redlock). */
@@ -76,7 +76,8 @@ export async function lockStatus(target: RedisTarget, name: string, options?: Pi
   const needed = clients.length === 1 ? 1 : quorumOf(clients.length);
   const counts = new Map<string, { count: number; tokens: Map<bigint, number> }>();
   for (const [value, counter] of read) {
-    if (typeof value !== 'string') continue;
+    // A reservation (a release handing the lock to the waiter it woke) is no grant: no holder there yet.
+    if (typeof value !== 'string' || value.startsWith(RESERVED)) continue;
     const token = typeof counter === 'string' ? toToken(counter) : 0n;
     let seen = counts.get(value);
     if (seen === undefined) counts.set(value, (seen = { count: 0, tokens: new Map() }));

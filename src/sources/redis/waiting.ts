@@ -1,7 +1,9 @@
 // Waiting for a lock: an attempt, then sleep until a release wakes us, the
 // holder's key may have expired (its TTL as the refusing server reported
 // it: a lock that ends without a release is noticed then), the caller's
-// timeout, or its signal. Never a tight loop.
+// timeout, or its signal. Never a tight loop. A release that wakes us has
+// reserved the lock for us (./scripts.ts): the attempt that follows the wake
+// takes it, whoever else asks meanwhile.
 import { LockTimeoutError } from '../../index.js';
 import type { RedisClient } from './client.js';
 import { now } from './deadlines.js';
@@ -41,6 +43,17 @@ export async function keepGrant<T>(signal: AbortSignal | undefined, granted: T, 
 }
 
 /**
+ * How long a release reserves the lock for the waiter it wakes: the wake's
+ * delivery and the waiter's attempt, each within the node timeout; never
+ * past the TTL. A waiter that does not come in time (paused, or its process
+ * gone while its subscriber connection still stands) holds the lock up no
+ * longer: the reservation ends by itself and the lock is free.
+ */
+export function handoffMsOf(options: CheckedOptions): number {
+  return Math.min(options.ttlMs, 2 * options.nodeTimeoutMs);
+}
+
+/**
  * After a first attempt (without a place in the queue) was refused: join the
  * wake channel of every client, and attempt again at each wake, at the
  * holder's TTL, until it grants, the timeout or the signal.
@@ -65,9 +78,10 @@ export async function waitAfterRefusal<T>(
   signal?.addEventListener('abort', poke);
   const tickets: WakeTicket[] = [];
   try {
+    const handoff = handoffMsOf(options);
     // All at once (a paused node costs its timeout once, not once per node after it);
     // every ticket taken is left again in `finally`, whatever failed beside it.
-    const joined = await Promise.allSettled(clients.map((client) => wakeChannel(client).join(name, poke, options.nodeTimeoutMs)));
+    const joined = await Promise.allSettled(clients.map((client) => wakeChannel(client).join(name, poke, options.nodeTimeoutMs, handoff)));
     for (const j of joined) if (j.status === 'fulfilled') tickets.push(j.value);
     for (const j of joined) if (j.status === 'rejected') throw j.reason;
     const entries = tickets.map((t) => t.entry);

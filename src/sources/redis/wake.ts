@@ -2,11 +2,12 @@
 // has one subscriber connection (opened while the client has waiters, closed
 // with its last), on a channel of its own. A waiter's entry in the lock's
 // waiter list names that channel; the release script pops the oldest entry
-// whose channel has a listener and publishes to it, so one release wakes one
-// waiter, across any number of processes.
+// whose channel has a listener, publishes to it and reserves the lock for it
+// (./scripts.ts), so one release wakes one waiter, across any number of
+// processes, and that waiter is the one that gets the lock.
 import { randomBytes } from 'node:crypto';
 import { send, where, type RedisClient, type RedisSubscriber } from './client.js';
-import { WAKE_CHANNEL, WAKE_NEXT, lockKeys, run } from './scripts.js';
+import { LEAVE, WAKE_CHANNEL, lockKeys } from './scripts.js';
 
 /** One waiter's place on one client's channel. */
 export interface WakeTicket {
@@ -15,12 +16,86 @@ export interface WakeTicket {
   leave(): void;
 }
 
+/**
+ * One subscriber connection and its SUBSCRIBE, asked again on every new
+ * connection until the server confirms it. Asked at once (a client with an
+ * offline queue sends it when connected, and a lazyConnect one connects for
+ * it) and again at each 'ready' where it is not confirmed or under way: with
+ * ioredis's `enableOfflineQueue: false` the first one fails at once, the
+ * connection not being ready yet, and only the one at 'ready' subscribes.
+ */
+class Subscription {
+  readonly connection: RedisSubscriber;
+  readonly #channel: string;
+  /** 'asked': a SUBSCRIBE under way on this connection (or queued for it); 'yes': confirmed. */
+  #state: 'no' | 'asked' | 'yes' = 'no';
+  #closed = false;
+  #confirmed!: Promise<void>;
+  #confirm!: () => void;
+
+  constructor(client: RedisClient, channel: string, onMessage: (connection: RedisSubscriber, message: string) => void) {
+    this.#channel = channel;
+    this.#expect();
+    // Without ioredis's own resubscribe: see RedisClient.duplicate.
+    const connection = client.duplicate({ autoResubscribe: false });
+    this.connection = connection;
+    // ioredis reconnects on its own; an error event without a listener would be printed.
+    connection.on('error', () => {});
+    connection.on('message', (_channel, message) => onMessage(connection, message));
+    // A lost connection loses the subscription: joins from now on wait for the next one.
+    connection.on('close', () => {
+      if (this.#closed) return;
+      if (this.#state === 'yes') this.#expect();
+      this.#state = 'no';
+    });
+    connection.on('ready', () => {
+      if (!this.#closed && this.#state === 'no') this.#ask();
+    });
+    this.#ask();
+  }
+
+  /** Resolves once the server has confirmed the SUBSCRIBE on the current connection (never rejects). */
+  get confirmed(): Promise<void> {
+    return this.#confirmed;
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.connection.disconnect();
+  }
+
+  #expect(): void {
+    this.#confirmed = new Promise((resolve) => {
+      this.#confirm = resolve;
+    });
+  }
+
+  /**
+   * Its failure (not connected yet without an offline queue, or the
+   * connection closed before the server confirmed: the last waiter left, or
+   * it dropped) leaves it to the next 'ready'; meanwhile each waiter
+   * re-checks on its own.
+   */
+  #ask(): void {
+    this.#state = 'asked';
+    this.connection.subscribe(this.#channel).then(
+      () => {
+        if (this.#closed) return;
+        this.#state = 'yes';
+        this.#confirm();
+      },
+      () => {
+        if (this.#state === 'asked') this.#state = 'no';
+      },
+    );
+  }
+}
+
 class WakeChannel {
   readonly #client: RedisClient;
   readonly #id = randomBytes(9).toString('base64url');
   readonly #waiters = new Map<string, () => void>();
-  #subscriber: RedisSubscriber | null = null;
-  #ready: Promise<unknown> | null = null;
+  #subscription: Subscription | null = null;
   #seq = 0;
 
   constructor(client: RedisClient) {
@@ -31,37 +106,21 @@ class WakeChannel {
    * Subscribed before it resolves, so no release after it can be missed;
    * unless the server does not confirm within `limitMs` (a node down or
    * paused): the waiter then goes on without its wakes from that node and
-   * relies on its re-checks (the subscriber keeps trying, and resubscribes
-   * when the node is back).
+   * relies on its re-checks (the subscriber keeps trying, and subscribes
+   * again on each new connection). A release that wakes this waiter
+   * reserves the lock for it for `handoffMs`: the time its attempt has to
+   * take it before anyone else may.
    */
-  async join(name: string, onWake: () => void, limitMs: number): Promise<WakeTicket> {
+  async join(name: string, onWake: () => void, limitMs: number, handoffMs: number): Promise<WakeTicket> {
     const waiter = `${++this.#seq}`;
-    // name last: it has no spaces, so the three fields split cleanly
-    const entry = `${this.#id} ${waiter} ${name}`;
-    if (this.#subscriber === null) {
-      // Without ioredis's own resubscribe: see RedisClient.duplicate.
-      const subscriber = this.#client.duplicate({ autoResubscribe: false });
-      this.#subscriber = subscriber;
-      // ioredis reconnects on its own; an error event without a listener would be printed.
-      subscriber.on('error', () => {});
-      subscriber.on('message', (_channel, message) => this.#deliver(subscriber, message));
-      // After a lost connection, subscribed again on the new one, by a command whose failure we handle.
-      let lost = false;
-      subscriber.on('close', () => {
-        lost = true;
-      });
-      subscriber.on('ready', () => {
-        if (!lost || subscriber !== this.#subscriber) return;
-        lost = false;
-        this.#subscribe(subscriber);
-      });
-      this.#subscribe(subscriber);
-    }
+    // name last: it has no spaces, so the four fields split cleanly
+    const entry = `${this.#id} ${waiter} ${handoffMs} ${name}`;
+    this.#subscription ??= new Subscription(this.#client, WAKE_CHANNEL + this.#id, (connection, message) => this.#deliver(connection, message));
     // After the subscriber is made: a duplicate() that throws leaves no waiter behind.
     this.#waiters.set(waiter, onWake);
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
-      this.#ready?.catch(() => {}),
+      this.#subscription.confirmed,
       new Promise<void>((resolve) => {
         timer = setTimeout(resolve, limitMs);
         timer.unref();
@@ -71,46 +130,31 @@ class WakeChannel {
     return { entry, leave: () => this.#leave(waiter, entry, name) };
   }
 
-  /**
-   * SUBSCRIBE on `subscriber`; joins from now on wait for it. Its failure
-   * (the subscriber closed before the server confirmed: the last waiter
-   * left, or the connection dropped and the next 'ready' subscribes again)
-   * changes nothing a waiter relies on: each re-checks on its own.
-   */
-  #subscribe(subscriber: RedisSubscriber): void {
-    const ready = subscriber.subscribe(WAKE_CHANNEL + this.#id);
-    ready.catch(() => {});
-    this.#ready = ready;
-  }
-
-  #deliver(subscriber: RedisSubscriber, message: string): void {
-    const [, waiter = '', name = ''] = message.split(' ');
+  #deliver(connection: RedisSubscriber, message: string): void {
+    const [, waiter = '', , name = ''] = message.split(' ');
     const onWake = this.#waiters.get(waiter);
     if (onWake !== undefined) {
       onWake();
       return;
     }
-    // Woken after it left: hand the wake on, or the next waiter would sleep until its re-check.
-    if (subscriber === this.#subscriber && name !== '') void this.#passOn(name);
+    // Woken after it left: hand the wake (and the lock reserved for it) on, or the next waiter would sleep until its re-check.
+    if (connection === this.#subscription?.connection && name !== '') this.#handOn(name, message, '1');
   }
 
-  async #passOn(name: string): Promise<void> {
-    try {
-      await run(this.#client, where(this.#client), WAKE_NEXT, [lockKeys(name)[2]], [WAKE_CHANNEL], 5_000);
-    } catch {
-      // the others re-check on their own
-    }
+  /** LEAVE for `entry`: out of the waiter list, and the lock handed on if it was reserved for it (`wake` '1': or if it is free). */
+  #handOn(name: string, entry: string, wake: '1' | ''): void {
+    const [lock, , waiters] = lockKeys(name);
+    // Best effort, never thrown into the waiter's finally (send turns even a throwing client into a rejection): an
+    // entry left behind is skipped by the release script or its wake passed on (#deliver), a reservation ends at its TTL.
+    send(this.#client, where(this.#client), 'evalsha', [LEAVE.sha, 2, lock, waiters, entry, WAKE_CHANNEL, wake], 5_000, LEAVE.text).catch(() => {});
   }
 
   #leave(waiter: string, entry: string, name: string): void {
     if (!this.#waiters.delete(waiter)) return;
-    // Best effort, never thrown into the waiter's finally (send turns even a throwing client into a
-    // rejection): an entry left behind is skipped by the release script, or its wake passed on (#deliver).
-    send(this.#client, where(this.#client), 'lrem', [lockKeys(name)[2], 0, entry], 5_000).catch(() => {});
-    if (this.#waiters.size === 0 && this.#subscriber !== null) {
-      this.#subscriber.disconnect();
-      this.#subscriber = null;
-      this.#ready = null;
+    this.#handOn(name, entry, '');
+    if (this.#waiters.size === 0 && this.#subscription !== null) {
+      this.#subscription.close();
+      this.#subscription = null;
     }
   }
 }

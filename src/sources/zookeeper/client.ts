@@ -11,7 +11,11 @@
  * watches with setWatches so no change made during the switch is missed.
  * Requests issued while no connection is up wait and go out after the
  * reconnect. A server that answers a resumed session with timeout 0 says it
- * has expired: that is final.
+ * has expired: that is final. A server the connector refuses for good (a
+ * certificate that does not verify) ends the first connect at once, but a
+ * live session only skips it: the others may still take the session back.
+ * While no server has it, the last connection error is kept, and the losses
+ * (the local expiry, the holdings' LockLostError) carry it as their cause.
  *
  * For fencing, the client keeps one more number: the monotonic send time of
  * the last request whose reply has arrived. The server heard from us no
@@ -81,9 +85,10 @@ export interface ConnectOptions {
   /** Speak TLS to the servers' secure client port (see ./tls.ts). Not together with `connector`. */
   readonly tls?: TlsOptions;
   /**
-   * The ACL the lock and election recipes give the nodes they create (each
-   * lock's container, the roots above it, the queue nodes) when an acquire
-   * names none, as Curator's ACLProvider. Default: none (open to everyone).
+   * The ACL the lock and election recipes give each lock's container and its
+   * queue nodes when an acquire names none, as Curator's ACLProvider (the
+   * shared roots above them, and 'jobs' of a nested 'jobs/reindex', are made
+   * open). Default: none (open to everyone).
    */
   readonly defaultAcl?: readonly ACL[];
 }
@@ -102,7 +107,13 @@ const NO_PASSWORD = new Uint8Array(16);
  */
 export const clientInternals = new WeakMap<
   ZooKeeperClient,
-  { readonly servers: readonly ServerAddress[]; readonly connector: Connector; readonly auth: readonly AuthInfo[] }
+  {
+    readonly servers: readonly ServerAddress[];
+    readonly connector: Connector;
+    readonly auth: readonly AuthInfo[];
+    /** Why no server has the session now (see #disconnectedBy): the cause the holdings' losses carry. */
+    readonly disconnectedBy: () => Error | null;
+  }
 >();
 const ignore = (): void => undefined;
 
@@ -187,6 +198,8 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
   #retryTimer: NodeJS.Timeout | null = null;
   #expiryTimer: NodeJS.Timeout | null = null;
   #lastError: Error | null = null;
+  /** A final error (a certificate that does not verify) met since the session lost its connection. */
+  #finalError: Error | null = null;
   #closing = false;
 
   private constructor(options: ConnectOptions, servers: readonly ServerAddress[], chroot: string) {
@@ -198,7 +211,7 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     this.#auth = Object.freeze([...(options.auth ?? [])]);
     this.#connector = options.connector ?? (options.tls !== undefined ? tlsConnector(options.tls) : connectTcp);
     this.#defaultAcl = options.defaultAcl === undefined ? undefined : Object.freeze([...options.defaultAcl]);
-    clientInternals.set(this, { servers: this.#servers, connector: this.#connector, auth: this.#auth });
+    clientInternals.set(this, { servers: this.#servers, connector: this.#connector, auth: this.#auth, disconnectedBy: () => this.#disconnectedBy() });
   }
 
   /**
@@ -497,6 +510,7 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     if (connection.handshakeSentAt > progress.lastAckedSendAt) progress.lastAckedSendAt = connection.handshakeSentAt;
     if (connection.handshakeSentAt > progress.lastSendAt) progress.lastSendAt = connection.handshakeSentAt;
     this.#attemptsThisRound = 0;
+    this.#lastError = this.#finalError = null;
     if (this.#expiryTimer) clearTimeout(this.#expiryTimer);
     this.#expiryTimer = null;
     debug('zookeeper: session 0x%s %s, timeout %d ms', response.sessionId.toString(16), resumed ? 'resumed' : 'established', response.timeOut);
@@ -557,9 +571,17 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     this.#lastError = error;
     debug('zookeeper: connection lost: %s', error.message);
     if (final) {
-      // The connector says retrying cannot help (a certificate that fails verification).
-      this.#terminate('closed', error);
-      return;
+      // The connector says retrying this server cannot help (a certificate
+      // that fails verification). Before any session: a configuration error,
+      // reported at once (connect() rejects with it). With a live session:
+      // one member may be bad (a botched certificate rotation) while the
+      // others are fine, so skip it and go on trying them within the session
+      // timeout; if none takes the session back, the losses carry this error.
+      if (this.#sessionId === 0n) {
+        this.#terminate('closed', error);
+        return;
+      }
+      this.#finalError = error;
     }
     if (this.#closing) {
       this.#terminate('closed', new ClientClosedError());
@@ -586,12 +608,29 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
       if (this.#state !== 'suspended') return;
       const left = this.#progress.lastSendAt + this.#timeoutMs - performance.now();
       if (left <= 0) {
-        this.#terminate('expired', new SessionExpiredError(`session 0x${this.#sessionId.toString(16)} expired: no server reachable for the session timeout (${this.#timeoutMs} ms)`));
+        const cause = this.#disconnectedBy();
+        this.#terminate(
+          'expired',
+          new SessionExpiredError(
+            `session 0x${this.#sessionId.toString(16)} expired: no server reachable for the session timeout (${this.#timeoutMs} ms)${cause ? `; last error: ${cause.message}` : ''}`,
+            cause ? { cause } : {},
+          ),
+        );
         return;
       }
       this.#expiryTimer = setTimeout(check, left + 1);
     };
     check();
+  }
+
+  /**
+   * Why no server has the session now: null while connected; otherwise the
+   * final error met since the connection was lost (a member whose
+   * certificate does not verify tells more than the refusals of the others),
+   * else the last connection error.
+   */
+  #disconnectedBy(): Error | null {
+    return this.#state === 'connected' ? null : (this.#finalError ?? this.#lastError);
   }
 
   /** Final states: every request waiting or in flight fails with `error`, every timer stops. */

@@ -46,9 +46,12 @@ import {
  * Opens the byte stream to one server and resolves once bytes can flow
  * (for TLS: once the handshake has verified the server). A rejection with a
  * FencekeeperError whose `retryable` is false (a certificate that fails
- * verification, say) is final: the client stops at once with that error
- * instead of trying the next server. Any other rejection is a connection
- * loss like a refused port, and the next server is tried. The signal aborts
+ * verification, say) is final for that server: before any session the
+ * client stops at once with that error instead of trying the next server;
+ * with a live session it skips that server and keeps trying the others
+ * within the session timeout (an expiry that follows carries the error as
+ * its cause). Any other rejection is a connection loss like a refused port,
+ * and the next server is tried. The signal aborts
  * when the client gives up on this attempt; the stream is then destroyed.
  */
 export type Connector = (address: ServerAddress, options: { readonly signal: AbortSignal }) => Duplex | Promise<Duplex>;
@@ -194,9 +197,11 @@ export class Connection extends EventEmitter<{ handshake: [ConnectResponse]; not
       request.fail(error instanceof Error ? error : new Error(String(error)));
       return;
     }
-    if (w.frameLength > MAX_PACKET_BYTES) {
+    const length = w.frameLength;
+    if (length > MAX_PACKET_BYTES) {
+      // The length read before abortFrame: the aborted frame has none.
       w.abortFrame();
-      request.fail(new InvalidArgumentError(`request of ${w.frameLength} bytes exceeds ZooKeeper's packet limit (${MAX_PACKET_BYTES}, jute.maxbuffer)`));
+      request.fail(new InvalidArgumentError(`request of ${length} bytes exceeds ZooKeeper's packet limit (${MAX_PACKET_BYTES}, jute.maxbuffer)`));
       return;
     }
     w.endFrame();

@@ -7,9 +7,12 @@
  * Host verification is on by default: the server's certificate must chain
  * to `ca` (or the system's roots when no `ca` is given) and name the host
  * dialled (or `servername`). A certificate that fails verification is not a
- * connection loss to retry: the same certificate will fail on the next try
- * and on the next server alike, so the connect fails at once with a
- * TlsError (retryable false), which the client treats as final.
+ * connection loss to retry: the same certificate will fail on the next try,
+ * and at the first connect (a wrong `ca`, a wrong name) on every server
+ * alike, so the connect fails at once with a TlsError (retryable false). A
+ * live session that meets such a server on a reconnect (one member's
+ * botched certificate rotation) skips it and tries the others within the
+ * session timeout; its losses then carry the TlsError as their cause.
  *
  * So does a server that closes the connection during our first handshake:
  * that is what a plain client port does with a ClientHello (it reads the

@@ -9,8 +9,9 @@ import type { LockDelayOption } from './lock-delay.js';
 
 export interface AclOption {
   /**
-   * The ACL for the lock's container, the roots the recipes create above it,
-   * and the queue nodes. Default: the client's defaultAcl, else open to
+   * The ACL for the lock's container and its queue nodes (the roots, and the
+   * nodes between them and a nested name's container, are made open: they
+   * are every lock's). Default: the client's defaultAcl, else open to
    * everyone (OPEN_ACL_UNSAFE), unchecked. See the README for which to choose.
    */
   readonly acl?: readonly ACL[];

@@ -12,7 +12,11 @@
  * The roots (/fencekeeper, /fencekeeper/locks, /fencekeeper/elections) are
  * shared by every lock of every identity, so they are created open, as
  * without an ACL: made with the first ACL'd lock's ACL they would shut every
- * other identity's locks out of the ensemble. An open root lets anyone
+ * other identity's locks out of the ensemble. So are the nodes between the
+ * roots and a nested name's container ('jobs' of 'jobs/reindex'), shared by
+ * every lock below them; one found closed to us (made by someone else, or by
+ * a version that gave it the first lock's ACL) is refused with
+ * AclMismatchError naming it (refusedParent), not a bare NOAUTH. An open root lets anyone
  * delete an EMPTY container (never one with a holder or a waiter in it) and
  * re-create it with another ACL, which the check below then refuses: a
  * denial of service, never a second holder. A deployment that wants the
@@ -32,7 +36,7 @@ import { AclMismatchError, InvalidArgumentError, isCode } from '../../../errors.
 import { validateAcl } from '../requests.js';
 import type { ZooKeeperClient } from '../client.js';
 import { clientInternals } from '../client.js';
-import type { ACL } from '../protocol.js';
+import { OPEN_ACL_UNSAFE, type ACL } from '../protocol.js';
 import { digestAclId } from '../requests.js';
 import { retryOnLoss } from './connection-loss.js';
 
@@ -139,6 +143,27 @@ export async function checkParent(zk: ZooKeeperClient, parent: string, acl: Node
     );
   }
   cacheOf(zk).set(parent, { key, czxid: found.stat.czxid });
+}
+
+/**
+ * The error for a create refused (NOAUTH) under `node`, a node between the
+ * roots and a lock's container ('jobs' of 'jobs/reindex') that the recipes
+ * would have made open: someone made it with an ACL that shuts us out
+ * (another identity's hand, or a version before this one, which gave such
+ * nodes the first lock's ACL). Reads its ACL for the message when it may;
+ * `found` is empty when it may not.
+ */
+export async function refusedParent(zk: ZooKeeperClient, node: string, refusal: unknown): Promise<AclMismatchError> {
+  const found = await retryOnLoss(() => zk.getACL(node)).then((r) => r.acl, () => [] as ACL[]);
+  return new AclMismatchError(
+    node,
+    OPEN_ACL_UNSAFE,
+    found,
+    `${node} exists with an ACL that does not let this client create under it (found ${found.length === 0 ? 'an ACL it may not read' : describe(found)}): ` +
+      "the nodes between the roots and a lock's container are shared by every lock below them and made open; " +
+      "someone else made this one (or a fencekeeper version that gave it the first lock's ACL): remove it while it is empty, or open it",
+    { cause: refusal },
+  );
 }
 
 /**

@@ -56,7 +56,7 @@ export async function fencedMulti(zk: ZooKeeperClient, node: FencedNode, lock: s
   }
   // Our own step-down first: a holder that may already have lost the grant
   // writes nothing, without asking the server.
-  if (!node.held) throw notHeld(lock, what, reasonOf(node.signal));
+  if (!node.held) throw notHeld(lock, what, reasonOf(node.signal), causeOf(node.signal));
   let results: MultiResult[];
   try {
     results = await zk.multi([{ op: 'check', path: node.path, version: -1 }, ...ops]);
@@ -78,6 +78,12 @@ export async function fencedMulti(zk: ZooKeeperClient, node: FencedNode, lock: s
 
 function notHeld(lock: string, what: string, reason: LockLostError['reason'], cause?: unknown): LockLostError {
   return new LockLostError(lock, reason, `${lock} is not held (${reason}): ${what}() wrote nothing`, cause === undefined ? {} : { cause });
+}
+
+/** What led to the holding's end (its LockLostError's cause: a connection error), if anything. */
+function causeOf(signal: AbortSignal): unknown {
+  const reason: unknown = signal.reason;
+  return reason instanceof LockLostError ? reason.cause : undefined;
 }
 
 /** Why the holding ended, from its signal's reason (a LockLostError; 'deadline' if it carries none). */

@@ -14,7 +14,7 @@ import { performance } from 'node:perf_hooks';
 import { ConnectionLossError } from '../../../errors.js';
 import type { LossReason } from '../../../errors.js';
 import { StepDownClock, safetyMargin, type Holding } from '../../../step-down.js';
-import type { ZooKeeperClient } from '../client.js';
+import { clientInternals, type ZooKeeperClient } from '../client.js';
 import type { WatchEvent } from '../watches.js';
 import { perClient } from './per-client.js';
 import type { FencingToken } from '../../../token.js';
@@ -41,6 +41,7 @@ export class SessionHoldings {
       kind: 'zookeeper',
       grant: 'session',
       ended: () => (zk.state === 'expired' ? 'session_expired' : zk.state === 'closed' ? 'closed' : null),
+      cause: () => clientInternals.get(zk)?.disconnectedBy() ?? null,
     });
     const end = (reason: LossReason): void => {
       if (this.endedBy === null) {

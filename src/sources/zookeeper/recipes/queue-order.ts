@@ -4,6 +4,7 @@
  * join (see ./queue.ts) and the sequence is the one ZooKeeper appended.
  */
 import { InvalidArgumentError } from '../../../errors.js';
+import { assertLockName } from '../../../sequencer.js';
 import { validatePath } from '../paths.js';
 
 /** What separates a join's guid from the sequence ZooKeeper appends. */
@@ -14,6 +15,8 @@ export function queueParent(root: string, name: string): string {
   if (typeof name !== 'string' || name === '' || name.startsWith('/') || name.endsWith('/')) {
     throw new InvalidArgumentError(`lock name must be a non-empty relative path like "jobs/reindex", got ${JSON.stringify(name)}`);
   }
+  // The name rule of every source (a name a sequencer can carry), then ZooKeeper's path rules.
+  assertLockName(name);
   const parent = `${root}/${name}`;
   validatePath(parent);
   return parent;

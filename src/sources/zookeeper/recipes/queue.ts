@@ -23,7 +23,7 @@ import { joinPath } from '../paths.js';
 import { listChildren, retryOnLoss, whileConnected } from './connection-loss.js';
 import { NODE_DELETED, NODE_DONE, watchOwnNodeNow, type OwnNode } from './holding.js';
 import { MARKER, guidOf, position, sortQueue } from './queue-order.js';
-import { checkParent, isChecked, madeParent, type NodeAcl } from './acl.js';
+import { checkParent, isChecked, madeParent, refusedParent, type NodeAcl } from './acl.js';
 import type { WatchEvent } from '../watches.js';
 
 /**
@@ -72,25 +72,32 @@ export interface QueueEntry extends LockStatusEntry {
 }
 
 /**
- * Create the persistent roots and the container parents of `parent`. A
- * container is reaped by the server once its last child is gone, so it is
- * created on demand every time a create finds it missing.
+ * Create `path` (a lock's container) and, when missing, the persistent roots
+ * and the container nodes above it. A container is reaped by the server once
+ * its last child is gone, so it is created on demand every time a create
+ * finds it missing. `acl` is the one `path` itself is made with (null: open);
+ * the roots and the nodes between them and the container ('jobs' of
+ * 'jobs/reindex') are shared by every lock under them, so they are made open
+ * whatever the lock's ACL (see ./acl.ts).
  */
-async function ensureParents(zk: ZooKeeperClient, parent: string, root: string, acl: NodeAcl | null): Promise<void> {
+async function ensureParents(zk: ZooKeeperClient, path: string, root: string, acl: NodeAcl | null): Promise<void> {
   // Usually only the lock's own container is missing (reaped while the lock
   // was idle): try it first, and walk up only when its parent is missing too.
-  const persistent = root === parent || root.startsWith(`${parent}/`);
+  const persistent = root === path || root.startsWith(`${path}/`);
   const mode = persistent ? 'persistent' : 'container';
+  const up = path.lastIndexOf('/');
   try {
-    // The roots are every lock's, so they are made open (see ./acl.ts); the lock's container takes its ACL.
-    const { stat } = await zk.create(parent, null, acl === null || persistent ? { mode } : { mode, acl: acl.acl });
-    if (acl !== null && !persistent) madeParent(zk, parent, acl, stat.czxid);
+    const { stat } = await zk.create(path, null, acl === null || persistent ? { mode } : { mode, acl: acl.acl });
+    if (acl !== null && !persistent) madeParent(zk, path, acl, stat.czxid);
   } catch (error) {
     if (isCode(error, 'ZK_NODEEXISTS')) return;
-    const up = parent.lastIndexOf('/');
+    // A node between the roots and the container that we may not create under
+    // (someone closed it): say which, not a bare NOAUTH on the path below it.
+    // A root a deployment closed answers NOAUTH, as documented.
+    if (isCode(error, 'ZK_NOAUTH') && up > root.length) throw await refusedParent(zk, path.slice(0, up), error);
     if (!isCode(error, 'ZK_NONODE') || up <= 0) throw error;
-    await ensureParents(zk, parent.slice(0, up), root, acl);
-    await ensureParents(zk, parent, root, acl);
+    await ensureParents(zk, path.slice(0, up), root, null);
+    await ensureParents(zk, path, root, acl);
   }
 }
 
