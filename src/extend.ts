@@ -9,10 +9,15 @@
 export { StepDownClock, safetyMargin } from './step-down.js';
 export type { StepDownSource, Holding, HoldingOptions } from './step-down.js';
 
+// The owner every source names when the caller names none: hostname:pid
+export { DEFAULT_OWNER } from './lock.js';
+
 // A source's identity, asked once per client, and the sequencer of a grant
 export { SourceIdentityCache, grantSequencer } from './source-identity.js';
 // The one well-formedness rule of lock and election names every source checks first
 export { assertLockName } from './sequencer.js';
+// A fence binding's text form, for a store that keeps it as text (S3 metadata)
+export { formatBinding, parseBinding } from './sequencer.js';
 
 // The publishers of the diagnostics channels (their names: CHANNELS in 'fencekeeper')
 export {

@@ -40,7 +40,7 @@ export {
   EffectPendingError,
   EffectFailedError,
 } from './errors.js';
-export { sequencer, fenceBinding, isSequencer, matchesBinding, formatSequencer, parseSequencer } from './sequencer.js';
+export { sequencer, fenceBinding, isSequencer, matchesBinding, formatSequencer, parseSequencer, parseFencing, SEQUENCER_FORMAT } from './sequencer.js';
 export type { Sequencer, SequencerKind, SourceIdentity, FenceBinding } from './sequencer.js';
 export { withLock, currentLock, resolveFencing, CURRENT_LOCK } from './with-lock.js';
 export type { WithLockOptions, Fencing, ResolvedFencing } from './with-lock.js';

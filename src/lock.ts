@@ -22,6 +22,7 @@
  * source's stable identity and the token. A fence bound to a lock
  * (bindFence) admits only sequencers of that lock.
  */
+import { hostname } from 'node:os';
 import type { Sequencer } from './sequencer.js';
 import type { FencingToken } from './token.js';
 
@@ -85,6 +86,14 @@ export interface AcquireOptions {
   /** Who holds it, as operators see it (lockStatus, `fencekeeper status`). Default: hostname:pid. */
   readonly owner?: string;
 }
+
+/**
+ * AcquireOptions.owner's and CampaignOptions.id's default, hostname:pid: the
+ * same for every source, so operators see one name per process whichever
+ * lock service they look in. Computed once: os.hostname() is a system call,
+ * and acquire is a hot path.
+ */
+export const DEFAULT_OWNER = `${hostname()}:${process.pid}`;
 
 /** tryAcquireLock never waits, so it takes no timeout. */
 export type TryAcquireOptions = Omit<AcquireOptions, 'timeoutMs'>;

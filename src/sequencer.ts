@@ -79,6 +79,16 @@ export function matchesBinding(presented: Sequencer, binding: FenceBinding): boo
     && presented.source.kind === binding.source.kind && presented.source.id === binding.source.id;
 }
 
+/**
+ * The text form, one for every place a sequencer or a binding is written
+ * (an HTTP header, S3 metadata, an environment variable):
+ *   sequencer  fk1:<kind>:<source kind>:<source id>:<token>:<name, percent-encoded>
+ *   binding    fk1:<kind>:<source kind>:<source id>:<name, percent-encoded>
+ * A binding is a sequencer without its token. The version prefix keeps both
+ * apart from a bare token (decimal digits), so one field can carry either.
+ */
+export const SEQUENCER_FORMAT = `${VERSION}:<kind>:<source kind>:<source id>:<token>:<name>`;
+
 export function formatSequencer(value: Sequencer): string {
   const s = sequencer(value);
   return [VERSION, s.kind, s.source.kind, s.source.id, formatToken(s.token), encodeURIComponent(s.name)].join(':');
@@ -86,27 +96,52 @@ export function formatSequencer(value: Sequencer): string {
 
 /** Parse the text form `formatSequencer` writes; anything else throws InvalidTokenError. */
 export function parseSequencer(text: string): Sequencer {
-  if (typeof text !== 'string') throw new InvalidTokenError(`a sequencer must be a string, got ${typeof text}`);
-  if (text.length > 4 * MAX_NAME) throw new InvalidTokenError('a sequencer is at most 4096 characters');
-  const parts = text.split(':');
-  if (parts.length !== 6 || parts[0] !== VERSION) {
-    throw new InvalidTokenError(`not a sequencer (${VERSION}:<kind>:<source kind>:<source id>:<token>:<name>): ${preview(text)}`);
-  }
-  const [, kind, sourceKind, sourceId, token, encodedName] = parts as [string, string, string, string, string, string];
-  let name: string;
-  try {
-    name = decodeURIComponent(encodedName);
-  } catch {
-    throw new InvalidTokenError(`a sequencer's name is not valid percent-encoding: ${preview(text)}`);
-  }
-  // One spelling per value: `%2f`, `%41` or a raw character encodeURIComponent would escape are refused.
-  if (encodeURIComponent(name) !== encodedName) throw new InvalidTokenError(`a sequencer's name is not in canonical percent-encoding: ${preview(text)}`);
+  const [kind, sourceKind, sourceId, token, name] = splitText(text, 6, 'sequencer', SEQUENCER_FORMAT) as [string, string, string, string, string];
   try {
     return sequencer({ kind: kind as SequencerKind, name, source: { kind: sourceKind, id: sourceId }, token: parseToken(token) });
   } catch (error) {
     if (error instanceof InvalidTokenError) throw error;
     throw new InvalidTokenError(`not a sequencer: ${(error as Error).message}`, { cause: error });
   }
+}
+
+/** A bare token (decimal) or a sequencer (`fk1:...`), told apart by the version prefix; anything else throws InvalidTokenError. */
+export function parseFencing(text: string): FencingToken | Sequencer {
+  return typeof text === 'string' && text.startsWith(`${VERSION}:`) ? parseSequencer(text) : parseToken(text);
+}
+
+/** A fence binding's text form: a sequencer's without its token. */
+export function formatBinding(value: FenceBinding): string {
+  const b = fenceBinding(value);
+  return [VERSION, b.kind, b.source.kind, b.source.id, encodeURIComponent(b.lock)].join(':');
+}
+
+/** Parse the text form `formatBinding` writes; anything else throws InvalidTokenError. */
+export function parseBinding(text: string): FenceBinding {
+  const [kind, sourceKind, sourceId, lock] = splitText(text, 5, 'fence binding', `${VERSION}:<kind>:<source kind>:<source id>:<name>`) as [string, string, string, string];
+  try {
+    return fenceBinding({ kind: kind as SequencerKind, lock, source: { kind: sourceKind, id: sourceId } });
+  } catch (error) {
+    throw new InvalidTokenError(`not a fence binding: ${(error as Error).message}`, { cause: error });
+  }
+}
+
+/** The fields after the version, the last one (the name) percent-decoded in its one canonical spelling. */
+function splitText(text: string, count: number, what: string, format: string): string[] {
+  if (typeof text !== 'string') throw new InvalidTokenError(`a ${what} must be a string, got ${typeof text}`);
+  if (text.length > 4 * MAX_NAME) throw new InvalidTokenError(`a ${what} is at most 4096 characters`);
+  const parts = text.split(':');
+  if (parts.length !== count || parts[0] !== VERSION) throw new InvalidTokenError(`not a ${what} (${format}): ${preview(text)}`);
+  const encodedName = parts[count - 1] as string;
+  let name: string;
+  try {
+    name = decodeURIComponent(encodedName);
+  } catch {
+    throw new InvalidTokenError(`a ${what}'s name is not valid percent-encoding: ${preview(text)}`);
+  }
+  // One spelling per value: `%2f`, `%41` or a raw character encodeURIComponent would escape are refused.
+  if (encodeURIComponent(name) !== encodedName) throw new InvalidTokenError(`a ${what}'s name is not in canonical percent-encoding: ${preview(text)}`);
+  return [...parts.slice(1, count - 1), name];
 }
 
 function checkKind(kind: unknown): SequencerKind {

@@ -104,11 +104,8 @@
 //   client sends answers 500.
 import { debuglog } from 'node:util';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { InvalidArgumentError, SequencerMismatchError, StaleTokenError, formatToken, parseSequencer, parseToken, type FenceAdmission, type FenceStore, type FencingToken, type Sequencer } from '../../src/index.js';
+import { InvalidArgumentError, SEQUENCER_FORMAT, SequencerMismatchError, StaleTokenError, formatToken, parseFencing, type FenceAdmission, type FenceStore, type FencingToken, type Sequencer } from '../../src/index.js';
 import { publishRefused, traceAdmit } from '../../src/extend.js';
-
-/** How a sequencer's text form begins; a bare token is decimal digits, so the two never meet. */
-const SEQUENCER_PREFIX = 'fk1:';
 import { Fencing, settle } from './context.js';
 import { sendProblem } from './problem.js';
 
@@ -209,14 +206,14 @@ export function fencing<Transaction = undefined>(options: FencingOptions<Transac
     if (text === REPEATED) {
       return sendProblem(res, 400, 'REPEATED_TOKEN', `the ${header} header must appear once`);
     }
-    // A bare token (decimal) or a sequencer (the token with its lock: fk1:<kind>:<source kind>:<source id>:<token>:<name>).
+    // A bare token (decimal) or a sequencer (the token with its lock: SEQUENCER_FORMAT).
     let token: FencingToken;
     let presented: FencingToken | Sequencer;
     try {
-      presented = text.startsWith(SEQUENCER_PREFIX) ? parseSequencer(text) : parseToken(text);
+      presented = parseFencing(text);
       token = typeof presented === 'bigint' ? presented : presented.token;
     } catch {
-      return sendProblem(res, 400, 'INVALID_TOKEN', `the ${header} header must be a decimal integer in 1..9223372036854775807 or a sequencer (${SEQUENCER_PREFIX}<kind>:<source kind>:<source id>:<token>:<name>)`);
+      return sendProblem(res, 400, 'INVALID_TOKEN', `the ${header} header must be a decimal integer in 1..9223372036854775807 or a sequencer (${SEQUENCER_FORMAT})`);
     }
 
     let name: string;

@@ -12,6 +12,19 @@ import { readBigint, run, type Queryable, type Statement } from './database.js';
 // No row back means the WHERE failed: the presented token is stale. The
 // backend's pid comes back too: cancelling a statement the work still has in
 // flight when the admission is abandoned needs it, and asking here costs nothing.
+//
+// Why a second advance statement beside the one that opens a fenced
+// transaction (./fence-advance.ts), and why it checks no binding: it has one
+// caller, restoreAdvance (./fenced-transaction.ts), which re-applies, in a
+// transaction of its own, the advance of a fenced transaction whose commit
+// failed. That advance was admitted already: the opening statement checked
+// the binding in the very transaction that failed. Re-applying it runs no
+// work and admits nothing; it only raises the high-water mark to a token the
+// fence took, so the one thing a binding check could change here (a binding
+// made in between, to another lock) would be answered by refusing to raise a
+// mark, and a raised mark can only refuse more stale writes, never let one
+// through. The opening statement's binding check and its equal-token row lock
+// serve a transaction that is about to run work; this one does not.
 export const ADVANCE = `INSERT INTO fencekeeper_fences AS f (resource, token, previous_token, updated_at)
 VALUES ($1, $2, NULL, now())
 ON CONFLICT (resource) DO UPDATE

@@ -20,32 +20,20 @@
 // If-Match through), and a prefix cannot be bound as a whole (it has no
 // object of its own): bind each key, with its first write if need be.
 //
-// Text form: fk1:<kind>:<source kind>:<source id>:<lock name, percent-encoded>,
-// a sequencer's text form without its token (../../src/sequencer.ts).
+// Text form: the core's formatBinding (a sequencer's text form without its
+// token).
 import { CorruptFenceError, InvalidArgumentError, SequencerMismatchError, fenceBinding, matchesBinding, type FenceBinding, type ResolvedFencing } from '../../src/index.js';
-import { publishRefused } from '../../src/extend.js';
+import { formatBinding, parseBinding as parseBindingText, publishRefused } from '../../src/extend.js';
 
 /** The lock the key's fence is bound to (absent: never bound). */
 export const BINDING_METADATA = 'fencing-lock';
 
-export function formatBinding(binding: FenceBinding): string {
-  return ['fk1', binding.kind, binding.source.kind, binding.source.id, encodeURIComponent(binding.lock)].join(':');
-}
-
 /** Parse the stored binding; anything else fails closed (CorruptFenceError: never overwritten). */
 export function parseBinding(resource: string, text: string): FenceBinding {
-  const parts = text.split(':');
-  const corrupt = (): CorruptFenceError =>
-    new CorruptFenceError(resource, `${resource} carries ${BINDING_METADATA} metadata that is not a lock binding (${JSON.stringify(text.slice(0, 60))}); refusing to overwrite or trust it (fail closed)`);
-  if (parts.length !== 5 || parts[0] !== 'fk1') throw corrupt();
-  const [, kind, sourceKind, sourceId, encoded] = parts as [string, string, string, string, string];
   try {
-    const lock = decodeURIComponent(encoded);
-    if (encodeURIComponent(lock) !== encoded) throw corrupt();
-    return fenceBinding({ kind: kind as FenceBinding['kind'], lock, source: { kind: sourceKind, id: sourceId } });
-  } catch (error) {
-    if (error instanceof CorruptFenceError) throw error;
-    throw corrupt();
+    return parseBindingText(text);
+  } catch {
+    throw new CorruptFenceError(resource, `${resource} carries ${BINDING_METADATA} metadata that is not a lock binding (${JSON.stringify(text.slice(0, 60))}); refusing to overwrite or trust it (fail closed)`);
   }
 }
 

@@ -64,20 +64,20 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
   fencekeeper: {
     functions: [
       'parseToken', 'formatToken', 'assertToken', 'withLock',
-      'sequencer', 'isSequencer', 'parseSequencer', 'formatSequencer', 'resolveFencing',
+      'sequencer', 'isSequencer', 'parseSequencer', 'formatSequencer', 'parseFencing', 'resolveFencing',
       'currentLock', 'fenceBinding', 'matchesBinding',
     ],
     classes: [...ERROR_CLASSES],
-    values: ['MAX_TOKEN', 'CHANNELS', 'TRACING_CHANNELS', 'CURRENT_LOCK', 'RUN_WITHIN'],
+    values: ['MAX_TOKEN', 'CHANNELS', 'TRACING_CHANNELS', 'CURRENT_LOCK', 'RUN_WITHIN', 'SEQUENCER_FORMAT'],
   },
   'fencekeeper/extend': {
     functions: [
-      'safetyMargin', 'grantSequencer', 'assertLockName',
+      'safetyMargin', 'grantSequencer', 'assertLockName', 'formatBinding', 'parseBinding',
       'traceAcquire', 'traceRelease', 'traceCampaign', 'traceAdmit', 'traceEffect', 'traceFencedWrite', 'traceWithFence',
       'traceS3Put', 'traceS3Delete', 'publishSessionState', 'publishRefused', 'publishUnknownOutcome',
     ],
     classes: ['StepDownClock', 'SourceIdentityCache'],
-    values: [],
+    values: ['DEFAULT_OWNER'],
   },
   'fencekeeper/zookeeper': {
     functions: [

@@ -5,7 +5,8 @@
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { InvalidArgumentError, InvalidTokenError, MAX_TOKEN, formatSequencer, matchesBinding, parseSequencer, resolveFencing, sequencer, CURRENT_LOCK, NoCurrentLockError } from '../../src/index.js';
-import { assertLockName } from '../../src/extend.js';
+import { assertLockName, formatBinding, parseBinding } from '../../src/extend.js';
+import { SEQUENCER_FORMAT, parseFencing } from '../../src/index.js';
 import { fencingHeaders } from '../../adapters/express/index.js';
 import { queueParent } from '../../src/sources/zookeeper/recipes/queue-order.js';
 
@@ -81,6 +82,30 @@ describe('sequencer text form', () => {
     expect(() => resolveFencing(CURRENT_LOCK)).toThrow(NoCurrentLockError);
     expect(() => resolveFencing('7')).toThrow(InvalidTokenError);
     expect(() => resolveFencing({ ...base, token: 0n })).toThrow(InvalidTokenError);
+  });
+});
+
+describe('one text form for sequencers and bindings', () => {
+  const source = { kind: 'zookeeper', id: 'ens-1' };
+  it('a binding is a sequencer\'s text without its token, and round-trips', () => {
+    const s = sequencer({ kind: 'lock', name: 'jobs/reindex 1', source, token: 42n });
+    const b = { kind: 'lock' as const, lock: 'jobs/reindex 1', source };
+    expect(formatBinding(b)).toBe(formatSequencer(s).replace(':42:', ':'));
+    expect(parseBinding(formatBinding(b))).toEqual(b);
+    expect(SEQUENCER_FORMAT.startsWith('fk1:')).toBe(true);
+  });
+
+  it('parseBinding refuses what is not a binding, as parseSequencer does (InvalidTokenError)', () => {
+    for (const text of ['fk1:lock:zookeeper:ens-1:42:jobs', 'fk2:lock:zookeeper:ens-1:jobs', 'fk1:lock:zookeeper:ens-1:%2fjobs', 'fk1:nope:zookeeper:ens-1:jobs', '']) {
+      expect(() => parseBinding(text), text).toThrow(InvalidTokenError);
+    }
+  });
+
+  it('parseFencing tells a bare token from a sequencer by the prefix', () => {
+    expect(parseFencing('42')).toBe(42n);
+    expect(parseFencing(formatSequencer(sequencer({ kind: 'lock', name: 'a', source, token: 7n })))).toEqual({ kind: 'lock', name: 'a', source, token: 7n });
+    expect(() => parseFencing('fk1:lock')).toThrow(InvalidTokenError);
+    expect(() => parseFencing('07')).toThrow(InvalidTokenError);
   });
 });
 

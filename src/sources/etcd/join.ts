@@ -4,16 +4,13 @@
  * caller hears of it (a key put by a transaction whose reply was lost too:
  * its name is this join's own, so deleting it is always safe).
  */
-import { hostname } from 'node:os';
 import { LockLostError, LockTimeoutError } from '../../index.js';
-import { safetyMargin } from '../../extend.js';
+import { DEFAULT_OWNER, safetyMargin } from '../../extend.js';
 import type { EtcdClient } from './client.js';
 import { checkName, checkWaitOptions } from './input.js';
 import { join, joinIfEmpty, leave, planJoin, untilLeaseEnds, waitForTurn, type JoinPlan, type Joined, type QueueKey } from './queue.js';
 import { etcdSession, type Lease } from './session.js';
 
-/** Computed once: os.hostname() is a system call, and acquire is a hot path. */
-export const DEFAULT_OWNER = `${hostname()}:${process.pid}`;
 
 export interface JoinRequest<T> {
   readonly root: string;

@@ -1,7 +1,6 @@
 // Every argument checked before the first command: a bad call changes nothing.
-import { hostname } from 'node:os';
 import { InvalidArgumentError, type AcquireOptions } from '../../index.js';
-import { assertLockName, safetyMargin } from '../../extend.js';
+import { DEFAULT_OWNER, assertLockName, safetyMargin } from '../../extend.js';
 import type { RedisClient } from './client.js';
 
 /** The settings of a Redis or Redlock source, fixed when it is made. */
@@ -43,8 +42,8 @@ export const DEFAULT_TTL_MS = 10_000;
 export const MAX_TTL_MS = 2_147_483_647;
 
 let owner: string | undefined;
-/** hostname:pid, asked of the system (and checked) once. */
-const defaultOwner = (): string => (owner ??= checkOwner(`${hostname()}:${process.pid}`));
+/** DEFAULT_OWNER (hostname:pid), checked once: a host name could carry a control character. */
+const defaultOwner = (): string => (owner ??= checkOwner(DEFAULT_OWNER));
 const MAX_NAME_BYTES = 512;
 
 /** The name checkName last passed: a process that takes one lock again and again checks it once. */

@@ -11,7 +11,8 @@ import type { ZooKeeperAcquireOptions, ZooKeeperCampaignOptions } from './acl-op
 import type { FencingToken } from '../../../token.js';
 import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
 import { HeldNode } from './held-node.js';
-import { DEFAULT_OWNER, joinAndWait } from './join.js';
+import { DEFAULT_OWNER } from '../../../lock.js';
+import { joinAndWait } from './join.js';
 import { QueueObserver } from './observer.js';
 import type { QueueNode } from './queue.js';
 import { zookeeperSourceIds } from './source-id.js';

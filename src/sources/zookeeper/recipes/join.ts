@@ -3,8 +3,8 @@
  * and the election (an election is a lock that is held for longer). Any way
  * out other than a grant removes our node before the caller hears of it.
  */
-import { hostname } from 'node:os';
 import { ClientClosedError, InvalidArgumentError, LockLostError, SessionExpiredError } from '../../../errors.js';
+import { DEFAULT_OWNER } from '../../../lock.js';
 import type { ZooKeeperAcquireOptions } from './acl-options.js';
 import { checkParent, isChecked, nodeAclFor, type NodeAcl } from './acl.js';
 import type { ClientState, ZooKeeperClient } from '../client.js';
@@ -14,8 +14,6 @@ import { abandon, enqueue, waitForTurn, withoutStrays, type QueueNode } from './
 import { position, queueParent } from './queue-order.js';
 import { Stopper } from './stopper.js';
 
-/** Computed once: os.hostname() is a system call, and acquire is a hot path. */
-export const DEFAULT_OWNER = `${hostname()}:${process.pid}`;
 
 export interface Join<T> {
   /** The queue's root: the locks' or the elections'. */
