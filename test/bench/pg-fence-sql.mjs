@@ -3,14 +3,14 @@
 // plain BEGIN / UPDATE / COMMIT, on one pool, taking turns (pg-rounds.mjs):
 //   tx    the plain transaction
 //   sel1  BEGIN; SELECT 1                     (the cheapest statement of its own)
-//   adv   BEGIN; EXECUTE the fence statement  (fence-advance.ts OPEN_ADVANCE: the upsert,
+//   adv   BEGIN; EXECUTE the fence statement  (fence/advance.ts OPEN_ADVANCE: the upsert,
 //                                              an equal token locks the row without rewriting it)
 //   cte   one statement: SELECT ... FOR NO KEY UPDATE of the row when it carries the equal
 //         token, at READ COMMITTED, with a passing binding; the upsert only when that finds
 //         no row (the same outcomes: no row for the equal token, the row otherwise)
-//   lck   only that SELECT ... FOR NO KEY UPDATE (fence-advance.ts OPEN_EQUAL, the probe
+//   lck   only that SELECT ... FOR NO KEY UPDATE (fence/advance.ts OPEN_EQUAL, the probe
 //         withFence and the store now open an equal token with: a fence only together with
-//         the fall-back to the upsert when it finds no row, which fence-open.ts sends next)
+//         the fall-back to the upsert when it finds no row, which fence/open.ts sends next)
 //   nobind  lck without the binding check (MODES=... to run it; not a fence either)
 //   bare    the row lock alone: no mark, binding or isolation checked
 // Server CPU per transaction is the figure to read.
@@ -32,7 +32,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { measureModes, ratioText, summarize } from './pg-rounds.mjs';
 const { migrate } = await import('../../dist/adapters/postgres/index.js');
-const { OPEN_ADVANCE } = await import('../../dist/adapters/postgres/fence-advance.js');
+const { OPEN_ADVANCE } = await import('../../dist/adapters/postgres/fence/advance.js');
 const url = process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test';
 const schema = `fk_pgsql_${randomBytes(4).toString('hex')}`;
 const admin = new pg.Pool({ connectionString: url, max: 1 });

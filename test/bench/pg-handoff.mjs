@@ -3,7 +3,7 @@
 // CONSTRAINTS ...; RELEASE SAVEPOINT; COMMIT`) goes out, is the next
 // admission's open (`BEGIN; EXECUTE <fence statement>; SAVEPOINT`) already
 // in PostgreSQL, waiting on the row lock, so that the lock passes with no
-// client round trip in the gap? The store's wait line (wait-line.ts) sends
+// client round trip in the gap? The store's wait line (fence/wait-line.ts) sends
 // the next open once the holder's open has been answered; this measures
 // when it actually leaves, for fencing() + the store on one hot resource and
 // for the same route sending the same messages by hand (no library code; the
@@ -51,7 +51,7 @@ async function serve(schema) {
   const { default: pg } = await import('pg');
   const { fencing } = await import(`${dist}/adapters/express/index.js`);
   const { PostgresFenceStore } = await import(`${dist}/adapters/postgres/index.js`);
-  const { OPEN_ADVANCE } = await import(`${dist}/adapters/postgres/fence-advance.js`);
+  const { OPEN_ADVANCE } = await import(`${dist}/adapters/postgres/fence/advance.js`).catch(() => import(`${dist}/adapters/postgres/fence-advance.js`)) // a baseline built before the feature folders;
   const options = `-c search_path=${schema}${asyncCommit ? ' -c synchronous_commit=off' : ''}`;
   const pool = new pg.Pool({ connectionString: url, max: connections, idleTimeoutMillis: 0, options });
   /** Every open and close sent: { kind, pid, sent, answered }. */

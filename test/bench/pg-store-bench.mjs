@@ -14,7 +14,7 @@
 //                           `SET CONSTRAINTS ALL IMMEDIATE; RELEASE SAVEPOINT; COMMIT`
 //                           (every mark starts at the bench's token, so every admission is
 //                           the same holder again: the store opens with the probe, the
-//                           equal token's row lock without the upsert, fence-open.ts);
+//                           equal token's row lock without the upsert, fence/open.ts);
 //                         - as one message (all six statements together: no client could do less);
 //                         - as four messages (BEGIN, the upsert, SAVEPOINT, the close: how
 //                           the store sent them before the open became one message and
@@ -78,11 +78,11 @@ async function serve(schema) {
   app.get('/hot', fencing({ store, resource: 'bench-hot' }), empty);
   app.get('/many', fencing({ store, resource: () => `bench-many-${1 + Math.floor(Math.random() * RESOURCES)}` }), empty);
   // The store's two messages by hand, on the same pool, with no fencing() and no store code: what the
-  // library adds is the store's figure against this one. Like the store (wait-line.ts), one request per
+  // library adds is the store's figure against this one. Like the store (fence/wait-line.ts), one request per
   // resource is sent to wait on the row, the next once its open has been answered; without that, 32
   // waiters on one row cost PostgreSQL far more per commit than either, and the comparison would
   // measure that. The token is the bench's, the handler the same empty one.
-  const { OPEN_ADVANCE, OPEN_EQUAL } = await import(`${dist}/adapters/postgres/fence-advance.js`);
+  const { OPEN_ADVANCE, OPEN_EQUAL } = await import(`${dist}/adapters/postgres/fence/advance.js`).catch(() => import(`${dist}/adapters/postgres/fence-advance.js`)) // a baseline built before the feature folders;
   const handPrepared = new WeakSet();
   const handLines = new Map(); // resource -> the promise of the open before ours
   const byHand = (pick) => async (_req, res) => {
@@ -139,9 +139,9 @@ async function measure() {
   const { default: autocannon } = await import('autocannon');
   const { default: pg } = await import('pg');
   const { migrate } = await import(`${dist}/adapters/postgres/index.js`);
-  // The very texts the store prepares on each of its connections (fence-open.ts), from the build the server runs
+  // The very texts the store prepares on each of its connections (fence/open.ts), from the build the server runs
   // (OPEN_EQUAL: undefined in a build from before the probe, which opened with the upsert alone).
-  const { OPEN_ADVANCE, OPEN_EQUAL } = await import(`${dist}/adapters/postgres/fence-advance.js`);
+  const { OPEN_ADVANCE, OPEN_EQUAL } = await import(`${dist}/adapters/postgres/fence/advance.js`).catch(() => import(`${dist}/adapters/postgres/fence-advance.js`)) // a baseline built before the feature folders;
   const loadAtStart = loadavg().map((l) => l.toFixed(2)).join(' ');
   const run = promisify(execFile);
   const delay = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -180,7 +180,7 @@ async function measure() {
   let child;
   try {
     await migrate(admin);
-    // The marks start at the bench's token: every admission is the same holder again, the store's probe (fence-open.ts) from its second on.
+    // The marks start at the bench's token: every admission is the same holder again, the store's probe (fence/open.ts) from its second on.
     await admin.query(`INSERT INTO fencekeeper_fences (resource, token) SELECT 'bench-many-' || g, ${TOKEN} FROM generate_series(1, ${RESOURCES}) g`);
     await admin.query(`INSERT INTO fencekeeper_fences (resource, token) VALUES ('bench-hot', ${TOKEN})`);
 

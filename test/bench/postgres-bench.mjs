@@ -50,12 +50,15 @@ import { measureModes, ratioText, summarize } from './pg-rounds.mjs';
 
 const adapterPath = process.env.FK_POSTGRES_ADAPTER ?? new URL('../../dist/adapters/postgres/index.js', import.meta.url).href;
 const { migrate, fencedUpdate, withFence } = await import(adapterPath);
-// The fence statement withFence prepares on each connection (fence-open.ts), for the `statements` mode:
-// fence-advance.js's (an equal token only locks the row), or fence-row.js's in a build from before it.
-const FENCE_STATEMENT = await import(new URL('fence-advance.js', adapterPath).href)
-  .then((m) => m.OPEN_ADVANCE, async () => (await import(new URL('fence-row.js', adapterPath).href)).ADVANCE_CHECKED);
+// The fence statement withFence prepares on each connection (fence/open.ts), for the `statements` mode:
+// fence/advance.js's (an equal token only locks the row); in builds from before the feature folders
+// fence-advance.js's, and in builds from before the probe fence-row.js's.
+const advanceModule = await import(new URL('fence/advance.js', adapterPath).href)
+  .catch(() => import(new URL('fence-advance.js', adapterPath).href))
+  .catch(() => undefined);
+const FENCE_STATEMENT = advanceModule?.OPEN_ADVANCE ?? (await import(new URL('fence-row.js', adapterPath).href)).ADVANCE_CHECKED;
 // The probe withFence opens with once this process has admitted the token on the row (undefined in a build without it).
-const EQUAL_STATEMENT = await import(new URL('fence-advance.js', adapterPath).href).then((m) => m.OPEN_EQUAL, () => undefined);
+const EQUAL_STATEMENT = advanceModule?.OPEN_EQUAL;
 const baselinePath = process.env.FK_POSTGRES_BASELINE;
 const baseline = baselinePath === undefined ? undefined : (await import(baselinePath)).withFence;
 
@@ -137,7 +140,7 @@ const MODES = {
         if (probed[1].rowCount !== 1) await client.query(`ROLLBACK; BEGIN; EXECUTE bench_fence${args}; SAVEPOINT fencekeeper_fenced`);
       } else {
         const opened = await client.query(`BEGIN; EXECUTE bench_fence${args}; SAVEPOINT fencekeeper_fenced`);
-        // Admitted: no row (the equal token, fence-advance.js), or a row carrying our token (the statement before it).
+        // Admitted: no row (the equal token, fence/advance.js), or a row carrying our token (the statement before it).
         const row = opened[1].rows[0];
         if (row !== undefined && row.token !== undefined && row.token !== String(TOKEN)) throw new Error('the bench\'s fence statement was refused');
         admitted.add(id);

@@ -72,6 +72,8 @@ describe('README: how the code is laid out', () => {
       ...tree('src/testing', 0),
       ...tree('src/cli', 0).filter((p) => !/\/(commands|services|demo)\//.test(p)),
       ...readdirSync(`${ROOT}adapters`).map((e) => `adapters/${e}`),
+      ...tree('adapters/postgres', 0).filter((p) => !p.endsWith('.md')),
+      ...tree('adapters/express', 0),
       ...readdirSync(`${ROOT}test`).filter((e) => statSync(`${ROOT}test/${e}`).isDirectory()).map((e) => `test/${e}`),
     ];
     expect(wanted.filter((path) => !named.has(path))).toEqual([]);

@@ -1,8 +1,8 @@
 // For people who already write Kysely queries: add the fence to their own
 // update builder instead of switching to fencedUpdate().
-import { InvalidArgumentError, formatToken, resolveFencing, type Fencing } from '../../src/index.js';
-import { bindingValues } from './fence-row.js';
-import { assertIdentifier, quoteIdentifier } from './identifiers.js';
+import { InvalidArgumentError, formatToken, resolveFencing, type Fencing } from '../../../src/index.js';
+import { bindingValues } from '../fence/row.js';
+import { assertIdentifier, quoteIdentifier } from '../identifiers.js';
 
 /** The part of Kysely's UpdateQueryBuilder fenced() calls (any builder fits). */
 export interface FenceableUpdate {

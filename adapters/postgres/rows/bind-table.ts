@@ -1,14 +1,14 @@
 // bindTable(): record, once, which lock guards a table that carries its own
 // token column, in fencekeeper_table_bindings (migration 007). From then on
 // every row helper's statement on that table (fencedUpdate, fencedInsert,
-// fencedUpsert, fencedDelete in rows.ts) carries the check built here: a
+// fencedUpsert, fencedDelete in ./fenced-rows.ts) carries the check built here: a
 // NOT EXISTS against the binding row, inside the write itself, so there is no
 // extra round trip and no moment between the check and the write.
-import { FenceAlreadyBoundError, SequencerMismatchError, fenceBinding, matchesBinding, type FenceBinding, type ResolvedFencing } from '../../src/index.js';
-import { run, type Database } from './database.js';
-import { bindingFrom, bindingRefuses, bindingValues } from './fence-row.js';
-import { quoteLiteral, quoteTable } from './identifiers.js';
-import { inTransaction } from './migrate.js';
+import { FenceAlreadyBoundError, SequencerMismatchError, fenceBinding, matchesBinding, type FenceBinding, type ResolvedFencing } from '../../../src/index.js';
+import { run, type Database } from '../database.js';
+import { bindingFrom, bindingRefuses, bindingValues } from '../fence/row.js';
+import { quoteLiteral, quoteTable } from '../identifiers.js';
+import { inTransaction } from '../migrate.js';
 
 const INSERT = `INSERT INTO fencekeeper_table_bindings (relation, kind, lock, source_kind, source_id)
 VALUES ($1::regclass, $2, $3, $4, $5) ON CONFLICT (relation) DO NOTHING`;

@@ -2,11 +2,11 @@
 // row's lock, or a statement a store admission's work still has in flight.
 // A statement is cancelled on the server with pg_cancel_backend(pid) from a
 // second connection; pg.Pool and Kysely both hand out only pooled ones.
-import type { FencingToken, ResolvedFencing } from '../../src/index.js';
-import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type PgPoolClient, type Queryable, type Statement } from './database.js';
-import { advanceInTransaction } from './fence-advance.js';
-import type { Advanced } from './fence-row.js';
-import { ABANDON } from './fenced-transaction.js';
+import type { FencingToken, ResolvedFencing } from '../../../src/index.js';
+import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type PgPoolClient, type Queryable, type Statement } from '../database.js';
+import { advanceInTransaction } from './advance.js';
+import type { Advanced } from './row.js';
+import { ABANDON } from './transaction.js';
 
 const ABORTED: unique symbol = Symbol('aborted');
 

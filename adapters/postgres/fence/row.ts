@@ -1,7 +1,7 @@
 // The fence row: advancing a resource's high-water mark in fencekeeper_fences.
 // Shared by withFence() and PostgresFenceStore.
-import { SequencerMismatchError, StaleTokenError, formatToken, matchesBinding, type FenceBinding, type FencingToken, type ResolvedFencing, type Sequencer, type SequencerKind } from '../../src/index.js';
-import { readBigint, run, type Queryable, type Statement } from './database.js';
+import { SequencerMismatchError, StaleTokenError, formatToken, matchesBinding, type FenceBinding, type FencingToken, type ResolvedFencing, type Sequencer, type SequencerKind } from '../../../src/index.js';
+import { readBigint, run, type Queryable, type Statement } from '../database.js';
 
 // One statement: insert the first mark, or advance it when ours is not
 // smaller. ON CONFLICT DO UPDATE takes the row lock even when its WHERE fails,
@@ -14,8 +14,8 @@ import { readBigint, run, type Queryable, type Statement } from './database.js';
 // flight when the admission is abandoned needs it, and asking here costs nothing.
 //
 // Why a second advance statement beside the one that opens a fenced
-// transaction (./fence-advance.ts), and why it checks no binding: it has one
-// caller, restoreAdvance (./fenced-transaction.ts), which re-applies, in a
+// transaction (./advance.ts), and why it checks no binding: it has one
+// caller, restoreAdvance (./transaction.ts), which re-applies, in a
 // transaction of its own, the advance of a fenced transaction whose commit
 // failed. That advance was admitted already: the opening statement checked
 // the binding in the very transaction that failed. Re-applying it runs no
@@ -70,14 +70,14 @@ export async function currentFence(db: Queryable, resource: string): Promise<Fen
 /**
  * True when a binding row `b` does not admit the presented lock: a bare token
  * (`kind` NULL) is refused by any binding, a sequencer by one of another
- * kind, lock or source. Shared by the fence's check (./fence-advance.ts) and
- * the table's (./bind-table.ts); the arguments are SQL expressions.
+ * kind, lock or source. Shared by the fence's check (./advance.ts) and
+ * the table's (../rows/bind-table.ts); the arguments are SQL expressions.
  */
 export function bindingRefuses(kind: string, lock: string, sourceKind: string, sourceId: string): string {
   return `(${kind} IS NULL OR (b.kind, b.lock, b.source_kind, b.source_id) IS DISTINCT FROM (${kind}, ${lock}, ${sourceKind}, ${sourceId}))`;
 }
 
-/** The presented lock as the four binding parameters of the checked advance (./fence-advance.ts), NULL for a bare token. */
+/** The presented lock as the four binding parameters of the checked advance (./advance.ts), NULL for a bare token. */
 export function bindingValues(presented: Sequencer | null): [string | null, string | null, string | null, string | null] {
   return presented === null ? [null, null, null, null] : [presented.kind, presented.name, presented.source.kind, presented.source.id];
 }

@@ -40,10 +40,10 @@
 // conflict is looked for (SQLSTATE 23502 on fencekeeper_fences.token): no row
 // is inserted, updated or locked, and the transaction is aborted. A bare
 // token passes a fence that was never bound. The refusal then reads which
-// binding refused it (fence-row.ts, FENCE_STATE) after rolling back.
-import { StaleTokenError, formatToken, type FencingToken, type ResolvedFencing } from '../../src/index.js';
-import { readBigint, run, sqlState, type Queryable } from './database.js';
-import { bindingRefuses, bindingValues, type Advanced } from './fence-row.js';
+// binding refused it (./row.ts, FENCE_STATE) after rolling back.
+import { StaleTokenError, formatToken, type FencingToken, type ResolvedFencing } from '../../../src/index.js';
+import { readBigint, run, sqlState, type Queryable } from '../database.js';
+import { bindingRefuses, bindingValues, type Advanced } from './row.js';
 
 const MISMATCHED = (resource: string, kind: string, lock: string, sourceKind: string, sourceId: string): string => `EXISTS (
   SELECT 1 FROM fencekeeper_fence_bindings b

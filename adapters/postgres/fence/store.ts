@@ -1,13 +1,13 @@
 // PostgresFenceStore: the core's FenceStore on fencekeeper_fences, for the
 // Express middleware (or anything else that admits requests by token).
-import { CommitFailedError, InvalidArgumentError, resolveFencing, type FenceAdmission, type FenceStore, type Fencing, type FencingToken, type ResolvedFencing } from '../../src/index.js';
+import { CommitFailedError, InvalidArgumentError, resolveFencing, type FenceAdmission, type FenceStore, type Fencing, type FencingToken, type ResolvedFencing } from '../../../src/index.js';
 import { CancelledWait, advanceCancellably, cancelStatement, connectCancellably, whileCancellable } from './cancel.js';
-import { openFenced, sendOn, type Opened } from './fence-open.js';
-import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type TransactionOf } from './database.js';
-import { isRefusalError } from './fence-advance.js';
-import { currentFence, refusal } from './fence-row.js';
-import { OPEN_SAVEPOINT, ROLL_BACK, abandon, closeFenced, failedClose, keepAfterFailure, rollback, sender, type Ending } from './fenced-transaction.js';
-import { checkResource } from './identifiers.js';
+import { openFenced, sendOn, type Opened } from './open.js';
+import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type TransactionOf } from '../database.js';
+import { isRefusalError } from './advance.js';
+import { currentFence, refusal } from './row.js';
+import { OPEN_SAVEPOINT, ROLL_BACK, abandon, closeFenced, failedClose, keepAfterFailure, rollback, sender, type Ending } from './transaction.js';
+import { checkResource } from '../identifiers.js';
 import { WaitLine } from './wait-line.js';
 
 /**

@@ -22,12 +22,12 @@
 // a bare token, writes nothing, with no extra round trip on success (which one
 // it was is read on the refusal path only). On a table never bound they
 // compare numbers only, as before: bare tokens and sequencers alike.
-import { SequencerMismatchError, StaleTokenError, formatToken, resolveFencing, type Fencing, type FencingToken, type ResolvedFencing } from '../../src/index.js';
-import { publishRefused, traceFencedWrite } from '../../src/extend.js';
+import { SequencerMismatchError, StaleTokenError, formatToken, resolveFencing, type Fencing, type FencingToken, type ResolvedFencing } from '../../../src/index.js';
+import { publishRefused, traceFencedWrite } from '../../../src/extend.js';
 import { BINDING_COLUMNS, bindingAdmits, bindingJoin, presentedLock, tableMismatch } from './bind-table.js';
-import { readBigint, run, sqlState, statementName, type Queryable } from './database.js';
-import { assertIdentifier, checkColumnValues, checkColumns, checkKey, quoteIdentifier, quoteTable } from './identifiers.js';
-import { InvalidArgumentError } from '../../src/index.js';
+import { readBigint, run, sqlState, statementName, type Queryable } from '../database.js';
+import { assertIdentifier, checkColumnValues, checkColumns, checkKey, quoteIdentifier, quoteTable } from '../identifiers.js';
+import { InvalidArgumentError } from '../../../src/index.js';
 
 export interface FencedUpdateOptions {
   /** `table` or `schema.table`; quoted as written (case matters). */

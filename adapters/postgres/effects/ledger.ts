@@ -4,8 +4,8 @@
 //
 // Timestamps travel as epoch milliseconds in text (like tokens, ::text
 // casts), so a user's global pg type parsers never see them.
-import { CorruptFenceError, formatToken, type FencingToken } from '../../src/index.js';
-import { readBigint, run, type Queryable, type Statement } from './database.js';
+import { CorruptFenceError, formatToken, type FencingToken } from '../../../src/index.js';
+import { readBigint, run, type Queryable, type Statement } from '../database.js';
 
 export type EffectState = 'pending' | 'succeeded' | 'failed';
 

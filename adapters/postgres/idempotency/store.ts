@@ -3,10 +3,10 @@
 // idempotency() middleware, or anything else that implements the
 // Idempotency-Key header draft on a shared database.
 import { randomUUID } from 'node:crypto';
-import { InvalidArgumentError, type IdempotencyClaim, type IdempotencyLookup, type IdempotencyScopeKey, type IdempotencyStore, type StoredResponse } from '../../src/index.js';
-import { isKysely, isPgQueryable, run, type Database, type Queryable, type Statement } from './database.js';
-import { checkDatabase, checkObject, checkText, optionalInteger } from './effects-input.js';
-import { describe } from './identifiers.js';
+import { InvalidArgumentError, type IdempotencyClaim, type IdempotencyLookup, type IdempotencyScopeKey, type IdempotencyStore, type StoredResponse } from '../../../src/index.js';
+import { isKysely, isPgQueryable, run, type Database, type Queryable, type Statement } from '../database.js';
+import { checkDatabase, checkObject, checkText, optionalInteger } from '../effects/input.js';
+import { describe } from '../identifiers.js';
 
 export interface PostgresIdempotencyStoreOptions {
   /**

@@ -1,9 +1,9 @@
-import { InvalidArgumentError, SequencerMismatchError, StaleTokenError, resolveFencing, type Fencing, type ResolvedFencing } from '../../src/index.js';
-import { publishRefused, traceWithFence } from '../../src/extend.js';
-import { guardClient, isKysely, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from './database.js';
-import { StaleRefusal, openFenced, openFencedKysely } from './fence-open.js';
-import { ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './fenced-transaction.js';
-import { checkResource } from './identifiers.js';
+import { InvalidArgumentError, SequencerMismatchError, StaleTokenError, resolveFencing, type Fencing, type ResolvedFencing } from '../../../src/index.js';
+import { publishRefused, traceWithFence } from '../../../src/extend.js';
+import { guardClient, isKysely, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from '../database.js';
+import { StaleRefusal, openFenced, openFencedKysely } from './open.js';
+import { ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './transaction.js';
+import { checkResource } from '../identifiers.js';
 
 /**
  * Run `work` in one transaction that first advances the fence of `resource` to

@@ -28,9 +28,9 @@
 // with a smaller token can be admitted: that window is documented, not closed.
 import { channel } from 'node:diagnostics_channel';
 import { debuglog } from 'node:util';
-import { CHANNELS, CommitFailedError, StaleTokenError, WorkNotCommittedError, type FencingToken } from '../../src/index.js';
-import { asError, isKysely, isSerializationFailure, rawQuery, sqlState, type PgQueryable, type PgQueryResult, type Queryable } from './database.js';
-import { advanceFence } from './fence-row.js';
+import { CHANNELS, CommitFailedError, StaleTokenError, WorkNotCommittedError, type FencingToken } from '../../../src/index.js';
+import { asError, isKysely, isSerializationFailure, rawQuery, sqlState, type PgQueryable, type PgQueryResult, type Queryable } from '../database.js';
+import { advanceFence } from './row.js';
 
 const SAVEPOINT = 'fencekeeper_fenced';
 

@@ -5,8 +5,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { debuglog } from 'node:util';
-import { FenceReleasedError, type FenceAdmission, type FenceStore, type FencingToken } from '../../src/index.js';
-import { sendProblem } from './problem.js';
+import { FenceReleasedError, type FenceAdmission, type FenceStore, type FencingToken } from '../../../src/index.js';
+import { sendProblem } from '../problem.js';
 import { WaitForGraph, type FenceKey } from './wait-for.js';
 
 const debug = debuglog('fencekeeper');

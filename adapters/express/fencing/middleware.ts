@@ -104,10 +104,10 @@
 //   client sends answers 500.
 import { debuglog } from 'node:util';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { InvalidArgumentError, SEQUENCER_FORMAT, SequencerMismatchError, StaleTokenError, formatToken, parseFencing, type FenceAdmission, type FenceStore, type FencingToken, type Sequencer } from '../../src/index.js';
-import { publishRefused, traceAdmit } from '../../src/extend.js';
+import { InvalidArgumentError, SEQUENCER_FORMAT, SequencerMismatchError, StaleTokenError, formatToken, parseFencing, type FenceAdmission, type FenceStore, type FencingToken, type Sequencer } from '../../../src/index.js';
+import { publishRefused, traceAdmit } from '../../../src/extend.js';
 import { Fencing, settle } from './context.js';
-import { sendProblem } from './problem.js';
+import { sendProblem } from '../problem.js';
 
 const debug = debuglog('fencekeeper');
 

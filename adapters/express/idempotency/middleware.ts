@@ -3,7 +3,7 @@
 // timeout, a reset connection) sends the request again with the same key,
 // and gets the first answer again instead of a second execution.
 //
-// Per request carrying an Idempotency-Key (section 2.1; see idempotency-key.ts):
+// Per request carrying an Idempotency-Key (section 2.1; see ./key.ts):
 // - first time (key and fingerprint not seen, section 2.6): the handler runs;
 //   its status, selected headers and body are stored before the client sees
 //   them, and replayed to every retry until the store's retention ends;
@@ -25,7 +25,7 @@
 //
 // A handler that fails after it started its response (a write, a writeHead)
 // finds res.headersSent true, as without the middleware (see
-// idempotency-capture.ts), so Express closes the connection. Its response
+// ./capture.ts), so Express closes the connection. Its response
 // never ends, so nothing is stored, and the claim is left as a running
 // request's (the handler may be one that is still running while its client
 // left): a retry gets 409 until the store's maxRunningMs, then runs again.
@@ -61,10 +61,10 @@ import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { debuglog } from 'node:util';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { InvalidArgumentError, type IdempotencyClaim, type IdempotencyStore, type StoredResponse } from '../../src/index.js';
-import { ResponseCapture, type Captured } from './idempotency-capture.js';
-import { REPEATED, parseIdempotencyKey, singleHeader } from './idempotency-key.js';
-import { sendProblem, type IdempotencyProblemCode } from './problem.js';
+import { InvalidArgumentError, type IdempotencyClaim, type IdempotencyStore, type StoredResponse } from '../../../src/index.js';
+import { ResponseCapture, type Captured } from './capture.js';
+import { REPEATED, parseIdempotencyKey, singleHeader } from './key.js';
+import { sendProblem, type IdempotencyProblemCode } from '../problem.js';
 
 const debug = debuglog('fencekeeper');
 

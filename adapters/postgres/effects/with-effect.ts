@@ -46,9 +46,9 @@
 // carrying out a call it accepted just before the deadline.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { debuglog } from 'node:util';
-import { EffectFailedError, EffectPendingError, InvalidArgumentError, LockLostError, StaleTokenError, type FencingToken } from '../../src/index.js';
-import { traceEffect } from '../../src/extend.js';
-import type { Database } from './database.js';
+import { EffectFailedError, EffectPendingError, InvalidArgumentError, LockLostError, StaleTokenError, type FencingToken } from '../../../src/index.js';
+import { traceEffect } from '../../../src/extend.js';
+import type { Database } from '../database.js';
 import {
   MAX_INT32,
   checkDatabase,
@@ -61,11 +61,11 @@ import {
   optionalInstant,
   optionalInteger,
   optionalSignal,
-} from './effects-input.js';
-import { claimEffect, readEffect, recordPendingAgain, settleEffect, type RecordedEffect, type Settlement } from './effects-ledger.js';
-import { DefiniteFailure, storeFailure, storeResult } from './effects-outcome.js';
-import { checkToken, describe } from './identifiers.js';
-import { withFence } from './with-fence.js';
+} from './input.js';
+import { claimEffect, readEffect, recordPendingAgain, settleEffect, type RecordedEffect, type Settlement } from './ledger.js';
+import { DefiniteFailure, storeFailure, storeResult } from './outcome.js';
+import { checkToken, describe } from '../identifiers.js';
+import { withFence } from '../fence/with-fence.js';
 
 const debug = debuglog('fencekeeper');
 

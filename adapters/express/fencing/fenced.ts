@@ -14,7 +14,7 @@
 // async handler returns, so without it a rejection would be an unhandled one
 // and the request would hang until maxHoldMs.
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { InvalidArgumentError } from '../../src/index.js';
+import { InvalidArgumentError } from '../../../src/index.js';
 import type { FencingContext } from './context.js';
 
 /**

@@ -5,7 +5,7 @@
 //
 // as one simple-query message. PostgreSQL runs its statements in order and
 // answers each (node-postgres hands back one result per statement), so the
-// fence statement's answer is read from the second result (fence-advance.ts:
+// fence statement's answer is read from the second result (./advance.ts:
 // no row for a token equal to the mark, the row for one it inserted or
 // advanced, the unchanged row for a stale one). A simple-query message carries
 // no parameters: the resource travels as an E'' literal (quoteLiteral) and the
@@ -19,7 +19,7 @@
 // carries a hash of the text, so a statement found under that name is this one.
 //
 // The common case, the same holder again with the token the mark already
-// carries, opens with a cheaper statement: the probe (fence-advance.ts,
+// carries, opens with a cheaper statement: the probe (./advance.ts,
 // OPEN_EQUAL), which only locks the row when it carries our token:
 //
 //   BEGIN; EXECUTE fencekeeper_fences_equal_<hash>(<the same arguments>); SAVEPOINT fencekeeper_fenced
@@ -33,7 +33,7 @@
 // admits only what the upsert's equal path admits, holding the same row.
 //
 // A stale token (the unchanged row back, holding the row lock) costs one more
-// message, ROLLBACK. A mismatched binding aborts the transaction (fence-advance.ts);
+// message, ROLLBACK. A mismatched binding aborts the transaction (./advance.ts);
 // its message rolls back and reads which binding refused us:
 // `ROLLBACK; SELECT ...`. Success costs nothing beyond the message that
 // replaced BEGIN.
@@ -41,13 +41,13 @@
 // On a Kysely transaction (BEGIN already sent by Kysely): the advance and the
 // savepoint in one message, for withFence (see openFencedKysely).
 import { createHash } from 'node:crypto';
-import type { FencingToken, ResolvedFencing, SequencerMismatchError, StaleTokenError } from '../../src/index.js';
-import { rawQuery, sqlState, type KyselyExecutor, type PgPoolClient, type PgQueryResult } from './database.js';
+import type { FencingToken, ResolvedFencing, SequencerMismatchError, StaleTokenError } from '../../../src/index.js';
+import { rawQuery, sqlState, type KyselyExecutor, type PgPoolClient, type PgQueryResult } from '../database.js';
 import { CancelledWait } from './cancel.js';
-import { OPEN_ADVANCE, OPEN_EQUAL, advanceOrRaise, isRefusalError, outcomeOf } from './fence-advance.js';
-import { FENCE_STATE, bindingValues, refusal, refusalFrom, type Advanced } from './fence-row.js';
-import { OPEN_SAVEPOINT, rollback } from './fenced-transaction.js';
-import { quoteLiteral, tokenLiteral } from './identifiers.js';
+import { OPEN_ADVANCE, OPEN_EQUAL, advanceOrRaise, isRefusalError, outcomeOf } from './advance.js';
+import { FENCE_STATE, bindingValues, refusal, refusalFrom, type Advanced } from './row.js';
+import { OPEN_SAVEPOINT, rollback } from './transaction.js';
+import { quoteLiteral, tokenLiteral } from '../identifiers.js';
 
 const nameOf = (prefix: string, text: string): string => `${prefix}_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`;
 const ADVANCE_NAME = nameOf('fencekeeper_fences_advance', OPEN_ADVANCE);

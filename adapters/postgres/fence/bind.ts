@@ -1,12 +1,12 @@
 // bindFence(): record, once, which lock guards a fence in fencekeeper_fences.
 // From then on every admission to that fence (withFence, PostgresFenceStore)
-// must present a sequencer of exactly that lock; see fence-row.ts for the
+// must present a sequencer of exactly that lock; see ./row.ts for the
 // check, made in the advance statement itself.
-import { FenceAlreadyBoundError, fenceBinding, type FenceBinding } from '../../src/index.js';
-import { run, type Database } from './database.js';
-import { bindingFrom } from './fence-row.js';
-import { checkResource } from './identifiers.js';
-import { inTransaction } from './migrate.js';
+import { FenceAlreadyBoundError, fenceBinding, type FenceBinding } from '../../../src/index.js';
+import { run, type Database } from '../database.js';
+import { bindingFrom } from './row.js';
+import { checkResource } from '../identifiers.js';
+import { inTransaction } from '../migrate.js';
 
 const INSERT = `INSERT INTO fencekeeper_fence_bindings (resource, kind, lock, source_kind, source_id)
 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (resource) DO NOTHING`;

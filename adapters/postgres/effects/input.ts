@@ -2,9 +2,9 @@
 // is built (a bad argument throws InvalidArgumentError or InvalidTokenError
 // and nothing is sent), and the idempotency key derived from an effect.
 import { createHash } from 'node:crypto';
-import { InvalidArgumentError } from '../../src/index.js';
-import { isKysely, isPgQueryable } from './database.js';
-import { checkResource, describe } from './identifiers.js';
+import { InvalidArgumentError } from '../../../src/index.js';
+import { isKysely, isPgQueryable } from '../database.js';
+import { checkResource, describe } from '../identifiers.js';
 
 /** The largest delay a timer keeps, and the largest integer column value here. */
 export const MAX_INT32 = 2_147_483_647;

@@ -1,10 +1,10 @@
 // Reading the effect ledger: what an operator (or `fencekeeper effects`)
 // looks at to reconcile the effects whose outcome was never recorded.
-import { InvalidArgumentError } from '../../src/index.js';
-import type { Queryable } from './database.js';
-import { MAX_INT32, checkEffectResource, checkObject, checkQueryable, optionalInteger } from './effects-input.js';
-import { queryEffects, type EffectState, type RecordedEffect } from './effects-ledger.js';
-import { describe } from './identifiers.js';
+import { InvalidArgumentError } from '../../../src/index.js';
+import type { Queryable } from '../database.js';
+import { MAX_INT32, checkEffectResource, checkObject, checkQueryable, optionalInteger } from './input.js';
+import { queryEffects, type EffectState, type RecordedEffect } from './ledger.js';
+import { describe } from '../identifiers.js';
 
 export interface PendingEffectsOptions {
   /** Only this resource's effects. */
