@@ -3,10 +3,10 @@ import { defineConfig } from 'vitest/config';
 // The Express middleware's suites run once per supported Express major
 // (fencekeeper/express's peer range is ^4.21.0 || ^5.0.0): the same files in
 // two projects, `express5` and `express4`, which FK_EXPRESS tells apart
-// (test/integration/express-variants.ts loads that major). Every other file
+// (test/integration/express/variants.ts loads that major). Every other file
 // runs once, in `fencekeeper`. The output names each file's project:
-//   ✓ |express4| test/integration/express.test.ts
-const EXPRESS_SUITES = ['test/integration/express*.test.ts', 'test/integration/idempotency*.test.ts'];
+//   ✓ |express4| test/integration/express/express.test.ts
+const EXPRESS_SUITES = ['test/integration/express/**/*.test.ts'];
 
 export default defineConfig({
   test: {

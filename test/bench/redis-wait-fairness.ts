@@ -10,7 +10,7 @@
 // Env: FK_REDIS, FK_REDLOCK (defaults: the test servers' ports), BENCH_CASES (a comma list of
 // single, single-offline, redlock, redlock-offline; default all), BENCH_TIMEOUT_MS (each
 // acquire's timeoutMs, default 60000: a timed-out acquire is counted, not fatal).
-// Asserts nothing; the tests assert the order (test/integration/redis-wake.test.ts).
+// Asserts nothing; the tests assert the order (test/integration/redis/wake.test.ts).
 import { performance } from 'node:perf_hooks';
 import { Redis, type RedisOptions } from 'ioredis';
 import { acquireLock, type RedisTarget } from '../../src/sources/redis/index.js';

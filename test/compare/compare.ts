@@ -1,5 +1,5 @@
 // npm run compare, the run itself (run-compare.ts parses the command line and
-// prints; test/integration/compare.test.ts runs a short one): every source
+// prints; test/integration/package/compare.test.ts runs a short one): every source
 // through the same scenarios, counted.
 //
 // Order: take the fault turns of the Redis set, the etcd cluster and the

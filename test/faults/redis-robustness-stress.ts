@@ -1,4 +1,4 @@
-// The long run of test/integration/redis-robustness.test.ts's Redlock stress:
+// The long run of test/integration/redis/robustness.test.ts's Redlock stress:
 // three private Redis nodes (ports FK_PORT..FK_PORT+2, default 16515), each
 // behind a proxy, contenders acquiring and releasing one lock while nodes are
 // paused, SIGKILLed and restarted from their AOF, and cut off, counting

@@ -1,4 +1,4 @@
-// The fault scenarios of test/integration/redis-robustness.test.ts, on
+// The fault scenarios of test/integration/redis/robustness.test.ts, on
 // private nodes (test/helpers/private-redis.ts), shared with its child
 // process (test/fixtures/redis-robustness-child.ts) and with the long stress
 // run (test/faults/redis-robustness-stress.ts).

@@ -1,7 +1,7 @@
 // npm run compare's fault verification (test/compare/evidence.ts) on
 // hand-made evidence: each scenario's fault shown when its evidence says so,
 // and a fault that did not happen reported as not shown, down to the run
-// failing. (The real faults on the real servers: test/integration/compare.test.ts.)
+// failing. (The real faults on the real servers: test/integration/package/compare.test.ts.)
 import { describe, expect, it } from 'vitest';
 import {
   faultsNotVerified,

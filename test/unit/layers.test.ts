@@ -13,7 +13,7 @@
 //   nothing imports it;
 // - no import cycles, type-only imports included (a cycle of types today is
 //   a cycle of values after the next refactoring).
-// test/integration/cli-layers.test.ts keeps the CLI's own rules (the demo
+// test/integration/cli/layers.test.ts keeps the CLI's own rules (the demo
 // apart, the adapters loaded on demand).
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';

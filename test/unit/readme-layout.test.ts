@@ -64,6 +64,10 @@ describe('README: how the code is laid out', () => {
     expect(missing).toEqual([]);
   });
 
+  it('test/helpers holds helpers only: their tests are under test/integration/harness/', () => {
+    expect(readdirSync(`${ROOT}test/helpers`).filter((e) => /\.test(-d)?\.ts$/.test(e))).toEqual([]);
+  });
+
   it('names every folder of src/ and adapters/, and the files of src/, src/sources/zookeeper/ and its recipes, src/testing/ and src/cli/', () => {
     const wanted = [
       ...readdirSync(`${ROOT}src`).map((e) => `src/${e}`),
@@ -75,6 +79,7 @@ describe('README: how the code is laid out', () => {
       ...tree('adapters/postgres', 0).filter((p) => !p.endsWith('.md')),
       ...tree('adapters/express', 0),
       ...readdirSync(`${ROOT}test`).filter((e) => statSync(`${ROOT}test/${e}`).isDirectory()).map((e) => `test/${e}`),
+      ...readdirSync(`${ROOT}test/integration`).filter((e) => statSync(`${ROOT}test/integration/${e}`).isDirectory()).map((e) => `test/integration/${e}`),
     ];
     expect(wanted.filter((path) => !named.has(path))).toEqual([]);
   });

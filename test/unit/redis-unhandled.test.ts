@@ -2,7 +2,7 @@
 // produce on demand, on fake clients: a command that fails after it lost its
 // timeout race, a client that throws instead of rejecting, and the wake
 // subscriber asked without ioredis's own resubscribe (which leaves a promise
-// nobody handles: test/integration/redis-robustness.test.ts shows it on a
+// nobody handles: test/integration/redis/robustness.test.ts shows it on a
 // real paused node). Unhandled rejections are counted; vitest fails on one too.
 import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';

@@ -1,6 +1,6 @@
 // SourceIdentityCache: a source's identity asked once per client, and a grant
 // never handed out without it (the edge cases; the real reads are in
-// test/integration/sequencer-sources.test.ts).
+// test/integration/core/sequencer-sources.test.ts).
 import { describe, expect, it } from 'vitest';
 import { grantSequencer, SourceIdentityCache } from '../../src/source-identity.js';
 

@@ -1,5 +1,5 @@
 // fencekeeper/testing's TcpProxy, the parts the suite's own proxy tests
-// (test/helpers/tcp-proxy.test.ts, the same class) do not cover: the
+// (test/integration/harness/tcp-proxy.test.ts, the same class) do not cover: the
 // observe hook and argument checks. Against an echo server of its own.
 import { once } from 'node:events';
 import net from 'node:net';

@@ -77,7 +77,7 @@ async function loadEtcd3(): Promise<Etcd3Module> {
 }
 
 // fencekeeper/etcd's name rule (src/sources/etcd/input.ts checkName), checked here before
-// anything is loaded: the CLI loads adapters only on demand (test/integration/cli-layers.test.ts).
+// anything is loaded: the CLI loads adapters only on demand (test/integration/cli/layers.test.ts).
 function checkEtcdName(kind: string, name: string): void {
   // eslint-disable-next-line no-control-regex
   const bad = name === '' || name.length > 1024 || /[\u0000-\u001f\u007f#]/.test(name) || name.split('/').some((s) => s === '' || s === '.' || s === '..');

@@ -1,0 +1,33 @@
+// Grant order when the parent's sequence counter wraps. ZooKeeper names a
+// sequential child with the parent's cversion formatted by Java's %010d; the
+// cversion is a signed int that grows by 2 per acquire+release, so a lock that
+// is never idle (its container never reaped) wraps after ~10^9 grants. Too many
+// to reach on a real server in a test: these check the ordering on the names
+// ZooKeeper produces at the wrap (what the server does there is documented in
+// the ZooKeeper Programmer's Guide, "Sequence Nodes -- Unique Naming").
+import { describe, expect, it } from 'vitest';
+import { position, sequenceOf, sortQueue } from '../../../src/sources/zookeeper/recipes/queue-order.js';
+
+const node = (guid: string, seq: string): string => `${guid}-lock-${seq}`;
+
+describe('queue order across the sequence wrap', () => {
+  it('reads the names ZooKeeper makes on both sides of the wrap', () => {
+    expect(sequenceOf(node('a', '0000000042'))).toBe(42);
+    expect(sequenceOf(node('a', '2147483647'))).toBe(2147483647);
+    expect(sequenceOf(node('a', '-2147483648'))).toBe(-2147483648);
+    expect(sequenceOf(node('a', '-000000001'))).toBe(-1);
+    expect(sequenceOf(node('a', '42'))).toBeNull();
+    expect(sequenceOf('keep')).toBeNull();
+  });
+
+  it('a node created just after the counter wrapped waits behind the older ones (it was granted at once: two holders)', () => {
+    const holder = node('h', '2147483646');
+    const waiter = node('w', '2147483647');
+    const wrapped = node('n', '-2147483648');
+    const next = node('m', '-2147483647');
+    expect(sortQueue([next, wrapped, waiter, holder])).toEqual([holder, waiter, wrapped, next]);
+    expect(position([holder, waiter, wrapped], wrapped)).toEqual({ turn: false, predecessor: waiter, ahead: 2 });
+    // ...and from -1 to 0
+    expect(sortQueue([node('b', '0000000000'), node('a', '-000000001')])).toEqual([node('a', '-000000001'), node('b', '0000000000')]);
+  });
+});
