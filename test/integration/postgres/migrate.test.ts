@@ -104,10 +104,10 @@ describe('migrate', () => {
     cleanups.push(() => rm(out, { recursive: true, force: true }));
     await mkdir(out, { recursive: true });
     await writeFile(`${out}tsconfig.json`, JSON.stringify({
-      extends: '../../../tsconfig.json',
-      compilerOptions: { noEmit: false, outDir: './dist', rootDir: '../../..', declaration: false, sourceMap: false },
+      extends: '../../tsconfig.json',
+      compilerOptions: { noEmit: false, outDir: './dist', rootDir: '../..', declaration: false, sourceMap: false },
       include: [],
-      files: ['../../../adapters/postgres/index.ts'],
+      files: ['../../adapters/postgres/index.ts'],
     }));
     await symlink(`${root}migrations`, `${out}migrations`);
     await run(process.execPath, [`${root}node_modules/typescript/bin/tsc`, '-p', `${out}tsconfig.json`], { cwd: root });
