@@ -49,7 +49,7 @@ export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, Idempoten
 
 // The lock contract every token source implements
 export type { Lock, Leadership, AcquireOptions, TryAcquireOptions, CampaignOptions } from './lock.js';
-export type { LockSource, LockStatus, LockStatusEntry, SourceObserver } from './lock-source.js';
+export type { LockSource, LockStatus, LockStatusEntry, SourceObserver, LockObserver } from './lock-source.js';
 
 // Diagnostics: the channel names operators and instrumentations subscribe to, and their messages
 export { CHANNELS, TRACING_CHANNELS, RUN_WITHIN } from './diagnostics.js';

@@ -19,6 +19,7 @@
  * nothing behind (no key, no node) on any way out but a grant.
  */
 import type { AcquireOptions, CampaignOptions, Leadership, Lock, TryAcquireOptions } from './lock.js';
+import type { SourceIdentity } from './sequencer.js';
 import type { FencingToken } from './token.js';
 
 export interface LockSource {
@@ -34,6 +35,27 @@ export interface LockSource {
   campaign?(name: string, options?: CampaignOptions): Promise<Leadership>;
   /** The holder and the waiters of a lock, for operators. Absent where a source cannot list them. */
   lockStatus?(name: string): Promise<LockStatus>;
+  /**
+   * A lock's queue watched from outside it, answered from a cache the
+   * source keeps fresh (a resource checking each request's token against
+   * the holder, `fencekeeper status --watch`). Every source that queues its
+   * waiters has it (ZooKeeper, etcd); absent where there is no queue to watch.
+   */
+  observeLock?(name: string): LockObserver;
+  /** The identity its sequencers carry (kind and id): what a sequencer presented to a resource must name. */
+  identity?(): Promise<SourceIdentity>;
+}
+
+/**
+ * The one observer contract of a queueing source's lock (LockSource.observeLock):
+ * the holder and the whole queue, read from a cache a watch keeps fresh,
+ * onChange when they may have changed, close to stop.
+ */
+export interface LockObserver<Entry extends LockStatusEntry = LockStatusEntry> extends SourceObserver {
+  /** The holder (null: free), from the cache while the queue has not changed. */
+  holder(): Promise<Entry | null>;
+  /** The whole queue in grant order, from the cache while it has not changed. */
+  queue(): Promise<Entry[]>;
 }
 
 /** One grant or waiter in a lock's queue, as its source reports it. Sources add their own fields. */

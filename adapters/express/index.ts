@@ -5,6 +5,8 @@ export { fencing } from './fencing/middleware.js';
 export type { FencingOptions } from './fencing/middleware.js';
 export type { FencingContext } from './fencing/context.js';
 export { MemoryFenceStore } from './fencing/memory-store.js';
+export { verifyHolder } from './fencing/verify-holder.js';
+export type { HolderVerifier } from './fencing/verify-holder.js';
 export type { FencingProblem, IdempotencyProblemCode, ProblemCode } from './problem.js';
 export { fencingHeaders, fencedFetch } from './fencing/client.js';
 export type { FencedFetch, TokenHolder } from './fencing/client.js';

@@ -102,7 +102,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     values: ['DEFAULT_GRACE_MS', 'LAYOUT_METADATA', 'TOKEN_METADATA', 'TOMBSTONE_METADATA', 'WRITE_ID_METADATA'],
   },
   'fencekeeper/express': {
-    functions: ['fencing', 'fencedHandler', 'hasFencing', 'idempotency', 'keepRawBody', 'fencingHeaders', 'fencedFetch'],
+    functions: ['fencing', 'fencedHandler', 'hasFencing', 'idempotency', 'keepRawBody', 'fencingHeaders', 'fencedFetch', 'verifyHolder'],
     classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
     values: ['REPLAYED_HEADERS'],
   },

@@ -31,7 +31,7 @@ import {
   type AuthInfo,
   type ClientState,
   type Connector,
-  type LockObserver,
+  type ZooKeeperLockObserver,
   type QueueEntry as ZooKeeperQueueEntry,
   type TlsOptions,
 } from '../../sources/zookeeper/index.js';
@@ -289,7 +289,7 @@ function entries(queue: readonly ZooKeeperQueueEntry[]): QueueEntry[] {
  * flight is sent again.
  */
 function watchQueue(zk: ZooKeeperClient, name: string, onChange: (event: QueueEvent) => void, signal: AbortSignal): Promise<void> {
-  let observer: LockObserver | undefined;
+  let observer: ZooKeeperLockObserver | undefined;
   return followQueue(
     (changed, end) => {
       const watching = observeLock(zk, name);
@@ -310,7 +310,7 @@ function watchQueue(zk: ZooKeeperClient, name: string, onChange: (event: QueueEv
         watching.close();
       };
     },
-    async () => entries(await (observer as LockObserver).queue()),
+    async () => entries(await (observer as ZooKeeperLockObserver).queue()),
     // In flight when the connection dropped: send it again (it waits for the reconnect).
     (error) => (error instanceof ConnectionLossError ? READ_AGAIN : unreachable(error)),
     onChange,

@@ -9,7 +9,7 @@
  *
  * Queue and token: ./queue.ts. The lease every grant hangs on: ./session.ts.
  */
-import { type AcquireOptions, type FencingToken, type Lock, type LockStatus, type SourceObserver, type TryAcquireOptions } from '../../index.js';
+import { type AcquireOptions, type FencingToken, type Lock, type LockStatus, type LockObserver, type TryAcquireOptions } from '../../index.js';
 import { traceAcquire, traceRelease } from '../../extend.js';
 import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
@@ -83,11 +83,8 @@ export async function lockStatus(etcd: EtcdClient, name: string): Promise<LockSt
  * waits, and a call whenever that may have changed (`fencekeeper status
  * --watch`, a resource admitting only the current holder's token).
  */
-export interface EtcdLockObserver extends SourceObserver {
-  /** The holder (null: free), from the cache while the queue has not changed. */
-  holder(): Promise<EtcdQueueEntry | null>;
-  /** The whole queue in grant order, from the cache while it has not changed. */
-  queue(): Promise<EtcdQueueEntry[]>;
+/** observeLock's answer: the core's LockObserver over etcd's queue entries, told of the watch's connection too. */
+export interface EtcdLockObserver extends LockObserver<EtcdQueueEntry> {
   /** Told when the watch loses its connection and when it is back (changes meanwhile are reported after). */
   onConnection(listener: ConnectionListener): () => void;
 }

@@ -9,10 +9,11 @@
  * source over one client shares its lease. Closing the session (and the
  * client) is still its owner's job: `etcdSession(etcd).close()`.
  */
-import type { AcquireOptions, CampaignOptions, LockSource, LockStatus, TryAcquireOptions } from '../../index.js';
+import type { AcquireOptions, CampaignOptions, LockSource, LockStatus, SourceIdentity, TryAcquireOptions } from '../../index.js';
 import type { EtcdClient } from './client.js';
 import { campaign, type EtcdLeadership } from './election.js';
-import { acquireLock, lockStatus, tryAcquireLock, type EtcdLock } from './lock.js';
+import { acquireLock, lockStatus, observeLock, tryAcquireLock, type EtcdLock, type EtcdLockObserver } from './lock.js';
+import { etcdSourceIds } from './source-id.js';
 import type { EtcdQueueEntry } from './queue.js';
 import { etcdSession, type EtcdSessionOptions } from './session.js';
 
@@ -23,6 +24,8 @@ export interface EtcdSource extends LockSource {
   tryAcquireLock(name: string, options?: TryAcquireOptions): Promise<EtcdLock | null>;
   campaign(name: string, options?: CampaignOptions): Promise<EtcdLeadership>;
   lockStatus(name: string): Promise<LockStatus<EtcdQueueEntry>>;
+  observeLock(name: string): EtcdLockObserver;
+  identity(): Promise<SourceIdentity>;
 }
 
 export function etcdSource(etcd: EtcdClient, options?: EtcdSessionOptions): EtcdSource {
@@ -34,5 +37,7 @@ export function etcdSource(etcd: EtcdClient, options?: EtcdSessionOptions): Etcd
     tryAcquireLock: (name: string, o?: TryAcquireOptions) => tryAcquireLock(etcd, name, o),
     campaign: (name: string, o?: CampaignOptions) => campaign(etcd, name, o),
     lockStatus: (name: string) => lockStatus(etcd, name),
+    observeLock: (name: string) => observeLock(etcd, name),
+    identity: () => etcdSourceIds.of(etcd),
   });
 }

@@ -25,7 +25,7 @@ export type { WatchEvent, WatchEventType, Watcher } from './watches.js';
 
 // ZooKeeper's lock and election recipes, as functions of a client or as a LockSource
 export { acquireLock, tryAcquireLock, lockStatus, observeLock } from './recipes/lock.js';
-export type { ZooKeeperLock, LockObserver } from './recipes/lock.js';
+export type { ZooKeeperLock, ZooKeeperLockObserver } from './recipes/lock.js';
 export { campaign, observeLeader } from './recipes/election.js';
 export type { ZooKeeperLeadership, LeaderObserver, LeaderInfo } from './recipes/election.js';
 export type { QueueEntry } from './recipes/queue.js';

@@ -13,7 +13,7 @@ import { traceAcquire, traceRelease } from '../../../diagnostics.js';
 import { isCode } from '../../../errors.js';
 import type { Lock } from '../../../lock.js';
 import type { ZooKeeperAcquireOptions, ZooKeeperTryAcquireOptions } from './acl-options.js';
-import type { LockStatus, SourceObserver } from '../../../lock-source.js';
+import type { LockObserver, LockStatus } from '../../../lock-source.js';
 import type { FencingToken } from '../../../token.js';
 import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
 import { joinPath } from '../paths.js';
@@ -120,14 +120,10 @@ export async function lockStatus(zk: ZooKeeperClient, name: string): Promise<Loc
  * Who holds a lock, from a cache kept fresh by a watch: a resource uses it
  * to admit only the current holder's token (verifyWithZooKeeper).
  */
-export interface LockObserver extends SourceObserver {
-  /** The holder (null: free), answered from the cache while the queue has not changed. */
-  holder(): Promise<QueueEntry | null>;
-  /** The whole queue in grant order, from the cache while it has not changed. */
-  queue(): Promise<QueueEntry[]>;
-}
+/** observeLock's answer: the core's LockObserver over ZooKeeper's queue entries. */
+export type ZooKeeperLockObserver = LockObserver<QueueEntry>;
 
-export function observeLock(zk: ZooKeeperClient, name: string): LockObserver {
+export function observeLock(zk: ZooKeeperClient, name: string): ZooKeeperLockObserver {
   const queue = new QueueObserver(zk, queueParent(LOCKS_ROOT, name));
   return {
     holder: () => queue.head(),

@@ -14,7 +14,9 @@ import { InvalidArgumentError } from '../../../errors.js';
 import type { LockSource, LockStatus } from '../../../lock-source.js';
 import { ZooKeeperClient } from '../client.js';
 import { campaign, type ZooKeeperLeadership } from './election.js';
-import { acquireLock, lockStatus, tryAcquireLock, type ZooKeeperLock } from './lock.js';
+import { acquireLock, lockStatus, observeLock, tryAcquireLock, type ZooKeeperLock, type ZooKeeperLockObserver } from './lock.js';
+import { zookeeperSourceId } from './source-id.js';
+import type { SourceIdentity } from '../../../sequencer.js';
 import type { QueueEntry } from './queue.js';
 import { validateAcl } from '../requests.js';
 import type { AclOption, ZooKeeperAcquireOptions, ZooKeeperCampaignOptions, ZooKeeperTryAcquireOptions } from './acl-options.js';
@@ -26,6 +28,8 @@ export interface ZooKeeperSource extends LockSource {
   tryAcquireLock(name: string, options?: ZooKeeperTryAcquireOptions): Promise<ZooKeeperLock | null>;
   campaign(name: string, options?: ZooKeeperCampaignOptions): Promise<ZooKeeperLeadership>;
   lockStatus(name: string): Promise<LockStatus<QueueEntry>>;
+  observeLock(name: string): ZooKeeperLockObserver;
+  identity(): Promise<SourceIdentity>;
 }
 
 /** `acl`: the ACL of every lock and election taken through this source that names none (before the client's defaultAcl). */
@@ -47,5 +51,7 @@ export function zookeeperSource(zk: ZooKeeperClient, sourceOptions: ZooKeeperSou
     tryAcquireLock: (name: string, options?: ZooKeeperTryAcquireOptions) => tryAcquireLock(zk, name, withAcl(options)),
     campaign: (name: string, options?: ZooKeeperCampaignOptions) => campaign(zk, name, withAcl(options)),
     lockStatus: (name: string) => lockStatus(zk, name),
+    observeLock: (name: string) => observeLock(zk, name),
+    identity: () => zookeeperSourceId(zk),
   });
 }

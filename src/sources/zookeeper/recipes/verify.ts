@@ -24,7 +24,7 @@
  * error, and admitting unverified tokens would undo the point of verifying.
  */
 import type { FencingToken, Sequencer } from '../../../index.js';
-import { observeLock, type LockObserver } from './lock.js';
+import { observeLock, type ZooKeeperLockObserver } from './lock.js';
 import { zookeeperSourceId } from './source-id.js';
 import type { ZooKeeperClient } from '../client.js';
 
@@ -44,7 +44,7 @@ export interface VerifyWithZooKeeperOptions {
 }
 
 export function verifyWithZooKeeper(zk: ZooKeeperClient, lockName: string, options: VerifyWithZooKeeperOptions = {}): ZooKeeperVerifier {
-  const observer: LockObserver = observeLock(zk, lockName);
+  const observer: ZooKeeperLockObserver = observeLock(zk, lockName);
   const sourceId = options.sourceId;
   const verify = async (token: FencingToken, _resource?: string, _req?: unknown, sequencer?: Sequencer | null): Promise<boolean> => {
     if (sequencer != null) {
