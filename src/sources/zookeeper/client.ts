@@ -29,13 +29,11 @@ import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { debuglog } from 'node:util';
 import { CHANNELS, publishSessionState } from '../../diagnostics.js';
-import { ClientClosedError, ConnectionLossError, InvalidArgumentError, ProtocolError, SessionExpiredError, ZooKeeperError } from '../../errors.js';
-import { Connection, connectTcp, type Connector, type PendingRequest, type SessionProgress } from './connection.js';
+import { ClientClosedError, ConnectionLossError, InvalidArgumentError, ProtocolError, SessionExpiredError } from '../../errors.js';
+import { Connection, connectTcp, type Connector, type SessionProgress } from './connection.js';
 import { tlsConnector, type TlsOptions } from './tls.js';
-import type { JuteReader } from './jute-reader.js';
-import type { JuteWriter } from './jute-writer.js';
 import { Chroot, parseConnectString, type ServerAddress } from './paths.js';
-import { Err, EventType, errorCodeName, type ACL, type ConnectResponse, type Stat, type WatcherEvent } from './protocol.js';
+import { EventType, type ACL, type ConnectResponse, type Stat, type WatcherEvent } from './protocol.js';
 import {
   authRequest,
   closeSessionRequest,
@@ -60,6 +58,7 @@ import {
   validateAcl,
 } from './requests.js';
 import { WatchRegistry, type Watcher } from './watches.js';
+import { Call } from './call.js';
 
 export type { AuthInfo, CreateOptions, MultiOp, MultiResult } from './requests.js';
 export type { Connector } from './connection.js';
@@ -116,64 +115,6 @@ export const clientInternals = new WeakMap<
   }
 >();
 const ignore = (): void => undefined;
-
-/**
- * A request of this session, on its way: settles the caller's promise and
- * registers the request's watch once the reply shows the server set it.
- */
-class Call<T> implements PendingRequest {
-  readonly opcode: number;
-  xid = 0;
-  sentAt = 0;
-
-  constructor(
-    readonly request: Request<T>,
-    readonly watches: WatchRegistry,
-    readonly resolve: (value: T) => void,
-    readonly reject: (error: Error) => void,
-  ) {
-    this.opcode = request.opcode;
-  }
-
-  encode(w: JuteWriter): void {
-    this.request.encode(w);
-  }
-
-  answer(err: number, r: JuteReader): void {
-    const request = this.request;
-    if (err !== Err.ok) {
-      if (request.watcher !== undefined) this.#registerWatch(err);
-      const recovered = request.recover?.(err);
-      if (recovered !== undefined) this.resolve(recovered.value);
-      else this.reject(new ZooKeeperError(errorCodeName(err), err, request.path));
-      return;
-    }
-    let value: T;
-    try {
-      value = request.decode(r);
-    } catch (error) {
-      // A well-formed reply that reports failure (a multi): the connection stays.
-      if (error instanceof ZooKeeperError) {
-        this.reject(error);
-        return;
-      }
-      throw error;
-    }
-    if (request.watcher !== undefined) this.#registerWatch(err);
-    this.resolve(value);
-  }
-
-  fail(error: Error): void {
-    this.reject(error);
-  }
-
-  #registerWatch(err: number): void {
-    const { watcher, watchKind, path } = this.request;
-    if (watcher === undefined || watchKind === undefined || path === undefined) return;
-    const kind = watchKind(err);
-    if (kind !== null) this.watches.add(kind, path, watcher);
-  }
-}
 
 /** 'state': every state change. 'closing': close() was called (the session is ending). */
 export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closing: [] }> {
