@@ -1,0 +1,304 @@
+// Fenced writes to DynamoDB items: one request per write. The token is
+// compared and stored by the write itself (expressions.ts), so the check and
+// the write are one atomic step on the service; nothing is read first.
+//
+//   fencedPutItem     PutItem, the item plus the token attribute
+//   fencedUpdateItem  UpdateItem, the caller's update plus SET of the token
+//                     (and REMOVE of the tombstone mark)
+//   fencedDeleteItem  PutItem of a tombstone: the key, the token and
+//                     `fencing_deleted: true`. A real DeleteItem would erase the
+//                     mark, and a paused holder could then write the item
+//                     again with its old token. GetItem returns the tombstone
+//                     item as it is; readFence still reports its token.
+//
+// Equal tokens pass (a holder writes many times), a smaller one is refused
+// with StaleTokenError carrying the item's current token, a larger one
+// advances the mark. When the condition fails, the current token comes from
+// the item the service returns with ConditionalCheckFailedException
+// (ReturnValuesOnConditionCheckFailure: 'ALL_OLD', DynamoDB since 2023),
+// else, where the service does not send it (dynalite 4), from one strongly
+// consistent GetItem. A stored token larger than ours: stale. A token stored
+// as another type: CorruptFenceError. Otherwise it was the caller's own
+// condition that failed: its ConditionalCheckFailedException is rethrown.
+//
+// Multi-item transactions (TransactWriteItems) are not offered: dynalite, the
+// only DynamoDB-API server these tests can run, does not implement them.
+import { ConditionalCheckFailedException, DescribeTableCommand, GetItemCommand, PutItemCommand, UpdateItemCommand } from '@aws-sdk/client-dynamodb';
+import type {
+  AttributeValue, DeleteItemCommandInput, DynamoDBClient, PutItemCommandInput, UpdateItemCommandInput,
+} from '@aws-sdk/client-dynamodb';
+import {
+  InvalidArgumentError, StaleTokenError, formatToken, publishRefused, resolveFencing, traceFencedWrite,
+  type Fencing, type FencingToken, type ResolvedFencing,
+} from '../../src/index.js';
+import {
+  checkItemNames, checkItemSize, checkKey, checkTableName, fenceAttributes, resourceName, storedToken,
+  type FenceAttributeOptions, type FenceAttributes,
+} from './attributes.js';
+import { combine } from './expressions.js';
+
+export interface FencedItemOptions extends FenceAttributeOptions {
+  /** Aborts the request (and the read that classifies a refusal). */
+  readonly signal?: AbortSignal;
+}
+
+export interface FencedUpdateOptions extends FencedItemOptions {
+  /**
+   * Update only an item that exists and is not a tombstone (the fence's
+   * condition then also holds `attribute_exists(<first key attribute>) AND
+   * attribute_not_exists(<tombstone attribute>)`). Default false: like
+   * UpdateItem, create the item (or revive a tombstone).
+   */
+  readonly mustExist?: boolean;
+}
+
+function mustExistOption(value: unknown, key: Record<string, AttributeValue>): string | null {
+  if (value === undefined || value === false) return null;
+  if (value !== true) throw new InvalidArgumentError('mustExist must be a boolean');
+  return Object.keys(key)[0] ?? null;
+}
+
+/** What every fenced write takes where a token goes. */
+interface WithToken {
+  /**
+   * The holder's fencing token (the lock's `token`), its sequencer (the
+   * lock's `sequencer`) or CURRENT_LOCK (the lock of the enclosing withLock):
+   * whatever the core's resolveFencing takes.
+   */
+  readonly token: Fencing;
+}
+
+// Expected/AttributeUpdates/ConditionalOperator are the legacy forms DynamoDB
+// refuses to mix with expressions; ReturnValuesOnConditionCheckFailure is the
+// fence's, to learn the current token of a refused write.
+type Legacy = 'Expected' | 'ConditionalOperator' | 'AttributeUpdates' | 'ReturnValuesOnConditionCheckFailure';
+
+export type FencedPutItemInput = Omit<PutItemCommandInput, Legacy | 'ReturnValues'> & WithToken & {
+  /** 'NONE' (default) or 'ALL_OLD': the item the write replaced, a tombstone included. */
+  readonly ReturnValues?: 'NONE' | 'ALL_OLD';
+};
+export type FencedUpdateItemInput = Omit<UpdateItemCommandInput, Legacy> & WithToken;
+export type FencedDeleteItemInput = Omit<DeleteItemCommandInput, Legacy | 'ReturnValues'> & WithToken & {
+  /** 'NONE' (default) or 'ALL_OLD': the item the tombstone replaced. */
+  readonly ReturnValues?: 'NONE' | 'ALL_OLD';
+};
+
+export interface FencedItemResult {
+  /** The token now stored in the item. */
+  readonly token: FencingToken;
+  /** What ReturnValues asked for (undefined for 'NONE'). */
+  readonly Attributes?: Record<string, AttributeValue> | undefined;
+}
+
+/**
+ * PutItem only if `token` is at least the item's stored token; the item is
+ * written with the token in its token attribute (default `fencing_token`,
+ * which `Item` must not carry). A tombstone left by fencedDeleteItem is
+ * replaced like any item. Your ConditionExpression is ANDed with the fence's.
+ * Throws StaleTokenError (nothing written) for a smaller token,
+ * CorruptFenceError for a token stored as something other than a token,
+ * InvalidArgumentError for unusable input or a missing table (nothing
+ * written), InvalidTokenError for a bad token; your condition's failure
+ * passes through as the SDK's ConditionalCheckFailedException.
+ */
+export async function fencedPutItem(client: DynamoDBClient, input: FencedPutItemInput, options: FencedItemOptions = {}): Promise<FencedItemResult> {
+  const { fencing, table, attributes } = checkWrite('fencedPutItem', input, options);
+  const item = input.Item;
+  if (typeof item !== 'object' || item === null || Array.isArray(item)) throw new InvalidArgumentError('fencedPutItem needs an Item');
+  checkItemNames('Item', item);
+  for (const name of [attributes.token, attributes.tombstone]) {
+    if (Object.hasOwn(item, name)) throw new InvalidArgumentError(`Item carries ${name}, the fence's attribute: the fence writes it`);
+  }
+  const keyNames = await keySchema(client, table, options.signal);
+  const key = checkKey(Object.fromEntries(keyNames.map((n) => [n, item[n]])), 'Item (its key attributes)');
+  const resource = resourceName(table, key);
+  const { token: _token, ...rest } = input;
+  const written = { ...item, [attributes.token]: { N: formatToken(fencing.token) } };
+  checkItemSize(`the item ${resource}`, written);
+  const expressions = combine(input, attributes, formatToken(fencing.token), false);
+  return traceFencedWrite('dynamodb', 'upsert', resource, fencing.token, () =>
+    send(client, table, key, resource, fencing, attributes, options, new PutItemCommand({
+      ...rest, Item: written, ...expressions, ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+    })));
+}
+
+/**
+ * UpdateItem only if `token` is at least the item's stored token: your
+ * UpdateExpression (optional: without one the write only advances the mark)
+ * with `SET <token attribute> = token` and `REMOVE <tombstone attribute>`
+ * joined in, your ConditionExpression ANDed with the fence's. Like UpdateItem,
+ * it creates the item when none exists, and revives a tombstone (a tombstone
+ * is an item: `attribute_exists(pk)` holds for it); with `{ mustExist: true }`
+ * it updates only an item that exists and is not a tombstone, else your
+ * ConditionalCheckFailedException-style refusal: the SDK's exception, nothing
+ * written. Errors as fencedPutItem's.
+ */
+export async function fencedUpdateItem(client: DynamoDBClient, input: FencedUpdateItemInput, options: FencedUpdateOptions = {}): Promise<FencedItemResult> {
+  const { fencing, table, attributes } = checkWrite('fencedUpdateItem', input, options);
+  const key = checkKey(input.Key);
+  for (const name of [attributes.token, attributes.tombstone]) {
+    if (Object.hasOwn(key, name)) throw new InvalidArgumentError(`Key names ${name}, the fence's attribute`);
+  }
+  const resource = resourceName(table, key);
+  const values = input.ExpressionAttributeValues;
+  if (values !== undefined) checkItemSize(`the update of ${resource} (its ExpressionAttributeValues)`, values);
+  const { token: _token, ...rest } = input;
+  const expressions = combine(input, attributes, formatToken(fencing.token), true, mustExistOption(options.mustExist, key));
+  return traceFencedWrite('dynamodb', 'update', resource, fencing.token, () =>
+    send(client, table, key, resource, fencing, attributes, options, new UpdateItemCommand({
+      ...rest, Key: key, ...expressions, ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+    })));
+}
+
+/**
+ * Delete an item without losing its fence: replace it, conditionally as
+ * fencedPutItem does, with a tombstone `{ ...Key, fencing_token: token,
+ * fencing_deleted: true }`. Afterwards a smaller token is refused, an equal
+ * or larger one may write the item again; GetItem returns the tombstone
+ * (test `fencing_deleted`, or use isTombstone), readFence its token.
+ * Deleting a missing item leaves a tombstone too. Errors as fencedPutItem's.
+ */
+export async function fencedDeleteItem(client: DynamoDBClient, input: FencedDeleteItemInput, options: FencedItemOptions = {}): Promise<FencedItemResult> {
+  const { fencing, table, attributes } = checkWrite('fencedDeleteItem', input, options);
+  const key = checkKey(input.Key);
+  for (const name of [attributes.token, attributes.tombstone]) {
+    if (Object.hasOwn(key, name)) throw new InvalidArgumentError(`Key names ${name}, the fence's attribute`);
+  }
+  const resource = resourceName(table, key);
+  const { token: _token, Key: _key, ...rest } = input;
+  const tombstone = { ...key, [attributes.token]: { N: formatToken(fencing.token) }, [attributes.tombstone]: { BOOL: true } };
+  const expressions = combine(input, attributes, formatToken(fencing.token), false);
+  return traceFencedWrite('dynamodb', 'delete', resource, fencing.token, () =>
+    send(client, table, key, resource, fencing, attributes, options, new PutItemCommand({
+      ...rest, Item: tombstone, ...expressions, ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+    })));
+}
+
+/** True for the tombstone fencedDeleteItem leaves (GetItem returns it as an item). */
+export function isTombstone(item: Record<string, AttributeValue> | undefined | null, options: FenceAttributeOptions = {}): boolean {
+  const { tombstone } = fenceAttributes(options);
+  return item?.[tombstone]?.BOOL === true;
+}
+
+function checkWrite(operation: string, input: object, options: FencedItemOptions): { fencing: ResolvedFencing; table: string; attributes: FenceAttributes } {
+  if (typeof input !== 'object' || input === null) throw new InvalidArgumentError(`${operation} needs an input object`);
+  const fencing = resolveFencing((input as { token?: unknown }).token);
+  const table = checkTableName((input as { TableName?: unknown }).TableName);
+  for (const field of ['Expected', 'ConditionalOperator', 'AttributeUpdates', 'ReturnValuesOnConditionCheckFailure'] as const) {
+    if ((input as Record<string, unknown>)[field] !== undefined) {
+      throw new InvalidArgumentError(`${operation}: ${field} cannot be combined with the fence (use ConditionExpression / UpdateExpression)`);
+    }
+  }
+  if (options.signal?.aborted) throw options.signal.reason;
+  return { fencing, table, attributes: fenceAttributes(options) };
+}
+
+type FenceCommand = PutItemCommand | UpdateItemCommand;
+
+async function send(
+  client: DynamoDBClient, table: string, key: Record<string, AttributeValue>, resource: string,
+  fencing: ResolvedFencing, attributes: FenceAttributes, options: FencedItemOptions, command: FenceCommand,
+): Promise<FencedItemResult> {
+  try {
+    const output = await client.send(command as PutItemCommand, abortOptions(options.signal));
+    return { token: fencing.token, Attributes: output.Attributes };
+  } catch (error) {
+    if (isNamed(error, 'ConditionalCheckFailedException')) {
+      throw await refusal(client, table, key, resource, fencing, attributes, error as ConditionalCheckFailedException, options.signal);
+    }
+    throw translate(error, table);
+  }
+}
+
+/**
+ * What a failed condition means: the item the service returned with the
+ * exception, else one strongly consistent read, says which part failed.
+ * Exported for the unit test of the returned-item path (dynalite never takes it).
+ */
+export async function refusal(
+  client: DynamoDBClient, table: string, key: Record<string, AttributeValue>, resource: string,
+  fencing: ResolvedFencing, attributes: FenceAttributes, error: ConditionalCheckFailedException, signal: AbortSignal | undefined,
+): Promise<Error> {
+  const item = error.Item !== undefined ? error.Item : await readItem(client, table, key, signal);
+  const current = storedToken(resource, item, attributes.token);
+  if (current !== null && current > fencing.token) {
+    const stale = new StaleTokenError(resource, fencing.token, current, { cause: error });
+    publishRefused('dynamodb', stale);
+    return stale;
+  }
+  return error;
+}
+
+async function readItem(client: DynamoDBClient, table: string, key: Record<string, AttributeValue>, signal: AbortSignal | undefined): Promise<Record<string, AttributeValue> | undefined> {
+  try {
+    const output = await client.send(new GetItemCommand({ TableName: table, Key: key, ConsistentRead: true }), abortOptions(signal));
+    return output.Item;
+  } catch (error) {
+    throw translate(error, table);
+  }
+}
+
+/**
+ * The fence's token in the item at `Key`: null when the item does not exist
+ * or was never written under a fence. A tombstone still reports its token.
+ * One strongly consistent GetItem of the key and the token attribute.
+ * CorruptFenceError for a token stored as anything but a token.
+ */
+export async function readFence(
+  client: DynamoDBClient,
+  input: { readonly TableName: string; readonly Key: Record<string, AttributeValue> },
+  options: FencedItemOptions = {},
+): Promise<FencingToken | null> {
+  const table = checkTableName(input?.TableName);
+  const key = checkKey(input.Key);
+  const attributes = fenceAttributes(options);
+  try {
+    const output = await client.send(new GetItemCommand({
+      TableName: table, Key: key, ConsistentRead: true,
+      ProjectionExpression: '#fk_t', ExpressionAttributeNames: { '#fk_t': attributes.token },
+    }), abortOptions(options.signal));
+    return storedToken(resourceName(table, key), output.Item, attributes.token);
+  } catch (error) {
+    throw translate(error, table);
+  }
+}
+
+// The key attribute names of each table, read once per client (DescribeTable)
+// when a PutItem's refusal needs the item's key, which the Item alone does
+// not say. A table's key schema cannot change.
+const schemas = new WeakMap<DynamoDBClient, Map<string, Promise<readonly string[]>>>();
+
+async function keySchema(client: DynamoDBClient, table: string, signal: AbortSignal | undefined): Promise<readonly string[]> {
+  let tables = schemas.get(client);
+  if (tables === undefined) schemas.set(client, tables = new Map());
+  let names = tables.get(table);
+  if (names === undefined) {
+    names = client.send(new DescribeTableCommand({ TableName: table }), abortOptions(signal)).then(
+      (output) => (output.Table?.KeySchema ?? []).map((k) => k.AttributeName ?? ''),
+      (error: unknown) => { throw translate(error, table); },
+    );
+    tables.set(table, names);
+    // A failed describe (a missing table, a lost connection) is not kept: the next write asks again.
+    names.catch(() => tables.delete(table));
+  }
+  return names;
+}
+
+/** A missing table and an item over the size limit as InvalidArgumentError (nothing was written); anything else as sent. */
+function translate(error: unknown, table: string): unknown {
+  if (isNamed(error, 'ResourceNotFoundException')) {
+    return new InvalidArgumentError(`DynamoDB table ${table} does not exist (or is not ACTIVE yet): create it first, with your key schema; the fence needs no attribute definition of its own`, { cause: error });
+  }
+  if (isNamed(error, 'ValidationException') && /item size|exceeded the maximum allowed size/i.test((error as Error).message)) {
+    return new InvalidArgumentError(`the write to ${table} would make the item larger than DynamoDB's 400 KB limit; nothing written (${(error as Error).message})`, { cause: error });
+  }
+  return error;
+}
+
+function isNamed(error: unknown, name: string): boolean {
+  return typeof error === 'object' && error !== null && (error as { name?: unknown }).name === name;
+}
+
+function abortOptions(signal: AbortSignal | undefined): { abortSignal?: AbortSignal } {
+  return signal === undefined ? {} : { abortSignal: signal };
+}
