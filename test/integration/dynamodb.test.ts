@@ -196,6 +196,9 @@ describe('your own expressions', () => {
     const attempts: Promise<unknown>[] = [
       fencedUpdateItem(client, { TableName, Key: key(pk), token: 3n, UpdateExpression: 'SET #fk_v = :v', ExpressionAttributeNames: { '#fk_v': 'v' }, ExpressionAttributeValues: { ':v': { S: 'b' } } }),
       fencedUpdateItem(client, { TableName, Key: key(pk), token: 3n, UpdateExpression: 'SET v = :fk_v', ExpressionAttributeValues: { ':fk_v': { S: 'b' } } }),
+      // The fence's own placeholders, named without declaring them: they would resolve to the fence's.
+      fencedUpdateItem(client, { TableName, Key: key(pk), token: 3n, UpdateExpression: 'SET v = :fk_t' }),
+      fencedPutItem(client, { TableName, Item: { pk: { S: pk } }, token: 3n, ConditionExpression: 'attribute_exists(#fk_t)' }),
       fencedUpdateItem(client, { TableName, Key: key(pk), token: 3n, UpdateExpression: 'SET #t = :v', ExpressionAttributeNames: { '#t': 'fencing_token' }, ExpressionAttributeValues: { ':v': { N: '99' } } }),
       fencedUpdateItem(client, { TableName, Key: key(pk), token: 3n, UpdateExpression: 'SET fencing_token = :v', ExpressionAttributeValues: { ':v': { N: '99' } } }),
       fencedPutItem(client, { TableName, Item: { pk: { S: pk }, fencing_token: { N: '99' } }, token: 3n }),
