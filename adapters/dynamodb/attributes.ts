@@ -2,8 +2,9 @@
 // the attribute names, the key, the item's size, the stored token.
 //
 // The fence lives in the item itself: a number attribute (`fencing_token` by
-// default) holding the token of the last write, and on a tombstone (what
-// fencedDeleteItem leaves) a boolean `fencing_deleted: true`. A token stored
+// default) holding the token of the last write, on a tombstone (what
+// fencedDeleteItem leaves) a boolean `fencing_deleted: true`, and on an item
+// bound to a lock (binding.ts) a string `fencing_lock`. A token stored
 // as anything but a number, or as a number that is not a token (0, negative,
 // fractional, past 2^63-1), is a CorruptFenceError: never overwritten, never
 // read as "stale" or "absent".
@@ -12,6 +13,7 @@ import { CorruptFenceError, InvalidArgumentError, parseToken, type FencingToken 
 
 export const DEFAULT_TOKEN_ATTRIBUTE = 'fencing_token';
 export const DEFAULT_TOMBSTONE_ATTRIBUTE = 'fencing_deleted';
+export const DEFAULT_LOCK_ATTRIBUTE = 'fencing_lock';
 
 /** DynamoDB's item size limit (names and values, UTF-8): 400 KB. */
 export const MAX_ITEM_BYTES = 400 * 1024;
@@ -21,11 +23,14 @@ export interface FenceAttributeOptions {
   readonly tokenAttribute?: string;
   /** The boolean attribute that marks a tombstone; default 'fencing_deleted'. */
   readonly tombstoneAttribute?: string;
+  /** The string attribute that holds the lock the item is bound to (binding.ts); default 'fencing_lock'. */
+  readonly lockAttribute?: string;
 }
 
 export interface FenceAttributes {
   readonly token: string;
   readonly tombstone: string;
+  readonly lock: string;
 }
 
 // A plain name: usable in an expression without a placeholder, in any tool,
@@ -39,8 +44,11 @@ const LONE_SURROGATE = /\p{Cs}/u;
 export function fenceAttributes(options: FenceAttributeOptions): FenceAttributes {
   const token = attributeOption('tokenAttribute', options.tokenAttribute, DEFAULT_TOKEN_ATTRIBUTE);
   const tombstone = attributeOption('tombstoneAttribute', options.tombstoneAttribute, DEFAULT_TOMBSTONE_ATTRIBUTE);
-  if (token === tombstone) throw new InvalidArgumentError(`tokenAttribute and tombstoneAttribute must differ (both ${JSON.stringify(token)})`);
-  return { token, tombstone };
+  const lock = attributeOption('lockAttribute', options.lockAttribute, DEFAULT_LOCK_ATTRIBUTE);
+  if (new Set([token, tombstone, lock]).size !== 3) {
+    throw new InvalidArgumentError(`tokenAttribute, tombstoneAttribute and lockAttribute must differ (${[token, tombstone, lock].map((n) => JSON.stringify(n)).join(', ')})`);
+  }
+  return { token, tombstone, lock };
 }
 
 function attributeOption(option: string, value: unknown, fallback: string): string {

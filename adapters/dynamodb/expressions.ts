@@ -11,6 +11,9 @@
 //   UpdateExpression:     your SET clause gets `#fk_t = :fk_t, ` in front,
 //     your REMOVE clause `#fk_d, ` (the tombstone mark); a clause you do not
 //     have is appended. ADD and DELETE clauses are left as they are.
+//   The lock the item is bound to (binding.ts) is checked in the same
+//   condition: `AND attribute_not_exists(#fk_l)` for a bare token,
+//   `AND (attribute_not_exists(#fk_l) OR #fk_l = :fk_l)` for a sequencer.
 //
 // Placeholders starting with #fk_ or :fk_ are the fence's: a caller's
 // ExpressionAttributeNames/Values key with that prefix, or an expression
@@ -25,6 +28,8 @@ import { checkItemNames, checkName, describe, type FenceAttributes } from './att
 export const TOKEN_NAME = '#fk_t';
 export const TOMBSTONE_NAME = '#fk_d';
 export const KEY_NAME = '#fk_k';
+export const LOCK_NAME = '#fk_l';
+export const LOCK_VALUE = ':fk_l';
 export const TOKEN_VALUE = ':fk_t';
 export const NUMBER_TYPE_VALUE = ':fk_n';
 
@@ -40,6 +45,23 @@ export interface UserExpressions {
   readonly ExpressionAttributeValues?: Record<string, AttributeValue> | undefined;
 }
 
+/**
+ * The lock part of the condition (binding.ts): 'unbound' the item carries no
+ * binding, 'bound' it carries `value`, 'either' one or the other. `set`: an
+ * update writes `value` (a `bind`).
+ */
+export interface LockClause {
+  readonly form: 'unbound' | 'bound' | 'either';
+  readonly value: string | null;
+  readonly set: boolean;
+}
+
+const LOCK_CONDITIONS = {
+  unbound: `attribute_not_exists(${LOCK_NAME})`,
+  bound: `${LOCK_NAME} = ${LOCK_VALUE}`,
+  either: `(attribute_not_exists(${LOCK_NAME}) OR ${LOCK_NAME} = ${LOCK_VALUE})`,
+} as const;
+
 export interface CombinedExpressions {
   readonly ConditionExpression: string;
   readonly UpdateExpression?: string;
@@ -48,26 +70,27 @@ export interface CombinedExpressions {
 }
 
 /** The fence's expressions joined with the caller's (see the top of this file); `update` for UpdateItem. */
-export function combine(user: UserExpressions, attributes: FenceAttributes, tokenText: string, update: boolean, mustExistKey: string | null = null): CombinedExpressions {
+export function combine(user: UserExpressions, attributes: FenceAttributes, tokenText: string, update: boolean, lock: LockClause, mustExistKey: string | null = null): CombinedExpressions {
   checkUserExpressions(user, attributes, update);
-  const names: Record<string, string> = { ...user.ExpressionAttributeNames, [TOKEN_NAME]: attributes.token };
-  let fence = FENCE_CONDITION;
-  if (mustExistKey !== null) {
-    names[KEY_NAME] = mustExistKey;
-    names[TOMBSTONE_NAME] = attributes.tombstone;
-    fence = `attribute_exists(${KEY_NAME}) AND attribute_not_exists(${TOMBSTONE_NAME}) AND (${FENCE_CONDITION})`;
-  }
+  const names: Record<string, string> = { ...user.ExpressionAttributeNames, [TOKEN_NAME]: attributes.token, [LOCK_NAME]: attributes.lock };
   const values: Record<string, AttributeValue> = {
     ...user.ExpressionAttributeValues,
     [TOKEN_VALUE]: { N: tokenText },
     [NUMBER_TYPE_VALUE]: { S: 'N' },
   };
+  if (lock.form !== 'unbound' || lock.set) values[LOCK_VALUE] = { S: lock.value ?? '' };
+  let fence = `(${FENCE_CONDITION}) AND ${LOCK_CONDITIONS[lock.form]}`;
+  if (mustExistKey !== null) {
+    names[KEY_NAME] = mustExistKey;
+    names[TOMBSTONE_NAME] = attributes.tombstone;
+    fence = `attribute_exists(${KEY_NAME}) AND attribute_not_exists(${TOMBSTONE_NAME}) AND ${fence}`;
+  }
   const condition = user.ConditionExpression === undefined ? fence : `(${fence}) AND (${user.ConditionExpression})`;
   if (!update) return { ConditionExpression: condition, ExpressionAttributeNames: names, ExpressionAttributeValues: values };
   names[TOMBSTONE_NAME] = attributes.tombstone;
   return {
     ConditionExpression: condition,
-    UpdateExpression: fenceUpdate(user.UpdateExpression),
+    UpdateExpression: fenceUpdate(user.UpdateExpression, lock.set),
     ExpressionAttributeNames: names,
     ExpressionAttributeValues: values,
   };
@@ -79,8 +102,8 @@ export function combine(user: UserExpressions, attributes: FenceAttributes, toke
 // path step is a clause.
 const CLAUSE = /(?<![#:.\w])(SET|REMOVE|ADD|DELETE)(?!\w)/gi;
 
-export function fenceUpdate(user: string | undefined): string {
-  const set = `${TOKEN_NAME} = ${TOKEN_VALUE}`;
+export function fenceUpdate(user: string | undefined, setLock = false): string {
+  const set = `${TOKEN_NAME} = ${TOKEN_VALUE}${setLock ? `, ${LOCK_NAME} = ${LOCK_VALUE}` : ''}`;
   const remove = TOMBSTONE_NAME;
   if (user === undefined || user.trim() === '') return `SET ${set} REMOVE ${remove}`;
   let sawSet = false;
@@ -104,7 +127,7 @@ function checkUserExpressions(user: UserExpressions, attributes: FenceAttributes
     if (RESERVED_PLACEHOLDER.test(text)) {
       throw new InvalidArgumentError(`${field} names a placeholder starting with #fk_ or :fk_; that prefix is reserved for the fence: rename yours`);
     }
-    for (const name of [attributes.token, attributes.tombstone]) {
+    for (const name of [attributes.token, attributes.tombstone, attributes.lock]) {
       if (new RegExp(`(?<![#:\\w])${name}(?!\\w)`).test(text)) {
         throw new InvalidArgumentError(`${field} names the fence's attribute ${name}: the fence alone reads and writes it (readFence reads it)`);
       }
@@ -117,7 +140,7 @@ function checkUserExpressions(user: UserExpressions, attributes: FenceAttributes
       if (placeholder.startsWith('#fk_')) throw new InvalidArgumentError(`ExpressionAttributeNames: ${describe(placeholder)}: the prefix #fk_ is reserved for the fence`);
       if (typeof name !== 'string') throw new InvalidArgumentError(`ExpressionAttributeNames[${describe(placeholder)}] must be a string`);
       checkName(`ExpressionAttributeNames[${placeholder}]`, name);
-      if (name === attributes.token || name === attributes.tombstone) {
+      if (name === attributes.token || name === attributes.tombstone || name === attributes.lock) {
         throw new InvalidArgumentError(`ExpressionAttributeNames[${describe(placeholder)}] names the fence's attribute ${name}: the fence alone reads and writes it`);
       }
     }

@@ -29,17 +29,26 @@ import type {
 } from '@aws-sdk/client-dynamodb';
 import {
   InvalidArgumentError, StaleTokenError, formatToken, publishRefused, resolveFencing, traceFencedWrite,
-  type Fencing, type FencingToken, type ResolvedFencing,
+  type FenceBinding, type Fencing, type FencingToken, type ResolvedFencing,
 } from '../../src/index.js';
 import {
   checkItemNames, checkItemSize, checkKey, checkTableName, fenceAttributes, resourceName, storedToken,
   type FenceAttributeOptions, type FenceAttributes,
 } from './attributes.js';
-import { combine } from './expressions.js';
+import { bindingOf, checkBindOption, formatBinding, mismatch, storedBinding } from './binding.js';
+import { combine, type LockClause } from './expressions.js';
 
 export interface FencedItemOptions extends FenceAttributeOptions {
   /** Aborts the request (and the read that classifies a refusal). */
   readonly signal?: AbortSignal;
+  /**
+   * Bind the item's fence to this lock with this write (./binding.ts): the
+   * write must present a sequencer of that lock. From then on the item takes
+   * only that lock's sequencers (SequencerMismatchError for any other lock's
+   * and for bare tokens). Binding again to the same lock is a no-op; items
+   * never bound take bare tokens and sequencers alike.
+   */
+  readonly bind?: FenceBinding;
 }
 
 export interface FencedUpdateOptions extends FencedItemOptions {
@@ -102,11 +111,11 @@ export interface FencedItemResult {
  * passes through as the SDK's ConditionalCheckFailedException.
  */
 export async function fencedPutItem(client: DynamoDBClient, input: FencedPutItemInput, options: FencedItemOptions = {}): Promise<FencedItemResult> {
-  const { fencing, table, attributes } = checkWrite('fencedPutItem', input, options);
+  const { fencing, table, attributes, bind } = checkWrite('fencedPutItem', input, options);
   const item = input.Item;
   if (typeof item !== 'object' || item === null || Array.isArray(item)) throw new InvalidArgumentError('fencedPutItem needs an Item');
   checkItemNames('Item', item);
-  for (const name of [attributes.token, attributes.tombstone]) {
+  for (const name of [attributes.token, attributes.tombstone, attributes.lock]) {
     if (Object.hasOwn(item, name)) throw new InvalidArgumentError(`Item carries ${name}, the fence's attribute: the fence writes it`);
   }
   const keyNames = await keySchema(client, table, options.signal);
@@ -114,11 +123,13 @@ export async function fencedPutItem(client: DynamoDBClient, input: FencedPutItem
   const resource = resourceName(table, key);
   const { token: _token, ...rest } = input;
   const written = { ...item, [attributes.token]: { N: formatToken(fencing.token) } };
-  checkItemSize(`the item ${resource}`, written);
-  const expressions = combine(input, attributes, formatToken(fencing.token), false);
+  checkItemSize(`the item ${resource}`, withBinding(written, attributes, fencing));
   return traceFencedWrite('dynamodb', 'upsert', resource, fencing.token, () =>
-    send(client, table, key, resource, fencing, attributes, options, new PutItemCommand({
-      ...rest, Item: written, ...expressions, ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+    send(client, { table, key, resource, fencing, attributes, signal: options.signal, replaces: true }, bind, (lock) => new PutItemCommand({
+      ...rest,
+      Item: lock.form === 'unbound' ? written : withBinding(written, attributes, fencing),
+      ...combine(input, attributes, formatToken(fencing.token), false, lock),
+      ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
     })));
 }
 
@@ -134,19 +145,19 @@ export async function fencedPutItem(client: DynamoDBClient, input: FencedPutItem
  * written. Errors as fencedPutItem's.
  */
 export async function fencedUpdateItem(client: DynamoDBClient, input: FencedUpdateItemInput, options: FencedUpdateOptions = {}): Promise<FencedItemResult> {
-  const { fencing, table, attributes } = checkWrite('fencedUpdateItem', input, options);
+  const { fencing, table, attributes, bind } = checkWrite('fencedUpdateItem', input, options);
   const key = checkKey(input.Key);
-  for (const name of [attributes.token, attributes.tombstone]) {
+  for (const name of [attributes.token, attributes.tombstone, attributes.lock]) {
     if (Object.hasOwn(key, name)) throw new InvalidArgumentError(`Key names ${name}, the fence's attribute`);
   }
   const resource = resourceName(table, key);
   const values = input.ExpressionAttributeValues;
   if (values !== undefined) checkItemSize(`the update of ${resource} (its ExpressionAttributeValues)`, values);
   const { token: _token, ...rest } = input;
-  const expressions = combine(input, attributes, formatToken(fencing.token), true, mustExistOption(options.mustExist, key));
+  const mustExist = mustExistOption(options.mustExist, key);
   return traceFencedWrite('dynamodb', 'update', resource, fencing.token, () =>
-    send(client, table, key, resource, fencing, attributes, options, new UpdateItemCommand({
-      ...rest, Key: key, ...expressions, ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+    send(client, { table, key, resource, fencing, attributes, signal: options.signal, replaces: false }, bind, (lock) => new UpdateItemCommand({
+      ...rest, Key: key, ...combine(input, attributes, formatToken(fencing.token), true, lock, mustExist), ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
     })));
 }
 
@@ -159,18 +170,20 @@ export async function fencedUpdateItem(client: DynamoDBClient, input: FencedUpda
  * Deleting a missing item leaves a tombstone too. Errors as fencedPutItem's.
  */
 export async function fencedDeleteItem(client: DynamoDBClient, input: FencedDeleteItemInput, options: FencedItemOptions = {}): Promise<FencedItemResult> {
-  const { fencing, table, attributes } = checkWrite('fencedDeleteItem', input, options);
+  const { fencing, table, attributes, bind } = checkWrite('fencedDeleteItem', input, options);
   const key = checkKey(input.Key);
-  for (const name of [attributes.token, attributes.tombstone]) {
+  for (const name of [attributes.token, attributes.tombstone, attributes.lock]) {
     if (Object.hasOwn(key, name)) throw new InvalidArgumentError(`Key names ${name}, the fence's attribute`);
   }
   const resource = resourceName(table, key);
   const { token: _token, Key: _key, ...rest } = input;
   const tombstone = { ...key, [attributes.token]: { N: formatToken(fencing.token) }, [attributes.tombstone]: { BOOL: true } };
-  const expressions = combine(input, attributes, formatToken(fencing.token), false);
   return traceFencedWrite('dynamodb', 'delete', resource, fencing.token, () =>
-    send(client, table, key, resource, fencing, attributes, options, new PutItemCommand({
-      ...rest, Item: tombstone, ...expressions, ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+    send(client, { table, key, resource, fencing, attributes, signal: options.signal, replaces: true }, bind, (lock) => new PutItemCommand({
+      ...rest,
+      Item: lock.form === 'unbound' ? tombstone : withBinding(tombstone, attributes, fencing),
+      ...combine(input, attributes, formatToken(fencing.token), false, lock),
+      ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
     })));
 }
 
@@ -180,7 +193,7 @@ export function isTombstone(item: Record<string, AttributeValue> | undefined | n
   return item?.[tombstone]?.BOOL === true;
 }
 
-function checkWrite(operation: string, input: object, options: FencedItemOptions): { fencing: ResolvedFencing; table: string; attributes: FenceAttributes } {
+function checkWrite(operation: string, input: object, options: FencedItemOptions): { fencing: ResolvedFencing; table: string; attributes: FenceAttributes; bind: FenceBinding | null } {
   if (typeof input !== 'object' || input === null) throw new InvalidArgumentError(`${operation} needs an input object`);
   const fencing = resolveFencing((input as { token?: unknown }).token);
   const table = checkTableName((input as { TableName?: unknown }).TableName);
@@ -189,43 +202,78 @@ function checkWrite(operation: string, input: object, options: FencedItemOptions
       throw new InvalidArgumentError(`${operation}: ${field} cannot be combined with the fence (use ConditionExpression / UpdateExpression)`);
     }
   }
+  const attributes = fenceAttributes(options);
+  const bind = checkBindOption(options.bind, fencing);
   if (options.signal?.aborted) throw options.signal.reason;
-  return { fencing, table, attributes: fenceAttributes(options) };
+  return { fencing, table, attributes, bind };
+}
+
+/** The item with the presented sequencer's lock in the lock attribute (a bare token has none to write). */
+function withBinding(item: Record<string, AttributeValue>, attributes: FenceAttributes, fencing: ResolvedFencing): Record<string, AttributeValue> {
+  return fencing.sequencer === null ? item : { ...item, [attributes.lock]: { S: formatBinding(bindingOf(fencing.sequencer)) } };
 }
 
 type FenceCommand = PutItemCommand | UpdateItemCommand;
 
-async function send(
-  client: DynamoDBClient, table: string, key: Record<string, AttributeValue>, resource: string,
-  fencing: ResolvedFencing, attributes: FenceAttributes, options: FencedItemOptions, command: FenceCommand,
-): Promise<FencedItemResult> {
-  try {
-    const output = await client.send(command as PutItemCommand, abortOptions(options.signal));
-    return { token: fencing.token, Attributes: output.Attributes };
-  } catch (error) {
-    if (isNamed(error, 'ConditionalCheckFailedException')) {
-      throw await refusal(client, table, key, resource, fencing, attributes, error as ConditionalCheckFailedException, options.signal);
+interface Target {
+  readonly table: string;
+  readonly key: Record<string, AttributeValue>;
+  readonly resource: string;
+  readonly fencing: ResolvedFencing;
+  readonly attributes: FenceAttributes;
+  readonly signal: AbortSignal | undefined;
+  /** A PutItem: it replaces the whole item, so it must carry a binding the item has (binding.ts). */
+  readonly replaces: boolean;
+}
+
+// A PutItem of a bound item is sent again once the refusal has shown the
+// binding (binding.ts); a third round would mean the binding came and went
+// in between (plain writes by someone else): report the refusal as it is.
+const MAX_ROUNDS = 3;
+
+async function send(client: DynamoDBClient, target: Target, bind: FenceBinding | null, command: (lock: LockClause) => FenceCommand): Promise<FencedItemResult> {
+  const { fencing } = target;
+  const value = fencing.sequencer === null ? null : formatBinding(bindingOf(fencing.sequencer));
+  // A bare token: the item must be unbound. A sequencer: bound to its lock or not bound;
+  // an update (or a bind) says so in one condition, a put starts from "not bound".
+  let form: LockClause['form'] = value === null ? 'unbound' : bind !== null || !target.replaces ? 'either' : 'unbound';
+  for (let round = 1; ; round++) {
+    try {
+      const output = await client.send(command({ form, value, set: bind !== null }) as PutItemCommand, abortOptions(target.signal));
+      return { token: fencing.token, Attributes: output.Attributes };
+    } catch (error) {
+      if (!isNamed(error, 'ConditionalCheckFailedException')) throw translate(error, target.table);
+      const verdict = await refusal(client, target, form, error as ConditionalCheckFailedException);
+      if (verdict instanceof Error) throw verdict;
+      if (round >= MAX_ROUNDS) throw error;
+      form = verdict;
     }
-    throw translate(error, table);
   }
 }
 
 /**
  * What a failed condition means: the item the service returned with the
- * exception, else one strongly consistent read, says which part failed.
- * Exported for the unit test of the returned-item path (dynalite never takes it).
+ * exception, else one strongly consistent read, says which part failed. An
+ * error to throw, or the lock form a PutItem should be sent again with.
  */
-export async function refusal(
-  client: DynamoDBClient, table: string, key: Record<string, AttributeValue>, resource: string,
-  fencing: ResolvedFencing, attributes: FenceAttributes, error: ConditionalCheckFailedException, signal: AbortSignal | undefined,
-): Promise<Error> {
-  const item = error.Item !== undefined ? error.Item : await readItem(client, table, key, signal);
+async function refusal(client: DynamoDBClient, target: Target, form: LockClause['form'], error: ConditionalCheckFailedException): Promise<Error | LockClause['form']> {
+  const { resource, fencing, attributes } = target;
+  const item = error.Item !== undefined ? error.Item : await readItem(client, target.table, target.key, target.signal);
   const current = storedToken(resource, item, attributes.token);
+  const bound = storedBinding(resource, item, attributes.lock);
+  // Tokens of another lock are not comparable: the lock first.
+  const refused = mismatch(resource, bound, fencing);
+  if (refused !== null) {
+    publishRefused('dynamodb', refused, fencing.token);
+    return refused;
+  }
   if (current !== null && current > fencing.token) {
     const stale = new StaleTokenError(resource, fencing.token, current, { cause: error });
     publishRefused('dynamodb', stale);
     return stale;
   }
+  if (target.replaces && form === 'unbound' && bound !== null) return 'bound';
+  if (target.replaces && form === 'bound' && bound === null) return 'unbound';
   return error;
 }
 

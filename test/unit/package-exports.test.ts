@@ -91,7 +91,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
   'fencekeeper/dynamodb': {
     functions: ['fencedPutItem', 'fencedUpdateItem', 'fencedDeleteItem', 'readFence', 'isTombstone'],
     classes: [],
-    values: ['DEFAULT_TOKEN_ATTRIBUTE', 'DEFAULT_TOMBSTONE_ATTRIBUTE', 'MAX_ITEM_BYTES'],
+    values: ['DEFAULT_TOKEN_ATTRIBUTE', 'DEFAULT_TOMBSTONE_ATTRIBUTE', 'DEFAULT_LOCK_ATTRIBUTE', 'MAX_ITEM_BYTES'],
   },
   'fencekeeper/express': {
     functions: ['fencing', 'verifyWithZooKeeper', 'fencedHandler', 'hasFencing', 'idempotency', 'keepRawBody', 'fencingHeaders', 'fencedFetch'],
