@@ -1,6 +1,7 @@
-// Fenced writes to DynamoDB items: one request per write. The token is
-// compared and stored by the write itself (expressions.ts), so the check and
-// the write are one atomic step on the service; nothing is read first.
+// Fenced writes to DynamoDB items: one request per write (a put or delete of
+// an item bound to a lock: two, see binding.ts). The token is compared and
+// stored by the write itself (expressions.ts), so the check and the write are
+// one atomic step on the service; nothing is read first.
 //
 //   fencedPutItem     PutItem, the item plus the token attribute
 //   fencedUpdateItem  UpdateItem, the caller's update plus SET of the token
@@ -140,9 +141,9 @@ export async function fencedPutItem(client: DynamoDBClient, input: FencedPutItem
  * joined in, your ConditionExpression ANDed with the fence's. Like UpdateItem,
  * it creates the item when none exists, and revives a tombstone (a tombstone
  * is an item: `attribute_exists(pk)` holds for it); with `{ mustExist: true }`
- * it updates only an item that exists and is not a tombstone, else your
- * ConditionalCheckFailedException-style refusal: the SDK's exception, nothing
- * written. Errors as fencedPutItem's.
+ * it updates only an item that exists and is not a tombstone; otherwise the
+ * SDK's ConditionalCheckFailedException, nothing written. Errors as
+ * fencedPutItem's.
  */
 export async function fencedUpdateItem(client: DynamoDBClient, input: FencedUpdateItemInput, options: FencedUpdateOptions = {}): Promise<FencedItemResult> {
   const { fencing, table, attributes, bind } = checkWrite('fencedUpdateItem', input, options);

@@ -10,7 +10,8 @@
 //   put-condition PutItem of the same item with the fence's condition written by hand:
 //                the server's share of the cost, without fencekeeper's code
 //   fenced-put   fencedPutItem of { pk, body } with a growing token: the same item, the
-//                condition attribute_not_exists(#t) OR (attribute_type(#t, :n) AND #t <= :t)
+//                condition (attribute_not_exists(#t) OR (attribute_type(#t, :n) AND #t <= :t))
+//                AND attribute_not_exists(#l) (a bare token: the item must not be bound to a lock)
 //   update       UpdateItem SET body = :b, fencing_token = :t, no condition
 //   fenced-update fencedUpdateItem SET body = :b (the fence joins its SET and REMOVE)
 // The modes take turns in blocks (put, fenced-put, update, fenced-update, again), so load
@@ -46,8 +47,8 @@ const MODES = {
   // The fence's condition sent by hand, no fencekeeper code: what the server's evaluation costs.
   'put-condition': (i) => client.send(new PutItemCommand({
     TableName, Item: { pk: { S: 'put-condition' }, body: { S: body }, fencing_token: { N: String(i + 1) } },
-    ConditionExpression: 'attribute_not_exists(#t) OR (attribute_type(#t, :n) AND #t <= :t)',
-    ExpressionAttributeNames: { '#t': 'fencing_token' }, ExpressionAttributeValues: { ':t': { N: String(i + 1) }, ':n': { S: 'N' } },
+    ConditionExpression: '(attribute_not_exists(#t) OR (attribute_type(#t, :n) AND #t <= :t)) AND attribute_not_exists(#l)',
+    ExpressionAttributeNames: { '#t': 'fencing_token', '#l': 'fencing_lock' }, ExpressionAttributeValues: { ':t': { N: String(i + 1) }, ':n': { S: 'N' } },
   })),
   'fenced-put': () => fencedPutItem(client, { TableName, Item: { pk: { S: 'fenced-put' }, body: { S: body } }, token: ++token }),
   update: (i) => client.send(new UpdateItemCommand({
