@@ -18,9 +18,11 @@
 // the item the service returns with ConditionalCheckFailedException
 // (ReturnValuesOnConditionCheckFailure: 'ALL_OLD', DynamoDB since 2023),
 // else, where the service does not send it (dynalite 4), from one strongly
-// consistent GetItem. A stored token larger than ours: stale. A token stored
-// as another type: CorruptFenceError. Otherwise it was the caller's own
-// condition that failed: its ConditionalCheckFailedException is rethrown.
+// consistent GetItem. An item bound to another lock (or a bare token on a
+// bound item): SequencerMismatchError. A stored token larger than ours:
+// stale. A token stored as another type: CorruptFenceError. Otherwise it was
+// the caller's own condition that failed: its ConditionalCheckFailedException
+// is rethrown.
 //
 // Multi-item transactions (TransactWriteItems) are not offered: dynalite, the
 // only DynamoDB-API server these tests can run, does not implement them.
@@ -106,7 +108,9 @@ export interface FencedItemResult {
  * which `Item` must not carry). A tombstone left by fencedDeleteItem is
  * replaced like any item. Your ConditionExpression is ANDed with the fence's.
  * Throws StaleTokenError (nothing written) for a smaller token,
- * CorruptFenceError for a token stored as something other than a token,
+ * SequencerMismatchError when the item is bound to another lock (or to a lock
+ * at all, for a bare token), CorruptFenceError for a token or binding stored
+ * as something it cannot be,
  * InvalidArgumentError for unusable input or a missing table (nothing
  * written), InvalidTokenError for a bad token; your condition's failure
  * passes through as the SDK's ConditionalCheckFailedException.
