@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
+import { DeleteTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DeleteObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 import pg from 'pg';
 import ts from 'typescript';
@@ -61,6 +62,7 @@ const shell = all.filter((b) => b.lang === 'sh');
 const EXPECTED: Record<string, RegExp> = {
   'A lock and a PostgreSQL write': /^wrote with token \d+$/m,
   'A lock and an S3 object': /^refused: presented (\d+), current (\d+)\nobject fence: \2\nbody "no changes today" written with token \2$/m,
+  'A lock and a DynamoDB item': /^refused: presented (\d+), current (\d+)\nitem fence: \2, tombstone true$/m,
   'An HTTP service that refuses stale tokens': /^200 403$/m,
   // The outside effect ran once; the retry was answered from the ledger (ts),
   // and nothing of it is left pending (sh).
@@ -123,6 +125,13 @@ describe('README examples', () => {
     } finally {
       s3.destroy();
     }
+    // The DynamoDB example's table: its tombstone would refuse a fresh ZooKeeper's smaller tokens.
+    const dynamodb = new DynamoDBClient({ endpoint: servers.dynamodb, region: 'us-east-1', credentials: { accessKeyId: 'test', secretAccessKey: 'test' } });
+    try {
+      await dynamodb.send(new DeleteTableCommand({ TableName: 'readme_reports' })).catch(() => undefined);
+    } finally {
+      dynamodb.destroy();
+    }
     await mkdir(`${WORK}bin`, { recursive: true });
     await writeFile(`${WORK}bin/fencekeeper`, `#!/bin/sh\nexec "${process.execPath}" "${ROOT}dist/src/cli/main.js" "$@"\n`);
     await chmod(`${WORK}bin/fencekeeper`, 0o755);
@@ -133,6 +142,8 @@ describe('README examples', () => {
       REDLOCK_NODES: servers.redlock.join(','),
       REDLOCK_URL: `redlock://${servers.redlock.map((u) => u.replace(/^redis:\/\//, '')).join(',')}`,
       ETCD: new URL(servers.etcd).host,
+      // The DynamoDB example's server (dynalite here), as a user would name it.
+      DYNAMODB_ENDPOINT: servers.dynamodb,
       PATH: `${WORK}bin:${process.env.PATH ?? ''}`,
     };
   }, 660_000);
@@ -145,6 +156,7 @@ describe('README examples', () => {
     expect(typescript.map((b) => b.heading)).toEqual([
       'A lock and a PostgreSQL write',
       'A lock and an S3 object',
+      'A lock and a DynamoDB item',
       'An HTTP service that refuses stale tokens',
       'Resources that cannot check a token: withEffect and idempotency()',
       'Leader election',
