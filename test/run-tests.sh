@@ -19,6 +19,7 @@
 # Extra arguments go to vitest: `npm test -- test/unit`, `npm test -- -t proxy`.
 # FK_NO_SERVERS=1 starts no server (unit tests only); FK_ZK_STANDALONE,
 # FK_ZK_ENSEMBLE, DATABASE_URL, S3_ENDPOINT point at servers of your own.
+# FK_MYSQL (mysql://root@127.0.0.1:3306/test) names a MariaDB/MySQL of your own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . test/servers/lib.sh
@@ -62,6 +63,12 @@ if [ -z "${FK_NO_SERVERS:-}" ]; then
     pids+=($!)
     scripts+=("$script")
   done
+  # fencekeeper/mysql's MariaDB (reused where it answers; mariadb.sh installs mariadb-server otherwise)
+  if [ -z "${FK_MYSQL:-}" ]; then
+    FK_USER_PID=$$ bash test/servers/mariadb.sh acquire >"$work/mariadb.sh.env" 2>"$work/mariadb.sh.log" &
+    pids+=($!)
+    scripts+=(mariadb.sh)
+  fi
 fi
 
 # The build compiles only src/ and adapters/; the type check covers the tests too.

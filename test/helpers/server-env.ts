@@ -23,6 +23,7 @@ export interface ProvidedServers {
   readonly etcd?: string;
   readonly etcdCluster?: string;
   readonly etcdCtl?: string;
+  readonly mysql?: string;
 }
 
 // Types only: erased at run time, so this file still imports nothing.
@@ -52,6 +53,7 @@ export const SERVER_ENV = {
   etcd: 'FK_ETCD',
   etcdCluster: 'FK_ETCD_CLUSTER',
   etcdCtl: 'FK_ETCD_CTL',
+  mysql: 'FK_MYSQL',
 } as const satisfies Record<keyof ProvidedServers, string>;
 
 /**
@@ -94,6 +96,8 @@ export interface TestServers {
   readonly etcd: string;
   /** http:// URLs of the 3-node etcd cluster (FK_ETCD_CLUSTER, comma-separated). */
   readonly etcdCluster: readonly string[];
+  /** mysql:// URL of a MariaDB (or MySQL) database tests may create tables in (FK_MYSQL). */
+  readonly mysql: string;
 }
 
 /** TestServers whose every field calls `read` when accessed (so only the servers used must exist). */
@@ -121,6 +125,7 @@ export function serversReadBy(read: (key: keyof ProvidedServers) => string): Tes
     },
     get etcd() { return read('etcd'); },
     get etcdCluster() { return read('etcdCluster').split(','); },
+    get mysql() { return read('mysql'); },
   };
 }
 
