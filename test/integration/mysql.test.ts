@@ -3,7 +3,7 @@
 // snapshots, the deadlock path, and bad input.
 import mysql from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bindFence, bindTable, fencedDelete, fencedInsert, fencedUpdate, fencedUpsert, migrate, withFence } from '../../adapters/mysql/index.js';
+import { MySqlFenceStore, bindFence, bindTable, fencedDelete, fencedInsert, fencedUpdate, fencedUpsert, migrate, withFence } from '../../adapters/mysql/index.js';
 import { FencekeeperError, StaleTokenError, WorkNotCommittedError, sequencer, type Sequencer } from '../../src/index.js';
 import { uniqueId } from '../helpers/unique.js';
 import { markOf, privateDatabase, randomTokens, type Pool } from './mysql-helpers.js';
@@ -342,6 +342,33 @@ describe('binding to a lock', () => {
     expect(await codeOf(fencedDelete(pool, { table, where: { id: 1 }, token: theirs(5n) }))).toBe('SEQUENCER_MISMATCH');
     expect(await rows(`SELECT id, body FROM \`${table}\``)).toEqual([{ id: 1, body: 'a' }]);
     expect(await fencedUpdate(pool, { table, where: { id: 1 }, set: { body: 'ours' }, token: ours(5n) })).toBe(1);
+  });
+});
+
+describe('MySqlFenceStore', () => {
+  it('admits with previous, holds the row until settled, and a waiting admission aborted by its signal leaves nothing held', async () => {
+    const store = new MySqlFenceStore(pool);
+    const resource = uniqueId('store');
+    expect(await store.current(resource)).toBeNull();
+    const first = await store.admit(resource, 4n);
+    expect(first).toMatchObject({ resource, token: 4n, previous: null });
+    const controller = new AbortController();
+    const waiting = store.admit(resource, 6n, { signal: controller.signal });
+    await new Promise((r) => setTimeout(r, 300));
+    const reason = new Error('given up');
+    controller.abort(reason);
+    // Rejected while the first admission still holds the row: the wait was ended (KILL QUERY), not left to
+    // innodb_lock_wait_timeout (50 s by default; the 20 s here is far below it and far above any load's delay).
+    const outcome = await Promise.race([waiting.then(() => 'admitted', (error: unknown) => error), new Promise((r) => setTimeout(r, 20_000, 'still waiting'))]);
+    expect(outcome).toBe(reason);
+    await first.transaction.query(`SELECT 1`);
+    await first.commit();
+    expect(await store.current(resource)).toBe(4n);
+    const next = await store.admit(resource, 5n);
+    expect(next.previous).toBe(4n);
+    await next.abort();
+    expect(await store.current(resource)).toBe(5n);
+    expect(await codeOf(store.admit(resource, 4n))).toBe('STALE_TOKEN');
   });
 });
 
