@@ -72,8 +72,24 @@ export function checkColumns(value: unknown, what: string): [string, unknown][] 
   for (const [column, columnValue] of entries) {
     assertIdentifier(column, `${what} column`);
     if (columnValue === undefined) throw new InvalidArgumentError(`${what}.${column} is undefined (pass null for SQL NULL)`);
+    checkValue(columnValue, `${what}.${column}`);
   }
   return entries;
+}
+
+/**
+ * A column value mysql2 sends as one SQL value: null, a string, a finite
+ * number, a bigint, a boolean, a Date or bytes. mysql2's query() escapes an
+ * array as a list and a plain object as `key` = value pairs, so such a
+ * value in `where` would turn `col = ?` into another comparison than the
+ * one written: refused.
+ */
+function checkValue(value: unknown, what: string): void {
+  if (value === null || typeof value === 'string' || typeof value === 'bigint' || typeof value === 'boolean') return;
+  if (typeof value === 'number' && Number.isFinite(value)) return;
+  if (value instanceof Date && !Number.isNaN(value.getTime())) return;
+  if (value instanceof Uint8Array) return;
+  throw new InvalidArgumentError(`${what} must be a single SQL value (null, a string, a finite number, a bigint, a boolean, a valid Date or a Buffer), got ${describe(value)}`);
 }
 
 /** A list of key column names (the unique key a row is identified by). */

@@ -396,6 +396,11 @@ describe('bad input: a clear error, nothing written', () => {
     expect(await codeOf(fencedUpdate(pool, { table, where: {}, set: { body: 'x' }, token: 5n }))).toBe('INVALID_ARGUMENT');
     expect(await codeOf(fencedUpdate(pool, { table, where: { id: undefined }, set: { body: 'x' }, token: 5n }))).toBe('INVALID_ARGUMENT');
     expect(await codeOf(fencedInsert(pool, { table, key: ['id'], values: { id: 2.5, body: 'x' }, token: 5n }))).toBe('INVALID_ARGUMENT');
+    // mysql2 would expand these into other SQL than `id = ?` (a list; `key` = value pairs):
+    for (const value of [[1, 2], { id: 1 }, NaN, Infinity, new Date(NaN), () => 1, Symbol('x')]) {
+      expect(await codeOf(fencedUpdate(pool, { table, where: { id: value }, set: { body: 'x' }, token: 5n })), String(value)).toBe('INVALID_ARGUMENT');
+      expect(await codeOf(fencedUpdate(pool, { table, where: { id: 1 }, set: { body: value }, token: 5n })), String(value)).toBe('INVALID_ARGUMENT');
+    }
     expect(await codeOf(fencedInsert(pool, { table, key: ['id'], values: { body: 'x' }, token: 5n }))).toBe('INVALID_ARGUMENT');
     expect(await codeOf(withFence(pool, resource, 5n, 'not a function' as never))).toBe('INVALID_ARGUMENT');
     expect(ran).toBe(false);
