@@ -3,7 +3,7 @@
 //
 //   START TRANSACTION
 //   SELECT ... FOR UPDATE        the mark and the binding, locked (a current read)
-//   [INSERT | UPDATE]            the first mark, or the advance (an equal token writes nothing)
+//   [UPDATE]                     the advance (an equal token writes nothing)
 //   SAVEPOINT fencekeeper_fenced
 //   ... the work ...
 //   RELEASE SAVEPOINT fencekeeper_fenced; COMMIT
@@ -38,7 +38,8 @@ const INSERT_FIRST_MARK = `INSERT INTO fencekeeper_fences (resource, token, prev
 SELECT ?, CAST(? AS SIGNED), NULL, NOW(6) FROM DUAL
 WHERE NOT EXISTS (SELECT 1 FROM fencekeeper_fence_bindings AS b WHERE b.resource = ?
   AND NOT (b.kind <=> ? AND b.lock_name <=> ? AND b.source_kind <=> ? AND b.source_id <=> ?))`;
-// MySQL and MariaDB assign left to right: previous_token takes the mark before token changes.
+// MySQL and MariaDB assign left to right (MariaDB's SIMULTANEOUS_ASSIGNMENT mode reads the old row for
+// every assignment): either way previous_token takes the mark before token changes.
 const ADVANCE_FENCE = 'UPDATE fencekeeper_fences SET previous_token = token, token = CAST(? AS SIGNED), updated_at = NOW(6) WHERE resource = ?';
 const SAVEPOINT = 'SAVEPOINT fencekeeper_fenced';
 /** How many times an open that deadlocked (before any work ran) starts over. */
