@@ -4,7 +4,7 @@
 // statement goes through `query` (the text protocol, values escaped by the
 // driver): it needs no server-side prepared statement cache and works the
 // same on a pool and a connection.
-import { FencekeeperError } from '../../src/index.js';
+import { FencekeeperError, InvalidArgumentError } from '../../src/index.js';
 
 /** What `query` answers for a write: only the fields read here. */
 export interface MySqlResultHeader {
@@ -36,6 +36,18 @@ export type Row = Record<string, unknown>;
 
 export function isPool(db: unknown): db is MySqlPool {
   return typeof db === 'object' && db !== null && typeof (db as { getConnection?: unknown }).getConnection === 'function';
+}
+
+/**
+ * mysql2's callback Pool (from 'mysql2', not 'mysql2/promise') has
+ * getConnection too, but answers through a callback: awaiting it would hand
+ * back undefined. It has `promise()`, which the promise Pool has not.
+ */
+export function assertPromisePool(db: unknown, who: string): asserts db is MySqlPool {
+  if (!isPool(db)) throw new InvalidArgumentError(`${who} needs a mysql2 promise Pool (createPool from 'mysql2/promise')`);
+  if (typeof (db as { promise?: unknown }).promise === 'function') {
+    throw new InvalidArgumentError(`${who} needs a mysql2 promise Pool: this is the callback Pool of 'mysql2'; pass pool.promise(), or create it with 'mysql2/promise'`);
+  }
 }
 
 export function isQueryable(db: unknown): db is MySqlQueryable {

@@ -16,7 +16,7 @@ import { existsSync } from 'node:fs';
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { FencekeeperError, InvalidArgumentError } from '../../src/index.js';
-import { isPool, query, rowsOf, type MySqlPool } from './database.js';
+import { assertPromisePool, query, rowsOf, type MySqlPool } from './database.js';
 
 export interface MigrateOptions {
   /** Where the .sql files are; default: the package's migrations/mysql/ directory. */
@@ -73,7 +73,7 @@ const LEDGER = `CREATE TABLE IF NOT EXISTS fencekeeper_migrations (
  * serialize on GET_LOCK). Answers the migrations it applied.
  */
 export async function migrate(pool: MySqlPool, options: MigrateOptions = {}): Promise<MigrateResult> {
-  if (!isPool(pool)) throw new InvalidArgumentError('migrate needs a mysql2 promise Pool (from mysql2/promise createPool)');
+  assertPromisePool(pool, 'migrate');
   const timeout = options.lockTimeoutSeconds ?? 60;
   if (!Number.isInteger(timeout) || timeout < 0) throw new InvalidArgumentError('lockTimeoutSeconds must be a non-negative integer');
   const migrations = await loadMigrations(options.directory);

@@ -1,8 +1,8 @@
 // MySqlFenceStore: the core's FenceStore on fencekeeper_fences, for the
 // Express middleware (fencing() in fencekeeper/express) or anything else
 // that admits requests by token.
-import { CommitFailedError, InvalidArgumentError, SequencerMismatchError, StaleTokenError, WorkNotCommittedError, resolveFencing, type FenceAdmission, type FenceStore, type Fencing, type FencingToken, type ResolvedFencing } from '../../src/index.js';
-import { isPool, type MySqlPool, type MySqlPoolConnection } from './database.js';
+import { CommitFailedError, SequencerMismatchError, StaleTokenError, WorkNotCommittedError, resolveFencing, type FenceAdmission, type FenceStore, type Fencing, type FencingToken, type ResolvedFencing } from '../../src/index.js';
+import { assertPromisePool, type MySqlPool, type MySqlPoolConnection } from './database.js';
 import { abandonWork, closeFenced, currentFence, keepAdvance, openFenced, rollback } from './fence.js';
 import { checkResource } from './identifiers.js';
 
@@ -44,7 +44,7 @@ export class MySqlFenceStore implements FenceStore<MySqlPoolConnection> {
   readonly #pool: MySqlPool;
 
   constructor(pool: MySqlPool) {
-    if (!isPool(pool)) throw new InvalidArgumentError('MySqlFenceStore needs a mysql2 promise Pool (from mysql2/promise createPool)');
+    assertPromisePool(pool, 'MySqlFenceStore');
     this.#pool = pool;
   }
 

@@ -1,5 +1,5 @@
 import { CommitFailedError, InvalidArgumentError, SequencerMismatchError, StaleTokenError, WorkNotCommittedError, publishRefused, resolveFencing, traceWithFence, type Fencing, type ResolvedFencing } from '../../src/index.js';
-import { isPool, type MySqlPool, type MySqlPoolConnection } from './database.js';
+import { assertPromisePool, type MySqlPool, type MySqlPoolConnection } from './database.js';
 import { abandonWork, closeFenced, keepAdvance, openFenced, rollback } from './fence.js';
 import { checkResource } from './identifiers.js';
 
@@ -35,7 +35,7 @@ export async function withFence<T>(pool: MySqlPool, resource: string, fencing: F
   checkResource(resource);
   const resolved = resolveFencing(fencing);
   if (typeof work !== 'function') throw new InvalidArgumentError('work must be a function');
-  if (!isPool(pool)) throw new InvalidArgumentError('withFence needs a mysql2 promise Pool (from mysql2/promise createPool)');
+  assertPromisePool(pool, 'withFence');
   return traceWithFence('mysql', resource, resolved.token, () => fenced(pool, resource, resolved, work));
 }
 

@@ -2,11 +2,16 @@
 // withFence(), the row helpers with tombstones, binding, REPEATABLE READ
 // snapshots, the deadlock path, and bad input.
 import mysql from 'mysql2/promise';
+import mysqlCallback from 'mysql2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MySqlFenceStore, bindFence, bindTable, fencedDelete, fencedInsert, fencedUpdate, fencedUpsert, migrate, withFence } from '../../adapters/mysql/index.js';
 import { FencekeeperError, StaleTokenError, WorkNotCommittedError, sequencer, type Sequencer } from '../../src/index.js';
+import { testServers } from '../helpers/servers.js';
 import { uniqueId } from '../helpers/unique.js';
 import { markOf, privateDatabase, randomTokens, type Pool } from './mysql-helpers.js';
+
+// Never connects: refused before any query.
+const mysqlCallbackPool = (): ReturnType<typeof mysqlCallback.createPool> => mysqlCallback.createPool({ uri: testServers().mysql, connectionLimit: 1 });
 
 let db: Awaited<ReturnType<typeof privateDatabase>>;
 let pool: Pool;
@@ -403,6 +408,15 @@ describe('bad input: a clear error, nothing written', () => {
     }
     expect(await codeOf(fencedInsert(pool, { table, key: ['id'], values: { body: 'x' }, token: 5n }))).toBe('INVALID_ARGUMENT');
     expect(await codeOf(withFence(pool, resource, 5n, 'not a function' as never))).toBe('INVALID_ARGUMENT');
+    // mysql2's callback Pool (its getConnection answers through a callback): told to pass pool.promise().
+    const callbackPool = mysqlCallbackPool();
+    try {
+      const error = await withFence(callbackPool as never, resource, 5n, work).catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringContaining('pool.promise()') });
+      expect(() => new MySqlFenceStore(callbackPool as never)).toThrow(/pool\.promise\(\)/);
+    } finally {
+      callbackPool.end();
+    }
     expect(ran).toBe(false);
     expect(await markOf(pool, resource)).toBeNull();
     expect(await rows(`SELECT id, body, fencing_token FROM \`${table}\``)).toEqual([{ id: 1, body: 'a', fencing_token: 1 }]);
