@@ -19,6 +19,7 @@
 # Extra arguments go to vitest: `npm test -- test/unit`, `npm test -- -t proxy`.
 # FK_NO_SERVERS=1 starts no server (unit tests only); FK_ZK_STANDALONE,
 # FK_ZK_ENSEMBLE, DATABASE_URL, S3_ENDPOINT point at servers of your own.
+# FK_MYSQL (mysql://root@127.0.0.1:3306/test) names a MariaDB/MySQL of your own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . test/servers/lib.sh
@@ -56,7 +57,7 @@ release() {
 trap release EXIT
 if [ -z "${FK_NO_SERVERS:-}" ]; then
   for entry in zk-standalone.sh:FK_ZK_STANDALONE zk-ensemble.sh:FK_ZK_ENSEMBLE postgres.sh:DATABASE_URL rgw.sh:S3_ENDPOINT redis.sh:FK_REDIS etcd.sh:FK_ETCD \
-    dynalite.sh:FK_DYNAMODB; do
+    dynalite.sh:FK_DYNAMODB mariadb.sh:FK_MYSQL; do
     script=${entry%%:*} given=${entry#*:}
     [ -z "${!given:-}" ] || continue
     FK_USER_PID=$$ bash "test/servers/$script" acquire >"$work/$script.env" 2>"$work/$script.log" &

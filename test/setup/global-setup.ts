@@ -10,6 +10,7 @@
 //   Redis (1 + 5 + pair)  FK_REDIS, FK_REDLOCK, FK_REDIS_PAIR, FK_REDIS_CTL        test/servers/redis.sh
 //   etcd (1 + 3-node)     FK_ETCD, FK_ETCD_CLUSTER, FK_ETCD_CTL                   test/servers/etcd.sh
 //   DynamoDB (dynalite)   FK_DYNAMODB                                             test/servers/dynalite.sh
+//   MariaDB               FK_MYSQL                                                test/servers/mariadb.sh
 //
 // A variable already set in the environment means "use that server": nothing
 // is started for it. Otherwise the script's `acquire` reuses a server already
@@ -43,6 +44,7 @@ const SCRIPTS: readonly ServerScript[] = [
   { script: 'redis.sh', givenBy: SERVER_ENV.redis },
   { script: 'etcd.sh', givenBy: SERVER_ENV.etcd },
   { script: 'dynalite.sh', givenBy: SERVER_ENV.dynamodb },
+  { script: 'mariadb.sh', givenBy: SERVER_ENV.mysql },
 ];
 
 /** Run a server script; resolve with the NAME=value lines it printed on stdout. */

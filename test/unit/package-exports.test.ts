@@ -100,6 +100,14 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
   },
   'fencekeeper/opentelemetry': { functions: ['instrument', 'uninstrument'], classes: [], values: ['ATTR', 'METRICS', 'SCOPE'] },
   'fencekeeper/redis': { functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'redisSource'], classes: [], values: [] },
+  'fencekeeper/mysql': {
+    functions: [
+      'migrate', 'loadMigrations', 'migrationsDirectory', 'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete',
+      'bindFence', 'fenceBindingOf', 'bindTable', 'tableBindingOf',
+    ],
+    classes: ['MySqlFenceStore'],
+    values: [],
+  },
   'fencekeeper/etcd': {
     functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession'],
     classes: ['EtcdSession'],
@@ -115,7 +123,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
 describe('the package by name', () => {
   it('package.json names the package and exports exactly its entry points', () => {
     expect(pkg.name).toBe('fencekeeper');
-    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './dynamodb', './etcd', './express', './opentelemetry', './package.json', './postgres', './redis', './s3', './testing']);
+    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './dynamodb', './etcd', './express', './mysql', './opentelemetry', './package.json', './postgres', './redis', './s3', './testing']);
     for (const [subpath, target] of Object.entries(pkg.exports)) {
       if (typeof target === 'string') continue;
       expect(existsSync(join(root, target.default)), `${subpath} -> ${target.default}`).toBe(true);
