@@ -29,6 +29,10 @@ export type ErrorCode =
   | 'NO_CURRENT_LOCK'
   | 'SEQUENCER_MISMATCH'
   | 'FENCE_ALREADY_BOUND'
+  // A fence table is missing from the database: run the adapter's migrate().
+  | 'SCHEMA_MISSING'
+  // A locking read found a row changed after the transaction's snapshot (MySQL/MariaDB error 1020): retry the transaction.
+  | 'SNAPSHOT_CONFLICT'
   | ZooKeeperErrorCode;
 
 export type ZooKeeperErrorCode =

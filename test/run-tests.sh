@@ -8,7 +8,7 @@
 #      in the background the type check runs (npm run typecheck: tsc over
 #      src, adapters and test; a type error fails the run before any test)
 #      and the servers start: ZooKeeper standalone and ensemble, Ceph RGW,
-#      PostgreSQL (test/servers/*.sh acquire: reuse one that answers, else
+#      PostgreSQL, dynalite (DynamoDB API) (test/servers/*.sh acquire: reuse one that answers, else
 #      start it); their addresses are exported, so the vitest global setup
 #      finds them set and starts nothing itself
 #   4. vitest run, type tests included (test/**/*.test-d.ts, checked by tsc
@@ -19,6 +19,7 @@
 # Extra arguments go to vitest: `npm test -- test/unit`, `npm test -- -t proxy`.
 # FK_NO_SERVERS=1 starts no server (unit tests only); FK_ZK_STANDALONE,
 # FK_ZK_ENSEMBLE, DATABASE_URL, S3_ENDPOINT point at servers of your own.
+# FK_MYSQL (mysql://root@127.0.0.1:3306/test) names a MariaDB/MySQL of your own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . test/servers/lib.sh
@@ -55,7 +56,8 @@ release() {
 }
 trap release EXIT
 if [ -z "${FK_NO_SERVERS:-}" ]; then
-  for entry in zk-standalone.sh:FK_ZK_STANDALONE zk-ensemble.sh:FK_ZK_ENSEMBLE postgres.sh:DATABASE_URL rgw.sh:S3_ENDPOINT redis.sh:FK_REDIS etcd.sh:FK_ETCD; do
+  for entry in zk-standalone.sh:FK_ZK_STANDALONE zk-ensemble.sh:FK_ZK_ENSEMBLE postgres.sh:DATABASE_URL rgw.sh:S3_ENDPOINT redis.sh:FK_REDIS etcd.sh:FK_ETCD \
+    dynalite.sh:FK_DYNAMODB mariadb.sh:FK_MYSQL; do
     script=${entry%%:*} given=${entry#*:}
     [ -z "${!given:-}" ] || continue
     FK_USER_PID=$$ bash "test/servers/$script" acquire >"$work/$script.env" 2>"$work/$script.log" &

@@ -47,6 +47,8 @@ export interface PausedRunOptions {
   whileStopped(next: Lock): Promise<void>;
   /** Every holder spawned, for a caller that stops strays in its teardown. */
   readonly holders?: HolderProcess[];
+  /** The holder program; default test/fixtures/source-holder.mjs (its report is then a SourceHolderWrite). */
+  readonly fixture?: string;
 }
 
 export function processStopped(pid: number): boolean {
@@ -60,7 +62,7 @@ export function processStopped(pid: number): boolean {
 }
 
 export async function pauseSourceHolder(sut: SourceUnderTest, options: PausedRunOptions): Promise<PausedRun> {
-  const holder = await spawnHolder(FIXTURE, {
+  const holder = await spawnHolder(options.fixture ?? FIXTURE, {
     env: { ...process.env, FK_LOCK_SERVICE: sut.lockService, FK_SESSION_MS: String(sut.grantMs), FK_LOCK: options.lock, ...options.env },
   });
   options.holders?.push(holder);

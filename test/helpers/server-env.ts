@@ -23,6 +23,8 @@ export interface ProvidedServers {
   readonly etcd?: string;
   readonly etcdCluster?: string;
   readonly etcdCtl?: string;
+  readonly dynamodb?: string;
+  readonly mysql?: string;
 }
 
 // Types only: erased at run time, so this file still imports nothing.
@@ -52,6 +54,8 @@ export const SERVER_ENV = {
   etcd: 'FK_ETCD',
   etcdCluster: 'FK_ETCD_CLUSTER',
   etcdCtl: 'FK_ETCD_CTL',
+  dynamodb: 'FK_DYNAMODB',
+  mysql: 'FK_MYSQL',
 } as const satisfies Record<keyof ProvidedServers, string>;
 
 /**
@@ -94,6 +98,10 @@ export interface TestServers {
   readonly etcd: string;
   /** http:// URLs of the 3-node etcd cluster (FK_ETCD_CLUSTER, comma-separated). */
   readonly etcdCluster: readonly string[];
+  /** http:// endpoint of the DynamoDB-API server, dynalite (FK_DYNAMODB). */
+  readonly dynamodb: string;
+  /** mysql:// URL of a MariaDB (or MySQL) database tests may create tables in (FK_MYSQL). */
+  readonly mysql: string;
 }
 
 /** TestServers whose every field calls `read` when accessed (so only the servers used must exist). */
@@ -121,6 +129,8 @@ export function serversReadBy(read: (key: keyof ProvidedServers) => string): Tes
     },
     get etcd() { return read('etcd'); },
     get etcdCluster() { return read('etcdCluster').split(','); },
+    get dynamodb() { return read('dynamodb'); },
+    get mysql() { return read('mysql'); },
   };
 }
 

@@ -9,6 +9,8 @@
 //   S3 (Ceph RGW)         S3_ENDPOINT, S3_REGION, S3_ACCESS_KEY, S3_SECRET_KEY   test/servers/rgw.sh
 //   Redis (1 + 5 + pair)  FK_REDIS, FK_REDLOCK, FK_REDIS_PAIR, FK_REDIS_CTL        test/servers/redis.sh
 //   etcd (1 + 3-node)     FK_ETCD, FK_ETCD_CLUSTER, FK_ETCD_CTL                   test/servers/etcd.sh
+//   DynamoDB (dynalite)   FK_DYNAMODB                                             test/servers/dynalite.sh
+//   MariaDB               FK_MYSQL                                                test/servers/mariadb.sh
 //
 // A variable already set in the environment means "use that server": nothing
 // is started for it. Otherwise the script's `acquire` reuses a server already
@@ -41,6 +43,8 @@ const SCRIPTS: readonly ServerScript[] = [
   { script: 'rgw.sh', givenBy: SERVER_ENV.s3Endpoint },
   { script: 'redis.sh', givenBy: SERVER_ENV.redis },
   { script: 'etcd.sh', givenBy: SERVER_ENV.etcd },
+  { script: 'dynalite.sh', givenBy: SERVER_ENV.dynamodb },
+  { script: 'mariadb.sh', givenBy: SERVER_ENV.mysql },
 ];
 
 /** Run a server script; resolve with the NAME=value lines it printed on stdout. */

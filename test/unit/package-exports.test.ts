@@ -101,6 +101,11 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     classes: [],
     values: ['DEFAULT_GRACE_MS', 'LAYOUT_METADATA', 'TOKEN_METADATA', 'TOMBSTONE_METADATA', 'WRITE_ID_METADATA'],
   },
+  'fencekeeper/dynamodb': {
+    functions: ['fencedPutItem', 'fencedUpdateItem', 'fencedDeleteItem', 'readFence', 'isTombstone'],
+    classes: [],
+    values: ['DEFAULT_TOKEN_ATTRIBUTE', 'DEFAULT_TOMBSTONE_ATTRIBUTE', 'DEFAULT_LOCK_ATTRIBUTE', 'MAX_ITEM_BYTES'],
+  },
   'fencekeeper/express': {
     functions: ['fencing', 'fencedHandler', 'hasFencing', 'idempotency', 'keepRawBody', 'fencingHeaders', 'fencedFetch', 'verifyHolder'],
     classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
@@ -108,6 +113,14 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
   },
   'fencekeeper/opentelemetry': { functions: ['instrument', 'uninstrument'], classes: [], values: ['ATTR', 'METRICS', 'SCOPE'] },
   'fencekeeper/redis': { functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'redisSource'], classes: [], values: [] },
+  'fencekeeper/mysql': {
+    functions: [
+      'migrate', 'loadMigrations', 'migrationsDirectory', 'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete',
+      'bindFence', 'fenceBindingOf', 'bindTable', 'tableBindingOf',
+    ],
+    classes: ['MySqlFenceStore'],
+    values: [],
+  },
   'fencekeeper/etcd': {
     functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession'],
     classes: ['EtcdSession'],
@@ -123,7 +136,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
 describe('the package by name', () => {
   it('package.json names the package and exports exactly its entry points', () => {
     expect(pkg.name).toBe('fencekeeper');
-    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './etcd', './express', './extend', './opentelemetry', './package.json', './postgres', './redis', './s3', './testing', './zookeeper']);
+    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './dynamodb', './etcd', './express', './extend', './mysql', './opentelemetry', './package.json', './postgres', './redis', './s3', './testing', './zookeeper']);
     for (const [subpath, target] of Object.entries(pkg.exports)) {
       if (typeof target === 'string') continue;
       expect(existsSync(join(root, target.default)), `${subpath} -> ${target.default}`).toBe(true);
@@ -186,7 +199,7 @@ describe('the package by name', () => {
   });
 
   it('importing fencekeeper loads none of the adapters\' peer libraries', () => {
-    // pg, kysely, @aws-sdk/client-s3 and express are peers of their adapter
+    // pg, kysely, @aws-sdk/client-s3, @aws-sdk/client-dynamodb and express are peers of their adapter
     // only. Follow the static imports from the core's entry
     // point through the built files and collect every bare specifier. (The
     // CLI may load pg lazily for `migrate`; it is not reachable from here.)

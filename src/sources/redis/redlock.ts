@@ -112,10 +112,13 @@ const raisedClaim = (r: NodeReply<unknown> | undefined): boolean => r !== undefi
 const refusedClaim = (r: NodeReply<unknown> | undefined): boolean => r !== undefined && r.ok && !granted(r);
 
 // Two client objects may still point at one server, which would then count
-// twice toward every majority. Asked once per set, at its first acquire.
+// twice toward every majority. Asked once per set, at its first acquire or
+// status read (a read counting one server twice could report a holder that
+// no majority holds).
 const distinct = new WeakMap<readonly RedisClient[], Promise<void>>();
 
-function checkDistinctServers(clients: readonly RedisClient[], timeoutMs: number): Promise<void> {
+/** Refuse (INVALID_ARGUMENT) a set in which two clients reach one server, by their run_ids; once per canonical set. */
+export function checkDistinctServers(clients: readonly RedisClient[], timeoutMs: number): Promise<void> {
   let checked = distinct.get(clients);
   if (checked === undefined) {
     checked = (async () => {

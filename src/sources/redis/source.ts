@@ -5,7 +5,7 @@ import { traceAcquire } from '../../extend.js';
 import { send, where, type RedisClient } from './client.js';
 import type { RedisLock } from './held-lock.js';
 import { checkName, checkOptions, checkSettings, checkTarget, type CheckedOptions, type RedisAcquireOptions, type RedisLockSettings, type RedisTryAcquireOptions } from './options.js';
-import { acquireRedlock, canonicalSet, quorumOf } from './redlock.js';
+import { acquireRedlock, canonicalSet, checkDistinctServers, quorumOf } from './redlock.js';
 import { RESERVED, lockKeys } from './scripts.js';
 import { acquireSingle, toToken } from './single.js';
 
@@ -51,11 +51,21 @@ export interface RedisLockStatusEntry extends LockStatusEntry {
   readonly key: string;
 }
 
+/**
+ * Who holds the lock `name` now, as the server(s) show it: on one client its
+ * key and counter; on Redlock's clients the holder a majority of nodes carry,
+ * with the token a majority of those carry (a grant still fixing its token
+ * shows no holder yet). A reservation made by a release for the waiter it
+ * woke is no holder. Redlock clients that reach one server twice (by run_id)
+ * are refused with INVALID_ARGUMENT, as at acquire: such a read could count
+ * one server twice toward a majority.
+ */
 export async function lockStatus(target: RedisTarget, name: string, options?: Pick<RedisLockSettings, 'nodeTimeoutMs'>): Promise<LockStatus<RedisLockStatusEntry>> {
   const checked = checkTarget(target);
   checkName(name);
   const { nodeTimeoutMs } = checkSettings(options);
-  const clients: readonly RedisClient[] = Array.isArray(checked) ? checked : [checked as RedisClient];
+  const clients: readonly RedisClient[] = Array.isArray(checked) ? canonicalSet(checked) : [checked as RedisClient];
+  if (clients.length > 1) await checkDistinctServers(clients, nodeTimeoutMs);
   const [lockKey, counterKey] = lockKeys(name);
   const read = await Promise.all(
     clients.map((c) =>

@@ -155,6 +155,10 @@ describe('redis:// URLs', () => {
     expect(oneName.code, oneName.stderr).toBe(ExitCode.usage);
     expect(oneName.stdout).toBe('');
     expect((await lockStatus(pool.redlock(), lock)).holder).toBeNull();
+    // status reads a majority too: one server counted twice is refused there as well.
+    const status = await cli(['status', lock, '--lock-service', `redlock://127.0.0.1:${port},localhost:${port},${rest.join(',')}`]).done;
+    expect(status.stderr).toContain('reach the same Redis server');
+    expect(status.code, status.stderr).toBe(ExitCode.usage);
   });
 
   it('elect is refused: Redis has no elections', async () => {

@@ -49,6 +49,16 @@ describe('test servers', () => {
     await s3.send(new DeleteBucketCommand({ Bucket }));
     s3.destroy();
   });
+
+  it('the DynamoDB-API server (dynalite, FK_DYNAMODB) answers ListTables', async () => {
+    const { DynamoDBClient, ListTablesCommand } = await import('@aws-sdk/client-dynamodb');
+    const dynamodb = new DynamoDBClient({ endpoint: testServers().dynamodb, region: 'us-east-1', credentials: { accessKeyId: 'test', secretAccessKey: 'test' }, maxAttempts: 1 });
+    try {
+      expect(Array.isArray((await dynamodb.send(new ListTablesCommand({}))).TableNames)).toBe(true);
+    } finally {
+      dynamodb.destroy();
+    }
+  });
 });
 
 describe('a script outside vitest (scriptServers)', () => {

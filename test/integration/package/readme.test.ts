@@ -10,7 +10,9 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
+import { DeleteTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { DeleteObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
+import mysql from 'mysql2/promise';
 import pg from 'pg';
 import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -60,7 +62,9 @@ const shell = all.filter((b) => b.lang === 'sh');
 // enough, the example must do what the README says it does.
 const EXPECTED: Record<string, RegExp> = {
   'A lock and a PostgreSQL write': /^wrote with token \d+$/m,
+  'A lock and a MySQL/MariaDB write': /^refused: presented (\d+), current (\d+)\nwrote with token \2$/m,
   'A lock and an S3 object': /^refused: presented (\d+), current (\d+)\nobject fence: \2\nbody "no changes today" written with token \2$/m,
+  'A lock and a DynamoDB item': /^refused: presented (\d+), current (\d+)\nitem fence: \2, tombstone true$/m,
   'An HTTP service that refuses stale tokens': /^200 403$/m,
   // The outside effect ran once; the retry was answered from the ledger (ts),
   // and nothing of it is left pending (sh).
@@ -113,6 +117,15 @@ describe('README examples', () => {
     } finally {
       await pool.end();
     }
+    // The MySQL/MariaDB example's fence and table, likewise.
+    const my = mysql.createPool({ uri: servers.mysql, connectionLimit: 1 });
+    try {
+      const [found] = await my.query("SELECT COUNT(*) AS n FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'fencekeeper_fences'");
+      if (Number((found as { n: number }[])[0]?.n) > 0) await my.query("DELETE FROM fencekeeper_fences WHERE resource LIKE 'readme/%'");
+      await my.query('DROP TABLE IF EXISTS readme_invoices');
+    } finally {
+      await my.end();
+    }
     const s3 = new S3Client({ endpoint: servers.s3.endpoint, region: servers.s3.region, forcePathStyle: true, credentials: servers.s3.credentials });
     try {
       // The key, and the data objects its pointer named in earlier runs.
@@ -122,6 +135,13 @@ describe('README examples', () => {
       }
     } finally {
       s3.destroy();
+    }
+    // The DynamoDB example's table: its tombstone would refuse a fresh ZooKeeper's smaller tokens.
+    const dynamodb = new DynamoDBClient({ endpoint: servers.dynamodb, region: 'us-east-1', credentials: { accessKeyId: 'test', secretAccessKey: 'test' } });
+    try {
+      await dynamodb.send(new DeleteTableCommand({ TableName: 'readme_reports' })).catch(() => undefined);
+    } finally {
+      dynamodb.destroy();
     }
     await mkdir(`${WORK}bin`, { recursive: true });
     await writeFile(`${WORK}bin/fencekeeper`, `#!/bin/sh\nexec "${process.execPath}" "${ROOT}dist/src/cli/main.js" "$@"\n`);
@@ -133,6 +153,9 @@ describe('README examples', () => {
       REDLOCK_NODES: servers.redlock.join(','),
       REDLOCK_URL: `redlock://${servers.redlock.map((u) => u.replace(/^redis:\/\//, '')).join(',')}`,
       ETCD: new URL(servers.etcd).host,
+      // The DynamoDB example's server (dynalite here), as a user would name it.
+      DYNAMODB_ENDPOINT: servers.dynamodb,
+      MYSQL_URL: servers.mysql,
       PATH: `${WORK}bin:${process.env.PATH ?? ''}`,
     };
   }, 660_000);
@@ -144,7 +167,9 @@ describe('README examples', () => {
   it('has the examples this test knows what to expect of', () => {
     expect(typescript.map((b) => b.heading)).toEqual([
       'A lock and a PostgreSQL write',
+      'A lock and a MySQL/MariaDB write',
       'A lock and an S3 object',
+      'A lock and a DynamoDB item',
       'An HTTP service that refuses stale tokens',
       'Resources that cannot check a token: withEffect and idempotency()',
       'Leader election',
