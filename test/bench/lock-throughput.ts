@@ -25,6 +25,10 @@
 //   handoff   16 sessions looping on one lock: time from a holder's release() call to the
 //             next holder's grant, p50/p99, fencekeeper against nzc.
 // A process-wide 'warning' listener counts warnings (MaxListenersExceededWarning): printed.
+// FK_BASELINE: the root of another build of the package (a checkout with dist/, e.g. the
+// commit before a change, built in a worktree): its acquireLock joins the cycles section as
+// a fourth implementation, `baseline`, in the same rotating blocks, and the section prints
+// ours/baseline per round, its median and interquartile range.
 // Prints figures; asserts nothing.
 import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
@@ -83,13 +87,26 @@ const quantile = (xs: readonly number[], q: number): number => {
 };
 const median = (xs: readonly number[]): number => quantile(xs, 0.5);
 
-type Impl = 'fencekeeper' | 'nzc' | 'floor';
-const IMPLS: Impl[] = ['fencekeeper', 'nzc', 'floor'];
+type Impl = 'fencekeeper' | 'nzc' | 'floor' | 'baseline';
+const BASELINE = process.env.FK_BASELINE;
+interface BaselineClient { close(): Promise<void> }
+interface BaselineModule {
+  ZooKeeperClient: { connect(o: { connectString: string; sessionTimeoutMs: number }): Promise<BaselineClient> };
+  acquireLock(zk: BaselineClient, name: string): Promise<{ release(): Promise<void> }>;
+}
+/** The baseline's ZooKeeper entry: fencekeeper/zookeeper where the build has one, else the root (builds before it). */
+async function loadBaseline(root: string): Promise<BaselineModule> {
+  const dist = root.replace(/\/$/, '') + '/dist/src';
+  return (await import(`${dist}/sources/zookeeper/index.js`).catch(() => import(`${dist}/index.js`))) as BaselineModule;
+}
+const baseline = BASELINE === undefined ? undefined : await loadBaseline(BASELINE);
+const IMPLS: Impl[] = baseline === undefined ? ['fencekeeper', 'nzc', 'floor'] : ['fencekeeper', 'nzc', 'floor', 'baseline'];
 
 interface Sessions {
   ours: ZooKeeperClient;
   theirs: NzcClient;
   raw: RawSession;
+  base: BaselineClient | undefined;
 }
 
 /** K loops on one session for `ms`, each on its own lock: cycles and CPU. */
@@ -104,6 +121,13 @@ async function block(impl: Impl, s: Sessions, k: number, ms: number): Promise<{ 
       const lock = `${tag}/${name}`;
       while (performance.now() < until) {
         const held = await acquireLock(s.ours, lock);
+        await held.release();
+        cycles++;
+      }
+    } else if (impl === 'baseline') {
+      const lock = `${tag}/base/${name}`;
+      while (performance.now() < until) {
+        const held = await baseline!.acquireLock(s.base!, lock);
         await held.release();
         cycles++;
       }
@@ -135,6 +159,7 @@ async function cyclesSection(setup: ZooKeeperClient): Promise<void> {
     ours: await ZooKeeperClient.connect({ connectString: SERVER, sessionTimeoutMs: 10_000 }),
     theirs: await nzcConnect(),
     raw: await RawSession.connect(SERVER),
+    base: baseline === undefined ? undefined : await baseline.ZooKeeperClient.connect({ connectString: SERVER, sessionTimeoutMs: 10_000 }),
   };
   const rates = new Map<string, number[]>();
   const cpu = new Map<string, number[]>();
@@ -157,6 +182,7 @@ async function cyclesSection(setup: ZooKeeperClient): Promise<void> {
     await s.ours.close();
     s.theirs.close();
     s.raw.close();
+    await s.base?.close();
   }
   console.log(`\nK loops on one session, each acquiring + releasing its own lock (${ROUNDS} rounds of ${BLOCK_MS} ms per implementation)`);
   console.log('cycles/s: median over rounds; ratios: median of the per-round ratios (same round, same load); CPU: median us per cycle');
@@ -171,6 +197,14 @@ async function cyclesSection(setup: ZooKeeperClient): Promise<void> {
         `${ratio('fencekeeper', 'floor').toFixed(2).padEnd(12)}${ratio('fencekeeper', 'nzc').toFixed(2).padEnd(10)}` +
         `${c('fencekeeper').toFixed(1).padEnd(10)}${c('nzc').toFixed(1).padEnd(8)}${c('floor').toFixed(1).padEnd(8)}${(c('fencekeeper') / c('floor')).toFixed(2)}`,
     );
+  }
+  if (baseline !== undefined) {
+    console.log(`ours/baseline (FK_BASELINE=${BASELINE}), per round ratio of the same round's blocks: median [q1, q3]`);
+    for (const k of KS) {
+      const ours = rates.get(key('fencekeeper', k))!;
+      const ratios = rates.get(key('baseline', k))!.map((b, i) => ours[i]! / b);
+      console.log(`  K=${k}: ${median(ratios).toFixed(3)} [${quantile(ratios, 0.25).toFixed(3)}, ${quantile(ratios, 0.75).toFixed(3)}]  ours ${median(ours).toFixed(0)}/s, baseline ${median(rates.get(key('baseline', k))!).toFixed(0)}/s`);
+    }
   }
   console.log('per round (cycles/s):');
   for (const k of KS) for (const impl of IMPLS) console.log(`  K=${k} ${impl.padEnd(12)} ${rates.get(key(impl, k))!.map((x) => x.toFixed(0)).join(' ')}`);
