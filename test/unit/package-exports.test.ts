@@ -101,7 +101,11 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     values: ['REPLAYED_HEADERS'],
   },
   'fencekeeper/opentelemetry': { functions: ['instrument', 'uninstrument'], classes: [], values: ['ATTR', 'METRICS', 'SCOPE'] },
-  'fencekeeper/redis': { functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'redisSource'], classes: [], values: [] },
+  'fencekeeper/redis': {
+    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'redisSource', 'fencedSet', 'fencedGet', 'fencedDelete', 'readFence'],
+    classes: ['RedisFenceStore'],
+    values: [],
+  },
   'fencekeeper/etcd': {
     functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession'],
     classes: ['EtcdSession'],

@@ -7,7 +7,7 @@
 // tick: an entry on the shared list of timeouts of its length (./deadlines.ts),
 // started again after each renewal, not a Node timer per grant.
 import { StepDownClock, grantSequencer, traceRelease, type FencingToken, type Holding, type Lock, type Sequencer, type SourceIdentity } from '../../index.js';
-import { Deadline, deadlines } from './deadlines.js';
+import { Deadline, deadlines } from '../../shared/redis/deadlines.js';
 
 /** What one renewal found: extended (the new earliest expiry), refused (the key is not ours), or no answer. */
 export type Renewal = { readonly validUntil: number } | 'refused' | 'unknown';

@@ -4,5 +4,5 @@
 export { acquireLock, tryAcquireLock, lockStatus, redisSource } from './source.js';
 export type { RedisTarget, RedisSource, RedisLockStatusEntry } from './source.js';
 export type { RedisLockSettings, RedisAcquireOptions, RedisTryAcquireOptions } from './options.js';
-export type { RedisClient, RedisSubscriber } from './client.js';
+export type { RedisClient, RedisSubscriber } from '../../shared/redis/client.js';
 export type { RedisLock } from './held-lock.js';

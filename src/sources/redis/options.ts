@@ -1,7 +1,7 @@
 // Every argument checked before the first command: a bad call changes nothing.
 import { hostname } from 'node:os';
 import { InvalidArgumentError, safetyMargin, type AcquireOptions } from '../../index.js';
-import type { RedisClient } from './client.js';
+import type { RedisClient } from '../../shared/redis/client.js';
 
 /** The settings of a Redis or Redlock source, fixed when it is made. */
 export interface RedisLockSettings {

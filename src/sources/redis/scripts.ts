@@ -8,8 +8,9 @@
 //   fencekeeper:waiters:{NAME}  waiters to wake, "<channel id> <waiter id>", oldest first
 // A release wakes the oldest waiter that still listens, by a PUBLISH on the
 // channel of its process (WAKE_CHANNEL + channel id): one waiter, not all.
-import { createHash } from 'node:crypto';
-import { send, type RedisClient } from './client.js';
+import { script } from '../../shared/redis/script.js';
+
+export { run, type Script } from '../../shared/redis/script.js';
 
 export const WAKE_CHANNEL = 'fencekeeper:wake:';
 
@@ -41,15 +42,6 @@ if ARGV[3] ~= '' then
   if not redis.call('LPOS', KEYS[3], ARGV[3]) then redis.call('RPUSH', KEYS[3], ARGV[3]) end
   redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[2]) * 3)
 end`;
-
-export interface Script {
-  readonly text: string;
-  readonly sha: string;
-}
-
-function script(text: string): Script {
-  return { text, sha: createHash('sha1').update(text).digest('hex') };
-}
 
 /**
  * Single instance: the grant and its token in one step. One integer, not a
@@ -134,8 +126,3 @@ export const WAKE_NEXT = script(`
 ${wakeOne('KEYS[1]', 'ARGV[1]')}
 return 1
 `);
-
-/** Run `s` by its SHA1, loading it (EVAL) the first time a server does not know it. */
-export function run(client: RedisClient, where: string, s: Script, keys: readonly string[], args: readonly (string | number)[], timeoutMs: number): Promise<unknown> {
-  return send(client, where, 'evalsha', [s.sha, keys.length, ...keys, ...args], timeoutMs, s.text);
-}

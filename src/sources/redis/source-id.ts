@@ -30,7 +30,7 @@
 // every later grant reads it from memory.
 import { createHash, randomUUID } from 'node:crypto';
 import { ProtocolError, QuorumError, SourceIdentityCache, type SourceIdentity } from '../../index.js';
-import { send, where, type RedisClient } from './client.js';
+import { send, where, type RedisClient } from '../../shared/redis/client.js';
 import { run, type Script } from './scripts.js';
 
 export const SOURCE_ID_KEY = 'fencekeeper:source-id';

@@ -1,7 +1,7 @@
 // The entry's functions: one client is the single-instance lock, an array of
 // independent clients is Redlock. And both as a LockSource.
 import { traceAcquire, type LockSource, type LockStatus, type LockStatusEntry, type AcquireOptions, type TryAcquireOptions } from '../../index.js';
-import { send, where, type RedisClient } from './client.js';
+import { send, where, type RedisClient } from '../../shared/redis/client.js';
 import type { RedisLock } from './held-lock.js';
 import { checkName, checkOptions, checkSettings, checkTarget, type CheckedOptions, type RedisAcquireOptions, type RedisLockSettings, type RedisTryAcquireOptions } from './options.js';
 import { acquireRedlock, canonicalSet, quorumOf } from './redlock.js';

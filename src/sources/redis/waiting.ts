@@ -3,8 +3,8 @@
 // it: a lock that ends without a release is noticed then), the caller's
 // timeout, or its signal. Never a tight loop.
 import { LockTimeoutError } from '../../index.js';
-import type { RedisClient } from './client.js';
-import { now } from './deadlines.js';
+import type { RedisClient } from '../../shared/redis/client.js';
+import { now } from '../../shared/redis/deadlines.js';
 import type { CheckedOptions } from './options.js';
 import { wakeChannel, type WakeTicket } from './wake.js';
 

@@ -5,7 +5,7 @@
 // whose channel has a listener and publishes to it, so one release wakes one
 // waiter, across any number of processes.
 import { randomBytes } from 'node:crypto';
-import { send, where, type RedisClient, type RedisSubscriber } from './client.js';
+import { send, where, type RedisClient, type RedisSubscriber } from '../../shared/redis/client.js';
 import { WAKE_CHANNEL, WAKE_NEXT, lockKeys, run } from './scripts.js';
 
 /** One waiter's place on one client's channel. */
