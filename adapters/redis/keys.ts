@@ -8,21 +8,19 @@ import { CorruptFenceError, StaleTokenError, formatToken, parseToken, publishRef
 import { send, where, type RedisCommands } from '../../src/shared/redis/client.js';
 import { run, script } from '../../src/shared/redis/script.js';
 import { checkClient, checkName, checkOptions, checkTimeout, checkValue } from './input.js';
-import { BELOW, IS_TOKEN } from './lua.js';
+import { below, isToken } from './lua.js';
 
 // The fence of KEYS[1], read by every write script: a missing key is
 // {nil}; a key of another type, or a hash without a well-formed token
 // field, is returned as a refusal ({-1, what}) before anything is written.
 const READ_FENCE = `
-${IS_TOKEN}
-${BELOW}
 local cur = redis.pcall('HGET', KEYS[1], 'token')
 if type(cur) == 'table' and cur.err then return {-1, redis.call('TYPE', KEYS[1]).ok} end
 if not cur then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {-1, 'hash without a token field'} end
-elseif not is_token(cur) then
+elseif not ${isToken('cur')} then
   return {-1, 'token field ' .. string.sub(cur, 1, 40)}
-elseif below(ARGV[1], cur) then
+elseif ${below('ARGV[1]', 'cur')} then
   return {0, cur}
 end`;
 

@@ -9,7 +9,7 @@ import { CorruptFenceError, InvalidArgumentError, StaleTokenError, parseToken, p
 import { send, where, type RedisCommands } from '../../src/shared/redis/client.js';
 import { run, script } from '../../src/shared/redis/script.js';
 import { checkClient, checkName, checkOptions, checkTimeout } from './input.js';
-import { BELOW, IS_TOKEN } from './lua.js';
+import { below, isToken } from './lua.js';
 
 /**
  * Admit: compare with the mark, take the hold, advance the mark, in one
@@ -18,15 +18,13 @@ import { BELOW, IS_TOKEN } from './lua.js';
  * KEYS mark, hold; ARGV token, admission id, lease ms.
  */
 const ADMIT = script(`
-${IS_TOKEN}
-${BELOW}
 local mark = redis.call('GET', KEYS[1])
 if mark then
-  if not is_token(mark) then return {-1, string.sub(mark, 1, 40)} end
-  if below(ARGV[1], mark) then return {0, mark} end
+  if not ${isToken('mark')} then return {-1, string.sub(mark, 1, 40)} end
+  if ${below('ARGV[1]', 'mark')} then return {0, mark} end
 end
 if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return {2, redis.call('PTTL', KEYS[2])} end
-if not mark or below(mark, ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+if not mark or ${below('mark', 'ARGV[1]')} then redis.call('SET', KEYS[1], ARGV[1]) end
 return {1, mark or ''}
 `);
 
