@@ -45,11 +45,11 @@ export function checkTimeout(ms: unknown, what = 'timeoutMs'): number {
 const EXPIRY = new Set(['ttl', 'ttlMs', 'ex', 'px', 'exat', 'pxat', 'expire', 'expireMs', 'expiresIn', 'keepTtl']);
 
 /** The options object of a call: undefined or a plain object with only `allowed` keys. */
-export function checkOptions(options: unknown, fn: string, allowed: readonly string[]): Record<string, unknown> {
+export function checkOptions(options: unknown, fn: string, allowed: readonly string[], refuseExpiry = true): Record<string, unknown> {
   if (options === undefined) return {};
   if (typeof options !== 'object' || options === null || Array.isArray(options)) throw new InvalidArgumentError(`${fn}: options must be an object`);
   for (const key of Object.keys(options)) {
-    if (EXPIRY.has(key)) {
+    if (refuseExpiry && EXPIRY.has(key)) {
       throw new InvalidArgumentError(`${fn}: a fenced key takes no TTL (${key}): expiring the key would erase its fence with its value, and a stale holder's write would then pass; delete it with fencedDelete instead`);
     }
     if (!allowed.includes(key)) throw new InvalidArgumentError(`${fn}: unknown option ${key}`);

@@ -90,7 +90,7 @@ export class RedisFenceStore implements FenceStore<undefined> {
 
   constructor(redis: RedisCommands, options?: RedisFenceStoreOptions) {
     checkClient(redis, 'RedisFenceStore');
-    const o = checkOptions(options, 'RedisFenceStore', ['leaseMs', 'timeoutMs']);
+    const o = checkOptions(options, 'RedisFenceStore', ['leaseMs', 'timeoutMs'], false);
     this.#redis = redis;
     this.#where = where(redis);
     this.#leaseMs = checkTimeout(o['leaseMs'] ?? 30_000, 'leaseMs');
