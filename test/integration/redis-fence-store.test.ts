@@ -34,13 +34,13 @@ describe('RedisFenceStore', () => {
     expect(await redis.exists(holdKey(r))).toBe(0);
   });
 
-  it('a mark that is not a token: CorruptFenceError, nothing taken or written', async () => {
+  it.each(['not a token', '0', '-5', '0012', '9223372036854775808'])('a mark that is not a token (%j): CorruptFenceError, nothing taken or written', async (mark) => {
     const store = new RedisFenceStore(redis);
     const r = uniqueId('corrupt');
-    await redis.set(markKey(r), 'not a token');
+    await redis.set(markKey(r), mark);
     expect(await codeOf(store.admit(r, 9n))).toBe('CORRUPT_FENCE');
     expect(await codeOf(store.current(r))).toBe('CORRUPT_FENCE');
-    expect(await redis.get(markKey(r))).toBe('not a token');
+    expect(await redis.get(markKey(r))).toBe(mark);
     expect(await redis.exists(holdKey(r))).toBe(0);
   });
 
