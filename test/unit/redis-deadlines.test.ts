@@ -1,4 +1,4 @@
-// fencekeeper/redis's timeouts of one length on one timer (src/sources/redis/deadlines.ts):
+// fencekeeper/redis's timeouts of one length on one timer (src/shared/redis/deadlines.ts):
 // the node timeout of every command and every grant's watchdog tick. What is
 // checked is which entries expire and in what order, never how long they took.
 import { describe, expect, it } from 'vitest';
