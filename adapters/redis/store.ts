@@ -76,6 +76,11 @@ export interface RedisFenceStoreOptions {
  * Redis, a store that checks the token) or where those grades are
  * acceptable; otherwise PostgresFenceStore.
  *
+ * A Sequencer is compared by its token only: this store records no binding
+ * (unlike PostgresFenceStore's bindFence). An admit whose reply is lost
+ * (ConnectionLossError after `timeoutMs`) may have taken the hold: it is
+ * freed when its lease runs out.
+ *
  * Waiting: an admission that finds the resource held polls the hold (every
  * 5..50 ms, sooner as its lease ends), not in arrival order; `signal` ends
  * the wait. Every admission must be settled (commit() or abort()): an
