@@ -4,7 +4,7 @@
 // guards), so its entry is this enforcement folder's index
 // (test/unit/layers.test.ts allows exactly this re-export).
 export * from '../../src/sources/redis/index.js';
-export { fencedSet, fencedGet, fencedDelete, readFence } from './keys.js';
+export { fencedSet, fencedGet, fencedDelete, readFence, bindFence } from './keys.js';
 export type { FencedWriteOptions, FencedValue } from './keys.js';
 export { RedisFenceStore } from './store.js';
 export type { RedisFenceStoreOptions } from './store.js';

@@ -2,7 +2,7 @@
 // fencedDelete, readFence) against the real Redis (FK_REDIS): racing writers,
 // equal tokens, tombstones, corrupt keys and bad input.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fencedDelete, fencedGet, fencedSet, readFence, redisSource, type RedisCommands } from '../../adapters/redis/index.js';
+import { bindFence, fencedDelete, fencedGet, fencedSet, readFence, redisSource, type RedisCommands } from '../../adapters/redis/index.js';
 import { CURRENT_LOCK, MAX_TOKEN, StaleTokenError, sequencer, withLock, type FencingToken } from '../../src/index.js';
 import { uniqueId } from '../helpers/unique.js';
 import { RedisPool } from './redis-helpers.js';
@@ -131,6 +131,48 @@ describe('fencedDelete: a tombstone keeps the fence', () => {
     expect(await fencedDelete(redis, k, 9n)).toBe(false);
     expect(await readFence(redis, k)).toBe(9n);
     expect(await codeOf(fencedSet(redis, k, 'late', 8n))).toBe('STALE_TOKEN');
+  });
+});
+
+describe('bindFence: a fence bound to one lock', () => {
+  const guard = { kind: 'lock' as const, lock: 'jobs/reindex', source: { kind: 'redis', id: 'r1' } };
+  const of = (token: bigint, lock = guard.lock, id = guard.source.id) => sequencer({ kind: 'lock', name: lock, source: { kind: 'redis', id }, token });
+
+  it('takes only that lock\'s sequencers: another lock\'s and a bare token are refused, nothing written', async () => {
+    const k = key('bound');
+    await fencedSet(redis, k, 'unbound', 3n);
+    expect(await bindFence(redis, k, guard)).toEqual(guard);
+    expect(await bindFence(redis, k, guard)).toEqual(guard); // the same binding again: a no-op
+    await fencedSet(redis, k, 'guarded', of(4n));
+    const other = await fencedSet(redis, k, 'other lock', of(99n, 'jobs/other')).catch((e: unknown) => e);
+    expect(other).toMatchObject({ code: 'SEQUENCER_MISMATCH', bound: guard, presented: { kind: 'lock', lock: 'jobs/other', token: 99n } });
+    expect(await codeOf(fencedSet(redis, k, 'other source', of(99n, guard.lock, 'r2')))).toBe('SEQUENCER_MISMATCH');
+    const bare = await fencedSet(redis, k, 'bare', 99n).catch((e: unknown) => e);
+    expect(bare).toMatchObject({ code: 'SEQUENCER_MISMATCH', presented: null });
+    expect(await codeOf(fencedDelete(redis, k, 99n))).toBe('SEQUENCER_MISMATCH');
+    expect(await fencedGet(redis, k)).toEqual({ value: 'guarded', token: 4n });
+    expect(await codeOf(fencedSet(redis, k, 'stale', of(3n)))).toBe('STALE_TOKEN');
+    expect(await fencedDelete(redis, k, of(5n))).toBe(true);
+    expect(await readFence(redis, k)).toBe(5n);
+  });
+
+  it('binds once: another binding is FenceAlreadyBoundError; a key bound before any write reads null', async () => {
+    const k = key('bind_once');
+    await bindFence(redis, k, guard);
+    expect(await fencedGet(redis, k)).toBeNull();
+    expect(await readFence(redis, k)).toBeNull();
+    const again = await bindFence(redis, k, { ...guard, lock: 'jobs/other' }).catch((e: unknown) => e);
+    expect(again).toMatchObject({ code: 'FENCE_ALREADY_BOUND', bound: guard });
+    await fencedSet(redis, k, 'first', of(1n));
+    expect(await fencedGet(redis, k)).toEqual({ value: 'first', token: 1n });
+  });
+
+  it('a corrupt key is not bound; a bad binding is refused before any I/O', async () => {
+    const k = key('bind_corrupt');
+    await redis.set(k, 'plain');
+    expect(await codeOf(bindFence(redis, k, guard))).toBe('CORRUPT_FENCE');
+    expect(await redis.get(k)).toBe('plain');
+    expect(await codeOf(bindFence(redis, key('bind_bad'), { ...guard, kind: 'mutex' as never }))).toBe('INVALID_ARGUMENT');
   });
 });
 

@@ -102,7 +102,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
   },
   'fencekeeper/opentelemetry': { functions: ['instrument', 'uninstrument'], classes: [], values: ['ATTR', 'METRICS', 'SCOPE'] },
   'fencekeeper/redis': {
-    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'redisSource', 'fencedSet', 'fencedGet', 'fencedDelete', 'readFence'],
+    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'redisSource', 'fencedSet', 'fencedGet', 'fencedDelete', 'readFence', 'bindFence'],
     classes: ['RedisFenceStore'],
     values: [],
   },
