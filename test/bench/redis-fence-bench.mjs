@@ -4,6 +4,9 @@
 //   fencedSet   fencekeeper/redis's fencedSet (EVALSHA of the compare-and-write script)
 //   hset        the same hash write unfenced: HSET key value V token T
 //   set         a plain SET key V (what an unfenced key would be)
+//   lua-hset    the same HSET inside a minimal Lua script by EVALSHA, no
+//               compare: the floor of any write done as a script, to tell
+//               the script's own cost from fencekeeper's
 // Each block runs one mode for BENCH_SECONDS with BENCH_CONCURRENCY writes in
 // flight on one connection (each write waits for its reply before the next
 // starts: a closed loop), over 64 keys, every write with a larger token.
@@ -31,10 +34,13 @@ const value = 'x'.repeat(100);
 const redis = new Redis({ host: url.hostname, port: Number(url.port || 6379) });
 
 let token = 0n;
+const LUA_HSET = "return redis.call('HSET', KEYS[1], 'value', ARGV[1], 'token', ARGV[2])";
+const luaSha = await redis.call('script', 'load', LUA_HSET);
 const MODES = {
   fencedSet: (key) => fencedSet(redis, `${key}:f`, value, ++token),
   hset: (key) => redis.call('hset', `${key}:h`, 'value', value, 'token', String(++token)),
   set: (key) => redis.call('set', `${key}:s`, value),
+  'lua-hset': (key) => redis.call('evalsha', luaSha, 1, `${key}:l`, value, String(++token)),
 };
 
 async function block(mode, concurrency) {
@@ -70,7 +76,7 @@ for (const concurrency of levels) {
   const m = Object.fromEntries(Object.entries(rates).map(([k, v]) => [k, median(v)]));
   console.log(`concurrency ${concurrency}:`);
   for (const [mode, rate] of Object.entries(m)) console.log(`  ${mode.padEnd(10)} ${rate.toFixed(0).padStart(7)} writes/s (median; blocks ${rates[mode].map((x) => x.toFixed(0)).join(' ')})`);
-  console.log(`  fencedSet / hset ${(m.fencedSet / m.hset).toFixed(2)}x, fencedSet / set ${(m.fencedSet / m.set).toFixed(2)}x`);
+  console.log(`  fencedSet / hset ${(m.fencedSet / m.hset).toFixed(2)}x, fencedSet / set ${(m.fencedSet / m.set).toFixed(2)}x, fencedSet / lua-hset ${(m.fencedSet / m['lua-hset']).toFixed(2)}x`);
 }
 console.log(`load ${loadavg().map((l) => l.toFixed(1)).join(' ')}`);
 // The bench's keys go (no fence left behind to refuse a later run: it starts its tokens from 1 again).
