@@ -112,7 +112,11 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     values: ['REPLAYED_HEADERS'],
   },
   'fencekeeper/opentelemetry': { functions: ['instrument', 'uninstrument'], classes: [], values: ['ATTR', 'METRICS', 'SCOPE'] },
-  'fencekeeper/redis': { functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'redisSource'], classes: [], values: [] },
+  'fencekeeper/redis': {
+    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'redisSource', 'fencedSet', 'fencedGet', 'fencedDelete', 'readFence', 'bindFence'],
+    classes: ['RedisFenceStore'],
+    values: [],
+  },
   'fencekeeper/mysql': {
     functions: [
       'migrate', 'loadMigrations', 'migrationsDirectory', 'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete',

@@ -1,9 +1,9 @@
-// fencekeeper/redis's timeouts of one length on one timer (src/sources/redis/deadlines.ts):
+// fencekeeper/redis's timeouts of one length on one timer (src/shared/redis/deadlines.ts):
 // the node timeout of every command and every grant's watchdog tick. What is
 // checked is which entries expire and in what order, never how long they took.
 import { describe, expect, it } from 'vitest';
-import { NodeTimeoutError, send, type RedisClient } from '../../src/sources/redis/client.js';
-import { Deadline, Deadlines } from '../../src/sources/redis/deadlines.js';
+import { NodeTimeoutError, send, type RedisClient } from '../../src/shared/redis/client.js';
+import { Deadline, Deadlines } from '../../src/shared/redis/deadlines.js';
 
 /** An entry that records its expiry in `log`, and runs `then` after. */
 class Recorded extends Deadline {

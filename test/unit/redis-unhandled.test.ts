@@ -7,7 +7,7 @@
 import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { ConnectionLossError } from '../../src/errors.js';
-import { NodeTimeoutError, send, type RedisClient, type RedisSubscriber } from '../../src/sources/redis/client.js';
+import { NodeTimeoutError, send, type RedisClient, type RedisSubscriber } from '../../src/shared/redis/client.js';
 import { wakeChannel } from '../../src/sources/redis/wake.js';
 import { countUnhandledRejections } from '../helpers/unhandled.js';
 

@@ -4,11 +4,11 @@
 // This is on the path of every acquire and release, so a grant is one object
 // of a class (its methods and getters on the prototype, not an object literal
 // with getters and closures made per grant), its holding, and its watchdog
-// tick: an entry on the shared list of timeouts of its length (./deadlines.ts),
+// tick: an entry on the shared list of timeouts of its length (src/shared/redis/deadlines.ts),
 // started again after each renewal, not a Node timer per grant.
 import { type FencingToken, type Lock, type Sequencer, type SourceIdentity } from '../../index.js';
 import { StepDownClock, grantSequencer, traceRelease, type Holding } from '../../extend.js';
-import { Deadline, deadlines } from './deadlines.js';
+import { Deadline, deadlines } from '../../shared/redis/deadlines.js';
 
 /** What one renewal found: extended (the new earliest expiry), refused (the key is not ours), or no answer. */
 export type Renewal = { readonly validUntil: number } | 'refused' | 'unknown';

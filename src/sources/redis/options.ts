@@ -1,7 +1,7 @@
 // Every argument checked before the first command: a bad call changes nothing.
 import { InvalidArgumentError, type AcquireOptions } from '../../index.js';
 import { DEFAULT_OWNER, assertLockName, safetyMargin } from '../../extend.js';
-import type { RedisClient } from './client.js';
+import type { RedisClient } from '../../shared/redis/client.js';
 
 /** The settings of a Redis or Redlock source, fixed when it is made. */
 export interface RedisLockSettings {

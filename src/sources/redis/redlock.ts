@@ -53,8 +53,8 @@
 // above the last one. Clock jumps on a node can break the lock (a key
 // expiring early), not the token.
 import { InvalidArgumentError, QuorumError, type FencingToken } from '../../index.js';
-import { send, where, type RedisClient } from './client.js';
-import { now } from './deadlines.js';
+import { send, where, type RedisClient } from '../../shared/redis/client.js';
+import { now } from '../../shared/redis/deadlines.js';
 import { grantsOf, holdGrant, type RedisLock } from './held-lock.js';
 import type { CheckedOptions } from './options.js';
 import { CLAIM, RAISE, RELEASE, RENEW, WAKE_CHANNEL, lockKeys, run } from './scripts.js';

@@ -16,8 +16,9 @@
 // no token and no holder; only the attempt of the waiter it names turns it
 // into a grant (with the next token, as from a free key), and it ends by
 // itself at its TTL if that waiter never comes.
-import { createHash } from 'node:crypto';
-import { send, type RedisClient } from './client.js';
+import { script } from '../../shared/redis/script.js';
+
+export { run, type Script } from '../../shared/redis/script.js';
 
 export const WAKE_CHANNEL = 'fencekeeper:wake:';
 
@@ -67,15 +68,6 @@ end`;
 // (ARGV[3] its entry; in the same script as the GET, so nothing comes between):
 // as if the key were free, and from then on a grant like any other.
 const TAKE_RESERVED = `(ARGV[3] ~= '' and redis.call('GET', KEYS[1]) == '${RESERVED}' .. ARGV[3] and redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]))`;
-
-export interface Script {
-  readonly text: string;
-  readonly sha: string;
-}
-
-function script(text: string): Script {
-  return { text, sha: createHash('sha1').update(text).digest('hex') };
-}
 
 /**
  * Single instance: the grant and its token in one step. One integer, not a
@@ -181,8 +173,3 @@ if v ~= '${RESERVED}' .. ARGV[1] and (v or ARGV[3] ~= '1') then return 0 end
 ${handOn('KEYS[1]', 'KEYS[2]', 'ARGV[2]')}
 return 1
 `);
-
-/** Run `s` by its SHA1, loading it (EVAL) the first time a server does not know it. */
-export function run(client: RedisClient, where: string, s: Script, keys: readonly string[], args: readonly (string | number)[], timeoutMs: number): Promise<unknown> {
-  return send(client, where, 'evalsha', [s.sha, keys.length, ...keys, ...args], timeoutMs, s.text);
-}

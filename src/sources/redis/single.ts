@@ -9,8 +9,8 @@
 // Redlock over independent nodes with persistence, or a consensus source.
 import { randomBytes } from 'node:crypto';
 import { ProtocolError, type FencingToken, type SourceIdentity } from '../../index.js';
-import { send, where, type RedisClient } from './client.js';
-import { now } from './deadlines.js';
+import { send, where, type RedisClient } from '../../shared/redis/client.js';
+import { now } from '../../shared/redis/deadlines.js';
 import { grantsOf, holdGrant, type GrantKey, type RedisLock, type Renewal } from './held-lock.js';
 import type { CheckedOptions } from './options.js';
 import { ACQUIRE, ACQUIRE_FIRST, RELEASE, RENEW, WAKE_CHANNEL, lockKeys } from './scripts.js';

@@ -31,7 +31,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { ProtocolError, QuorumError, type SourceIdentity } from '../../index.js';
 import { SourceIdentityCache } from '../../extend.js';
-import { send, where, type RedisClient } from './client.js';
+import { send, where, type RedisClient } from '../../shared/redis/client.js';
 import { run, type Script } from './scripts.js';
 
 export const SOURCE_ID_KEY = 'fencekeeper:source-id';

@@ -2,7 +2,7 @@
 // independent clients is Redlock. And both as a LockSource.
 import { type LockSource, type LockStatus, type LockStatusEntry, type AcquireOptions, type TryAcquireOptions } from '../../index.js';
 import { traceAcquire } from '../../extend.js';
-import { send, where, type RedisClient } from './client.js';
+import { send, where, type RedisClient } from '../../shared/redis/client.js';
 import type { RedisLock } from './held-lock.js';
 import { checkName, checkOptions, checkSettings, checkTarget, type CheckedOptions, type RedisAcquireOptions, type RedisLockSettings, type RedisTryAcquireOptions } from './options.js';
 import { acquireRedlock, canonicalSet, checkDistinctServers, quorumOf } from './redlock.js';

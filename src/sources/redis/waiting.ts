@@ -5,8 +5,8 @@
 // reserved the lock for us (./scripts.ts): the attempt that follows the wake
 // takes it, whoever else asks meanwhile.
 import { LockTimeoutError } from '../../index.js';
-import type { RedisClient } from './client.js';
-import { now } from './deadlines.js';
+import type { RedisClient } from '../../shared/redis/client.js';
+import { now } from '../../shared/redis/deadlines.js';
 import type { CheckedOptions } from './options.js';
 import { wakeChannel, type WakeTicket } from './wake.js';
 

@@ -6,7 +6,7 @@
 // (./scripts.ts), so one release wakes one waiter, across any number of
 // processes, and that waiter is the one that gets the lock.
 import { randomBytes } from 'node:crypto';
-import { send, where, type RedisClient, type RedisSubscriber } from './client.js';
+import { send, where, type RedisClient, type RedisSubscriber } from '../../shared/redis/client.js';
 import { LEAVE, WAKE_CHANNEL, lockKeys } from './scripts.js';
 
 /** One waiter's place on one client's channel. */

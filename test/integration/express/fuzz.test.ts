@@ -1,14 +1,17 @@
 // Thousands of hostile token headers, sent as raw bytes over a socket so that
 // nothing is normalised by a client on the way: only 200/400/409/428 come
 // back, never a 500, and a refused request never moves the fence. Run with
-// MemoryFenceStore and with PostgresFenceStore (fewer runs: each admission is
-// a database transaction, and the whole suite shares two cores).
+// MemoryFenceStore, PostgresFenceStore and RedisFenceStore (fewer runs: each
+// admission is a round trip, and the whole suite shares two cores).
 import { express } from './variants.js';
 import fc from 'fast-check';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fencing, MemoryFenceStore } from '../../../adapters/express/index.js';
 import { migrate, PostgresFenceStore } from '../../../adapters/postgres/index.js';
+import { Redis } from 'ioredis';
+import { RedisFenceStore } from '../../../adapters/redis/index.js';
+import { hostPort, singleUrl } from '../redis/helpers.js';
 import { MAX_TOKEN, parseToken, type FenceStore, type FencingToken } from '../../../src/index.js';
 import { testServers } from '../../helpers/servers.js';
 import { uniqueId } from '../../helpers/unique.js';
@@ -99,6 +102,21 @@ const STORES: readonly FuzzedStore[] = [
           await pool.end();
         },
       };
+    },
+  },
+  {
+    name: 'RedisFenceStore',
+    numRuns: 400,
+    open: async () => {
+      const redis = new Redis(hostPort(singleUrl()));
+      // A fresh prefix per run: the fuzzed resources' marks must start empty (they never expire).
+      const prefix = uniqueId('fk_fuzz');
+      const store = new RedisFenceStore(redis);
+      const scoped: FenceStore<unknown> = {
+        admit: (resource, token, options) => store.admit(`${prefix}:${resource}`, token, options).then((a) => ({ ...a, resource, commit: () => a.commit(), abort: () => a.abort() })),
+        current: (resource) => store.current(`${prefix}:${resource}`),
+      };
+      return { store: scoped, close: async () => redis.disconnect() };
     },
   },
 ];

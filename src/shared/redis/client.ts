@@ -1,8 +1,21 @@
-// The part of ioredis this entry calls, as structural interfaces: a user's
-// `new Redis(...)` fits without this package importing ioredis (an optional
-// peer dependency of fencekeeper/redis only).
+// The part of ioredis fencekeeper/redis calls, as structural interfaces: a
+// user's `new Redis(...)` fits without this package importing ioredis (an
+// optional peer dependency of fencekeeper/redis only). Shared by the Redis
+// family: the lock source (src/sources/redis/) and the Redis fences
+// (adapters/redis/) send every command through send() below.
 import { ConnectionLossError } from '../../index.js';
 import { Deadline, deadlines, type Deadlines } from './deadlines.js';
+
+/**
+ * The commands half of an ioredis client: what the Redis fences need (a
+ * `Redis` or a `Cluster` instance fits).
+ */
+export interface RedisCommands {
+  /** ioredis: `call(command, args)`, a raw command and its raw reply. */
+  call(command: string, args: (string | number | Buffer)[]): Promise<unknown>;
+  /** ioredis keeps its connection options here; read for messages only. */
+  readonly options?: { readonly host?: string | undefined; readonly port?: number | undefined };
+}
 
 /** A Redis connection: an ioredis `Redis` instance. */
 export interface RedisClient {
@@ -23,10 +36,10 @@ export interface RedisClient {
   readonly options?: { readonly host?: string | undefined; readonly port?: number | undefined };
 }
 
-const places = new WeakMap<RedisClient, string>();
+const places = new WeakMap<RedisCommands, string>();
 
 /** host:port of a client, for messages (worked out once per client: every acquire passes it on). */
-export function where(client: RedisClient): string {
+export function where(client: RedisCommands): string {
   let place = places.get(client);
   if (place === undefined) {
     const o = client.options;
@@ -64,7 +77,7 @@ export class NodeTimeoutError extends ConnectionLossError {}
  * know the script (NOSCRIPT: restarted, or SCRIPT FLUSH) is sent it once with
  * eval, with a timeout of its own, on the same promise.
  */
-export function send(client: RedisClient, where: string, command: string, args: (string | number)[], timeoutMs: number, scriptText?: string): Promise<unknown> {
+export function send(client: RedisCommands, where: string, command: string, args: (string | number | Buffer)[], timeoutMs: number, scriptText?: string): Promise<unknown> {
   return new PendingCommand(client, where, command, args, timeoutMs, scriptText).promise;
 }
 
@@ -76,18 +89,18 @@ export function send(client: RedisClient, where: string, command: string, args: 
  */
 class PendingCommand extends Deadline {
   readonly promise: Promise<unknown>;
-  readonly #client: RedisClient;
+  readonly #client: RedisCommands;
   readonly #where: string;
   readonly #timeouts: Deadlines;
   #command: string;
-  #args: (string | number)[];
+  #args: (string | number | Buffer)[];
   #fallback: string | undefined;
   #resolve!: (value: unknown) => void;
   #reject!: (error: unknown) => void;
   /** Settled: a later reply or failure (after the timeout) changes nothing. */
   #done = false;
 
-  constructor(client: RedisClient, where: string, command: string, args: (string | number)[], timeoutMs: number, scriptText: string | undefined) {
+  constructor(client: RedisCommands, where: string, command: string, args: (string | number | Buffer)[], timeoutMs: number, scriptText: string | undefined) {
     super();
     this.#client = client;
     this.#where = where;

@@ -1,6 +1,7 @@
 // Timeouts of one length, many at a time, on one timer: the node timeout of
 // every command (./client.ts) and the watchdog tick of every grant
-// (./held-lock.ts).
+// (src/sources/redis/held-lock.ts). Shared by the Redis family: the lock
+// source and the Redis fences (adapters/redis/).
 //
 // An uncontended acquire + release starts and cancels three of them; a
 // setTimeout each would make, insert, unref and cancel three Node timers per
