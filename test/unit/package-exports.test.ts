@@ -54,6 +54,7 @@ const ERROR_CLASSES = [
   'NoCurrentLockError',
   'SequencerMismatchError',
   'FenceAlreadyBoundError',
+  'SchemaMissingError',
 ];
 
 // The public contract, entry point by entry point: every runtime export is

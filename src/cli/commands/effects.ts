@@ -68,8 +68,8 @@ export async function effectsCommand(argv: readonly string[]): Promise<number> {
     if (pending) out(`${effects.length} pending: ask the outside system about each idempotency key, then settle it (withEffect with a reconcile)`);
     return ExitCode.ok;
   } catch (error) {
-    const hint = (error as { code?: unknown }).code === '42P01' ? " (no effect ledger here: run 'fencekeeper migrate' first)" : '';
-    err(`effects failed: ${(error as Error).message}${hint}`);
+    // No ledger here: the adapter's SchemaMissingError already says to run `fencekeeper migrate`.
+    err(`effects failed: ${(error as Error).message}`);
     return ExitCode.unavailable;
   } finally {
     await pool.end();

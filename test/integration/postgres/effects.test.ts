@@ -390,7 +390,8 @@ describe('fencekeeper effects', () => {
   it('without a ledger exits 69 and says to migrate; with one, lists effects as a table, --pending only the pending ones', async () => {
     const missing = await cli(['effects'], { DATABASE_URL: url }).done;
     expect(missing.code).toBe(69);
-    expect(missing.stderr).toContain("run 'fencekeeper migrate' first");
+    expect(missing.stderr).toContain('fencekeeper_effects');
+    expect(missing.stderr).toContain('`fencekeeper migrate`');
 
     await migrate(pool);
     expect((await cli(['effects', '--pending', '--database-url', url], { DATABASE_URL: '' }).done).stdout.trim()).toBe('no pending effects');
