@@ -60,11 +60,12 @@ commands:
   run <lock> -- cmd [args...]      hold <lock> while cmd runs (FENCING_TOKEN in its environment)
   elect <name> -- cmd [args...]    campaign for <name>; run cmd while leader (FENCING_TOKEN = epoch)
   status <lock> [--watch]          the holder and the waiters of <lock>, in order, with their tokens
-  migrate                          create the fence table in DATABASE_URL's database (idempotent)
+  migrate                          apply fencekeeper's tables to DATABASE_URL's database (idempotent)
   effects [--pending]              the effect ledger (withEffect); --pending: what awaits reconciling
   demo                             play the paused-holder story against real servers
 
-Run 'fencekeeper <command> --help' for a command's options.
+Run 'fencekeeper <command> --help' for a command's options;
+'fencekeeper --version' (-V) prints the installed version.
 Environment: FENCEKEEPER_LOCK_SERVICE (a lock service URL), ZOOKEEPER (connect string),
 ZOOKEEPER_TLS_CA (and the other ZOOKEEPER_TLS_*), ZOOKEEPER_AUTH or ZOOKEEPER_AUTH_FILE
 (digest credentials), DATABASE_URL, S3_ENDPOINT.
@@ -141,7 +142,8 @@ Apply fencekeeper's SQL migrations (the fence table, its tombstones, the
 effect ledger and the Idempotency-Key responses) to the database at
 --database-url or $DATABASE_URL, in the first schema of the connection's
 search_path. Idempotent; safe to run from several processes at
-once. Prints the migrations it applied, or that the table was up to date.
+once. Prints each migration it applied ("applied 001_fences.sql"), then
+"up to date (N migrations)".
 
 exit codes: 0 applied or up to date; 64 usage; 69 the database could not be
 reached or refused the migration; 70 internal error`,
