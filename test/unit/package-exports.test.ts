@@ -92,7 +92,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     functions: [
       'migrate', 'loadMigrations', 'migrationsDirectory',
       'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete', 'fenced', 'bindTable', 'tableBindingOf',
-      'bindFence', 'fenceBindingOf', 'withEffect', 'pendingEffects', 'listEffects', 'effectIdempotencyKey',
+      'bindFence', 'fenceBindingOf', 'withEffect', 'pendingEffects', 'listEffects', 'settlePendingEffect', 'effectIdempotencyKey',
     ],
     classes: ['PostgresFenceStore', 'PostgresIdempotencyStore', 'DefiniteFailure'],
     values: [],
