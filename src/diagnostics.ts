@@ -29,6 +29,9 @@
  *   fencekeeper:s3:unknown-outcome UnknownOutcomeMessage: a PUT whose outcome was lost, and how the read-back settled it
  *   fencekeeper:postgres:commit-failed  fencekeeper/postgres's CommitFailure: fenced work that did not commit, and what
  *                                 became of its fence advance (published by the adapter)
+ *   fencekeeper:express:store-failed  fencekeeper/express's StoreFailedMessage: a guard's store failed and the client
+ *                                 was answered in its place (500 for a setup failure such as SCHEMA_MISSING, else 503);
+ *                                 carries the store's error (published by the adapter)
  *   fencekeeper:zookeeper:state   { sessionId, previous, state }: a ZooKeeper client's every state change (ClientState)
  *   fencekeeper:zookeeper:watch   { sessionId, type, path, watchers }: a watch notification delivered, with how many
  *                                 watchers it woke (a herd shows here)
@@ -71,6 +74,7 @@ export const CHANNELS = Object.freeze({
   fenceRefused: 'fencekeeper:fence:refused',
   s3UnknownOutcome: 'fencekeeper:s3:unknown-outcome',
   postgresCommitFailed: 'fencekeeper:postgres:commit-failed',
+  expressStoreFailed: 'fencekeeper:express:store-failed',
   zookeeperState: 'fencekeeper:zookeeper:state',
   zookeeperWatch: 'fencekeeper:zookeeper:watch',
 } as const);

@@ -362,6 +362,27 @@ export class FenceAlreadyBoundError extends FencekeeperError {
   }
 }
 
+// ---- The schema a fence keeps its marks in (PostgreSQL) ----
+
+/**
+ * A table, column or function of fencekeeper's own is missing from the
+ * database the call ran on: its migrations were never applied there (or only
+ * some of them, by an older version). Nothing was written. Retrying cannot
+ * help: run `migrate(db)` from the adapter (or `fencekeeper migrate`) on that
+ * database first. `relation` names the missing object (e.g.
+ * 'fencekeeper_fences'). An object of the caller's own that is missing is
+ * never reported this way: that error is passed through as the driver raised it.
+ */
+export class SchemaMissingError extends FencekeeperError {
+  static override readonly kind: string = 'SchemaMissingError';
+  /** The missing object of ours, as the database named it (a table, column or function). */
+  readonly relation: string;
+  constructor(relation: string, message: string, options?: FencekeeperErrorOptions) {
+    super('SCHEMA_MISSING', message, { ...options, retryable: false });
+    this.relation = relation;
+  }
+}
+
 // ---- Writes whose outcome or commit is in doubt (PostgreSQL, S3) ----
 
 /** A write whose outcome cannot be known (a 5xx after a conditional PUT that a read-back could not settle). */

@@ -30,6 +30,8 @@ export {
   NoCurrentLockError,
   SequencerMismatchError,
   FenceAlreadyBoundError,
+  // the schema a fence keeps its marks in
+  SchemaMissingError,
   // writes whose outcome or commit is in doubt
   UnknownOutcomeError,
   WorkNotCommittedError,

@@ -7,6 +7,8 @@
 // for clients that must tell the cases apart; the 409 also carries `resource`,
 // `presented` and `current` as decimal strings (RFC 9457 §3.2 extensions);
 // the SEQUENCER_MISMATCH 409 carries `resource` and `bound` (the fence's lock).
+// A 500 SCHEMA_MISSING (either guard) is a store whose migrations were never
+// applied: not worth a retry, unlike a 503.
 import type { ServerResponse } from 'node:http';
 import { STATUS_CODES } from 'node:http';
 
@@ -24,7 +26,11 @@ export type ProblemCode =
   | 'FENCE_DEADLOCK'
   | 'FENCE_HOLD_EXPIRED'
   | 'SEQUENCER_MISMATCH'
+  | SetupProblemCode
   | IdempotencyProblemCode;
+
+/** A 500 from either guard: the server's setup is wrong and no retry can fix it (the store's schema is missing). */
+export type SetupProblemCode = 'SCHEMA_MISSING';
 
 /** The answers idempotency() gives in place of the handler's (application/problem+json with a `code`). */
 export type IdempotencyProblemCode =

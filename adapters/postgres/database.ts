@@ -3,6 +3,7 @@
 // fits without this package importing either library (both are optional peer
 // dependencies; a pg-only user never loads kysely, and vice versa).
 import { createHash, randomUUID } from 'node:crypto';
+import { SchemaMissingError } from '../../src/index.js';
 
 /** What node-postgres sends: a named statement is prepared once per connection. */
 export interface PgQueryConfig {
@@ -123,10 +124,62 @@ export function statementName(text: string): string {
   return name;
 }
 
+/**
+ * Every statement this adapter sends goes through one of these two (run()
+ * below, the one-message opens and closes of a fenced transaction), so that
+ * a missing migration reads the same from every helper and store: see
+ * schemaMissing().
+ */
+export async function sendPg(db: PgQueryable, config: PgQueryConfig): Promise<PgQueryResult | PgQueryResult[]> {
+  try {
+    return await db.query(config);
+  } catch (error) {
+    throw schemaMissing(error) ?? error;
+  }
+}
+
+/** Kysely's executeQuery, with a missing migration named (sendPg). */
+export async function sendKysely(db: KyselyExecutor, query: KyselyCompiledQuery): ReturnType<KyselyExecutor['executeQuery']> {
+  try {
+    return await db.executeQuery(query);
+  } catch (error) {
+    throw schemaMissing(error) ?? error;
+  }
+}
+
+// Undefined table, undefined column, undefined function: what a database
+// without our migrations (or with only an older version's) answers.
+const MISSING_STATES = new Set(['42P01', '42703', '42883']);
+// Our objects are all named fencekeeper_*; PostgreSQL quotes the name it
+// could not find in its message in every locale, so the name is found
+// without depending on the message's language.
+const OUR_OBJECT = /\bfencekeeper_[a-z0-9_]+/;
+
+/**
+ * A SchemaMissingError for an error that says one of OUR tables, columns or
+ * functions does not exist; undefined for anything else. A missing table of
+ * the caller's own (in a fenced row helper, or in work) names no
+ * fencekeeper_* object and is passed through untouched.
+ */
+export function schemaMissing(error: unknown): SchemaMissingError | undefined {
+  const state = sqlState(error);
+  if (state === undefined || !MISSING_STATES.has(state)) return undefined;
+  const message = (error as { message?: unknown }).message;
+  if (typeof message !== 'string') return undefined;
+  const relation = OUR_OBJECT.exec(message)?.[0];
+  if (relation === undefined) return undefined;
+  return new SchemaMissingError(
+    relation,
+    `fencekeeper's schema is missing or out of date in this database (${message}): ` +
+      'run migrate(db) from fencekeeper/postgres, or `fencekeeper migrate`, on this database (the same search_path) first',
+    { cause: error },
+  );
+}
+
 /** Run one statement on a pg queryable or a Kysely executor, answering rows and the affected count. */
 export async function run(db: Queryable, statement: Statement): Promise<Rows> {
   if (isKysely(db)) {
-    const result = await db.executeQuery(rawQuery(statement.text, statement.values));
+    const result = await sendKysely(db, rawQuery(statement.text, statement.values));
     const rows = result.rows as Record<string, unknown>[];
     const affected = result.numAffectedRows;
     return { rows, rowCount: affected === undefined ? rows.length : Number(affected) };
@@ -134,7 +187,7 @@ export async function run(db: Queryable, statement: Statement): Promise<Rows> {
   const config: PgQueryConfig = statement.prepared
     ? { name: statement.name ?? statementName(statement.text), text: statement.text, values: statement.values }
     : { text: statement.text, values: statement.values };
-  const answer: PgQueryResult | PgQueryResult[] = await db.query(config);
+  const answer: PgQueryResult | PgQueryResult[] = await sendPg(db, config);
   // A parameterless text with several statements (a migration file) goes out
   // as a simple query, and pg answers one result per statement.
   const result = Array.isArray(answer) ? (answer[answer.length - 1] ?? { rows: [], rowCount: 0 }) : answer;

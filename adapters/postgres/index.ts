@@ -20,6 +20,8 @@ export { withEffect } from './effects/with-effect.js';
 export type { EffectTarget, EffectContext, EffectOptions, EffectResult, Effect, Reconciled, ReconcileContext } from './effects/with-effect.js';
 export { DefiniteFailure } from './effects/outcome.js';
 export { pendingEffects, listEffects } from './effects/list.js';
+export { settlePendingEffect } from './effects/settle.js';
+export type { ExternalOutcome } from './effects/settle.js';
 export type { PendingEffectsOptions, ListEffectsOptions } from './effects/list.js';
 export type { RecordedEffect, RecordedFailure, EffectState } from './effects/ledger.js';
 export { effectIdempotencyKey } from './effects/input.js';

@@ -17,8 +17,10 @@ export interface MigrateOptions {
 }
 
 export interface MigrateResult {
-  /** The migrations this call applied (empty when the schema was up to date). */
+  /** The migrations this call applied, in order (empty when the schema was up to date). */
   readonly applied: readonly string[];
+  /** Every migration the schema now carries, in order: all the package ships (those applied before, and `applied`). */
+  readonly migrations: readonly string[];
 }
 
 export interface Migration {
@@ -84,7 +86,7 @@ export async function migrate(db: Database, options: MigrateOptions = {}): Promi
       await run(tx, { text: 'INSERT INTO fencekeeper_migrations (name, checksum) VALUES ($1, $2)', values: [migration.name, migration.checksum], prepared: false });
       applied.push(migration.name);
     }
-    return { applied };
+    return { applied, migrations: migrations.map((migration) => migration.name) };
   });
 }
 

@@ -7,7 +7,8 @@ const EXIT_CODES = `exit codes:
                --grace that does not fit the negotiated session timeout, or
                input the lock service refuses once reached (INVALID_ARGUMENT: e.g.
                a redlock:// URL that names one server under two host names)
-  69           ZooKeeper could not be reached, or the session ended while waiting
+  69           ZooKeeper could not be reached (run: within --timeout, if given), or the
+               session ended while waiting
                (migrate: the database could not be reached or refused the migration)
   70           internal error (a bug: please report it)
   75           run: the lock was not acquired within --timeout
@@ -60,11 +61,13 @@ commands:
   run <lock> -- cmd [args...]      hold <lock> while cmd runs (FENCING_TOKEN in its environment)
   elect <name> -- cmd [args...]    campaign for <name>; run cmd while leader (FENCING_TOKEN = epoch)
   status <lock> [--watch]          the holder and the waiters of <lock>, in order, with their tokens
-  migrate                          create the fence table in DATABASE_URL's database (idempotent)
+  migrate                          apply fencekeeper's tables to DATABASE_URL's database (idempotent)
   effects [--pending]              the effect ledger (withEffect); --pending: what awaits reconciling
+  effects settle <resource> <key>  record a pending effect's outcome (--outcome happened|not-happened)
   demo                             play the paused-holder story against real servers
 
-Run 'fencekeeper <command> --help' for a command's options.
+Run 'fencekeeper <command> --help' for a command's options;
+'fencekeeper --version' (-V) prints the installed version.
 Environment: FENCEKEEPER_LOCK_SERVICE (a lock service URL), ZOOKEEPER (connect string),
 ZOOKEEPER_TLS_CA (and the other ZOOKEEPER_TLS_*), ZOOKEEPER_AUTH or ZOOKEEPER_AUTH_FILE
 (digest credentials), DATABASE_URL, S3_ENDPOINT.
@@ -82,7 +85,8 @@ ${STOPPING}
 options:
 ${LOCK_SERVICE}
   --zookeeper <hosts>        connect string host:port[,host:port][/chroot] (default: $ZOOKEEPER)
-  --timeout <ms>             give up waiting for the lock after ms (exit 75)
+  --timeout <ms>             give up after ms, the connect included: exit 75 when the lock
+                             stayed held, 69 when the lock service did not answer in time
   --session-timeout <ms>     ZooKeeper session timeout to request (default 10000)
 ${ZOOKEEPER_SECURITY}
   --safety-margin <ms>       step down this long before the session can expire
@@ -141,7 +145,8 @@ Apply fencekeeper's SQL migrations (the fence table, its tombstones, the
 effect ledger and the Idempotency-Key responses) to the database at
 --database-url or $DATABASE_URL, in the first schema of the connection's
 search_path. Idempotent; safe to run from several processes at
-once. Prints the migrations it applied, or that the table was up to date.
+once. Prints each migration it applied ("applied 001_fences.sql"), then
+"up to date (N migrations)".
 
 exit codes: 0 applied or up to date; 64 usage; 69 the database could not be
 reached or refused the migration; 70 internal error`,
@@ -154,7 +159,18 @@ with its state (pending, succeeded, failed), the token that recorded it and
 the idempotency key the outside system saw. An effect stays pending when its
 holder paused, died or lost its lock between recording the intent and
 recording the outcome: ask the outside system whether that key happened,
-then settle it (a withEffect call with a reconcile).
+then settle it (a withEffect call with a reconcile, or the settle command below).
+
+       fencekeeper effects settle <resource> <key> --outcome happened|not-happened
+                         [--database-url <url>]
+
+Record what the outside system answered about a pending effect: happened
+records it succeeded (with no result); not-happened records it failed
+(abandoned: withEffect runs it again only with retryFailed, under a new
+idempotency key). not-happened is refused until the recorded deadline plus
+graceMs has passed, and always when no deadline was recorded: until then
+the pending call may still land after you looked. An effect that is not
+pending is refused too; a refusal changes nothing and exits 64.
 
 options:
   --pending                  only the effects whose outcome is not recorded, longest pending first
@@ -165,8 +181,9 @@ options:
   --limit <n>                at most n (default 1000 without --pending; all pending with it)
   --database-url <url>       the database (default: $DATABASE_URL)
 
-exit codes: 0 printed; 64 usage; 69 the database could not be reached or has no
-ledger (run 'fencekeeper migrate'); 70 internal error`,
+exit codes: 0 printed (settle: recorded); 64 usage, or settle refused; 69 the
+database could not be reached or has no ledger (run 'fencekeeper migrate'); 70
+internal error`,
   demo: `usage: fencekeeper demo [--unfenced] [--metrics] [--lock-service <url>]
 
 Play the paused-holder story with real processes and real servers: holder A

@@ -63,12 +63,14 @@ export function listenForInterrupt(): Interruption {
  * `address.connect()`, given up at the interruption: null then (the reason
  * printed on stderr, and a connection that completed anyway closed again),
  * the caller exits with `interruption.exitCode`. A connect that fails on its
- * own ends the listening before its error is thrown on.
+ * own, or is given up at `deadline`, ends the listening before its error is
+ * thrown on.
  */
-export async function connectUnlessInterrupted(address: LockServiceAddress, interruption: Interruption): Promise<LockService | null> {
+export async function connectUnlessInterrupted(address: LockServiceAddress, interruption: Interruption, deadline?: AbortSignal): Promise<LockService | null> {
   let service: LockService | undefined;
   try {
-    service = await address.connect(interruption.signal);
+    // `deadline` (run's --timeout) gives the attempt up the same way; its rejection is thrown on.
+    service = await address.connect(deadline === undefined ? interruption.signal : AbortSignal.any([interruption.signal, deadline]));
   } catch (error) {
     if (interruption.by === null) {
       interruption.end();

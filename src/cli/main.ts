@@ -25,6 +25,7 @@ import { ExitCode } from './exit-codes.js';
 import { HELP, isHelpTopic } from './help.js';
 import { UnreachableError } from './lock-service.js';
 import { err, out } from './output.js';
+import { packageVersion } from './version.js';
 
 /** Errors that say a server did not answer (socket-level codes, as Node and pg report them). */
 const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT', 'EAI_AGAIN']);
@@ -44,6 +45,10 @@ export async function main(argv: readonly string[]): Promise<number> {
         return await effectsCommand(rest);
       case 'demo':
         return await demo(rest);
+      case '--version':
+      case '-V':
+        out(packageVersion());
+        return ExitCode.ok;
       case undefined:
       case 'help':
       case '--help':

@@ -44,6 +44,7 @@ describe('diagnostics channels', () => {
   it('the names are the documented, stable ones, and the core exports them', () => {
     expect(Object.values(CHANNELS).every((n) => /^fencekeeper:[a-z0-9]+:[a-z-]+$/.test(n))).toBe(true);
     expect(CHANNELS.postgresCommitFailed).toBe('fencekeeper:postgres:commit-failed');
+    expect(CHANNELS.expressStoreFailed).toBe('fencekeeper:express:store-failed');
     expect(CHANNELS.zookeeperState).toBe('fencekeeper:zookeeper:state');
     expect(CHANNELS.zookeeperWatch).toBe('fencekeeper:zookeeper:watch');
     expect(CHANNELS.lockAcquire).toBe('fencekeeper:lock:acquire');

@@ -32,6 +32,7 @@ function samples(m: ErrorsModule) {
     ProtocolError: new m.ProtocolError('xid out of order'),
     UnknownOutcomeError: new m.UnknownOutcomeError('500 after conditional PUT'),
     ZooKeeperError: new m.ZooKeeperError('ZK_NONODE', -101, '/a/b'),
+    SchemaMissingError: new m.SchemaMissingError('fencekeeper_fences', 'run migrate(db)'),
   } as const;
 }
 
@@ -50,6 +51,7 @@ const CODES: Record<Name, string> = {
   ProtocolError: 'PROTOCOL',
   UnknownOutcomeError: 'UNKNOWN_OUTCOME',
   ZooKeeperError: 'ZK_NONODE',
+  SchemaMissingError: 'SCHEMA_MISSING',
 };
 
 const RETRYABLE = new Set<Name>(['LockTimeoutError', 'ConnectionLossError', 'UnknownOutcomeError']);

@@ -54,6 +54,7 @@ const ERROR_CLASSES = [
   'NoCurrentLockError',
   'SequencerMismatchError',
   'FenceAlreadyBoundError',
+  'SchemaMissingError',
 ];
 
 // The public contract, entry point by entry point: every runtime export is
@@ -91,7 +92,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     functions: [
       'migrate', 'loadMigrations', 'migrationsDirectory',
       'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete', 'fenced', 'bindTable', 'tableBindingOf',
-      'bindFence', 'fenceBindingOf', 'withEffect', 'pendingEffects', 'listEffects', 'effectIdempotencyKey',
+      'bindFence', 'fenceBindingOf', 'withEffect', 'pendingEffects', 'listEffects', 'settlePendingEffect', 'effectIdempotencyKey',
     ],
     classes: ['PostgresFenceStore', 'PostgresIdempotencyStore', 'DefiniteFailure'],
     values: [],

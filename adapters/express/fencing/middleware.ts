@@ -81,7 +81,9 @@
 // 400 CONFLICTING_TOKEN · 403 TOKEN_REFUSED (verify did not return true) ·
 // 503 VERIFY_UNAVAILABLE (verify threw: the lock service, not the client) ·
 // 409 STALE_TOKEN (with resource, presented, current as decimal strings) ·
-// 503 FENCE_UNAVAILABLE (the store failed) · 503 FENCE_DEADLOCK · 503
+// 503 FENCE_UNAVAILABLE (the store failed) · 500 SCHEMA_MISSING (the store's
+// migrations were never applied: no retry helps; the store's error goes to
+// fencekeeper:express:store-failed either way) · 503 FENCE_DEADLOCK · 503
 // FENCE_HOLD_EXPIRED · the 4xx a `resource` function throws
 // (RESOURCE_REFUSED) · 500 RESOURCE_UNRESOLVED (the `resource` function is
 // broken).
@@ -108,6 +110,7 @@ import { InvalidArgumentError, SEQUENCER_FORMAT, SequencerMismatchError, StaleTo
 import { publishRefused, traceAdmit } from '../../../src/extend.js';
 import { Fencing, settle } from './context.js';
 import { sendProblem } from '../problem.js';
+import { answerStoreFailure } from '../store-failure.js';
 
 const debug = debuglog('fencekeeper');
 
@@ -170,7 +173,10 @@ interface Settings {
  * header; 403 verify refused; 409 stale (with resource, presented, current);
  * 409 SEQUENCER_MISMATCH on a bound fence, for another lock's sequencer or a
  * bare token (with resource, bound);
- * 503 verify threw, the store failed, or waiting would deadlock. Otherwise
+ * 503 verify threw, the store failed, or waiting would deadlock; 500
+ * SCHEMA_MISSING when the store's migrations were never applied (a retry
+ * cannot help; the store's error is published on
+ * fencekeeper:express:store-failed). Otherwise
  * sets req.fencing and calls next(), holding the fence until the response
  * has finished (then commit if the status is below 500, abort otherwise),
  * the connection closed first (abort), or maxHoldMs passed (abort, 503).
@@ -302,7 +308,7 @@ async function admit(
       );
     }
     debug('fencing(): store.admit failed: %o', error);
-    return sendProblem(res, 503, 'FENCE_UNAVAILABLE', 'the fence store could not admit the request; try again');
+    return answerStoreFailure(res, { middleware: 'fencing', operation: 'admit', error }, 'FENCE_UNAVAILABLE', 'the fence store could not admit the request; try again');
   }
   exchange.leaveWait();
 

@@ -65,6 +65,7 @@ import { InvalidArgumentError, type IdempotencyClaim, type IdempotencyStore, typ
 import { ResponseCapture, type Captured } from './capture.js';
 import { REPEATED, parseIdempotencyKey, singleHeader } from './key.js';
 import { sendProblem, type IdempotencyProblemCode } from '../problem.js';
+import { answerStoreFailure } from '../store-failure.js';
 
 const debug = debuglog('fencekeeper');
 
@@ -198,7 +199,7 @@ async function handle(settings: Settings, req: Request, res: Response, next: Nex
     found = await settings.store.begin({ scope, key }, fingerprint, on);
   } catch (error) {
     debug('idempotency(): the store failed to look up a key: %o', error);
-    return answer(res, 503, 'IDEMPOTENCY_UNAVAILABLE', 'the server could not check the Idempotency-Key; try again');
+    return answerStoreFailure(res, { middleware: 'idempotency', operation: 'begin', error }, 'IDEMPOTENCY_UNAVAILABLE', 'the server could not check the Idempotency-Key; try again');
   }
   switch (found.state) {
     case 'completed':
@@ -250,7 +251,7 @@ async function store(settings: Settings, res: ServerResponse, capture: ResponseC
       return;
     }
     for (const name of res.getHeaderNames()) res.removeHeader(name);
-    answer(res, 503, 'IDEMPOTENCY_UNAVAILABLE', 'the server could not keep the response for this Idempotency-Key, and undid the request; try again');
+    answerStoreFailure(res, { middleware: 'idempotency', operation: 'complete', error }, 'IDEMPOTENCY_UNAVAILABLE', 'the server could not keep the response for this Idempotency-Key, and undid the request; try again');
     return;
   }
   capture.release();

@@ -42,7 +42,7 @@
 // savepoint in one message, for withFence (see openFencedKysely).
 import { createHash } from 'node:crypto';
 import type { FencingToken, ResolvedFencing, SequencerMismatchError, StaleTokenError } from '../../../src/index.js';
-import { rawQuery, sqlState, type KyselyExecutor, type PgPoolClient, type PgQueryResult } from '../database.js';
+import { rawQuery, sendKysely, sendPg, sqlState, type KyselyExecutor, type PgPoolClient, type PgQueryResult } from '../database.js';
 import { CancelledWait } from './cancel.js';
 import { OPEN_ADVANCE, OPEN_EQUAL, advanceOrRaise, isRefusalError, outcomeOf } from './advance.js';
 import { FENCE_STATE, bindingValues, refusal, refusalFrom, type Advanced } from './row.js';
@@ -166,11 +166,11 @@ async function prepare(client: PgPoolClient): Promise<number> {
     // only one of them deallocated): the same text. The rest of that message was skipped: one at a time.
     if (sqlState(error) !== '42P05') throw error;
     for (const text of PREPARES) {
-      await client.query({ text }).catch((again: unknown) => {
+      await sendPg(client, { text }).catch((again: unknown) => {
         if (sqlState(again) !== '42P05') throw again;
       });
     }
-    answers = [await client.query({ text: PID })];
+    answers = [await sendPg(client, { text: PID }) as PgQueryResult];
   }
   const pid = Number((answers[answers.length - 1]?.rows[0] as Record<string, unknown> | undefined)?.['pid']);
   prepared.set(client, pid);
@@ -192,7 +192,7 @@ async function refuse(client: PgPoolClient, resource: string, resourceLiteral: s
 
 export function sendOn(client: PgPoolClient): SendMessage {
   return async (text) => {
-    const answer: PgQueryResult | PgQueryResult[] = await client.query({ text });
+    const answer: PgQueryResult | PgQueryResult[] = await sendPg(client, { text });
     return Array.isArray(answer) ? answer : [answer];
   };
 }
@@ -220,7 +220,7 @@ function bindingLiterals(fencing: ResolvedFencing): string {
 export async function openFencedKysely(trx: KyselyExecutor, resource: string, fencing: ResolvedFencing): Promise<void> {
   const [kind, lock, sourceKind, sourceId] = bindingLiterals(fencing).split(', ') as [string, string, string, string];
   try {
-    await trx.executeQuery(rawQuery(`${advanceOrRaise(quoteLiteral(resource), tokenLiteral(fencing.token), kind, lock, sourceKind, sourceId)}; ${OPEN_SAVEPOINT}`, []));
+    await sendKysely(trx, rawQuery(`${advanceOrRaise(quoteLiteral(resource), tokenLiteral(fencing.token), kind, lock, sourceKind, sourceId)}; ${OPEN_SAVEPOINT}`, []));
   } catch (error) {
     if (isRefusalError(error)) throw new StaleRefusal(resource, fencing);
     throw error;

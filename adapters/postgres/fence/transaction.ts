@@ -29,7 +29,7 @@
 import { channel } from 'node:diagnostics_channel';
 import { debuglog } from 'node:util';
 import { CHANNELS, CommitFailedError, StaleTokenError, WorkNotCommittedError, type FencingToken } from '../../../src/index.js';
-import { asError, isKysely, isSerializationFailure, rawQuery, sqlState, type PgQueryable, type PgQueryResult, type Queryable } from '../database.js';
+import { asError, isKysely, isSerializationFailure, rawQuery, sendKysely, sendPg, sqlState, type PgQueryable, type PgQueryResult, type Queryable } from '../database.js';
 import { advanceFence } from './row.js';
 
 const SAVEPOINT = 'fencekeeper_fenced';
@@ -70,12 +70,12 @@ export function sender(tx: Queryable): Send {
   if (isKysely(tx)) {
     return async (text) => {
       // Kysely hides the tags of a multi-statement answer.
-      await tx.executeQuery(rawQuery(text, []));
+      await sendKysely(tx, rawQuery(text, []));
       return undefined;
     };
   }
   return async (text) => {
-    const answer: PgQueryResult | PgQueryResult[] = await tx.query({ text });
+    const answer: PgQueryResult | PgQueryResult[] = await sendPg(tx, { text });
     return (Array.isArray(answer) ? answer[answer.length - 1] : answer)?.command;
   };
 }

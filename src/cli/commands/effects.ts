@@ -1,5 +1,5 @@
 /** `fencekeeper effects`: the effect ledger, or with --pending what an operator must reconcile. */
-import { formatToken } from '../../index.js';
+import { FencekeeperError, formatToken } from '../../index.js';
 import { UsageError, databaseUrl, nonNegativeInt, parse, positiveInt } from '../args.js';
 import { ExitCode } from '../exit-codes.js';
 import { HELP } from '../help.js';
@@ -9,6 +9,7 @@ import { err, out } from '../output.js';
 const DEFAULT_LIMIT = 1000;
 
 export async function effectsCommand(argv: readonly string[]): Promise<number> {
+  if (argv[0] === 'settle') return settleCommand(argv.slice(1));
   const { values, positionals } = parse(argv, {
     'database-url': { type: 'string' },
     pending: { type: 'boolean' },
@@ -68,8 +69,46 @@ export async function effectsCommand(argv: readonly string[]): Promise<number> {
     if (pending) out(`${effects.length} pending: ask the outside system about each idempotency key, then settle it (withEffect with a reconcile)`);
     return ExitCode.ok;
   } catch (error) {
-    const hint = (error as { code?: unknown }).code === '42P01' ? " (no effect ledger here: run 'fencekeeper migrate' first)" : '';
-    err(`effects failed: ${(error as Error).message}${hint}`);
+    // No ledger here: the adapter's SchemaMissingError already says to run `fencekeeper migrate`.
+    err(`effects failed: ${(error as Error).message}`);
+    return ExitCode.unavailable;
+  } finally {
+    await pool.end();
+  }
+}
+
+/**
+ * `fencekeeper effects settle <resource> <key> --outcome happened|not-happened`:
+ * record what the outside system answered about a pending effect
+ * (settlePendingEffect: 'not-happened' only once its call can no longer land).
+ */
+async function settleCommand(argv: readonly string[]): Promise<number> {
+  const { values, positionals } = parse(argv, {
+    'database-url': { type: 'string' },
+    outcome: { type: 'string' },
+  });
+  if (values.help) {
+    out(HELP.effects);
+    return ExitCode.ok;
+  }
+  const [resource, key] = positionals;
+  if (resource === undefined || key === undefined || positionals.length !== 2) throw new UsageError('effects settle needs <resource> <key>');
+  const outcome = values.outcome as string | undefined;
+  if (outcome !== 'happened' && outcome !== 'not-happened') throw new UsageError('effects settle needs --outcome happened or --outcome not-happened');
+  const url = databaseUrl(values);
+  const [{ default: pg }, { settlePendingEffect }] = await Promise.all([import('pg'), import('../../../adapters/postgres/index.js')]);
+  const pool = new pg.Pool({ connectionString: url, max: 1 });
+  try {
+    const settled = await settlePendingEffect(pool, resource, key, outcome);
+    out(`${settled.resource} ${settled.key} (attempt ${settled.attempt}, idempotency key ${settled.idempotencyKey}): recorded ${settled.state}`);
+    return ExitCode.ok;
+  } catch (error) {
+    // Refused (not pending, unknown, or not yet safe to call not-happened): nothing changed.
+    if (error instanceof FencekeeperError && (error.code === 'INVALID_ARGUMENT' || error.code === 'UNKNOWN_OUTCOME')) {
+      err(`effects settle refused: ${error.message}; nothing changed`);
+      return ExitCode.usage;
+    }
+    err(`effects settle failed: ${(error as Error).message}`);
     return ExitCode.unavailable;
   } finally {
     await pool.end();

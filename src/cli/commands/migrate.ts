@@ -18,7 +18,10 @@ export async function migrateCommand(argv: readonly string[]): Promise<number> {
   const pool = new pg.Pool({ connectionString: url, max: 1 });
   try {
     const result = await migrate(pool);
-    out(result.applied.length === 0 ? 'fence table up to date' : `applied: ${result.applied.join(', ')}`);
+    // Each migration applied by name, then where the schema stands.
+    for (const name of result.applied) out(`applied ${name}`);
+    const total = `${result.migrations.length} migration${result.migrations.length === 1 ? '' : 's'}`;
+    out(result.applied.length === 0 ? `up to date (${total})` : `up to date (${total}, ${result.applied.length} applied now)`);
     return ExitCode.ok;
   } catch (error) {
     err(`migrate failed: ${(error as Error).message}`);

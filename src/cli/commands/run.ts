@@ -13,7 +13,7 @@ import { UsageError, nonNegativeInt, parse, positiveInt, splitCommand } from '..
 import { ExitCode } from '../exit-codes.js';
 import { HELP } from '../help.js';
 import { connectUnlessInterrupted, listenForInterrupt } from '../interrupt.js';
-import type { Holding, Kind } from '../lock-service.js';
+import type { Holding, Kind, LockService } from '../lock-service.js';
 import { LOCK_SERVICE_OPTIONS, lockServiceFrom } from '../services/index.js';
 import { CannotRunError, SupervisorLostError, supervise } from '../supervise.js';
 import { err, out } from '../output.js';
@@ -51,7 +51,25 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
 
   // From here on a SIGINT or SIGTERM is ours until the lock is held: see ../interrupt.ts.
   const interruption = listenForInterrupt();
-  const service = await connectUnlessInterrupted(address, interruption);
+  // --timeout bounds the whole wait, the connect included: a lock service
+  // that does not answer must not hold a run for its own connect timeout.
+  const started = performance.now();
+  const deadline = timeoutMs === undefined ? undefined : new AbortController();
+  const timer = deadline === undefined ? undefined : setTimeout(() => deadline.abort(new Error(`--timeout ${timeoutMs} ms passed while connecting`)), timeoutMs);
+  timer?.unref();
+  let service: LockService | null;
+  try {
+    service = await connectUnlessInterrupted(address, interruption, deadline?.signal);
+  } catch (error) {
+    // Unavailable (69), not "held by someone else" (75): nobody was asked for the lock.
+    if (deadline?.signal.aborted === true) {
+      err(`cannot reach ${address.description} within --timeout ${timeoutMs} ms; nothing was acquired`);
+      return ExitCode.unavailable;
+    }
+    throw error;
+  } finally {
+    clearTimeout(timer);
+  }
   if (service === null) {
     interruption.end();
     return interruption.exitCode;
@@ -75,7 +93,8 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
       holding = await service.hold(kind, name, {
         signal: interruption.signal,
         safetyMarginMs: marginMs,
-        ...(timeoutMs !== undefined && { timeoutMs }),
+        // What the connect left of --timeout (at least 1 ms: 0 would mean "do not wait").
+        ...(timeoutMs !== undefined && { timeoutMs: Math.max(1, Math.ceil(timeoutMs - (performance.now() - started))) }),
         ...(values.id !== undefined && { id: values.id as string }),
         ...(lockDelayMs !== undefined && { lockDelayMs }),
       });

@@ -114,7 +114,13 @@ async function connect(scheme: 'redis' | 'redlock', url: RedisUrl, ttlMs: number
   // ioredis reports a broken connection as an event; the commands report it as a failed request.
   for (const c of clients) c.on('error', () => {});
   const close = async (): Promise<void> => {
-    for (const c of clients) c.disconnect();
+    for (const c of clients) {
+      c.disconnect();
+      // disconnect() half-closes the socket and waits for the server's FIN: a
+      // silent server (paused, black-holed) would keep the process alive for
+      // seconds after we gave up. Nothing more is to be read from it.
+      (c as unknown as { stream?: { destroy(): void } }).stream?.destroy();
+    }
   };
   // ioredis's connect() waits for the server's answer to its ready check
   // (INFO) without a deadline of its own (connectTimeout ends at the TCP

@@ -72,7 +72,7 @@ const stateChannel = diagnostics.channel(CHANNELS.zookeeperState);
 export type ClientState = 'connecting' | 'connected' | 'suspended' | 'expired' | 'closed';
 
 export interface ConnectOptions {
-  /** 'h1:2181,h2:2181[/chroot]' */
+  /** 'h1:2181,h2:2181[/chroot]', or the same as a URL: 'zookeeper://h1:2181,h2:2181[/chroot]' (hosts and a chroot only) */
   readonly connectString: string;
   /** Requested session timeout; the server bounds it to [2, 20] x its tickTime. Default 10000. */
   readonly sessionTimeoutMs?: number;

@@ -69,11 +69,16 @@ export interface ConnectString {
   readonly chroot: string;
 }
 
-/** 'h1:2181,h2:2181[/chroot]' (port defaults to 2181; IPv6 in brackets). */
-export function parseConnectString(text: string): ConnectString {
-  if (typeof text !== 'string' || text.trim() === '') {
+/**
+ * 'h1:2181,h2:2181[/chroot]' (port defaults to 2181; IPv6 in brackets), or
+ * the same as a URL, 'zookeeper://h1:2181,h2:2181[/chroot]', the form the CLI
+ * takes: hosts and an optional chroot, nothing else.
+ */
+export function parseConnectString(input: string): ConnectString {
+  if (typeof input !== 'string' || input.trim() === '') {
     throw new InvalidArgumentError('connectString must be a non-empty string like "127.0.0.1:2181"');
   }
+  const text = withoutScheme(input);
   const slash = text.indexOf('/');
   const hostPart = slash === -1 ? text : text.slice(0, slash);
   let chroot = slash === -1 ? '' : text.slice(slash);
@@ -106,6 +111,23 @@ export function parseConnectString(text: string): ConnectString {
   }
   if (servers.length === 0) throw new InvalidArgumentError(`no server in connect string ${JSON.stringify(text)}`);
   return { servers, chroot };
+}
+
+const SCHEME = /^([a-z][a-z0-9+.-]*):\/\//i;
+
+/** The connect string inside a zookeeper:// URL; a plain connect string as it is. */
+function withoutScheme(text: string): string {
+  const scheme = SCHEME.exec(text);
+  if (scheme === null) return text;
+  if (scheme[1]!.toLowerCase() !== 'zookeeper') {
+    throw new InvalidArgumentError(`connectString ${JSON.stringify(text)}: a ${scheme[1]}:// URL is not a ZooKeeper address; write "zookeeper://host:port[,host:port][/chroot]" or "host:port[,host:port][/chroot]"`);
+  }
+  const rest = text.slice(scheme[0].length);
+  if (/[@?#]/.test(rest)) {
+    throw new InvalidArgumentError(`connectString ${JSON.stringify(text)}: a zookeeper:// URL carries hosts and an optional chroot only (no credentials, query or fragment; pass auth in the client's options)`);
+  }
+  // 'zookeeper://h:2181/' is the root: no chroot.
+  return rest.endsWith('/') ? rest.slice(0, -1) : rest;
 }
 
 export function joinPath(parent: string, child: string): string {

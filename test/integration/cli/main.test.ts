@@ -256,19 +256,30 @@ describe('fencekeeper CLI', () => {
       // Every migration the package ships, in order.
       const shipped = readdirSync(new URL('../../../migrations/', import.meta.url)).filter((f) => /^\d+_.*\.sql$/.test(f)).sort();
       expect(shipped.slice(0, 2)).toEqual(['001_fences.sql', '002_tombstones.sql']);
-      expect(first.stdout.trim()).toBe(`applied: ${shipped.join(', ')}`);
+      expect(first.stdout.trim().split('\n')).toEqual([...shipped.map((name) => `applied ${name}`), `up to date (${shipped.length} migrations, ${shipped.length} applied now)`]);
       const applied = await inSchema();
       expect(applied.tables).toEqual(['fencekeeper_effects', 'fencekeeper_fence_bindings', 'fencekeeper_fences', 'fencekeeper_idempotency_keys', 'fencekeeper_migrations', 'fencekeeper_table_bindings', 'fencekeeper_tombstones']);
       expect(applied.ledger.map((m) => m.name)).toEqual(shipped);
 
       const second = await cli(['migrate', '--database-url', url.href], { DATABASE_URL: '' }).done;
       expect(second.code).toBe(0);
-      expect(second.stdout.trim()).toBe('fence table up to date');
+      expect(second.stdout.trim()).toBe(`up to date (${shipped.length} migrations)`);
       expect(await inSchema()).toEqual(applied);
     } finally {
       await admin.query(`drop schema if exists ${schema} cascade`);
       await admin.end();
     }
+  });
+
+  it('--version and -V print the version of the package.json shipped beside the CLI', async () => {
+    const { version } = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
+    for (const flag of ['--version', '-V']) {
+      const printed = await cli([flag]).done;
+      expect(printed.code, flag).toBe(0);
+      expect(printed.stderr).toBe('');
+      expect(printed.stdout).toBe(`${version}\n`);
+    }
+    expect((await cli(['--help']).done).stdout).toContain('--version');
   });
 
   it('migrate without a database is a usage error; an unreachable one exits 69', async () => {

@@ -12,7 +12,7 @@
 // is fetched.
 import { execFile, spawn } from 'node:child_process';
 import { copyFile, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -144,7 +144,8 @@ describe('the packed package, installed', () => {
     const listed = await new Promise<string>((resolve, reject) =>
       execFile('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], { cwd: ROOT, maxBuffer: 1 << 24 }, (error, stdout) => (error ? reject(error) : resolve(stdout))),
     );
-    for (const file of listed.split('\0').filter((f) => f !== '' && existsSync(join(ROOT, f)))) {
+    // (A worktree whose node_modules is a symlink lists it as an untracked file: never copy a directory.)
+    for (const file of listed.split('\0').filter((f) => f !== '' && existsSync(join(ROOT, f)) && !statSync(join(ROOT, f)).isDirectory())) {
       await mkdir(dirname(join(clone, file)), { recursive: true });
       await copyFile(join(ROOT, file), join(clone, file));
     }
@@ -193,8 +194,24 @@ describe('the packed package, installed', () => {
     for (const bin of Object.values(pkg.bin)) expect(packed).toContain(bin.replace(/^\.\//, ''));
     expect(packed).toContain('migrations/001_fences.sql');
     expect(packed).toContain('README.md');
+    expect(packed).toContain('LICENSE');
+    expect(packed).toContain('CHANGELOG.md');
     expect(packed.filter((f) => f.startsWith('test/') || f.startsWith('src/') || f.startsWith('adapters/') || f.startsWith('dist/test/'))).toEqual([]);
     expect(packed.filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts'))).toEqual([]);
+  });
+
+  it('stack traces can show the sources: the maps carry them (sourcesContent), and the license is MIT', async () => {
+    const installedAt = join(apps[5], 'node_modules', 'fencekeeper');
+    const map = JSON.parse(await readFile(join(installedAt, 'dist', 'adapters', 'postgres', 'database.js.map'), 'utf8')) as { sources: string[]; sourcesContent?: (string | null)[] };
+    expect(map.sourcesContent).toHaveLength(map.sources.length);
+    expect(map.sourcesContent?.[0]).toContain('export async function run(');
+    expect(await readFile(join(installedAt, 'LICENSE'), 'utf8')).toContain('Copyright (c) 2026 the fencekeeper authors');
+    expect(JSON.parse(await readFile(join(installedAt, 'package.json'), 'utf8'))).toMatchObject({ license: 'MIT', engines: { node: '>=20.19' } });
+  });
+
+  it('CommonJS require() loads it (Node >= 20.19)', async () => {
+    const required = await mustRun(process.execPath, ['-e', "const fk = require('fencekeeper'); const pgAdapter = require('fencekeeper/postgres'); console.log(String(fk.parseToken('7')), typeof pgAdapter.withFence)"], apps[5]);
+    expect(required.trim()).toBe('7 function');
   });
 
   it('runs the README\'s lock + PostgreSQL example from the installed package', async () => {

@@ -390,7 +390,8 @@ describe('fencekeeper effects', () => {
   it('without a ledger exits 69 and says to migrate; with one, lists effects as a table, --pending only the pending ones', async () => {
     const missing = await cli(['effects'], { DATABASE_URL: url }).done;
     expect(missing.code).toBe(69);
-    expect(missing.stderr).toContain("run 'fencekeeper migrate' first");
+    expect(missing.stderr).toContain('fencekeeper_effects');
+    expect(missing.stderr).toContain('`fencekeeper migrate`');
 
     await migrate(pool);
     expect((await cli(['effects', '--pending', '--database-url', url], { DATABASE_URL: '' }).done).stdout.trim()).toBe('no pending effects');
@@ -417,5 +418,42 @@ describe('fencekeeper effects', () => {
       expect({ args, code: run.code }).toEqual({ args, code: 64 });
     }
     expect((await cli(['effects'], { DATABASE_URL: '' }).done).code).toBe(64);
+  });
+
+  it('effects settle: happened records a pending effect succeeded; not-happened only once its call can no longer land; anything else is refused, unchanged', async () => {
+    await migrate(pool);
+    const resource = uniqueName('settle');
+    const settle = (key: string, outcome: string) => cli(['effects', 'settle', resource, key, '--outcome', outcome], { DATABASE_URL: url }).done;
+    // Pending with no deadline: its call may land at any time.
+    await rejection(withEffect(pool, { resource, token: 4n, key: 'open' }, async () => { throw new Error('reset'); }));
+    const early = await settle('open', 'not-happened');
+    expect(early.code).toBe(64);
+    expect(early.stderr).toContain('no deadline was recorded');
+    expect((await pendingEffects(pool, { resource })).map((e) => e.key)).toEqual(['open']);
+    const happened = await settle('open', 'happened');
+    expect({ code: happened.code, stderr: happened.stderr }).toEqual({ code: 0, stderr: '' });
+    expect(happened.stdout).toContain('recorded succeeded');
+    let ran = 0;
+    await withEffect(pool, { resource, token: 5n, key: 'open' }, async () => { ran += 1; return 'again'; });
+    expect(ran).toBe(0);
+    const again = await settle('open', 'happened');
+    expect(again.code).toBe(64);
+    expect(again.stderr).toContain('is not pending');
+
+    // Pending with a deadline: not-happened waits until deadline + graceMs has passed.
+    await rejection(withEffect(pool, { resource, token: 5n, key: 'timed' }, async () => { throw new Error('reset'); }, { deadline: performance.now() + 1500, graceMs: 0 }));
+    const tooSoon = await settle('timed', 'not-happened');
+    expect(tooSoon.code).toBe(64);
+    expect(tooSoon.stderr).toContain('may still land until');
+    await new Promise((resolve) => setTimeout(resolve, 1600));
+    const abandoned = await settle('timed', 'not-happened');
+    expect({ code: abandoned.code, stderr: abandoned.stderr }).toEqual({ code: 0, stderr: '' });
+    expect(abandoned.stdout).toContain('recorded failed');
+    expect(await rejection(withEffect(pool, { resource, token: 6n, key: 'timed' }, async () => { ran += 1; }))).toBeInstanceOf(EffectFailedError);
+    expect(ran).toBe(0);
+
+    expect((await settle('nosuch', 'happened')).code).toBe(64);
+    expect((await cli(['effects', 'settle', resource, 'open', '--outcome', 'maybe'], { DATABASE_URL: url }).done).code).toBe(64);
+    expect((await cli(['effects', 'settle', resource], { DATABASE_URL: url }).done).code).toBe(64);
   });
 });

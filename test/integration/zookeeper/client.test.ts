@@ -298,6 +298,26 @@ describe('chroot', () => {
   });
 });
 
+describe('connectString as a zookeeper:// URL (the CLI\'s form)', () => {
+  it('hosts and a chroot: the same session as the plain connect string', async () => {
+    const zk = await pool.connect({ connectString: `zookeeper://${file.server}${base}`, sessionTimeoutMs: 10_000 });
+    expect(zk.chroot).toBe(base);
+    await zk.create('/via-url', 'x');
+    expect(await file.admin.exists(`${base}/via-url`)).not.toBeNull();
+    const rootOnly = await pool.connect({ connectString: `ZooKeeper://${file.server}/`, sessionTimeoutMs: 10_000 });
+    expect(rootOnly.chroot).toBe('');
+    expect(await rootOnly.exists(`${base}/via-url`)).not.toBeNull();
+  });
+
+  it('another scheme, credentials or a query: InvalidArgumentError before any connection', async () => {
+    for (const connectString of [`redis://${file.server}`, `http://${file.server}`, `zookeeper://user:pw@${file.server}`, `zookeeper://${file.server}?x=1`]) {
+      const error = await ZooKeeperClient.connect({ connectString }).then(() => undefined, (e: unknown) => e);
+      expect(error, connectString).toBeInstanceOf(InvalidArgumentError);
+      expect((error as Error).message).toMatch(/zookeeper:\/\/host:port|hosts and an optional chroot only/);
+    }
+  });
+});
+
 describe('sessions and close', () => {
   it('ephemeral nodes vanish as soon as close() resolves, seen from a second client', async () => {
     // A long session timeout: the nodes must go because of closeSession, not expiry.
