@@ -9,6 +9,9 @@
 export { StepDownClock, safetyMargin } from './step-down.js';
 export type { StepDownSource, Holding, HoldingOptions } from './step-down.js';
 
+// A fair queue's grant (held, signal, deadline, sequencer, leave) with a source's hooks
+export { QueueGrant } from './queue-grant.js';
+
 // The owner every source names when the caller names none: hostname:pid
 export { DEFAULT_OWNER } from './lock.js';
 
