@@ -9,6 +9,11 @@
 export { StepDownClock, safetyMargin } from './step-down.js';
 export type { StepDownSource, Holding, HoldingOptions } from './step-down.js';
 
+// A fair queue's grant (held, signal, deadline, sequencer, leave) with a source's hooks
+export { QueueGrant } from './queue-grant.js';
+// A fair queue's cached view (holder, entries, onChange) kept fresh by a source's watch
+export { QueueObserver } from './queue-observer.js';
+
 // The owner every source names when the caller names none: hostname:pid
 export { DEFAULT_OWNER } from './lock.js';
 

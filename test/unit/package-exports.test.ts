@@ -77,7 +77,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
       'traceAcquire', 'traceRelease', 'traceCampaign', 'traceAdmit', 'traceEffect', 'traceFencedWrite', 'traceWithFence',
       'traceS3Put', 'traceS3Delete', 'publishSessionState', 'publishRefused', 'publishUnknownOutcome',
     ],
-    classes: ['StepDownClock', 'SourceIdentityCache'],
+    classes: ['StepDownClock', 'SourceIdentityCache', 'QueueGrant', 'QueueObserver'],
     values: ['DEFAULT_OWNER'],
   },
   'fencekeeper/zookeeper': {

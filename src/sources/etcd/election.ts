@@ -10,7 +10,7 @@ import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
 import { joinAndWait } from './join.js';
-import { QueueObserver } from './observer.js';
+import { EtcdQueueObserver } from './observer.js';
 import { ELECTIONS_ROOT, queuePrefix, type QueueKey } from './queue.js';
 import type { Lease } from './session.js';
 import { etcdSourceIds } from './source-id.js';
@@ -72,7 +72,7 @@ export interface EtcdLeaderObserver extends SourceObserver {
 export function observeLeader(etcd: EtcdClient, name: string): EtcdLeaderObserver {
   checkClient(etcd);
   checkName(name);
-  const queue = new QueueObserver(etcd, queuePrefix(ELECTIONS_ROOT, name), 1);
+  const queue = new EtcdQueueObserver(etcd, queuePrefix(ELECTIONS_ROOT, name), 1);
   return {
     async current() {
       const head = (await queue.entries())[0];

@@ -1,5 +1,6 @@
 /**
- * Our key at the head of a queue: what a held lock and a leadership share.
+ * Our key at the head of a queue: the core's queue grant (../../queue-grant.ts)
+ * over etcd.
  *
  * It holds until the lease's step-down deadline (the lease's clock: last
  * acknowledged keepalive's send time + granted TTL - margin), until the
@@ -7,16 +8,15 @@
  * we leave (release / resign), which aborts the signal at once and then
  * deletes the key.
  */
-import { type Sequencer, type SequencerKind } from '../../index.js';
-import { grantSequencer, type Holding } from '../../extend.js';
+import type { SequencerKind, SourceIdentity } from '../../index.js';
+import { QueueGrant, type Holding } from '../../extend.js';
 import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { fencedTxn, type FencedKey } from './fenced-txn.js';
 import { leave, type QueueKey } from './queue.js';
 import type { Lease } from './session.js';
 import { etcdSourceIds } from './source-id.js';
 
-export abstract class HeldKey {
-  readonly name: string;
+export abstract class HeldKey extends QueueGrant<EtcdRequestOp, EtcdTxnResponse['responses']> {
   /** Our key. */
   readonly key: string;
   /** The lease our key hangs on (the process's session). */
@@ -24,25 +24,17 @@ export abstract class HeldKey {
   readonly #etcd: EtcdClient;
   readonly #node: QueueKey;
   readonly #lease: Lease;
-  readonly #kind: SequencerKind;
-  /** The name LockLostError carries ('jobs/reindex', 'election primary'). */
-  readonly #lock: string;
   readonly #holding: Holding;
-  #leaving: Promise<void> | null = null;
-  #sequencer: Sequencer | null = null;
 
   /** `kind`: a lock's grant or a leadership. `revision`: one at which our key was seen at the head. */
   constructor(etcd: EtcdClient, lease: Lease, kind: SequencerKind, name: string, node: QueueKey, revision: bigint, marginMs: number) {
-    const lock = kind === 'lock' ? name : `election ${name}`;
-    this.#kind = kind;
-    this.#lock = lock;
+    super(kind, name, node.token);
     this.#etcd = etcd;
     this.#node = node;
     this.#lease = lease;
-    this.name = name;
     this.key = node.key;
     this.lease = lease.id;
-    const holding = lease.clock.hold({ lock, marginMs, token: node.token, deadline: () => lease.deadline });
+    const holding = lease.clock.hold({ lock: this.lockLabel, marginMs, token: node.token, deadline: () => lease.deadline });
     this.#holding = holding;
     // The watch on our own key costs a watch create and a cancel: a holder
     // that releases within this turn of the event loop never needs it, so it
@@ -53,17 +45,12 @@ export abstract class HeldKey {
     });
   }
 
-  /** The grant's sequencer (our kind, name and token, the cluster's identity), made when first asked for. */
-  get sequencer(): Sequencer {
-    return (this.#sequencer ??= grantSequencer(this.#kind, this.name, etcdSourceIds.known(this.#etcd), this.#node.token));
+  protected holding(): Holding {
+    return this.#holding;
   }
 
-  get signal(): AbortSignal {
-    return this.#holding.signal;
-  }
-
-  get held(): boolean {
-    return this.#holding.held;
+  protected sourceIdentity(): SourceIdentity | undefined {
+    return etcdSourceIds.known(this.#etcd);
   }
 
   get deadline(): number {
@@ -82,16 +69,11 @@ export abstract class HeldKey {
       signal: holding.signal,
       lost: () => holding.lose('node_deleted', 'its key was deleted'),
     };
-    return fencedTxn(this.#etcd, key, this.#lock, what, ops);
+    return fencedTxn(this.#etcd, key, this.lockLabel, what, ops);
   }
 
-  /** Abort the signal, then delete our key. Idempotent: every call returns the first one's promise. */
-  protected leave(): Promise<void> {
-    if (this.#leaving === null) {
-      this.#holding.lose('released');
-      this.#leaving = leave(this.#etcd, this.#lease, this.#node);
-    }
-    return this.#leaving;
+  protected leaveEntry(): Promise<void> {
+    return leave(this.#etcd, this.#lease, this.#node);
   }
 }
 

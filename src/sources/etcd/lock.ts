@@ -15,7 +15,7 @@ import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
 import { joinAndWait } from './join.js';
-import { QueueObserver, type ConnectionListener } from './observer.js';
+import { EtcdQueueObserver, type ConnectionListener } from './observer.js';
 import { LOCKS_ROOT, queuePrefix, readQueue, type EtcdQueueEntry, type QueueKey } from './queue.js';
 import type { Lease } from './session.js';
 import { etcdSourceIds } from './source-id.js';
@@ -92,7 +92,7 @@ export interface EtcdLockObserver extends LockObserver<EtcdQueueEntry> {
 export function observeLock(etcd: EtcdClient, name: string): EtcdLockObserver {
   checkClient(etcd);
   checkName(name);
-  const queue = new QueueObserver(etcd, queuePrefix(LOCKS_ROOT, name));
+  const queue = new EtcdQueueObserver(etcd, queuePrefix(LOCKS_ROOT, name));
   return {
     holder: async () => (await queue.entries())[0] ?? null,
     queue: () => queue.entries(),

@@ -1,48 +1,35 @@
 /**
  * A queue watched from outside it (an election's leader, a lock's holder,
- * `fencekeeper status --watch`): its entries, answered from a cache that a
- * watch on the queue's key prefix invalidates, so repeated reads cost no
- * request while nothing changes. The watch starts at the revision after the
- * first read, so no change after that read is missed; etcd3 resumes it from
- * its last revision after a reconnect (read again then, once, anyway).
+ * `fencekeeper status --watch`): the core's QueueObserver over etcd, its
+ * cache invalidated by a watch on the queue's key prefix, so repeated reads
+ * cost no request while nothing changes. The watch starts at the revision
+ * after the first read, so no change after that read is missed; etcd3
+ * resumes it from its last revision after a reconnect (read again then,
+ * once, anyway).
  */
+import { QueueObserver } from '../../extend.js';
 import { int64, type EtcdClient, type EtcdWatcher } from './client.js';
 import { entryOf, prefixEnd, type EtcdQueueEntry } from './queue.js';
 
 export type ConnectionListener = (state: 'disconnected' | 'reconnected', detail: string) => void;
 
-export class QueueObserver {
+export class EtcdQueueObserver extends QueueObserver<EtcdQueueEntry> {
   readonly #etcd: EtcdClient;
   readonly #prefix: string;
   readonly #limit: number | undefined;
-  readonly #listeners = new Set<() => void>();
   readonly #connection = new Set<ConnectionListener>();
-  #cached: Promise<EtcdQueueEntry[]> | null = null;
   #watcher: EtcdWatcher | null = null;
-  #closed = false;
 
   /** `limit`: read only the first entries (1: the head). */
   constructor(etcd: EtcdClient, prefix: string, limit?: number) {
+    super();
     this.#etcd = etcd;
     this.#prefix = prefix;
     this.#limit = limit;
   }
 
-  entries(): Promise<EtcdQueueEntry[]> {
-    if (this.#closed) return this.#read();
-    if (this.#cached === null) {
-      const reading = this.#read();
-      this.#cached = reading;
-      reading.catch(() => {
-        if (this.#cached === reading) this.#cached = null;
-      });
-    }
-    return this.#cached;
-  }
-
-  onChange(listener: () => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
+  protected readEntries(): Promise<EtcdQueueEntry[]> {
+    return this.#read();
   }
 
   onConnection(listener: ConnectionListener): () => void {
@@ -50,19 +37,13 @@ export class QueueObserver {
     return () => this.#connection.delete(listener);
   }
 
-  close(): void {
-    this.#closed = true;
-    this.#cached = null;
-    this.#listeners.clear();
+  protected release(): void {
     this.#connection.clear();
     void this.#watcher?.cancel().catch(() => undefined);
     this.#watcher = null;
   }
 
-  readonly #changed = (): void => {
-    this.#cached = null;
-    for (const listener of [...this.#listeners]) listener();
-  };
+  readonly #changed = (): void => this.changed();
 
   async #read(): Promise<EtcdQueueEntry[]> {
     const response = await this.#etcd.kv.range({
@@ -72,7 +53,7 @@ export class QueueObserver {
       sort_order: 'Ascend',
       ...(this.#limit !== undefined && { limit: this.#limit }),
     });
-    if (!this.#closed && this.#watcher === null) this.#watch(int64(response.header.revision, 'revision') + 1n);
+    if (!this.closed && this.#watcher === null) this.#watch(int64(response.header.revision, 'revision') + 1n);
     return response.kvs.map(entryOf);
   }
 

@@ -13,7 +13,7 @@ import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
 import { HeldNode } from './held-node.js';
 import { DEFAULT_OWNER } from '../../../lock.js';
 import { joinAndWait } from './join.js';
-import { QueueObserver } from './observer.js';
+import { ZooKeeperQueueObserver } from './observer.js';
 import type { QueueNode } from './queue.js';
 import { zookeeperSourceIds } from './source-id.js';
 import { queueParent } from './queue-order.js';
@@ -82,7 +82,7 @@ export interface LeaderObserver extends SourceObserver {
 }
 
 export function observeLeader(zk: ZooKeeperClient, name: string): LeaderObserver {
-  const queue = new QueueObserver(zk, queueParent(ELECTIONS_ROOT, name));
+  const queue = new ZooKeeperQueueObserver(zk, queueParent(ELECTIONS_ROOT, name));
   return {
     async current() {
       const head = await queue.head();

@@ -1,7 +1,8 @@
 /**
- * Our node at the head of a queue: what a held lock and a leadership share.
- * It holds until the session's step-down deadline, a loss, or until we leave
- * (release / resign), which aborts the signal at once and then deletes the node.
+ * Our node at the head of a queue: the core's queue grant (../../../queue-grant.ts)
+ * over ZooKeeper. It holds until the session's step-down deadline, a loss,
+ * or until we leave (release / resign), which aborts the signal at once and
+ * then deletes the node.
  *
  * The step-down holding (its AbortController, its place on the session's
  * clock) is made when the holder first looks at `held` or `signal`. A holder
@@ -14,8 +15,8 @@
  */
 import { performance } from 'node:perf_hooks';
 import { holdingsObserved } from '../../../diagnostics.js';
-import type { SequencerKind, Sequencer } from '../../../sequencer.js';
-import { grantSequencer } from '../../../source-identity.js';
+import { QueueGrant } from '../../../queue-grant.js';
+import type { SequencerKind, SourceIdentity } from '../../../sequencer.js';
 import type { Holding } from '../../../step-down.js';
 import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
 import { fencedMulti } from './fenced-multi.js';
@@ -23,15 +24,11 @@ import { NODE_DELETED, NODE_DONE, holdSession, nextEvent, sessionHoldings, watch
 import { leaveQueue, type QueueNode } from './queue.js';
 import { zookeeperSourceIds } from './source-id.js';
 
-export abstract class HeldNode implements OwnNode {
-  readonly name: string;
+export abstract class HeldNode extends QueueGrant<MultiOp, MultiResult[]> implements OwnNode {
   /** Our queue node's path. */
   readonly path: string;
   readonly #zk: ZooKeeperClient;
   readonly #node: QueueNode;
-  readonly #kind: SequencerKind;
-  /** The name LockLostError carries ('jobs/reindex', 'election primary'). */
-  readonly #lock: string;
   readonly #marginMs: number;
   readonly #session: SessionHoldings;
   /** The session had already ended when we were granted (then its state alone decides). */
@@ -42,60 +39,48 @@ export abstract class HeldNode implements OwnNode {
   #leftAt = Infinity;
   /** When our node was found deleted, on the performance.now() clock. */
   #deletedTime = Infinity;
-  #leaving: Promise<void> | null = null;
-  #sequencer: Sequencer | null = null;
 
   /** `kind`: a lock's grant or a leadership. */
   constructor(zk: ZooKeeperClient, kind: SequencerKind, name: string, node: QueueNode, marginMs: number) {
+    super(kind, name, node.token);
     this.#zk = zk;
     this.#node = node;
-    this.#kind = kind;
-    this.#lock = kind === 'lock' ? name : `election ${name}`;
     this.#marginMs = marginMs;
-    this.name = name;
     this.path = node.path;
     this.#session = sessionHoldings(zk);
     this.#grantedAfterEnd = this.#session.endedBy !== null;
     watchOwnNode(zk, this);
     // Observed (fencekeeper/opentelemetry, a diagnostics subscriber): every grant is a holding from the start.
-    if (holdingsObserved()) this.#holdingNow();
+    if (holdingsObserved()) this.holding();
   }
 
-  /** The grant's sequencer (our kind, name and token, the ensemble's identity), made when first asked for. */
-  get sequencer(): Sequencer {
-    return (this.#sequencer ??= grantSequencer(this.#kind, this.name, zookeeperSourceIds.known(this.#zk), this.#node.token));
+  protected sourceIdentity(): SourceIdentity | undefined {
+    return zookeeperSourceIds.known(this.#zk);
   }
 
   /** ifHeld / ifLeader: `ops` in one multi behind a check of our node (./fenced-multi.ts). */
   protected fenced(what: 'ifHeld' | 'ifLeader', ops: readonly MultiOp[]): Promise<MultiResult[]> {
-    return fencedMulti(this.#zk, this, this.#lock, what, ops);
-  }
-
-  get signal(): AbortSignal {
-    return this.#holdingNow().signal;
-  }
-
-  get held(): boolean {
-    return this.#holdingNow().held;
+    return fencedMulti(this.#zk, this, this.lockLabel, what, ops);
   }
 
   get deadline(): number {
     return this.#zk.sessionDeadline - this.#marginMs;
   }
 
-  /** Abort the signal, then delete our node. Idempotent: every call returns the first one's promise. */
-  protected leave(): Promise<void> {
-    if (this.#leaving === null) {
-      // Unlooked-at and nothing ended it yet: note the release. Else the
-      // holding (made now if need be, with whatever ended it first) is released.
-      if (this.#holding === null && this.#session.endedBy === null && this.#deletedAt === Infinity && performance.now() < this.deadline) {
-        this.#leftAt = nextEvent();
-      } else {
-        this.#holdingNow().lose('released');
-      }
-      this.#leaving = this.leaveNode(this.#zk, this.#node);
+  /**
+   * Unlooked-at and nothing ended it yet: note the release. Else the
+   * holding (made now if need be, with whatever ended it first) is released.
+   */
+  protected override released(): void {
+    if (this.#holding === null && this.#session.endedBy === null && this.#deletedAt === Infinity && performance.now() < this.deadline) {
+      this.#leftAt = nextEvent();
+    } else {
+      this.holding().lose('released');
     }
-    return this.#leaving;
+  }
+
+  protected leaveEntry(): Promise<void> {
+    return this.leaveNode(this.#zk, this.#node);
   }
 
   /** How our node leaves the queue: a plain delete; a lock with lock-delay marks the release clean (./lock-delay.ts). */
@@ -104,7 +89,7 @@ export abstract class HeldNode implements OwnNode {
   }
 
   get [NODE_DONE](): boolean {
-    return this.#leaving !== null || this.#deletedAt !== Infinity || (this.#holding !== null && this.#holding.signal.aborted);
+    return this.leaving || this.#deletedAt !== Infinity || (this.#holding !== null && this.#holding.signal.aborted);
   }
 
   [NODE_DELETED](): void {
@@ -115,10 +100,10 @@ export abstract class HeldNode implements OwnNode {
     else this.#holding.lose('node_deleted', 'its node was deleted');
   }
 
-  #holdingNow(): Holding {
+  protected holding(): Holding {
     let holding = this.#holding;
     if (holding === null) {
-      holding = holdSession(this.#zk, this.#session, this.#lock, this.#marginMs, this.#node.token);
+      holding = holdSession(this.#zk, this.#session, this.lockLabel, this.#marginMs, this.#node.token);
       this.#holding = holding;
       // What would have ended it, had it existed from the grant on, in the order it happened.
       const endedAt = this.#grantedAfterEnd ? Infinity : this.#session.endedAt;

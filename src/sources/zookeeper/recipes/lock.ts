@@ -21,7 +21,7 @@ import { listChildren } from './connection-loss.js';
 import { leaveCleanly } from './lock-delay.js';
 import { HeldNode } from './held-node.js';
 import { joinAndWait } from './join.js';
-import { QueueObserver } from './observer.js';
+import { ZooKeeperQueueObserver } from './observer.js';
 import { zookeeperSourceIds } from './source-id.js';
 import { readEntry, type QueueEntry, type QueueNode } from './queue.js';
 import { queueParent, sortQueue } from './queue-order.js';
@@ -124,7 +124,7 @@ export async function lockStatus(zk: ZooKeeperClient, name: string): Promise<Loc
 export type ZooKeeperLockObserver = LockObserver<QueueEntry>;
 
 export function observeLock(zk: ZooKeeperClient, name: string): ZooKeeperLockObserver {
-  const queue = new QueueObserver(zk, queueParent(LOCKS_ROOT, name));
+  const queue = new ZooKeeperQueueObserver(zk, queueParent(LOCKS_ROOT, name));
   return {
     holder: () => queue.head(),
     queue: () => queue.entries(),

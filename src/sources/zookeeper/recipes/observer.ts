@@ -1,28 +1,25 @@
 /**
- * A cached view of a queue: who is at its head (the lock holder, the
- * leader), and on demand the whole queue in grant order (`fencekeeper status
- * --watch`). A children watch on the queue's parent invalidates the cache, so
- * while nothing changes a lookup is answered locally: what a resource needs
- * to check every request's token against the lock service (Chubby's
- * CheckSequencer) without a round trip per request.
+ * A queue's cached view (the core's QueueObserver, ../../../queue-observer.ts)
+ * over ZooKeeper: a children watch on the queue's parent invalidates the
+ * cache, so while nothing changes a lookup is answered locally. The head
+ * alone reads one node; the whole queue reads every one.
  */
 import { isCode } from '../../../errors.js';
+import { QueueObserver } from '../../../queue-observer.js';
 import type { ClientState, ZooKeeperClient } from '../client.js';
 import { joinPath } from '../paths.js';
 import { retryOnLoss } from './connection-loss.js';
 import { readEntry, type QueueEntry } from './queue.js';
 import { sortQueue } from './queue-order.js';
 
-export class QueueObserver {
+export class ZooKeeperQueueObserver extends QueueObserver<QueueEntry> {
   readonly #zk: ZooKeeperClient;
   readonly #parent: string;
-  #cache: Promise<QueueEntry | null> | null = null;
-  #entriesCache: Promise<QueueEntry[]> | null = null;
+  /** Bumped on every invalidation: a watch left by an older read fires into nothing. */
   #generation = 0;
-  #closed = false;
-  readonly #listeners = new Set<() => void>();
 
   constructor(zk: ZooKeeperClient, parent: string) {
+    super();
     this.#zk = zk;
     this.#parent = parent;
     zk.on('state', this.#onState);
@@ -40,53 +37,22 @@ export class QueueObserver {
     if (state === 'expired' || state === 'closed') this.#invalidate(this.#generation);
   };
 
-  head(): Promise<QueueEntry | null> {
-    // Closed: no watch keeps a cache honest any more, so every call reads.
-    if (this.#closed) return this.#load();
-    if (this.#cache === null) {
-      const load = this.#load();
-      this.#cache = load;
-      // A failed lookup is not cached: the next call asks again.
-      load.catch(() => {
-        if (this.#cache === load) this.#cache = null;
-      });
-    }
-    return this.#cache;
-  }
-
-  /** The whole queue in grant order; the head alone (head()) reads one node, this reads every one. */
-  entries(): Promise<QueueEntry[]> {
-    if (this.#closed) return this.#loadEntries();
-    if (this.#entriesCache === null) {
-      const load = this.#loadEntries();
-      this.#entriesCache = load;
-      load.catch(() => {
-        if (this.#entriesCache === load) this.#entriesCache = null;
-      });
-    }
-    return this.#entriesCache;
-  }
-
-  onChange(listener: () => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
-  }
-
-  /** Stop caching and notifying; head() still answers, with a fresh read each time. */
-  close(): void {
+  protected release(): void {
     this.#zk.off('state', this.#onState);
-    this.#closed = true;
-    this.#cache = null;
-    this.#entriesCache = null;
-    this.#listeners.clear();
   }
 
   #invalidate(generation: number): void {
-    if (this.#closed || generation !== this.#generation) return;
+    if (this.closed || generation !== this.#generation) return;
     this.#generation++;
-    this.#cache = null;
-    this.#entriesCache = null;
-    for (const l of this.#listeners) l();
+    this.changed();
+  }
+
+  protected override readHead(): Promise<QueueEntry | null> {
+    return this.#load();
+  }
+
+  protected readEntries(): Promise<QueueEntry[]> {
+    return this.#loadEntries();
   }
 
   async #load(): Promise<QueueEntry | null> {
