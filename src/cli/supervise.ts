@@ -15,6 +15,7 @@ import { spawn } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
+import { groupRuns } from './process-group.js';
 
 const SUPERVISOR = fileURLToPath(new URL('./supervisor.js', import.meta.url));
 
@@ -156,15 +157,23 @@ export function supervise(command: readonly string[], env: NodeJS.ProcessEnv, ho
       if (skipped) return resolve({ code: 0, stoppedForLoss: true, started: false });
       if (code !== null) return resolve({ code, stoppedForLoss: lossReported, started: true });
       // The supervisor died without a report (someone killed it): nothing
-      // watches the command any more, so it must not run on.
-      if (group !== 0) {
-        try {
-          process.kill(-group, 'SIGKILL');
-        } catch {
-          // already gone
-        }
+      // watches the command any more, so it must not run on. SIGKILL is
+      // sent at once, but a process is gone only when the kernel has taken
+      // it down (one in uninterruptible sleep dies when it leaves it): the
+      // rejection, after which the lock is released, waits until no member
+      // of the group runs, so the command never outlives the lock.
+      const lost = new SupervisorLostError(`the command's supervisor ended unexpectedly (${signal ?? `exit ${String(exitCode)}`})${group !== 0 ? `; process group ${group} was killed` : ''}`);
+      if (group === 0) return reject(lost);
+      try {
+        process.kill(-group, 'SIGKILL');
+      } catch {
+        // already gone
       }
-      reject(new SupervisorLostError(`the command's supervisor ended unexpectedly (${signal ?? `exit ${String(exitCode)}`})${group !== 0 ? `; process group ${group} was killed` : ''}`));
+      const settle = (): void => {
+        if (!groupRuns(group)) return reject(lost);
+        setTimeout(settle, 10);
+      };
+      settle();
     });
 
     renew();

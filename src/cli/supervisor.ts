@@ -38,9 +38,9 @@
  * Built-in modules only: this process starts while the lease runs.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
 import { Socket } from 'node:net';
 import { constants } from 'node:os';
+import { groupRuns as groupRunsOf } from './process-group.js';
 
 type StopReason = 'lease' | 'lifeline' | 'holding' | 'leftovers';
 
@@ -79,38 +79,8 @@ function signalGroup(signal: NodeJS.Signals): void {
   }
 }
 
-/**
- * Whether any process of the group still runs. A zombie does not count: it
- * has exited and waits for its parent (or for PID 1, which some container
- * inits never do) to reap it, and kill(-group, 0) would count it.
- */
 function groupRuns(): boolean {
-  if (group === 0) return false;
-  try {
-    process.kill(-group, 0);
-  } catch {
-    return false;
-  }
-  let entries: string[];
-  try {
-    entries = readdirSync('/proc');
-  } catch {
-    return true; // no /proc (not Linux): kill(-group, 0) is all we have
-  }
-  for (const pid of entries) {
-    const first = pid.charCodeAt(0);
-    if (first < 48 || first > 57) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
-    } catch {
-      continue; // exited meanwhile
-    }
-    // "pid (comm) state ppid pgrp ...": comm may contain spaces and parentheses.
-    const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ', 3);
-    if (Number(pgrp) === group && state !== 'Z' && state !== 'X') return true;
-  }
-  return false;
+  return groupRunsOf(group);
 }
 
 function finish(report: string | null): void {
