@@ -14,6 +14,9 @@ export { QueueGrant } from './queue-grant.js';
 // A fair queue's cached view (holder, entries, onChange) kept fresh by a source's watch
 export { QueueObserver } from './queue-observer.js';
 
+// The options of the SQL row helpers, one shape for every SQL fence
+export type { FencedUpdateOptions, FencedInsertOptions, FencedUpsertOptions, FencedDeleteOptions } from './row-options.js';
+
 // The owner every source names when the caller names none: hostname:pid
 export { DEFAULT_OWNER } from './lock.js';
 

@@ -149,10 +149,7 @@ export async function fencedPutItem(client: DynamoDBClient, input: FencedPutItem
  */
 export async function fencedUpdateItem(client: DynamoDBClient, input: FencedUpdateItemInput, options: FencedUpdateOptions = {}): Promise<FencedItemResult> {
   const { fencing, table, attributes, bind } = checkWrite('fencedUpdateItem', input, options);
-  const key = checkKey(input.Key);
-  for (const name of [attributes.token, attributes.tombstone, attributes.lock]) {
-    if (Object.hasOwn(key, name)) throw new InvalidArgumentError(`Key names ${name}, the fence's attribute`);
-  }
+  const key = checkWrittenKey(input.Key, attributes);
   const resource = resourceName(table, key);
   const values = input.ExpressionAttributeValues;
   if (values !== undefined) checkItemSize(`the update of ${resource} (its ExpressionAttributeValues)`, values);
@@ -174,10 +171,7 @@ export async function fencedUpdateItem(client: DynamoDBClient, input: FencedUpda
  */
 export async function fencedDeleteItem(client: DynamoDBClient, input: FencedDeleteItemInput, options: FencedItemOptions = {}): Promise<FencedItemResult> {
   const { fencing, table, attributes, bind } = checkWrite('fencedDeleteItem', input, options);
-  const key = checkKey(input.Key);
-  for (const name of [attributes.token, attributes.tombstone, attributes.lock]) {
-    if (Object.hasOwn(key, name)) throw new InvalidArgumentError(`Key names ${name}, the fence's attribute`);
-  }
+  const key = checkWrittenKey(input.Key, attributes);
   const resource = resourceName(table, key);
   const { token: _token, Key: _key, ...rest } = input;
   const tombstone = { ...key, [attributes.token]: { N: formatToken(fencing.token) }, [attributes.tombstone]: { BOOL: true } };
@@ -194,6 +188,15 @@ export async function fencedDeleteItem(client: DynamoDBClient, input: FencedDele
 export function isTombstone(item: Record<string, AttributeValue> | undefined | null, options: FenceAttributeOptions = {}): boolean {
   const { tombstone } = fenceAttributes(options);
   return item?.[tombstone]?.BOOL === true;
+}
+
+/** The Key of an update or a delete: well-formed, and naming none of the fence's own attributes. */
+function checkWrittenKey(key: unknown, attributes: FenceAttributes): Record<string, AttributeValue> {
+  const checked = checkKey(key);
+  for (const name of [attributes.token, attributes.tombstone, attributes.lock]) {
+    if (Object.hasOwn(checked, name)) throw new InvalidArgumentError(`Key names ${name}, the fence's attribute`);
+  }
+  return checked;
 }
 
 function checkWrite(operation: string, input: object, options: FencedItemOptions): { fencing: ResolvedFencing; table: string; attributes: FenceAttributes; bind: FenceBinding | null } {

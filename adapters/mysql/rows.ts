@@ -28,45 +28,13 @@
 // None of the SQL uses RETURNING, `INSERT ... AS`, or VALUES() in ON
 // DUPLICATE KEY UPDATE (deprecated in MySQL 8.0.20): values are sent again
 // as parameters instead. MariaDB 10.11 and MySQL 8 accept all of it.
-import { InvalidArgumentError, SequencerMismatchError, StaleTokenError, formatToken, resolveFencing, type Fencing, type FencingToken, type ResolvedFencing } from '../../src/index.js';
+import { InvalidArgumentError, SequencerMismatchError, StaleTokenError, formatToken, resolveFencing, type FencingToken, type ResolvedFencing } from '../../src/index.js';
 import { publishRefused, traceFencedWrite } from '../../src/extend.js';
+import type { FencedDeleteOptions, FencedInsertOptions, FencedUpdateOptions, FencedUpsertOptions } from '../../src/extend.js';
+export type { FencedDeleteOptions, FencedInsertOptions, FencedUpdateOptions, FencedUpsertOptions };
 import { ER_DUP_ENTRY, ER_LOCK_DEADLOCK, errnoOf, headerOf, isPool, matchedRows, query, readToken, rowsOf, type MySqlPool, type MySqlQueryable } from './database.js';
 import { bindingFrom, mismatch, rollback } from './fence.js';
 import { assertIdentifier, checkColumns, checkKey, quoteIdentifier, rowKeyText, tableName, type TableName } from './identifiers.js';
-
-export interface FencedUpdateOptions {
-  /** `table` or `database.table`. */
-  readonly table: string;
-  /** `{ column: value }`, ANDed; a null value matches IS NULL. */
-  readonly where: Readonly<Record<string, unknown>>;
-  /** `{ column: value }` to write; the token column is written for you. */
-  readonly set: Readonly<Record<string, unknown>>;
-  /** A bare token, a Sequencer, or CURRENT_LOCK (a table bound with bindTable takes its own lock's sequencer only). */
-  readonly token: Fencing;
-  /** The table's token column; default 'fencing_token'. */
-  readonly tokenColumn?: string;
-}
-
-export interface FencedInsertOptions {
-  readonly table: string;
-  /** The row to write, `{ column: value }`, key columns included; the token column is written for you. */
-  readonly values: Readonly<Record<string, unknown>>;
-  /** The columns of the unique key that identifies the row (and its tombstone). */
-  readonly key: readonly string[];
-  readonly token: Fencing;
-  readonly tokenColumn?: string;
-}
-
-export type FencedUpsertOptions = FencedInsertOptions;
-
-export interface FencedDeleteOptions {
-  readonly table: string;
-  readonly where: Readonly<Record<string, unknown>>;
-  /** The unique key each deleted row's tombstone is kept under; default: the columns of `where`. The same key fencedInsert/fencedUpsert use. */
-  readonly key?: readonly string[];
-  readonly token: Fencing;
-  readonly tokenColumn?: string;
-}
 
 const DEFAULT_TOKEN_COLUMN = 'fencing_token';
 const MAX_INSERT_ATTEMPTS = 3;

@@ -22,52 +22,14 @@
 // a bare token, writes nothing, with no extra round trip on success (which one
 // it was is read on the refusal path only). On a table never bound they
 // compare numbers only, as before: bare tokens and sequencers alike.
-import { SequencerMismatchError, StaleTokenError, formatToken, resolveFencing, type Fencing, type FencingToken, type ResolvedFencing } from '../../../src/index.js';
+import { SequencerMismatchError, StaleTokenError, formatToken, resolveFencing, type FencingToken, type ResolvedFencing } from '../../../src/index.js';
 import { publishRefused, traceFencedWrite } from '../../../src/extend.js';
 import { BINDING_COLUMNS, bindingAdmits, bindingJoin, presentedLock, tableMismatch } from './bind-table.js';
 import { readBigint, run, sqlState, statementName, type Queryable } from '../database.js';
 import { assertIdentifier, checkColumnValues, checkColumns, checkKey, quoteIdentifier, quoteTable } from '../identifiers.js';
 import { InvalidArgumentError } from '../../../src/index.js';
-
-export interface FencedUpdateOptions {
-  /** `table` or `schema.table`; quoted as written (case matters). */
-  readonly table: string;
-  /** `{ column: value }`, ANDed; a null value matches IS NULL. */
-  readonly where: Readonly<Record<string, unknown>>;
-  /** `{ column: value }` to write; the token column is written for you. */
-  readonly set: Readonly<Record<string, unknown>>;
-  /** A bare token, a Sequencer, or CURRENT_LOCK (a table bound with bindTable takes its own lock's sequencer only). */
-  readonly token: Fencing;
-  /** The table's token column; default 'fencing_token'. */
-  readonly tokenColumn?: string;
-}
-
-export interface FencedInsertOptions {
-  readonly table: string;
-  /** The row to write, `{ column: value }`, key columns included; the token column is written for you. */
-  readonly values: Readonly<Record<string, unknown>>;
-  /** The columns of the unique key that identifies the row (the ON CONFLICT target and the tombstone key). */
-  readonly key: readonly string[];
-  /** A bare token, a Sequencer, or CURRENT_LOCK (a table bound with bindTable takes its own lock's sequencer only). */
-  readonly token: Fencing;
-  readonly tokenColumn?: string;
-}
-
-export type FencedUpsertOptions = FencedInsertOptions;
-
-export interface FencedDeleteOptions {
-  readonly table: string;
-  readonly where: Readonly<Record<string, unknown>>;
-  /**
-   * The columns of the unique key each deleted row's tombstone is kept under;
-   * default: the columns of `where` (deleting one row by its key). Must be the
-   * same key fencedInsert/fencedUpsert use for the table.
-   */
-  readonly key?: readonly string[];
-  /** A bare token, a Sequencer, or CURRENT_LOCK (a table bound with bindTable takes its own lock's sequencer only). */
-  readonly token: Fencing;
-  readonly tokenColumn?: string;
-}
+import type { FencedDeleteOptions, FencedInsertOptions, FencedUpdateOptions, FencedUpsertOptions } from '../../../src/extend.js';
+export type { FencedDeleteOptions, FencedInsertOptions, FencedUpdateOptions, FencedUpsertOptions };
 
 const DEFAULT_TOKEN_COLUMN = 'fencing_token';
 
