@@ -50,7 +50,7 @@ export type { FenceStore, FenceAdmission } from './fence.js';
 export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, IdempotencyLookup, StoredResponse } from './idempotency-store.js';
 
 // The lock contract every token source implements
-export type { Lock, Leadership, AcquireOptions, TryAcquireOptions, CampaignOptions } from './lock.js';
+export type { Lock, Leadership, AcquireOptions, TryAcquireOptions, CampaignOptions, Permit, PermitOptions, TryPermitOptions } from './lock.js';
 export type { LockSource, LockStatus, LockStatusEntry, SourceObserver, LockObserver } from './lock-source.js';
 
 // Diagnostics: the channel names operators and instrumentations subscribe to, and their messages

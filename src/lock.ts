@@ -106,3 +106,34 @@ export interface CampaignOptions {
   /** As AcquireOptions.safetyMarginMs. */
   readonly safetyMarginMs?: number;
 }
+
+/**
+ * One of the N permits of a semaphore (LockSource.acquirePermit): a Lock on
+ * one slot of `[0, permits)`. At most `permits` are held at once per name.
+ * Its token is taken when it claims its slot (not when it joined the queue),
+ * so per slot the tokens of successive holders strictly increase; its
+ * sequencer is `{ kind: 'permit', name: '<name>#<slot>' }`, so a resource
+ * fenced per slot refuses a stale holder of that slot, and one slot's holder
+ * cannot advance another slot's fence.
+ */
+export interface Permit extends Lock {
+  /** The semaphore's name, as passed to acquirePermit (Lock.name is the same). */
+  readonly name: string;
+  /** Which slot this permit holds, in `[0, permits)`. */
+  readonly slot: number;
+  /** How many permits the semaphore has (every holder and waiter of one name must agree). */
+  readonly permits: number;
+}
+
+/** acquirePermit's options: the semaphore's size and what every acquire accepts. */
+export interface PermitOptions extends AcquireOptions {
+  /**
+   * How many permits the semaphore has: an integer from 1 to 1024. Every
+   * caller of one name must pass the same number while any of them holds or
+   * waits: another number is refused (PermitsMismatchError).
+   */
+  readonly permits: number;
+}
+
+/** tryAcquirePermit never waits, so it takes no timeout. */
+export type TryPermitOptions = Omit<PermitOptions, 'timeoutMs'>;
