@@ -15,6 +15,10 @@ export {
   // locks, sessions and the connection to a lock service
   LockLostError,
   LockTimeoutError,
+  LockUpgradeError,
+  LockOrderError,
+  AmbiguousLockError,
+  PermitsMismatchError,
   SessionExpiredError,
   ConnectionLossError,
   TlsError,

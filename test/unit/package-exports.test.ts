@@ -55,6 +55,10 @@ const ERROR_CLASSES = [
   'SequencerMismatchError',
   'FenceAlreadyBoundError',
   'SchemaMissingError',
+  'LockUpgradeError',
+  'LockOrderError',
+  'AmbiguousLockError',
+  'PermitsMismatchError',
 ];
 
 // The public contract, entry point by entry point: every runtime export is
