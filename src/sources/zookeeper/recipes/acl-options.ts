@@ -21,3 +21,11 @@ export interface AclOption {
 export type ZooKeeperAcquireOptions = AcquireOptions & AclOption & LockDelayOption;
 export type ZooKeeperTryAcquireOptions = TryAcquireOptions & AclOption & LockDelayOption;
 export type ZooKeeperCampaignOptions = CampaignOptions & AclOption;
+
+/**
+ * A read or write lock's options (acquireReadLock, acquireWriteLock): every
+ * acquire's, and the ACL. No lock-delay: it is a plain lock's.
+ */
+export type ZooKeeperRwAcquireOptions = AcquireOptions & AclOption;
+/** tryAcquireReadLock / tryAcquireWriteLock's options: as ZooKeeperRwAcquireOptions, without a timeout (they never wait). */
+export type ZooKeeperRwTryAcquireOptions = TryAcquireOptions & AclOption;

@@ -11,7 +11,7 @@ import type { ClientState, ZooKeeperClient } from '../client.js';
 import { sessionMargin } from './holding.js';
 import { lockDelayOf, readAfter, readBefore, waitOutUnclean, type ArrivalReads } from './lock-delay.js';
 import { abandon, enqueue, waitForTurn, withoutStrays, type QueueNode } from './queue.js';
-import { position, queueParent } from './queue-order.js';
+import { position as lockPosition, queueParent, type PositionOf } from './queue-order.js';
 import { Stopper } from './stopper.js';
 
 
@@ -24,10 +24,15 @@ export interface Join<T> {
   readonly options: ZooKeeperAcquireOptions;
   /** Make the holder of our node, with the safety margin already checked. */
   readonly build: (node: QueueNode, marginMs: number) => T;
+  /** What separates our node's guid from its sequence (default '-lock-'; a read-write lock's '-read-' / '-write-'). */
+  readonly marker?: string;
+  /** Where our node stands in a listing (default: a lock's, the lowest holds and each waits for its predecessor). */
+  readonly position?: PositionOf;
 }
 
 export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promise<T | null> {
   const { root, name, mode, options } = join;
+  const position = join.position ?? lockPosition;
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('options must be an object');
   const parent = queueParent(root, name);
   const { signal, timeoutMs } = options;
@@ -48,7 +53,7 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
 
   // Lock-delay: the parent's stat just before our create and just after it, in the same write (./lock-delay.ts).
   const before = lockDelayMs > 0 ? readBefore(zk, parent) : null;
-  const joining = enqueue(zk, root, parent, ownerBytes(options.owner), acl);
+  const joining = enqueue(zk, root, parent, ownerBytes(options.owner), acl, join.marker);
   const reads: ArrivalReads | null = before === null ? null : { before, after: readAfter(zk, parent) };
   let seen: { predecessor: string } | undefined;
   let handedOver = false;
@@ -67,7 +72,7 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
     else {
       stopper ??= new Stopper(zk, name, undefined, undefined);
       if (reads !== null) seen = { predecessor: where.predecessor };
-      outcome = await waitForTurn(zk, parent, node, where, stopper.stopped, seen);
+      outcome = await waitForTurn(zk, parent, node, where, stopper.stopped, seen, position);
     }
     if (outcome === 'busy') return null;
     if (outcome === 'turn' && reads !== null) {
