@@ -16,7 +16,7 @@
  * write never goes out unfenced because nobody held a lock.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { InvalidArgumentError, NoCurrentLockError } from './errors.js';
+import { InvalidArgumentError, LockLostError, NoCurrentLockError, type LossReason } from './errors.js';
 import type { AcquireOptions, Lock } from './lock.js';
 import type { LockSource } from './lock-source.js';
 import { isSequencer, sequencer, type Sequencer } from './sequencer.js';
@@ -25,8 +25,32 @@ import { assertToken, type FencingToken } from './token.js';
 /** Where a token goes: "the lock of the enclosing withLock". Registry-wide, so two copies of the package agree. */
 export const CURRENT_LOCK: unique symbol = Symbol.for('fencekeeper.current-lock') as never;
 
-/** What the fenced adapters take: a bare token, a sequencer (token bound to its lock), or CURRENT_LOCK. */
-export type Fencing = FencingToken | Sequencer | typeof CURRENT_LOCK;
+/**
+ * A grant passed where a token goes: a `Lock` or a `Leadership` as a source
+ * returned it (anything with a `sequencer` and a `held` flag). A fence takes
+ * its sequencer, so a fence bound to that lock checks it exactly as if the
+ * sequencer had been passed; and a grant whose `held` is false (released,
+ * lost, or past its step-down deadline) is refused with LockLostError before
+ * any I/O, so a holder that resumed after a long pause writes nothing even
+ * where the fence itself would still admit its token.
+ */
+export interface FencingGrant {
+  /** False once the grant can no longer be assumed held (read when the write starts). */
+  readonly held: boolean;
+  /** The grant's kind, lock name, source and token. */
+  readonly sequencer: Sequencer;
+  /** Aborted with LockLostError (carrying the loss reason) once the grant is gone; optional for grants made by hand. */
+  readonly signal?: AbortSignal;
+}
+
+/**
+ * What every fenced write takes where a token goes: a bare token (bigint),
+ * a Sequencer (the token with the lock it belongs to), a FencingGrant (a
+ * `Lock` or `Leadership` itself: its sequencer is used, and a grant no
+ * longer held is refused with LockLostError before any I/O), or
+ * CURRENT_LOCK (the lock of the enclosing withLock).
+ */
+export type Fencing = FencingToken | Sequencer | FencingGrant | typeof CURRENT_LOCK;
 
 export interface ResolvedFencing {
   readonly token: FencingToken;
@@ -75,7 +99,8 @@ export async function withLock<T>(source: LockSource, name: string, fn: (lock: L
  * What an adapter does with the value passed where a token goes: check it and
  * say which token and which lock (if known) it stands for. Throws before any
  * I/O: InvalidTokenError / InvalidArgumentError for a bad value,
- * NoCurrentLockError for CURRENT_LOCK outside every withLock.
+ * NoCurrentLockError for CURRENT_LOCK outside every withLock, LockLostError
+ * for a Lock or Leadership (or the current lock) whose `held` is false.
  */
 export function resolveFencing(value: unknown): ResolvedFencing {
   if (value === CURRENT_LOCK) {
@@ -83,12 +108,32 @@ export function resolveFencing(value: unknown): ResolvedFencing {
     if (lock === undefined) throw new NoCurrentLockError();
     // Every source's locks carry their sequencer; a Lock made by hand (a user's own source) may not: then only its number is known.
     const bound = (lock as Omit<Lock, 'sequencer'> & { readonly sequencer?: Sequencer }).sequencer;
+    if (lock.held === false) throw lost(lock.name, lock.signal);
     return bound === undefined ? { token: assertToken(lock.token), sequencer: null } : { token: bound.token, sequencer: sequencer(bound) };
   }
   if (typeof value === 'bigint') return { token: assertToken(value), sequencer: null };
+  if (isGrant(value)) {
+    const checked = sequencer(value.sequencer);
+    if (value.held !== true) throw lost(checked.name, value.signal);
+    return { token: checked.token, sequencer: checked };
+  }
   if (isSequencer(value)) {
     const checked = sequencer(value);
     return { token: checked.token, sequencer: checked };
   }
   return { token: assertToken(value), sequencer: null };
+}
+
+/** A Lock or Leadership (or a grant of one's own shape): a `held` flag and a `sequencer` object, but not itself a sequencer. */
+function isGrant(value: unknown): value is FencingGrant {
+  return typeof value === 'object' && value !== null && 'held' in value && 'sequencer' in value
+    && typeof (value as { sequencer: unknown }).sequencer === 'object';
+}
+
+/** The loss the grant's signal carries (released, session expired, ...), or 'deadline': held turns false there before any timer runs. */
+function lost(name: string, signal: unknown): LockLostError {
+  // Read structurally: a LockLostError from another copy of the package is not an instance of this one's.
+  const carried = signal instanceof AbortSignal && signal.aborted ? (signal.reason as { code?: unknown; reason?: unknown } | null) : null;
+  const reason: LossReason = carried?.code === 'LOCK_LOST' && typeof carried.reason === 'string' ? carried.reason as LossReason : 'deadline';
+  return new LockLostError(name, reason, `lock ${name} is no longer held (${reason}): a fenced write with it is refused before any I/O`);
 }
