@@ -36,6 +36,7 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const SHARED: Record<string, { readonly folder: string; readonly members: readonly string[] }> = {
   redis: { folder: 'src/shared/redis', members: ['src/sources/redis', 'adapters/redis'] },
   http: { folder: 'src/shared/http', members: ['adapters/express', 'adapters/fetch', 'adapters/hono', 'adapters/fastify'] },
+  postgres: { folder: 'src/shared/postgres', members: ['src/sources/postgres', 'adapters/postgres'] },
 };
 
 /**

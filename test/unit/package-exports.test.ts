@@ -98,6 +98,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
       'migrate', 'loadMigrations', 'migrationsDirectory',
       'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete', 'fenced', 'bindTable', 'tableBindingOf',
       'bindFence', 'fenceBindingOf', 'withEffect', 'pendingEffects', 'listEffects', 'settlePendingEffect', 'effectIdempotencyKey',
+      'postgresSource',
     ],
     classes: ['PostgresFenceStore', 'PostgresIdempotencyStore', 'DefiniteFailure'],
     values: [],
