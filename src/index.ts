@@ -50,6 +50,8 @@ export { sequencer, fenceBinding, isSequencer, matchesBinding, formatSequencer, 
 export type { Sequencer, SequencerKind, SourceIdentity, FenceBinding } from './sequencer.js';
 export { withLock, withReadLock, withWriteLock, currentLock, resolveFencing, CURRENT_LOCK } from './with-lock.js';
 export type { WithLockOptions, Fencing, ResolvedFencing } from './with-lock.js';
+export { acquireLocks, withLocks } from './multi-lock.js';
+export type { MultiLock, AcquireLocksOptions } from './multi-lock.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
 export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, IdempotencyLookup, StoredResponse } from './idempotency-store.js';
 
