@@ -68,7 +68,7 @@ const ERROR_CLASSES = [
 const CONTRACT: Record<string, { functions: string[]; classes: string[]; values: string[] }> = {
   fencekeeper: {
     functions: [
-      'parseToken', 'formatToken', 'assertToken', 'withLock',
+      'parseToken', 'formatToken', 'assertToken', 'withLock', 'withReadLock', 'withWriteLock', 'acquireLocks', 'withLocks',
       'sequencer', 'isSequencer', 'parseSequencer', 'formatSequencer', 'parseFencing', 'resolveFencing',
       'currentLock', 'fenceBinding', 'matchesBinding',
     ],
