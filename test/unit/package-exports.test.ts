@@ -87,7 +87,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
   'fencekeeper/zookeeper': {
     functions: [
       'acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader',
-      'acquireReadLock', 'tryAcquireReadLock', 'acquireWriteLock', 'tryAcquireWriteLock',
+      'acquireReadLock', 'tryAcquireReadLock', 'acquireWriteLock', 'tryAcquireWriteLock', 'acquirePermit', 'tryAcquirePermit',
       'zookeeperSource', 'zookeeperSourceId', 'tlsConnector', 'tcpConnector', 'digestAclId', 'verifyWithZooKeeper', 'queuePath',
     ],
     classes: ['ZooKeeperClient'],

@@ -27,6 +27,8 @@ export type { WatchEvent, WatchEventType, Watcher } from './watches.js';
 export { acquireLock, tryAcquireLock, lockStatus, observeLock } from './recipes/lock.js';
 export type { ZooKeeperLock, ZooKeeperLockObserver } from './recipes/lock.js';
 export { acquireReadLock, tryAcquireReadLock, acquireWriteLock, tryAcquireWriteLock } from './recipes/rw-lock.js';
+export { acquirePermit, tryAcquirePermit } from './recipes/permit.js';
+export type { ZooKeeperPermit } from './recipes/permit.js';
 export { campaign, observeLeader } from './recipes/election.js';
 export type { ZooKeeperLeadership, LeaderObserver, LeaderInfo } from './recipes/election.js';
 export type { QueueEntry } from './recipes/queue.js';
@@ -41,6 +43,8 @@ export type {
   ZooKeeperCampaignOptions,
   ZooKeeperRwAcquireOptions,
   ZooKeeperRwTryAcquireOptions,
+  ZooKeeperPermitOptions,
+  ZooKeeperTryPermitOptions,
 } from './recipes/acl-options.js';
 
 // Chubby's CheckSequencer for a resource: admit only the current holder's token

@@ -18,7 +18,7 @@ import type { FencingToken } from '../../../src/token.js';
 import { migrate, withFence } from '../../../adapters/postgres/index.js';
 import { adminPool, createSchema, dropSchema, newPool, uniqueName } from '../postgres/helpers.js';
 import { uniqueLockName } from '../../helpers/unique.js';
-import { until } from '../../helpers/wait.js';
+import { until, within } from '../../helpers/wait.js';
 import { StandaloneFile } from '../../helpers/zookeeper-file.js';
 import { queueChildren } from './lock-helpers.js';
 
@@ -317,21 +317,21 @@ describe('a holder whose session expired', () => {
     const write = (token: FencingToken, value: string) =>
       withFence(pool, resource, token, (client: pg.PoolClient) => client.query('SELECT $1::text', [value]));
     const stale = await acquireWriteLock(a!, name);
-    await write(stale.token, 'first');
+    await within(write(stale.token, 'first'), 20_000, 'the first fenced write');
     const readerWaits = acquireReadLock(b!, name);
     const writerWaits = acquireWriteLock(c!, name);
     await until(async () => (await queue(name)).length === 3, 'a reader and a writer waiting');
-    await expireSession(a! as ZooKeeperClient);
+    await within(expireSession(a! as ZooKeeperClient), 20_000, 'the session expiry');
     await until(() => stale.signal.aborted, 'the stale writer to step down');
     expect(stale.held).toBe(false);
     expect((stale.signal.reason as LockLostError).reason).toBe('session_expired');
     // The reader behind it is granted first (arrival order), then the writer.
-    const reader = await readerWaits;
+    const reader = await within(readerWaits, 20_000, 'the reader behind the expired writer');
     expect(reader.token > stale.token).toBe(true);
     await reader.release();
-    const next = await writerWaits;
+    const next = await within(writerWaits, 20_000, 'the next writer');
     expect(next.token > reader.token).toBe(true);
-    await write(next.token, 'second');
+    await within(write(next.token, 'second'), 20_000, 'the next writer\'s fenced write');
     // The paused writer wakes up and writes with its old token: refused.
     await expect(write(stale.token, 'late')).rejects.toBeInstanceOf(StaleTokenError);
     await next.release();

@@ -111,6 +111,12 @@ export interface Enqueued {
    * still the one whose ACL was checked (see ./acl.ts).
    */
   readonly parentCzxid?: bigint;
+  /**
+   * The first create did not make our node (the parent was missing, or the
+   * reply was lost): a read sent in the same write as that create may have
+   * seen another parent, or none (a semaphore reads its size so, ./permit.ts).
+   */
+  readonly retried?: true;
 }
 
 /**
@@ -204,7 +210,7 @@ async function enqueueAfter(
       if (!(error instanceof ConnectionLossError)) throw error;
       uncertain = true;
       const adopted = await adopt(zk, parent, guid);
-      if (adopted !== null) return { node: adopted, children: await listChildren(zk, parent) };
+      if (adopted !== null) return { node: adopted, children: await listChildren(zk, parent), retried: true };
     }
     const created = zk.create(prefix, data, acl === null ? SEQUENTIAL : acl.sequential);
     // With an ACL the listing brings the parent's czxid too (see Enqueued.parentCzxid).
@@ -221,9 +227,11 @@ async function enqueueAfter(
     }
     try {
       const listing = await listed;
-      return listing.stat === undefined ? { node, children: listing.children } : { node, children: listing.children, parentCzxid: listing.stat.czxid };
+      return listing.stat === undefined
+        ? { node, children: listing.children, retried: true }
+        : { node, children: listing.children, parentCzxid: listing.stat.czxid, retried: true };
     } catch (failed) {
-      return listAfterLoss(zk, node, failed);
+      return { ...(await listAfterLoss(zk, node, failed)), retried: true };
     }
   }
 }
@@ -375,7 +383,7 @@ function predecessorGone(zk: ZooKeeperClient, path: string): Promise<boolean> {
 }
 
 /** A waiter's own node, for its watch (./holding.ts): its deletion ends the wait. */
-class WaitingNode implements OwnNode {
+export class WaitingNode implements OwnNode {
   done = false;
   isDeleted = false;
   readonly deleted: Promise<false>;

@@ -23,15 +23,18 @@ import type {
   AclOption,
   ZooKeeperAcquireOptions,
   ZooKeeperCampaignOptions,
+  ZooKeeperPermitOptions,
   ZooKeeperRwAcquireOptions,
   ZooKeeperRwTryAcquireOptions,
   ZooKeeperTryAcquireOptions,
+  ZooKeeperTryPermitOptions,
 } from './acl-options.js';
+import { acquirePermit, tryAcquirePermit, type ZooKeeperPermit } from './permit.js';
 import { acquireReadLock, acquireWriteLock, tryAcquireReadLock, tryAcquireWriteLock } from './rw-lock.js';
 
 /**
  * The ZooKeeper source: every method of LockSource (plain, read and write
- * locks, elections, status, observers), with ZooKeeper's richer results.
+ * locks, permits, elections, status, observers), with ZooKeeper's richer results.
  */
 export interface ZooKeeperSource extends LockSource {
   readonly kind: 'zookeeper';
@@ -41,6 +44,8 @@ export interface ZooKeeperSource extends LockSource {
   tryAcquireReadLock(name: string, options?: ZooKeeperRwTryAcquireOptions): Promise<ZooKeeperLock | null>;
   acquireWriteLock(name: string, options?: ZooKeeperRwAcquireOptions): Promise<ZooKeeperLock>;
   tryAcquireWriteLock(name: string, options?: ZooKeeperRwTryAcquireOptions): Promise<ZooKeeperLock | null>;
+  acquirePermit(name: string, options: ZooKeeperPermitOptions): Promise<ZooKeeperPermit>;
+  tryAcquirePermit(name: string, options: ZooKeeperTryPermitOptions): Promise<ZooKeeperPermit | null>;
   campaign(name: string, options?: ZooKeeperCampaignOptions): Promise<ZooKeeperLeadership>;
   lockStatus(name: string): Promise<LockStatus<QueueEntry>>;
   observeLock(name: string): ZooKeeperLockObserver;
@@ -68,6 +73,8 @@ export function zookeeperSource(zk: ZooKeeperClient, sourceOptions: ZooKeeperSou
     tryAcquireReadLock: (name: string, options?: ZooKeeperRwTryAcquireOptions) => tryAcquireReadLock(zk, name, withAcl(options)),
     acquireWriteLock: (name: string, options?: ZooKeeperRwAcquireOptions) => acquireWriteLock(zk, name, withAcl(options)),
     tryAcquireWriteLock: (name: string, options?: ZooKeeperRwTryAcquireOptions) => tryAcquireWriteLock(zk, name, withAcl(options)),
+    acquirePermit: (name: string, options: ZooKeeperPermitOptions) => acquirePermit(zk, name, withAcl(options) as ZooKeeperPermitOptions),
+    tryAcquirePermit: (name: string, options: ZooKeeperTryPermitOptions) => tryAcquirePermit(zk, name, withAcl(options) as ZooKeeperTryPermitOptions),
     campaign: (name: string, options?: ZooKeeperCampaignOptions) => campaign(zk, name, withAcl(options)),
     lockStatus: (name: string) => lockStatus(zk, name),
     observeLock: (name: string) => observeLock(zk, name),
