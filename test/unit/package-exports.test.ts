@@ -133,7 +133,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     values: [],
   },
   'fencekeeper/etcd': {
-    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession'],
+    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession', 'acquireReadLock', 'tryAcquireReadLock', 'acquireWriteLock', 'tryAcquireWriteLock', 'rwLockStatus'],
     classes: ['EtcdSession'],
     values: [],
   },
