@@ -133,10 +133,10 @@ const UNREADABLE: unique symbol = Symbol('unreadable');
 /** The whole body, up to `limit` bytes (past it the rest is cancelled). */
 async function readLimited(body: ReadableStream<Uint8Array> | null, limit: number): Promise<Uint8Array | typeof TOO_LARGE | typeof UNREADABLE> {
   if (body === null) return new Uint8Array(0);
-  const reader = body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
   try {
+    const reader = body.getReader();
     for (;;) {
       const chunk = await reader.read();
       if (chunk.done) break;
