@@ -1,4 +1,4 @@
-// The layering rules of the code map (README, "How the code is laid out"),
+// The layering rules of the code map (docs/code-map.md, "How the code is laid out"),
 // read from the source tree so that a wrong import fails here before it
 // ships:
 // - the core (the files directly in src/) imports no source, adapter, CLI or

@@ -64,14 +64,17 @@ function blocks(page: string, markdown: string): Block[] {
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i] as string;
     if (/^#{1,6}\s/.test(line)) heading = line.replace(/^#+\s*/, '');
-    const open = /^( *)```(\S*)\s*$/.exec(line);
+    // A fence as CommonMark reads it: up to 3 spaces, 3 or more backticks, an
+    // info string whose first word is the language (```ts title="x" is ts).
+    const open = /^( {0,3})(`{3,})[ \t]*([^`\s]*)[^`]*$/.exec(line);
     if (open === null) continue;
     const indent = (open[1] as string).length;
+    const fence = open[2] as string;
     const start = i + 1;
     const body: string[] = [];
-    for (i++; i < lines.length && !/^ *```\s*$/.test(lines[i] as string); i++) body.push((lines[i] as string).slice(indent));
+    for (i++; i < lines.length && !new RegExp(`^ {0,3}${fence}\`*\\s*$`).test(lines[i] as string); i++) body.push((lines[i] as string).slice(indent));
     const marker = /^ *<!-- prints: (.*) -->\s*$/.exec(lines[i + 1] ?? '');
-    out.push({ where: `${page}:${start} (${heading})`, page, lang: open[2] as string, code: body.join('\n'), prints: marker?.[1] });
+    out.push({ where: `${page}:${start} (${heading})`, page, lang: open[3] as string, code: body.join('\n'), prints: marker?.[1] });
   }
   return out;
 }
@@ -132,6 +135,8 @@ describe('README and docs/ examples', () => {
       // The effect ledger's rows of earlier runs: the example's effect must run again.
       await clearPg(pool, 'fencekeeper_effects');
       await pool.query('drop table if exists readme_reports');
+      // docs/postgres.md's table: its rows' own token column would refuse a fresh ZooKeeper's tokens.
+      await pool.query('drop table if exists docs_invoices');
       // The bound table of the sequencers example: unbound and dropped, so each run binds it afresh.
       await pool.query("select to_regclass('fencekeeper_table_bindings') is not null as ok").then(async ({ rows }) => {
         if ((rows[0] as { ok: boolean }).ok) await pool.query("delete from fencekeeper_table_bindings where relation = to_regclass('readme_pages')");
