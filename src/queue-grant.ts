@@ -36,7 +36,8 @@ export abstract class QueueGrant<Op, Result> {
   protected constructor(kind: SequencerKind, name: string, token: FencingToken) {
     this.#kind = kind;
     this.name = name;
-    this.lockLabel = kind === 'lock' ? name : `election ${name}`;
+    // A plain lock by its name; the other kinds say which they are ('election primary', 'read jobs', 'permit pool#2').
+    this.lockLabel = kind === 'lock' ? name : `${kind} ${name}`;
     this.#token = token;
   }
 
