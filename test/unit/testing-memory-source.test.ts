@@ -5,7 +5,7 @@
 // timeouts and aborts leaving nothing, expire() and advance(), elections,
 // PermitsMismatchError, and the scoped forms on a source with read-write locks.
 import { describe, expect, it } from 'vitest';
-import { LockLostError, LockTimeoutError, LockUpgradeError, PermitsMismatchError, InvalidArgumentError, withLock, withReadLock, withWriteLock } from '../../src/index.js';
+import { LockLostError, LockTimeoutError, LockUpgradeError, PermitsMismatchError, InvalidArgumentError, acquireLocks, withLock, withLocks, withReadLock, withWriteLock } from '../../src/index.js';
 import type { Lock } from '../../src/lock.js';
 import { memorySource, type MemorySource } from '../../src/testing/memory-source.js';
 
@@ -144,6 +144,48 @@ describe('memorySource: order, timeouts, aborts', () => {
     expect(second.held && reader.held).toBe(true);
     await Promise.all([reader.release(), second.release()]);
     expect(await source.tryAcquireWriteLock('kinds/rw-to')).not.toBeNull();
+  });
+
+  it('a permit waiter timing out or aborted leaves nothing: once the holders leave, the name takes any size', async () => {
+    const source = memorySource();
+    const [a, b] = await Promise.all([source.acquirePermit('kinds/p-to', { permits: 2 }), source.acquirePermit('kinds/p-to', { permits: 2 })]);
+    expect(await source.tryAcquirePermit('kinds/p-to', { permits: 2 })).toBeNull();
+    await expect(source.acquirePermit('kinds/p-to', { permits: 2, timeoutMs: 10 })).rejects.toBeInstanceOf(LockTimeoutError);
+    const controller = new AbortController();
+    const aborted = source.acquirePermit('kinds/p-to', { permits: 2, signal: controller.signal });
+    controller.abort(new Error('gave up'));
+    await expect(aborted).rejects.toThrow('gave up');
+    await a.release();
+    const c = await source.acquirePermit('kinds/p-to', { permits: 2, timeoutMs: 10 });
+    expect(c.slot).toBe(a.slot);
+    expect(c.token > a.token).toBe(true);
+    await Promise.all([b.release(), c.release()]);
+    // Nothing left behind (no waiter, no holder): a new size is taken.
+    const d = await source.tryAcquirePermit('kinds/p-to', { permits: 5 });
+    expect(d?.permits).toBe(5);
+  });
+
+  it('multi-lock: two callers in opposite orders, many rounds, never inside together; a timeout leaves nothing', async () => {
+    const source = memorySource();
+    const names = ['kinds/m/a', 'kinds/m/b', 'kinds/m/c'];
+    let inside = 0;
+    let overlap = 0;
+    const caller = async (order: string[]) => {
+      for (let i = 0; i < 50; i++) {
+        await withLocks(source, order, async () => {
+          if (++inside > 1) overlap++;
+          await tick();
+          inside--;
+        }, { timeoutMs: 5000 });
+      }
+    };
+    await Promise.all([caller(names), caller([...names].reverse())]);
+    expect(overlap).toBe(0);
+    const c = await source.acquireLock('kinds/m/c');
+    await expect(acquireLocks(source, names, { timeoutMs: 20 })).rejects.toBeInstanceOf(LockTimeoutError);
+    for (const name of names) expect((await source.lockStatus(name)).waiters).toEqual([]);
+    expect((await source.lockStatus('kinds/m/a')).holder).toBeNull();
+    await c.release();
   });
 
   it('another permits for a name in use is PermitsMismatchError; once free, any size', async () => {
