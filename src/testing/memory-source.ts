@@ -422,7 +422,7 @@ export function memorySource(options: MemorySourceOptions = {}): MemorySource {
       assertLockName(name);
       const entries = world.peek('lock', name)?.entries ?? [];
       const head = entries[0];
-      const holder = head?.grant != null ? entryOf(head) : null;
+      const holder = head !== undefined && head.grant !== null ? entryOf(head) : null;
       return { name, holder, waiters: entries.slice(holder === null ? 0 : 1).map(entryOf) };
     },
     observeLock(name) {
