@@ -23,7 +23,7 @@ import type { SourceIdentity } from './sequencer.js';
 import type { FencingToken } from './token.js';
 
 export interface LockSource {
-  /** Which kind of source this is: 'zookeeper', 'redis', 'redlock', 'etcd'. Stable: code may branch on it. */
+  /** Which kind of source this is: 'zookeeper', 'redis', 'redlock', 'etcd' ('memory': memorySource() of fencekeeper/testing). Stable: code may branch on it. */
   readonly kind: string;
   /** For people (logs, `fencekeeper status`): where the source is, never its credentials. */
   readonly description: string;

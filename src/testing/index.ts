@@ -7,6 +7,7 @@
 //   sessionRecorder, expireSession    end a ZooKeeper session from the server's side, now
 //   spawnHolder, reportHolding, ...   a lock holder in its own process, frozen past its session
 //   WriteHistory, checkHistory        record your holders' writes, check what the resource applied
+//   memorySource                      a LockSource in one process for unit tests (never for production)
 export { startZooKeeper } from './zookeeper-server.js';
 export type { ZooKeeperServer, ZooKeeperServerOptions } from './zookeeper-server.js';
 export { startRedis } from './redis-server.js';
@@ -19,6 +20,8 @@ export type { ExpireSessionOptions } from './expire-session.js';
 export { reportHolding, reportToTest, spawnHolder } from './paused-holder.js';
 export type { HolderExit, HolderProcess, HolderReport, PausePastSessionOptions, SpawnHolderOptions } from './paused-holder.js';
 export { WriteHistory, checkHistory } from './history.js';
+export { memorySource } from './memory-source.js';
+export type { MemorySource, MemorySourceOptions } from './memory-source.js';
 export type {
   AppliedWrite,
   HistoryCheck,

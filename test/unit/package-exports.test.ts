@@ -148,7 +148,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     values: [],
   },
   'fencekeeper/testing': {
-    functions: ['startZooKeeper', 'startRedis', 'expireSession', 'sessionRecorder', 'spawnHolder', 'reportHolding', 'reportToTest', 'checkHistory'],
+    functions: ['startZooKeeper', 'startRedis', 'expireSession', 'sessionRecorder', 'spawnHolder', 'reportHolding', 'reportToTest', 'checkHistory', 'memorySource'],
     classes: ['TcpProxy', 'WriteHistory', 'ServerNotInstalledError', 'ServerStartError'],
     values: [],
   },

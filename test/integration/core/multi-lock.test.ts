@@ -21,7 +21,8 @@ import {
 import type { AcquireOptions } from '../../../src/lock.js';
 import type { LockSource } from '../../../src/lock-source.js';
 import type { ZooKeeperLock } from '../../../src/sources/zookeeper/recipes/lock.js';
-import { ETCD, ZOOKEEPER, type OpenSource } from '../../helpers/sources.js';
+import { ETCD_LONG_LEASE } from '../../helpers/etcd-long-lease.js';
+import { ZOOKEEPER, type OpenSource } from '../../helpers/sources.js';
 import { testServers } from '../../helpers/servers.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { ClientPool } from '../../helpers/zookeeper.js';
@@ -54,7 +55,7 @@ async function expectNothingLeft(source: LockSource, names: readonly string[]): 
   }
 }
 
-for (const under of [ZOOKEEPER, ETCD]) {
+for (const under of [ZOOKEEPER, ETCD_LONG_LEASE]) {
   describe(`multi-lock on ${under.kind}`, () => {
     async function open(): Promise<LockSource> {
       const o = await under.open();
