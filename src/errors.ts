@@ -9,6 +9,7 @@ export type ErrorCode =
   | 'INVALID_ARGUMENT'
   | 'LOCK_LOST'
   | 'LOCK_TIMEOUT'
+  | 'PERMITS_MISMATCH'
   | 'SESSION_EXPIRED'
   | 'CONNECTION_LOSS'
   | 'CLOSED'
@@ -156,6 +157,28 @@ export class LockTimeoutError extends FencekeeperError {
     super('LOCK_TIMEOUT', `lock ${lock} not acquired within ${timeoutMs} ms`, { retryable: true, ...options });
     this.lock = lock;
     this.timeoutMs = timeoutMs;
+  }
+}
+
+/**
+ * A semaphore was asked for with another number of permits than the one its
+ * holders and waiters use (`acquirePermit(name, { permits })`). Nothing was
+ * taken. Pass the same `permits` from every caller of one name, or wait
+ * until none of them holds or waits before changing it.
+ */
+export class PermitsMismatchError extends FencekeeperError {
+  static override readonly kind: string = 'PermitsMismatchError';
+  /** The semaphore's name. */
+  readonly lock: string;
+  /** The number asked for. */
+  readonly permits: number;
+  /** The number in use (as the source found it). */
+  readonly inUse: number;
+  constructor(lock: string, permits: number, inUse: number, options?: FencekeeperErrorOptions) {
+    super('PERMITS_MISMATCH', `semaphore ${lock} is in use with ${inUse} permits: asked for ${permits}`, options);
+    this.lock = lock;
+    this.permits = permits;
+    this.inUse = inUse;
   }
 }
 

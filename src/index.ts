@@ -15,6 +15,7 @@ export {
   // locks, sessions and the connection to a lock service
   LockLostError,
   LockTimeoutError,
+  PermitsMismatchError,
   SessionExpiredError,
   ConnectionLossError,
   TlsError,
