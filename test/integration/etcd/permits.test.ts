@@ -12,7 +12,7 @@ import { SEMAPHORES_ROOT } from '../../../src/sources/etcd/permits.js';
 import { prefixEnd, queuePrefix } from '../../../src/sources/etcd/queue.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { until, within } from '../../helpers/wait.js';
-import { EtcdPool, counting } from './helpers.js';
+import { EtcdPool, counting, lostReply } from './helpers.js';
 
 const pool = new EtcdPool();
 
@@ -197,6 +197,44 @@ describe('etcd semaphore', () => {
     expect(next.token > holder.token).toBe(true);
     await next.release();
     expect(await semaphoreKeys(b!, name)).toEqual([]);
+  });
+
+  it('a lost reply is adopted, never a second slot: the uncontended take\'s, and the head\'s claim', async () => {
+    const [a, b] = pool.many(2);
+    const name = uniqueLockName('kindsetcd_sem_lost');
+    const losing = (lose: number) => {
+      let lost = 0;
+      const counted = counting(b!, {
+        afterTxn: (attempt) => {
+          if (attempt === lose) {
+            lost++;
+            throw lostReply();
+          }
+        },
+      });
+      return { ...counted, lost: () => lost };
+    };
+    const first = losing(1);
+    const taken = await within(acquirePermit(first.client, name, { permits: 2 }), 10_000, 'the take whose reply was lost');
+    expect(first.lost()).toBe(1);
+    expect(await semaphoreKeys(a!, name)).toEqual(['2.s0']);
+    expect(taken.slot).toBe(0);
+    await taken.release();
+
+    // Held elsewhere: the waiter's take fails (1), it joins (2), its claim finds no slot (3), and after the release claims (4, reply lost).
+    const holder = await acquirePermit(a!, name, { permits: 1 });
+    const second = losing(4);
+    const waiting = acquirePermit(second.client, name, { permits: 1 });
+    await until(async () => (await semaphoreKeys(a!, name)).length === 2, 'the waiter queued');
+    await until(() => second.counts.watchesMade === 1 && second.counts.txn === 3, 'the waiter at the head, watching the slot');
+    await holder.release();
+    const claimed = await within(waiting, 10_000, 'the claim whose reply was lost');
+    expect(second.lost()).toBe(1);
+    expect(claimed.slot).toBe(0);
+    expect(claimed.token > holder.token).toBe(true);
+    expect(await semaphoreKeys(a!, name)).toEqual(['1.s0']);
+    await claimed.release();
+    expect(await semaphoreKeys(a!, name)).toEqual([]);
   });
 
   it('uncontended: an acquire is one transaction (no queue key, no watch), a release one delete', async () => {

@@ -11,7 +11,7 @@ import { RW_LOCKS_ROOT } from '../../../src/sources/etcd/rw-lock.js';
 import { prefixEnd, queuePrefix } from '../../../src/sources/etcd/queue.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { until, within } from '../../helpers/wait.js';
-import { EtcdPool, counting } from './helpers.js';
+import { EtcdPool, counting, lostReply } from './helpers.js';
 import type { Etcd3 } from 'etcd3';
 
 const pool = new EtcdPool();
@@ -188,6 +188,31 @@ describe('etcd read-write lock', () => {
     expect(await rwKeys(a!, name)).toEqual([reader.key, second!.key]);
     await Promise.all([reader.release(), second!.release()]);
     expect(await rwKeys(a!, name)).toEqual([]);
+  });
+
+  it('a reader\'s join whose reply was lost is adopted and waits for the writer before it, never a second key', async () => {
+    const [a, b] = pool.many(2);
+    const name = uniqueLockName('kindsetcd_rw_lost');
+    const writer = await acquireWriteLock(a!, name);
+    let lost = 0;
+    const { client } = counting(b!, {
+      afterTxn: (attempt) => {
+        if (attempt === 1) {
+          lost++;
+          throw lostReply();
+        }
+      },
+    });
+    const reading = acquireReadLock(client, name);
+    await until(() => lost === 1, 'the lost reply');
+    await sleep(200);
+    expect(await pending(reading)).toBe(true);
+    expect((await rwKeys(a!, name)).length).toBe(2);
+    await writer.release();
+    const reader = await within(reading, 10_000, 'the adopted reader');
+    expect(await rwKeys(a!, name)).toEqual([reader.key]);
+    expect(reader.token > writer.token).toBe(true);
+    await reader.release();
   });
 
   it('a reader\'s key deleted by someone else ends its holding (node_deleted), as a plain lock\'s', async () => {
