@@ -38,8 +38,7 @@ import { joinAndWait, type Claimed } from './join.js';
 import { freeSlot, joinOf, look, planJoinIn, prefixEnd, prefixRequests, queuePrefix, rangeAt, type JoinPlan, type JoinRule, type Joined, type QueueKey, type QueueRequests } from './queue.js';
 import { repeated } from './retry.js';
 import type { Lease } from './session.js';
-import { noteClusterId } from './source-id.js';
-import { etcdSourceIds } from './source-id.js';
+import { etcdSourceIds, noteClusterId } from './source-id.js';
 
 export const SEMAPHORES_ROOT = 'fencekeeper/semaphores/';
 
