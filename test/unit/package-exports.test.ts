@@ -34,6 +34,7 @@ const ERROR_CLASSES = [
   'InvalidArgumentError',
   'LockLostError',
   'LockTimeoutError',
+  'PermitsMismatchError',
   'SessionExpiredError',
   'ConnectionLossError',
   'ClientClosedError',
@@ -143,7 +144,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     values: [],
   },
   'fencekeeper/etcd': {
-    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession', 'acquireReadLock', 'tryAcquireReadLock', 'acquireWriteLock', 'tryAcquireWriteLock', 'rwLockStatus'],
+    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession', 'acquireReadLock', 'tryAcquireReadLock', 'acquireWriteLock', 'tryAcquireWriteLock', 'rwLockStatus', 'acquirePermit', 'tryAcquirePermit'],
     classes: ['EtcdSession'],
     values: [],
   },

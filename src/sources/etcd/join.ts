@@ -23,6 +23,23 @@ export interface JoinRequest<T> {
   readonly build: (lease: Lease, node: QueueKey, revision: bigint, marginMs: number, owner: string) => T;
   /** Our key and how our turn is decided, when not the plain queue's under `root` (a read-write lock's, a semaphore's). */
   readonly plan?: (lease: Lease, owner: string) => JoinPlan;
+  /**
+   * Before joining: the grant taken at once without a queue key (a
+   * semaphore's free slot while nobody waits), or null to join (a 'try'
+   * then returns null). Its key is deleted if the caller gave up meanwhile.
+   */
+  readonly fastPath?: (lease: Lease, plan: JoinPlan, givenUp: () => boolean) => Promise<Claimed | null>;
+  /**
+   * At our turn: the key that is the grant (a semaphore's slot, claimed
+   * with our queue key's deletion). Default: our queue key itself.
+   */
+  readonly claim?: (lease: Lease, joined: Joined, plan: JoinPlan, stop: Promise<never>, givenUp: () => boolean) => Promise<Claimed>;
+}
+
+/** A granted key that is not our queue key (a semaphore's slot), and a revision at which it was seen. */
+export interface Claimed {
+  readonly node: QueueKey;
+  readonly revision: bigint;
 }
 
 export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>): Promise<T | null> {
@@ -39,6 +56,8 @@ export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>):
   let leaseOf: Lease | null = null;
   let plan: JoinPlan | null = null;
   let joining: Promise<Joined | null> | null = null;
+  /** A grant's key other than our queue key, still to be handed over or deleted. */
+  let claiming: Promise<Claimed | null> | null = null;
   let handedOver = false;
   try {
     // A live lease is taken as it is: a race with the stopper would cost an await on every acquire.
@@ -47,6 +66,17 @@ export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>):
     stopper.watch(lease);
     plan = request.plan === undefined ? planJoin(lease, root, name, owner) : request.plan(lease, owner);
     const givenUp = (): boolean => stopper.isStopped;
+    if (request.fastPath !== undefined) {
+      claiming = request.fastPath(lease, plan, givenUp);
+      const claimed = await stopper.race(claiming);
+      if (claimed !== null) {
+        const holder = request.build(lease, claimed.node, claimed.revision, safetyMargin(lease.ttlMs, options.safetyMarginMs), owner);
+        handedOver = true;
+        return holder;
+      }
+      claiming = null;
+      if (mode === 'try') return null;
+    }
     joining = mode === 'try' ? joinIfEmpty(etcd, lease, plan, givenUp) : join(etcd, lease, plan, givenUp);
     const joined = await stopper.race(joining);
     if (joined === null) return null;
@@ -56,13 +86,21 @@ export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>):
     if (outcome === 'gone') {
       throw new LockLostError(name, 'node_deleted', `lock ${name}: our queue key ${joined.node.key} was deleted while waiting`);
     }
+    let granted: Claimed = { node: joined.node, revision };
+    if (request.claim !== undefined) {
+      claiming = request.claim(lease, joined, plan, stopper.stopped, givenUp);
+      granted = (await stopper.race(claiming)) as Claimed;
+    }
     const marginMs = safetyMargin(lease.ttlMs, options.safetyMarginMs);
-    const holder = request.build(lease, joined.node, revision, marginMs, owner);
+    const holder = request.build(lease, granted.node, granted.revision, marginMs, owner);
     handedOver = true;
     return holder;
   } finally {
     stopper.dispose();
-    if (!handedOver && joining !== null && plan !== null && leaseOf !== null) await abandon(etcd, leaseOf, joining, plan);
+    if (!handedOver && leaseOf !== null) {
+      if (joining !== null && plan !== null) await abandon(etcd, leaseOf, joining, plan);
+      if (claiming !== null) await unclaim(etcd, leaseOf, claiming);
+    }
   }
 }
 
@@ -79,6 +117,13 @@ async function abandon(etcd: EtcdClient, lease: Lease, joining: Promise<Joined |
   const joined = await untilLeaseEnds(joining, lease).catch(() => undefined);
   if (joined === null) return;
   await leave(etcd, lease, plan).catch(() => undefined);
+}
+
+/** Delete the key a claim took after its caller gave up (once the claim has settled; nothing if it took none). */
+async function unclaim(etcd: EtcdClient, lease: Lease, claiming: Promise<Claimed | null>): Promise<void> {
+  const claimed = await untilLeaseEnds(claiming, lease).catch(() => undefined);
+  if (claimed === undefined || claimed === null) return;
+  await leave(etcd, lease, claimed.node).catch(() => undefined);
 }
 
 /** The longest delay setTimeout keeps. */

@@ -120,8 +120,8 @@ function rulesOf(name: string): RwRules {
   return rules;
 }
 
-function acquire(etcd: EtcdClient, mode: Mode, name: string, wait: 'wait' | 'try', options: unknown): Promise<EtcdLock | null> {
-  // Checked here, before rulesOf, so a bad name is refused before anything is cached or sent.
+async function acquire(etcd: EtcdClient, mode: Mode, name: string, wait: 'wait' | 'try', options: unknown): Promise<EtcdLock | null> {
+  // Checked here, before rulesOf, so a bad name is refused (a rejection) before anything is cached or sent.
   checkName(name);
   const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number): HeldRwLock => new HeldRwLock(etcd, lease, mode, name, node, revision, marginMs);
   const plan = (lease: Lease, owner: string): JoinPlan => {

@@ -11,10 +11,11 @@
  * source over one client shares its lease. Closing the session (and the
  * client) is still its owner's job: `etcdSession(etcd).close()`.
  */
-import type { AcquireOptions, CampaignOptions, LockSource, LockStatus, SourceIdentity, TryAcquireOptions } from '../../index.js';
+import type { AcquireOptions, CampaignOptions, LockSource, LockStatus, PermitOptions, SourceIdentity, TryAcquireOptions, TryPermitOptions } from '../../index.js';
 import type { EtcdClient } from './client.js';
 import { campaign, type EtcdLeadership } from './election.js';
 import { acquireLock, lockStatus, observeLock, tryAcquireLock, type EtcdLock, type EtcdLockObserver } from './lock.js';
+import { acquirePermit, tryAcquirePermit, type EtcdPermit } from './permits.js';
 import { acquireReadLock, acquireWriteLock, tryAcquireReadLock, tryAcquireWriteLock } from './rw-lock.js';
 import { etcdSourceIds } from './source-id.js';
 import type { EtcdQueueEntry } from './queue.js';
@@ -23,7 +24,7 @@ import { etcdSession, type EtcdSessionOptions } from './session.js';
 /**
  * The etcd source: every method of LockSource, with etcd's richer results:
  * plain locks, read-write locks (a queue per name apart from the plain
- * lock's), elections, status and observers, all on the client's one lease.
+ * lock's), N-permit semaphores (a fenced slot per permit), elections, status and observers, all on the client's one lease.
  */
 export interface EtcdSource extends LockSource {
   readonly kind: 'etcd';
@@ -33,6 +34,8 @@ export interface EtcdSource extends LockSource {
   tryAcquireReadLock(name: string, options?: TryAcquireOptions): Promise<EtcdLock | null>;
   acquireWriteLock(name: string, options?: AcquireOptions): Promise<EtcdLock>;
   tryAcquireWriteLock(name: string, options?: TryAcquireOptions): Promise<EtcdLock | null>;
+  acquirePermit(name: string, options: PermitOptions): Promise<EtcdPermit>;
+  tryAcquirePermit(name: string, options: TryPermitOptions): Promise<EtcdPermit | null>;
   campaign(name: string, options?: CampaignOptions): Promise<EtcdLeadership>;
   lockStatus(name: string): Promise<LockStatus<EtcdQueueEntry>>;
   observeLock(name: string): EtcdLockObserver;
@@ -50,6 +53,8 @@ export function etcdSource(etcd: EtcdClient, options?: EtcdSessionOptions): Etcd
     tryAcquireReadLock: (name: string, o?: TryAcquireOptions) => tryAcquireReadLock(etcd, name, o),
     acquireWriteLock: (name: string, o?: AcquireOptions) => acquireWriteLock(etcd, name, o),
     tryAcquireWriteLock: (name: string, o?: TryAcquireOptions) => tryAcquireWriteLock(etcd, name, o),
+    acquirePermit: (name: string, o: PermitOptions) => acquirePermit(etcd, name, o),
+    tryAcquirePermit: (name: string, o: TryPermitOptions) => tryAcquirePermit(etcd, name, o),
     campaign: (name: string, o?: CampaignOptions) => campaign(etcd, name, o),
     lockStatus: (name: string) => lockStatus(etcd, name),
     observeLock: (name: string) => observeLock(etcd, name),
