@@ -47,6 +47,7 @@ export type { Sequencer, SequencerKind, SourceIdentity, FenceBinding } from './s
 export { withLock, currentLock, resolveFencing, CURRENT_LOCK } from './with-lock.js';
 export type { WithLockOptions, Fencing, FencingGrant, ResolvedFencing } from './with-lock.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
+export type { FenceMode } from './fence-mode.js';
 export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, IdempotencyLookup, StoredResponse } from './idempotency-store.js';
 
 // The lock contract every token source implements
