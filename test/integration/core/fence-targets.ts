@@ -319,10 +319,10 @@ export async function openFences(label: string): Promise<{ fences: FenceKind[]; 
         throw new NothingUpdated(`kysely fenced(): nothing updated (row token ${rows[0]?.token})`);
       }
     }),
-    myResource('mysql withFence', (resource, fencing, value) =>
-      fkmy.withFence(my.pool, resource, fencing, (connection) => myGuard(connection, resource, value))),
-    myResource('MySqlFenceStore', async (resource, fencing, value) => {
-      const admission = await new fkmy.MySqlFenceStore(my.pool).admit(resource, fencing);
+    myResource('mysql withFence', (resource, fencing, value, mode) =>
+      fkmy.withFence(my.pool, resource, fencing, (connection) => myGuard(connection, resource, value), mode)),
+    myResource('MySqlFenceStore', async (resource, fencing, value, mode) => {
+      const admission = await new fkmy.MySqlFenceStore(my.pool).admit(resource, fencing, { ...mode });
       await myGuard(admission.transaction, resource, value);
       await admission.commit();
     }),
