@@ -16,6 +16,8 @@ import { zookeeperSource } from '../../../src/sources/zookeeper/recipes/source.j
 import type { LockSource } from '../../../src/lock-source.js';
 import { testServers } from '../../helpers/servers.js';
 import { uniqueLockName } from '../../helpers/unique.js';
+import * as fkpg from '../../../adapters/postgres/index.js';
+import * as fkmy from '../../../adapters/mysql/index.js';
 import { openFences, type FenceKind, type Target } from './fence-targets.js';
 
 let zk: ZooKeeperClient;
@@ -143,3 +145,44 @@ describe.each(REFUSES)('%s', (name) => {
     expect(await target.state()).toEqual(before);
   });
 });
+
+// The SQL fences hold the fence row in share mode for a check-only
+// transaction: readers run side by side, a writer waits until they end.
+describe.each(['postgres', 'kysely', 'mysql'] as const)('withFence on %s, check-only transactions side by side', (flavor) => {
+  const withFenceOn = (resource: string, token: bigint, work: () => Promise<void>, advance = true): Promise<void> => {
+    const mode = { advance };
+    if (flavor === 'postgres') return fkpg.withFence(opened.pg, resource, token, work, mode);
+    if (flavor === 'kysely') return fkpg.withFence(opened.kysely, resource, token, work, mode);
+    return fkmy.withFence(opened.mysql, resource, token, work, mode);
+  };
+  const settled = (promise: Promise<unknown>): Promise<boolean> =>
+    Promise.race([promise.then(() => true, () => true), new Promise<boolean>((r) => setTimeout(() => r(false), 300))]);
+
+  it('a second reader runs while the first is open; a writer waits for the readers and then moves the mark', async () => {
+    const resource = `co-side-${flavor}-${uniqueLockName('r')}`;
+    await withFenceOn(resource, 100n, async () => undefined);
+    const holdA = deferred();
+    const aOpen = deferred();
+    const readerA = withFenceOn(resource, 200n, async () => { aOpen.resolve(); await holdA.promise; }, false);
+    await aOpen.promise;
+    // Reader B (a smaller token than A's, at least the mark) gets in and finishes while A is open.
+    await withFenceOn(resource, 150n, async () => undefined, false);
+    const writer = withFenceOn(resource, 300n, async () => undefined);
+    expect(await settled(writer)).toBe(false);
+    holdA.resolve();
+    await readerA;
+    await writer;
+    await expectRejects(withFenceOn(resource, 250n, async () => undefined, false), StaleTokenError);
+  });
+});
+
+function deferred(): { promise: Promise<void>; resolve(): void } {
+  let resolve: () => void = () => undefined;
+  const promise = new Promise<void>((r) => { resolve = r; });
+  return { promise, resolve };
+}
+
+async function expectRejects(promise: Promise<unknown>, type: new (...args: never[]) => Error): Promise<void> {
+  const error = await promise.then(() => undefined, (e: unknown) => e);
+  expect(error).toBeInstanceOf(type);
+}

@@ -62,7 +62,16 @@ const deleted = (token: bigint): State => ({ mark: token, value: null });
 const big = (text: unknown): bigint | null => (text === null || text === undefined ? null : BigInt(String(text)));
 
 /** Opens every server the fences need; `close()` removes what it made. */
-export async function openFences(label: string): Promise<{ fences: FenceKind[]; close(): Promise<void> }> {
+export interface OpenedFences {
+  readonly fences: FenceKind[];
+  /** The PostgreSQL pool (migrated schema of this file), a Kysely over it, and the MySQL pool, for tests of their own. */
+  readonly pg: pg.Pool;
+  readonly kysely: Kysely<Record<string, { id: number; body: string | null; fencing_token: string | null }>>;
+  readonly mysql: mysql.Pool;
+  close(): Promise<void>;
+}
+
+export async function openFences(label: string): Promise<OpenedFences> {
   const closers: (() => Promise<void>)[] = [];
 
   // PostgreSQL: a schema of this file's own.
@@ -385,6 +394,9 @@ export async function openFences(label: string): Promise<{ fences: FenceKind[]; 
   ];
   return {
     fences,
+    pg: pool,
+    kysely,
+    mysql: my.pool,
     async close() {
       for (const close of closers.reverse()) await close().catch(() => undefined);
     },
