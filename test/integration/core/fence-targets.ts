@@ -298,11 +298,11 @@ export async function openFences(label: string): Promise<OpenedFences> {
       async make(initial) {
         const resource = uniqueId('fi-effect');
         let n = 0;
-        const write = (fencing: Fencing, value: string) =>
-          fkpg.withEffect(pool, { resource, token: fencing, key: `k${n++}` }, () => { effectsRan.set(resource, value); });
+        const write = (fencing: Fencing, value: string, mode?: Mode) =>
+          fkpg.withEffect(pool, { resource, token: fencing, key: `k${n++}` }, () => { effectsRan.set(resource, value); }, { ...(mode as object) });
         if (initial !== undefined) await write(initial, 'seed');
         return {
-          write: async (fencing, value) => { await write(fencing, value); },
+          write: async (fencing, value, mode) => { await write(fencing, value, mode); },
           state: async () => ({ mark: await pgFenceMark(resource), value: effectsRan.get(resource) ?? null }),
           expected: written,
           async bind(first) {
