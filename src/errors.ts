@@ -29,6 +29,14 @@ export type ErrorCode =
   | 'NO_CURRENT_LOCK'
   | 'SEQUENCER_MISMATCH'
   | 'FENCE_ALREADY_BOUND'
+  // A read lock's scope re-entered as a write lock of the same name: take the write lock first.
+  | 'LOCK_UPGRADE'
+  // Inside a lock scope, a name that sorts before one already held was asked for: take every name at once (withLocks).
+  | 'LOCK_ORDER'
+  // CURRENT_LOCK (or currentLock()) inside withLocks, which holds several: name the lock (currentLock(name)).
+  | 'AMBIGUOUS_LOCK'
+  // acquirePermit with another `permits` than the holders and waiters of that name use.
+  | 'PERMITS_MISMATCH'
   // A fence table is missing from the database: run the adapter's migrate().
   | 'SCHEMA_MISSING'
   // A locking read found a row changed after the transaction's snapshot (MySQL/MariaDB error 1020): retry the transaction.
@@ -145,6 +153,81 @@ export class LockLostError extends FencekeeperError {
     super('LOCK_LOST', message ?? `lock ${lock} lost (${reason})`, options);
     this.lock = lock;
     this.reason = reason;
+  }
+}
+
+/**
+ * A scoped read lock (withReadLock) was re-entered as a write lock of the
+ * same source and name. Upgrading in place would wait for our own read grant
+ * (and two upgrading readers would wait for each other forever), so it is
+ * refused before any request: take the write lock in the outer scope
+ * (withWriteLock), which nested read scopes then share.
+ */
+export class LockUpgradeError extends FencekeeperError {
+  static override readonly kind: string = 'LockUpgradeError';
+  readonly lock: string;
+  constructor(lock: string, options?: FencekeeperErrorOptions) {
+    super('LOCK_UPGRADE', `lock ${lock}: a read lock's scope cannot take the write lock of the same name (it would wait for itself); take the write lock in the outer scope`, options);
+    this.lock = lock;
+  }
+}
+
+/**
+ * Inside a lock scope (withLock, withLocks, withReadLock, withWriteLock),
+ * a lock of the same source was asked for whose name sorts before one the
+ * scope already holds. Two callers taking the same names in different orders
+ * can wait for each other forever, so names are taken in JavaScript string
+ * order only; refused before any request. Take every name you need at once
+ * (withLocks / acquireLocks, which sort them), or nest in ascending order.
+ */
+export class LockOrderError extends FencekeeperError {
+  static override readonly kind: string = 'LockOrderError';
+  /** The name asked for. */
+  readonly lock: string;
+  /** The name the scope holds that sorts after it. */
+  readonly held: string;
+  constructor(lock: string, held: string, message?: string, options?: FencekeeperErrorOptions) {
+    super('LOCK_ORDER', message ?? `lock ${lock} asked for inside the scope of ${held}, which sorts after it: take locks in name order (withLocks takes several at once, sorted) so two callers never wait for each other`, options);
+    this.lock = lock;
+    this.held = held;
+  }
+}
+
+/**
+ * CURRENT_LOCK (or currentLock() without a name) was used inside withLocks,
+ * whose scope holds several locks: which one fences the write is not known.
+ * Raised before any I/O. Name the lock: pass `currentLock(name)`'s sequencer
+ * (or the MultiLock's lock) where the token goes.
+ */
+export class AmbiguousLockError extends FencekeeperError {
+  static override readonly kind: string = 'AmbiguousLockError';
+  /** The names the scope holds. */
+  readonly locks: readonly string[];
+  constructor(locks: readonly string[], options?: FencekeeperErrorOptions) {
+    super('AMBIGUOUS_LOCK', `CURRENT_LOCK is ambiguous inside withLocks (${locks.join(', ')}): pass currentLock(name)'s sequencer instead`, options);
+    this.locks = Object.freeze([...locks]);
+  }
+}
+
+/**
+ * acquirePermit / tryAcquirePermit asked for a semaphore with another
+ * number of permits than the holders and waiters of that name use. Two
+ * sizes of one semaphore would let more holders in than either allows, so it
+ * is refused, leaving nothing behind. Use one `permits` per name (a constant
+ * next to the name), or a new name for a new size.
+ */
+export class PermitsMismatchError extends FencekeeperError {
+  static override readonly kind: string = 'PermitsMismatchError';
+  readonly lock: string;
+  /** What this call asked for. */
+  readonly permits: number;
+  /** What the name's holders and waiters use. */
+  readonly inUse: number;
+  constructor(lock: string, permits: number, inUse: number, options?: FencekeeperErrorOptions) {
+    super('PERMITS_MISMATCH', `semaphore ${lock} is in use with permits ${inUse}; asked for permits ${permits}`, options);
+    this.lock = lock;
+    this.permits = permits;
+    this.inUse = inUse;
   }
 }
 

@@ -15,6 +15,10 @@ export {
   // locks, sessions and the connection to a lock service
   LockLostError,
   LockTimeoutError,
+  LockUpgradeError,
+  LockOrderError,
+  AmbiguousLockError,
+  PermitsMismatchError,
   SessionExpiredError,
   ConnectionLossError,
   TlsError,
@@ -44,14 +48,16 @@ export {
 } from './errors.js';
 export { sequencer, fenceBinding, isSequencer, matchesBinding, formatSequencer, parseSequencer, parseFencing, SEQUENCER_FORMAT } from './sequencer.js';
 export type { Sequencer, SequencerKind, SourceIdentity, FenceBinding } from './sequencer.js';
-export { withLock, currentLock, resolveFencing, CURRENT_LOCK } from './with-lock.js';
+export { withLock, withReadLock, withWriteLock, currentLock, resolveFencing, CURRENT_LOCK } from './with-lock.js';
 export type { WithLockOptions, Fencing, FencingGrant, ResolvedFencing } from './with-lock.js';
+export { acquireLocks, withLocks } from './multi-lock.js';
+export type { MultiLock, AcquireLocksOptions } from './multi-lock.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
 export type { FenceMode } from './fence-mode.js';
 export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, IdempotencyLookup, StoredResponse } from './idempotency-store.js';
 
 // The lock contract every token source implements
-export type { Lock, Leadership, AcquireOptions, TryAcquireOptions, CampaignOptions } from './lock.js';
+export type { Lock, Leadership, AcquireOptions, TryAcquireOptions, CampaignOptions, Permit, PermitOptions, TryPermitOptions } from './lock.js';
 export type { LockSource, LockStatus, LockStatusEntry, SourceObserver, LockObserver } from './lock-source.js';
 
 // Diagnostics: the channel names operators and instrumentations subscribe to, and their messages

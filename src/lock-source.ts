@@ -18,7 +18,7 @@
  * own deadline; validate every argument before the first request; leave
  * nothing behind (no key, no node) on any way out but a grant.
  */
-import type { AcquireOptions, CampaignOptions, Leadership, Lock, TryAcquireOptions } from './lock.js';
+import type { AcquireOptions, CampaignOptions, Leadership, Lock, Permit, PermitOptions, TryAcquireOptions, TryPermitOptions } from './lock.js';
 import type { SourceIdentity } from './sequencer.js';
 import type { FencingToken } from './token.js';
 
@@ -31,6 +31,36 @@ export interface LockSource {
   acquireLock(name: string, options?: AcquireOptions): Promise<Lock>;
   /** Take the lock only if it is free at once; null otherwise, leaving nothing behind. */
   tryAcquireLock(name: string, options?: TryAcquireOptions): Promise<Lock | null>;
+  /**
+   * A read lock: held together with every other read lock of the name, never
+   * with its write lock. Read, write and plain locks of one name are separate
+   * namespaces (sequencer kinds 'read', 'write', 'lock'). Granted in arrival
+   * order: a waiting writer holds back readers that arrive after it, so a
+   * writer never starves. Readers held together may carry tokens in any
+   * order, so a reader checks a fence without advancing it (`{ advance:
+   * false }`). Present on the queueing sources (ZooKeeper, etcd, PostgreSQL,
+   * memorySource); absent on Redis.
+   */
+  acquireReadLock?(name: string, options?: AcquireOptions): Promise<Lock>;
+  /** acquireReadLock only if it can be granted at once; null otherwise, leaving nothing behind. */
+  tryAcquireReadLock?(name: string, options?: TryAcquireOptions): Promise<Lock | null>;
+  /**
+   * The write lock of a read-write pair: held alone, with no reader and no
+   * other writer. Its token is larger than every grant of the name before
+   * it, read or write, so a fence it advanced refuses every earlier reader
+   * and writer.
+   */
+  acquireWriteLock?(name: string, options?: AcquireOptions): Promise<Lock>;
+  /** acquireWriteLock only if it can be granted at once; null otherwise, leaving nothing behind. */
+  tryAcquireWriteLock?(name: string, options?: TryAcquireOptions): Promise<Lock | null>;
+  /**
+   * One of `options.permits` permits of a semaphore, waiting in arrival
+   * order: at most that many are held at once. The Permit holds one slot;
+   * its token and sequencer (`<name>#<slot>`) fence that slot's resource.
+   */
+  acquirePermit?(name: string, options: PermitOptions): Promise<Permit>;
+  /** acquirePermit only if a slot is free at once; null otherwise, leaving nothing behind. */
+  tryAcquirePermit?(name: string, options: TryPermitOptions): Promise<Permit | null>;
   /** Stand for election; resolves when elected. Absent on a source without elections. */
   campaign?(name: string, options?: CampaignOptions): Promise<Leadership>;
   /** The holder and the waiters of a lock, for operators. Absent where a source cannot list them. */

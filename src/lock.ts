@@ -53,6 +53,15 @@ export interface Lock {
   readonly sequencer: Sequencer;
   /** Give the lock back and abort the signal (reason 'released'). Idempotent. */
   release(): Promise<void>;
+  /**
+   * `await using lock = await source.acquireLock(name)`: the lock is
+   * released (as release()) when the block is left, by its end, a return or
+   * a throw. Every grant of fencekeeper's sources has it; a Lock made by
+   * hand (a source of your own) adds `[Symbol.asyncDispose]() { return
+   * this.release(); }`, or extends QueueGrant from fencekeeper/extend. Needs
+   * no `lib` setting beyond @types/node (Node 20.19 has the symbol).
+   */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 export interface Leadership {
@@ -69,6 +78,8 @@ export interface Leadership {
   readonly sequencer: Sequencer;
   /** Step down (the next candidate is elected) and abort the signal. Idempotent. */
   resign(): Promise<void>;
+  /** `await using leader = await source.campaign(name)`: resigns (as resign()) when the block is left, however it is left. */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 /** What every source accepts when asked for a lock. A source's own settings (a TTL, a key prefix) belong to the source itself. */
@@ -106,3 +117,34 @@ export interface CampaignOptions {
   /** As AcquireOptions.safetyMarginMs. */
   readonly safetyMarginMs?: number;
 }
+
+/**
+ * One of the N permits of a semaphore (LockSource.acquirePermit): a Lock on
+ * one slot of `[0, permits)`. At most `permits` are held at once per name.
+ * Its token is taken when it claims its slot (not when it joined the queue),
+ * so per slot the tokens of successive holders strictly increase; its
+ * sequencer is `{ kind: 'permit', name: '<name>#<slot>' }`, so a resource
+ * fenced per slot refuses a stale holder of that slot, and one slot's holder
+ * cannot advance another slot's fence.
+ */
+export interface Permit extends Lock {
+  /** The semaphore's name, as passed to acquirePermit (Lock.name is the same). */
+  readonly name: string;
+  /** Which slot this permit holds, in `[0, permits)`. */
+  readonly slot: number;
+  /** How many permits the semaphore has (every holder and waiter of one name must agree). */
+  readonly permits: number;
+}
+
+/** acquirePermit's options: the semaphore's size and what every acquire accepts. */
+export interface PermitOptions extends AcquireOptions {
+  /**
+   * How many permits the semaphore has: an integer from 1 to 1024. Every
+   * caller of one name must pass the same number while any of them holds or
+   * waits: another number is refused (PermitsMismatchError).
+   */
+  readonly permits: number;
+}
+
+/** tryAcquirePermit never waits, so it takes no timeout. */
+export type TryPermitOptions = Omit<PermitOptions, 'timeoutMs'>;

@@ -20,7 +20,16 @@
 import { InvalidArgumentError, InvalidTokenError } from './errors.js';
 import { assertToken, formatToken, parseToken, type FencingToken } from './token.js';
 
-export type SequencerKind = 'lock' | 'election';
+/**
+ * Which kind of grant a sequencer stands for. Each kind is its own namespace:
+ * a plain lock, a read lock and a write lock of one name are different locks
+ * (their tokens compare only within their kind), an election is not a lock,
+ * and a permit's sequencer names one slot (`<name>#<slot>`), so a fence bound
+ * to one slot refuses every other slot's holder.
+ */
+export type SequencerKind = 'lock' | 'election' | 'read' | 'write' | 'permit';
+
+const KINDS: ReadonlySet<string> = new Set<SequencerKind>(['lock', 'election', 'read', 'write', 'permit']);
 
 /** Who granted the token: shared by every client of that source, stable across restarts. */
 export interface SourceIdentity {
@@ -145,8 +154,8 @@ function splitText(text: string, count: number, what: string, format: string): s
 }
 
 function checkKind(kind: unknown): SequencerKind {
-  if (kind !== 'lock' && kind !== 'election') throw new InvalidArgumentError(`a sequencer's kind is 'lock' or 'election', got ${describe(kind)}`);
-  return kind;
+  if (typeof kind !== 'string' || !KINDS.has(kind)) throw new InvalidArgumentError(`a sequencer's kind is one of ${[...KINDS].map((k) => `'${k}'`).join(', ')}, got ${describe(kind)}`);
+  return kind as SequencerKind;
 }
 
 function checkName(name: unknown): string {

@@ -14,11 +14,18 @@
  * "whatever lock is current", and the call site says which it means. Outside
  * every scope the marker fails with NoCurrentLockError before any I/O, so a
  * write never goes out unfenced because nobody held a lock.
+ *
+ * Scopes re-enter (./lock-scope.ts): a nested withLock of the same source
+ * object and name runs with the enclosing scope's Lock, no second grant; the
+ * inner scope's end releases nothing, the outer's does. Outside a scope, a
+ * second acquireLock of a name the same client holds is a separate holder
+ * and queues behind the first. withReadLock / withWriteLock are the scoped
+ * forms of a source's read-write lock, under the same rule.
  */
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { InvalidArgumentError, LockLostError, NoCurrentLockError, type LossReason } from './errors.js';
 import type { AcquireOptions, Lock } from './lock.js';
 import type { LockSource } from './lock-source.js';
+import { checkOrder, reentered, runScoped, scopedLock, type ScopeKind } from './lock-scope.js';
 import { isSequencer, sequencer, type Sequencer } from './sequencer.js';
 import { assertToken, type FencingToken } from './token.js';
 
@@ -58,14 +65,24 @@ export interface ResolvedFencing {
   readonly sequencer: Sequencer | null;
 }
 
-const scope = new AsyncLocalStorage<Lock>();
-
-/** The lock of the innermost enclosing withLock, or undefined outside every scope. */
-export function currentLock(): Lock | undefined {
-  return scope.getStore();
+/**
+ * The lock of the innermost enclosing withLock (withReadLock,
+ * withWriteLock), or undefined outside every scope. With `name`: the lock of
+ * that name held by the innermost enclosing scope that holds it (how code
+ * inside withLocks picks one). Without a name inside withLocks, which holds
+ * several, it throws AmbiguousLockError (AMBIGUOUS_LOCK).
+ */
+export function currentLock(name?: string): Lock | undefined {
+  return scopedLock(name);
 }
 
+/**
+ * withLock's options: what every acquire takes. A nested withLock that
+ * re-enters an enclosing scope's lock ignores them (the lock is already held).
+ */
 export interface WithLockOptions extends AcquireOptions {}
+
+type ScopedFn<T> = (lock: Lock, signal: AbortSignal) => Promise<T> | T;
 
 /**
  * Acquire `name` from `source`, run `fn` with the lock in scope and release it
@@ -75,17 +92,70 @@ export interface WithLockOptions extends AcquireOptions {}
  * Resolves with fn's value, or rejects with fn's error (when fn threw and the
  * release failed too, fn's error is the one reported: the grant then ends
  * with its session, lease or TTL).
+ *
+ * Re-entrant: inside a withLock of the same source object and name, fn runs
+ * with that scope's Lock and signal, with no second grant and no wait; this
+ * call's options are ignored and its end releases nothing. Concurrent nested
+ * calls run concurrently. Re-entering a lock that is no longer held throws
+ * LockLostError. Inside a scope, a new name of the same source that sorts
+ * before one the scope holds is refused (LockOrderError), before any request.
  */
-export async function withLock<T>(source: LockSource, name: string, fn: (lock: Lock, signal: AbortSignal) => Promise<T> | T, options: WithLockOptions = {}): Promise<T> {
+export async function withLock<T>(source: LockSource, name: string, fn: ScopedFn<T>, options: WithLockOptions = {}): Promise<T> {
+  checkScopeArguments('withLock', source, fn);
+  return scoped(source, name, 'lock', fn, options, () => source.acquireLock(name, options));
+}
+
+/**
+ * withLock for a source's read lock (LockSource.acquireReadLock): held
+ * together with other readers of the name, never with its writer. Readers
+ * together may carry tokens in any order: check a fence with the token
+ * without advancing it. Re-entrant as withLock; inside withWriteLock of the
+ * same name it runs with the write lock (a writer may read). A source without
+ * read-write locks (Redis) is refused with InvalidArgumentError, before any request.
+ */
+export async function withReadLock<T>(source: LockSource, name: string, fn: ScopedFn<T>, options: WithLockOptions = {}): Promise<T> {
+  checkScopeArguments('withReadLock', source, fn);
+  const acquire = source.acquireReadLock;
+  if (typeof acquire !== 'function') throw new InvalidArgumentError(`withReadLock: this ${describeSource(source)} source has no read-write locks (acquireReadLock); ZooKeeper, etcd, PostgreSQL and memorySource() have them`);
+  return scoped(source, name, 'read', fn, options, () => acquire.call(source, name, options));
+}
+
+/**
+ * withLock for a source's write lock (LockSource.acquireWriteLock): held
+ * alone, with no reader and no other writer; its token is larger than every
+ * grant of the name before it. Re-entrant as withLock; inside withReadLock of
+ * the same name it is refused with LockUpgradeError (it would wait for its
+ * own read lock). A source without read-write locks is refused with
+ * InvalidArgumentError, before any request.
+ */
+export async function withWriteLock<T>(source: LockSource, name: string, fn: ScopedFn<T>, options: WithLockOptions = {}): Promise<T> {
+  checkScopeArguments('withWriteLock', source, fn);
+  const acquire = source.acquireWriteLock;
+  if (typeof acquire !== 'function') throw new InvalidArgumentError(`withWriteLock: this ${describeSource(source)} source has no read-write locks (acquireWriteLock); ZooKeeper, etcd, PostgreSQL and memorySource() have them`);
+  return scoped(source, name, 'write', fn, options, () => acquire.call(source, name, options));
+}
+
+function checkScopeArguments(what: string, source: LockSource, fn: unknown): void {
   if (typeof source !== 'object' || source === null || typeof source.acquireLock !== 'function') {
-    throw new InvalidArgumentError('withLock needs a LockSource');
+    throw new InvalidArgumentError(`${what} needs a LockSource`);
   }
-  if (typeof fn !== 'function') throw new InvalidArgumentError('withLock needs a function to run');
-  const lock = await source.acquireLock(name, options);
+  if (typeof fn !== 'function') throw new InvalidArgumentError(`${what} needs a function to run`);
+}
+
+function describeSource(source: LockSource): string {
+  return typeof source.kind === 'string' ? source.kind : 'lock';
+}
+
+/** The scoped run: re-enter an enclosing scope's lock, or take a new one (in name order) and release it when fn settles. */
+async function scoped<T>(source: LockSource, name: string, kind: ScopeKind, fn: ScopedFn<T>, options: WithLockOptions, acquire: () => Promise<Lock>): Promise<T> {
+  const again = reentered(source, name, kind);
+  if (again !== undefined) return runScoped([again], () => fn(again.lock, again.signal));
+  checkOrder(source, [name]);
+  const lock = await acquire();
   const signal = options.signal === undefined ? lock.signal : AbortSignal.any([lock.signal, options.signal]);
   let value: T;
   try {
-    value = await scope.run(lock, () => fn(lock, signal));
+    value = await runScoped([{ source, name, kind, lock, signal }], () => fn(lock, signal));
   } catch (error) {
     // fn's error is what the caller needs; a release that fails too leaves the grant to expire on its own.
     await lock.release().catch(() => undefined);
@@ -99,11 +169,14 @@ export async function withLock<T>(source: LockSource, name: string, fn: (lock: L
  * What an adapter does with the value passed where a token goes: check it and
  * say which token and which lock (if known) it stands for. Throws before any
  * I/O: InvalidTokenError / InvalidArgumentError for a bad value,
- * NoCurrentLockError for CURRENT_LOCK outside every withLock, LockLostError
- * for a Lock or Leadership (or the current lock) whose `held` is false.
+ * NoCurrentLockError for CURRENT_LOCK outside every withLock,
+ * AmbiguousLockError for CURRENT_LOCK inside withLocks (several locks held),
+ * LockLostError for a Lock or Leadership (or the current lock) whose `held`
+ * is false.
  */
 export function resolveFencing(value: unknown): ResolvedFencing {
   if (value === CURRENT_LOCK) {
+    // Inside withLocks (several held) this throws AmbiguousLockError: the caller must name one.
     const lock = currentLock();
     if (lock === undefined) throw new NoCurrentLockError();
     // Every source's locks carry their sequencer; a Lock made by hand (a user's own source) may not: then only its number is known.

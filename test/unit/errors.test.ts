@@ -33,6 +33,10 @@ function samples(m: ErrorsModule) {
     UnknownOutcomeError: new m.UnknownOutcomeError('500 after conditional PUT'),
     ZooKeeperError: new m.ZooKeeperError('ZK_NONODE', -101, '/a/b'),
     SchemaMissingError: new m.SchemaMissingError('fencekeeper_fences', 'run migrate(db)'),
+    LockUpgradeError: new m.LockUpgradeError('jobs'),
+    LockOrderError: new m.LockOrderError('a', 'b'),
+    AmbiguousLockError: new m.AmbiguousLockError(['a', 'b']),
+    PermitsMismatchError: new m.PermitsMismatchError('pool', 3, 2),
   } as const;
 }
 
@@ -52,6 +56,10 @@ const CODES: Record<Name, string> = {
   UnknownOutcomeError: 'UNKNOWN_OUTCOME',
   ZooKeeperError: 'ZK_NONODE',
   SchemaMissingError: 'SCHEMA_MISSING',
+  LockUpgradeError: 'LOCK_UPGRADE',
+  LockOrderError: 'LOCK_ORDER',
+  AmbiguousLockError: 'AMBIGUOUS_LOCK',
+  PermitsMismatchError: 'PERMITS_MISMATCH',
 };
 
 const RETRYABLE = new Set<Name>(['LockTimeoutError', 'ConnectionLossError', 'UnknownOutcomeError']);

@@ -26,6 +26,9 @@ export type { WatchEvent, WatchEventType, Watcher } from './watches.js';
 // ZooKeeper's lock and election recipes, as functions of a client or as a LockSource
 export { acquireLock, tryAcquireLock, lockStatus, observeLock } from './recipes/lock.js';
 export type { ZooKeeperLock, ZooKeeperLockObserver } from './recipes/lock.js';
+export { acquireReadLock, tryAcquireReadLock, acquireWriteLock, tryAcquireWriteLock } from './recipes/rw-lock.js';
+export { acquirePermit, tryAcquirePermit } from './recipes/permit.js';
+export type { ZooKeeperPermit } from './recipes/permit.js';
 export { campaign, observeLeader } from './recipes/election.js';
 export type { ZooKeeperLeadership, LeaderObserver, LeaderInfo } from './recipes/election.js';
 export type { QueueEntry } from './recipes/queue.js';
@@ -33,7 +36,16 @@ export { zookeeperSource } from './recipes/source.js';
 export { queuePath } from './recipes/queue-path.js';
 export { zookeeperSourceId } from './recipes/source-id.js';
 export type { ZooKeeperSource, ZooKeeperSourceOptions } from './recipes/source.js';
-export type { AclOption, ZooKeeperAcquireOptions, ZooKeeperTryAcquireOptions, ZooKeeperCampaignOptions } from './recipes/acl-options.js';
+export type {
+  AclOption,
+  ZooKeeperAcquireOptions,
+  ZooKeeperTryAcquireOptions,
+  ZooKeeperCampaignOptions,
+  ZooKeeperRwAcquireOptions,
+  ZooKeeperRwTryAcquireOptions,
+  ZooKeeperPermitOptions,
+  ZooKeeperTryPermitOptions,
+} from './recipes/acl-options.js';
 
 // Chubby's CheckSequencer for a resource: admit only the current holder's token
 export { verifyWithZooKeeper } from './recipes/verify.js';

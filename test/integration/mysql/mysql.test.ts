@@ -44,7 +44,7 @@ describe('migrate', () => {
     const other = (await import('./helpers.js')).mysqlPool(fresh.name, 2);
     try {
       const [a, b] = await Promise.all([migrate(fresh.pool), migrate(other)]);
-      expect([...a.applied, ...b.applied]).toEqual(['001_fences.sql']);
+      expect([...a.applied, ...b.applied]).toEqual(['001_fences.sql', '002_sequencer_kinds.sql']);
       expect((await migrate(fresh.pool)).applied).toEqual([]);
       const [tables] = await fresh.pool.query("SELECT table_name AS t FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE 'fencekeeper\\_%' ORDER BY 1");
       expect((tables as { t: string }[]).map((r) => r.t).sort()).toEqual(['fencekeeper_fence_bindings', 'fencekeeper_fences', 'fencekeeper_migrations', 'fencekeeper_table_bindings', 'fencekeeper_tombstones']);
@@ -335,6 +335,22 @@ describe('binding to a lock', () => {
     await withFence(pool, resource, ours(4n), async () => undefined);
     expect(await markOf(pool, resource)).toBe(4n);
     expect(await codeOf(bindFence(pool, resource, { kind: 'lock', lock: 'other', source }))).toBe('FENCE_ALREADY_BOUND');
+  });
+
+  it.each(['read', 'write', 'permit'] as const)('a fence and a table bound to a %s lock take its sequencers, not the plain lock of that name', async (kind) => {
+    const name = kind === 'permit' ? 'jobs#1' : 'jobs';
+    const own = (token: bigint): Sequencer => sequencer({ kind, name, token, source });
+    const plain = (token: bigint): Sequencer => sequencer({ kind: 'lock', name, token, source });
+    const resource = uniqueId(`bound-${kind}`);
+    await bindFence(pool, resource, { kind, lock: name, source });
+    expect(await codeOf(withFence(pool, resource, plain(4n), async () => undefined))).toBe('SEQUENCER_MISMATCH');
+    await withFence(pool, resource, own(4n), async () => undefined);
+    expect(await markOf(pool, resource)).toBe(4n);
+    const table = await dataTable();
+    await pool.query(`INSERT INTO \`${table}\` VALUES (1, 'a', 1)`);
+    await bindTable(pool, table, { kind, lock: name, source });
+    expect(await codeOf(fencedUpdate(pool, { table, where: { id: 1 }, set: { body: 'x' }, token: plain(5n) }))).toBe('SEQUENCER_MISMATCH');
+    expect(await fencedUpdate(pool, { table, where: { id: 1 }, set: { body: 'ours' }, token: own(5n) })).toBe(1);
   });
 
   it('a bound table takes only its lock\'s sequencer in every row helper', async () => {

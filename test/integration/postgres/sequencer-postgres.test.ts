@@ -147,6 +147,18 @@ describe.each(FLAVORS)('bound fences with %s', (flavor) => {
     expect(await fenceBindingOf(db, resource)).toEqual(guard(name));
   });
 
+  it.each(['read', 'write', 'permit'] as const)('a fence bound to a %s lock takes its sequencers and refuses the plain lock of the same name', async (kind) => {
+    const resource = uniqueName(`kind-${kind}`);
+    const name = kind === 'permit' ? `${uniqueLockName('kind')}#2` : uniqueLockName('kind');
+    const bound = { ...guard(name), kind };
+    expect(await bindFence(db, resource, bound)).toEqual(bound);
+    expect(await fenceBindingOf(db, resource)).toEqual(bound);
+    await expect(fencedWrite(resource, seq(name, 7n))).rejects.toBeInstanceOf(SequencerMismatchError);
+    await fencedWrite(resource, seq(name, 7n, { kind }));
+    expect(await mark(resource)).toBe(7n);
+    expect(await writes(resource)).toEqual([7n]);
+  });
+
   it('bad bindings are refused and bind nothing', async () => {
     for (const bad of [null, {}, { kind: 'mutex', lock: 'a', source: SOURCE }, { kind: 'lock', lock: '', source: SOURCE }, { kind: 'lock', lock: 'a', source: { kind: 'zookeeper', id: 'no spaces' } }]) {
       await expect(bindFence(db, 'r', bad as never)).rejects.toBeInstanceOf(InvalidArgumentError);

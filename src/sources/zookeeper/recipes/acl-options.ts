@@ -3,7 +3,7 @@
  * client's validateAcl, like ConnectOptions.defaultAcl). What the ACL
  * protects and how an existing container is checked: ./acl.ts.
  */
-import type { AcquireOptions, CampaignOptions, TryAcquireOptions } from '../../../lock.js';
+import type { AcquireOptions, CampaignOptions, PermitOptions, TryAcquireOptions, TryPermitOptions } from '../../../lock.js';
 import type { ACL } from '../protocol.js';
 import type { LockDelayOption } from './lock-delay.js';
 
@@ -21,3 +21,20 @@ export interface AclOption {
 export type ZooKeeperAcquireOptions = AcquireOptions & AclOption & LockDelayOption;
 export type ZooKeeperTryAcquireOptions = TryAcquireOptions & AclOption & LockDelayOption;
 export type ZooKeeperCampaignOptions = CampaignOptions & AclOption;
+
+/**
+ * A read or write lock's options (acquireReadLock, acquireWriteLock): every
+ * acquire's, and the ACL. No lock-delay: it is a plain lock's.
+ */
+export type ZooKeeperRwAcquireOptions = AcquireOptions & AclOption;
+/** tryAcquireReadLock / tryAcquireWriteLock's options: as ZooKeeperRwAcquireOptions, without a timeout (they never wait). */
+export type ZooKeeperRwTryAcquireOptions = TryAcquireOptions & AclOption;
+
+/**
+ * acquirePermit's options: the number of permits, every acquire's options,
+ * and the ACL (of the semaphore's container, its queue nodes and its slot
+ * nodes). No lock-delay: it is a plain lock's.
+ */
+export type ZooKeeperPermitOptions = PermitOptions & AclOption;
+/** tryAcquirePermit's options: as ZooKeeperPermitOptions, without a timeout (it never waits). */
+export type ZooKeeperTryPermitOptions = TryPermitOptions & AclOption;

@@ -10,8 +10,8 @@ import { checkParent, isChecked, nodeAclFor, type NodeAcl } from './acl.js';
 import type { ClientState, ZooKeeperClient } from '../client.js';
 import { sessionMargin } from './holding.js';
 import { lockDelayOf, readAfter, readBefore, waitOutUnclean, type ArrivalReads } from './lock-delay.js';
-import { abandon, enqueue, waitForTurn, withoutStrays, type QueueNode } from './queue.js';
-import { position, queueParent } from './queue-order.js';
+import { abandon, enqueue, waitForTurn, withoutStrays, type Enqueued, type QueueNode } from './queue.js';
+import { position as lockPosition, queueParent, type PositionOf } from './queue-order.js';
 import { Stopper } from './stopper.js';
 
 
@@ -24,10 +24,31 @@ export interface Join<T> {
   readonly options: ZooKeeperAcquireOptions;
   /** Make the holder of our node, with the safety margin already checked. */
   readonly build: (node: QueueNode, marginMs: number) => T;
+  /** What separates our node's guid from its sequence (default '-lock-'; a read-write lock's '-read-' / '-write-'). */
+  readonly marker?: string;
+  /** Where our node stands in a listing (default: a lock's, the lowest holds and each waits for its predecessor). */
+  readonly position?: PositionOf;
+  /** For a grant that takes more than the head of the queue (a permit's slot, ./permit.ts): used instead of `build`. */
+  readonly claim?: JoinClaim<T>;
+}
+
+/**
+ * What a grant needs beyond heading the queue. Any way out of the join but
+ * a grant still removes our queue node (the caller's abandon); `take` must
+ * leave nothing of its own behind when it throws or answers null.
+ */
+export interface JoinClaim<T> {
+  /** Called in the tick of our create, so its reads share the create's socket write. */
+  start(parent: string): void;
+  /** Check the queue we joined (our node is in it) before we wait in it; throws to leave. */
+  joined(enqueued: Enqueued): Promise<void>;
+  /** Our node heads the queue: take what the grant needs and make its holder; null in 'try' mode when that cannot be had at once. */
+  take(node: QueueNode, marginMs: number, acl: NodeAcl | null, mode: 'wait' | 'try', stopper: Stopper): Promise<T | null>;
 }
 
 export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promise<T | null> {
   const { root, name, mode, options } = join;
+  const position = join.position ?? lockPosition;
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('options must be an object');
   const parent = queueParent(root, name);
   const { signal, timeoutMs } = options;
@@ -48,7 +69,9 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
 
   // Lock-delay: the parent's stat just before our create and just after it, in the same write (./lock-delay.ts).
   const before = lockDelayMs > 0 ? readBefore(zk, parent) : null;
-  const joining = enqueue(zk, root, parent, ownerBytes(options.owner), acl);
+  const joining = enqueue(zk, root, parent, ownerBytes(options.owner), acl, join.marker);
+  const claim = join.claim;
+  claim?.start(parent);
   const reads: ArrivalReads | null = before === null ? null : { before, after: readAfter(zk, parent) };
   let seen: { predecessor: string } | undefined;
   let handedOver = false;
@@ -59,6 +82,7 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
       const confirmed = confirmParent(zk, parent, acl, joined.parentCzxid);
       await (stopper === null ? confirmed : Promise.race([confirmed, stopper.stopped]));
     }
+    if (claim !== undefined) await (stopper === null ? claim.joined(joined) : Promise.race([claim.joined(joined), stopper.stopped]));
     let outcome: 'turn' | 'gone' | 'busy';
     const where = position(withoutStrays(zk, node, joined.children), node.child);
     if (where === null) outcome = 'gone';
@@ -67,7 +91,7 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
     else {
       stopper ??= new Stopper(zk, name, undefined, undefined);
       if (reads !== null) seen = { predecessor: where.predecessor };
-      outcome = await waitForTurn(zk, parent, node, where, stopper.stopped, seen);
+      outcome = await waitForTurn(zk, parent, node, where, stopper.stopped, seen, position);
     }
     if (outcome === 'busy') return null;
     if (outcome === 'turn' && reads !== null) {
@@ -83,6 +107,13 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
     }
     if (outcome === 'gone') {
       throw new LockLostError(name, 'node_deleted', `lock ${name}: our queue node ${node.path} was deleted while waiting`);
+    }
+    if (claim !== undefined) {
+      stopper ??= new Stopper(zk, name, undefined, undefined);
+      const claimed = await claim.take(node, marginMs, acl, mode, stopper);
+      if (claimed === null) return null;
+      handedOver = true;
+      return claimed;
     }
     const holder = join.build(node, marginMs);
     handedOver = true;

@@ -23,13 +23,19 @@ export function queueParent(root: string, name: string): string {
 }
 
 /** The sequence number of a queue child, or null for anything that is not ours. */
-export function sequenceOf(child: string): number | null {
-  const at = child.lastIndexOf(MARKER);
+export function sequenceOf(child: string, marker: string = MARKER): number | null {
+  const at = child.lastIndexOf(marker);
   if (at === -1) return null;
-  const digits = child.slice(at + MARKER.length);
-  // ZooKeeper formats the parent's cversion with Java's %010d, the sign
-  // counted in the width: 0000000042, and past 2^31 - 1 the int wraps
-  // negative: -2147483648, then -000000001 for -1.
+  return parseSequence(child.slice(at + marker.length));
+}
+
+/**
+ * The sequence ZooKeeper appended to a sequential node's name, or null if
+ * `digits` is not one. ZooKeeper formats the parent's cversion with Java's
+ * %010d, the sign counted in the width: 0000000042, and past 2^31 - 1 the
+ * int wraps negative: -2147483648, then -000000001 for -1.
+ */
+export function parseSequence(digits: string): number | null {
   if (!/^(?:[0-9]{10}|-[0-9]{9,10})$/.test(digits)) return null;
   return Number(digits);
 }
@@ -41,7 +47,7 @@ export function sequenceOf(child: string): number | null {
  * including a node made just after the counter wrapped (-2147483648 comes
  * after 2147483647, not before every older node).
  */
-function compareSequence(a: number, b: number): number {
+export function compareSequence(a: number, b: number): number {
   return (a - b) | 0;
 }
 
@@ -54,9 +60,15 @@ export function sortQueue(children: readonly string[]): string[] {
     .map((e) => e.child);
 }
 
+/**
+ * The join's guid a queue child carries ('' for a foreign child): what comes
+ * before its first '-'. Guids are hex (./queue.ts), so this reads the guid of
+ * a lock's `<guid>-lock-<seq>` and of a read-write lock's `<guid>-read-<seq>`
+ * / `<guid>-write-<seq>` alike; it is only ever compared with one of ours.
+ */
 export function guidOf(child: string): string {
-  const at = child.lastIndexOf(MARKER);
-  return at === -1 ? '' : child.slice(0, at);
+  const at = child.indexOf('-');
+  return at <= 0 ? '' : child.slice(0, at);
 }
 
 export type TurnOutcome =
@@ -65,7 +77,10 @@ export type TurnOutcome =
   | { readonly turn: false; readonly predecessor: string; readonly ahead: number };
 
 /** Where we stand in a listing: holding, or behind `predecessor`. Null: our node is gone. */
-const TURN: TurnOutcome = Object.freeze({ turn: true });
+export const TURN: TurnOutcome = Object.freeze({ turn: true });
+
+/** Where our node stands in a listing of its queue (`position` for a lock; a read-write lock has its own rules). */
+export type PositionOf = (children: readonly string[], child: string) => TurnOutcome | null;
 
 export function position(children: readonly string[], child: string): TurnOutcome | null {
   // Alone in the queue (an uncontended acquire): nothing to sort.

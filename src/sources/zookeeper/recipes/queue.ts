@@ -22,7 +22,7 @@ import type { ZooKeeperClient } from '../client.js';
 import { joinPath } from '../paths.js';
 import { listChildren, retryOnLoss, whileConnected } from './connection-loss.js';
 import { NODE_DELETED, NODE_DONE, watchOwnNodeNow, type OwnNode } from './holding.js';
-import { MARKER, guidOf, position, sortQueue } from './queue-order.js';
+import { MARKER, guidOf, position, type PositionOf } from './queue-order.js';
 import { checkParent, isChecked, madeParent, refusedParent, type NodeAcl } from './acl.js';
 import type { WatchEvent } from '../watches.js';
 
@@ -111,10 +111,17 @@ export interface Enqueued {
    * still the one whose ACL was checked (see ./acl.ts).
    */
   readonly parentCzxid?: bigint;
+  /**
+   * The first create did not make our node (the parent was missing, or the
+   * reply was lost): a read sent in the same write as that create may have
+   * seen another parent, or none (a semaphore reads its size so, ./permit.ts).
+   */
+  readonly retried?: true;
 }
 
 /**
- * Join the queue: create2 our node and list the parent in the same socket
+ * Join the queue: create2 our node (`<guid><marker><seq>`, the marker
+ * `-lock-` unless a recipe names its own) and list the parent in the same socket
  * write (ZooKeeper answers one session's requests in order, so the listing
  * already contains our node). Uncontended, that is the whole acquire: one
  * round trip.
@@ -124,10 +131,10 @@ export interface Enqueued {
  * carries this attempt's guid and is owned by our session, and only create
  * again if there is none. One acquire never leaves two nodes.
  */
-export function enqueue(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null, acl: NodeAcl | null = null): Promise<Enqueued> {
-  if (acl !== null) return enqueueWithAcl(zk, root, parent, data, acl);
+export function enqueue(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null, acl: NodeAcl | null = null, marker: string = MARKER): Promise<Enqueued> {
+  if (acl !== null) return enqueueWithAcl(zk, root, parent, data, acl, marker);
   const guid = nextGuid();
-  const prefix = joinPath(parent, `${guid}${MARKER}`);
+  const prefix = joinPath(parent, `${guid}${marker}`);
   // The common case without async frames: every acquire takes it.
   const created = zk.create(prefix, data, SEQUENTIAL);
   const listed = zk.getChildren(parent);
@@ -152,10 +159,10 @@ export function enqueue(zk: ZooKeeperClient, root: string, parent: string, data:
  * listing carries the parent's Stat, so the caller can tell that the parent
  * is still that one (see ./acl.ts and confirmParent in ./join.ts).
  */
-async function enqueueWithAcl(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null, acl: NodeAcl): Promise<Enqueued> {
+async function enqueueWithAcl(zk: ZooKeeperClient, root: string, parent: string, data: Uint8Array | null, acl: NodeAcl, marker: string): Promise<Enqueued> {
   if (!isChecked(zk, parent, acl)) await checkParent(zk, parent, acl);
   const guid = nextGuid();
-  const prefix = joinPath(parent, `${guid}${MARKER}`);
+  const prefix = joinPath(parent, `${guid}${marker}`);
   const created = zk.create(prefix, data, acl.sequential);
   const listed = zk.getChildrenWithStat(parent);
   let node: QueueNode;
@@ -203,7 +210,7 @@ async function enqueueAfter(
       if (!(error instanceof ConnectionLossError)) throw error;
       uncertain = true;
       const adopted = await adopt(zk, parent, guid);
-      if (adopted !== null) return { node: adopted, children: await listChildren(zk, parent) };
+      if (adopted !== null) return { node: adopted, children: await listChildren(zk, parent), retried: true };
     }
     const created = zk.create(prefix, data, acl === null ? SEQUENTIAL : acl.sequential);
     // With an ACL the listing brings the parent's czxid too (see Enqueued.parentCzxid).
@@ -220,9 +227,11 @@ async function enqueueAfter(
     }
     try {
       const listing = await listed;
-      return listing.stat === undefined ? { node, children: listing.children } : { node, children: listing.children, parentCzxid: listing.stat.czxid };
+      return listing.stat === undefined
+        ? { node, children: listing.children, retried: true }
+        : { node, children: listing.children, parentCzxid: listing.stat.czxid, retried: true };
     } catch (failed) {
-      return listAfterLoss(zk, node, failed);
+      return { ...(await listAfterLoss(zk, node, failed)), retried: true };
     }
   }
 }
@@ -322,6 +331,9 @@ export function leave(zk: ZooKeeperClient, path: string): Promise<void> {
  * `stop` is a promise that rejects when the caller gives up (abort,
  * timeout, session loss); the caller then removes our node. `seen`, if
  * given, is kept pointing at the predecessor of the latest round.
+ * `positionOf` reads our place from a listing: the node we wait for and how
+ * many nodes up to it are ahead (a lock's `position`; a reader of a
+ * read-write lock waits for the nearest write node before it, ./rw-order.ts).
  */
 export async function waitForTurn(
   zk: ZooKeeperClient,
@@ -330,6 +342,7 @@ export async function waitForTurn(
   start: { readonly predecessor: string; readonly ahead: number },
   stop: Promise<never>,
   seen?: { predecessor: string },
+  positionOf: PositionOf = position,
 ): Promise<'turn' | 'gone'> {
   const self = new WaitingNode(node.path);
   watchOwnNodeNow(zk, self);
@@ -342,7 +355,7 @@ export async function waitForTurn(
       if (self.isDeleted) return 'gone';
       if (gone && ahead === 1) return 'turn';
       const listing = await Promise.race([listChildren(zk, parent), stop]);
-      const where = position(withoutStrays(zk, node, listing), node.child);
+      const where = positionOf(withoutStrays(zk, node, listing), node.child);
       if (where === null) return 'gone';
       if (where.turn) return 'turn';
       ({ predecessor, ahead } = where);
@@ -370,7 +383,7 @@ function predecessorGone(zk: ZooKeeperClient, path: string): Promise<boolean> {
 }
 
 /** A waiter's own node, for its watch (./holding.ts): its deletion ends the wait. */
-class WaitingNode implements OwnNode {
+export class WaitingNode implements OwnNode {
   done = false;
   isDeleted = false;
   readonly deleted: Promise<false>;

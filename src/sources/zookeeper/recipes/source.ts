@@ -19,13 +19,33 @@ import { zookeeperSourceId } from './source-id.js';
 import type { SourceIdentity } from '../../../sequencer.js';
 import type { QueueEntry } from './queue.js';
 import { validateAcl } from '../requests.js';
-import type { AclOption, ZooKeeperAcquireOptions, ZooKeeperCampaignOptions, ZooKeeperTryAcquireOptions } from './acl-options.js';
+import type {
+  AclOption,
+  ZooKeeperAcquireOptions,
+  ZooKeeperCampaignOptions,
+  ZooKeeperPermitOptions,
+  ZooKeeperRwAcquireOptions,
+  ZooKeeperRwTryAcquireOptions,
+  ZooKeeperTryAcquireOptions,
+  ZooKeeperTryPermitOptions,
+} from './acl-options.js';
+import { acquirePermit, tryAcquirePermit, type ZooKeeperPermit } from './permit.js';
+import { acquireReadLock, acquireWriteLock, tryAcquireReadLock, tryAcquireWriteLock } from './rw-lock.js';
 
-/** The ZooKeeper source: every method of LockSource, with ZooKeeper's richer results. */
+/**
+ * The ZooKeeper source: every method of LockSource (plain, read and write
+ * locks, permits, elections, status, observers), with ZooKeeper's richer results.
+ */
 export interface ZooKeeperSource extends LockSource {
   readonly kind: 'zookeeper';
   acquireLock(name: string, options?: ZooKeeperAcquireOptions): Promise<ZooKeeperLock>;
   tryAcquireLock(name: string, options?: ZooKeeperTryAcquireOptions): Promise<ZooKeeperLock | null>;
+  acquireReadLock(name: string, options?: ZooKeeperRwAcquireOptions): Promise<ZooKeeperLock>;
+  tryAcquireReadLock(name: string, options?: ZooKeeperRwTryAcquireOptions): Promise<ZooKeeperLock | null>;
+  acquireWriteLock(name: string, options?: ZooKeeperRwAcquireOptions): Promise<ZooKeeperLock>;
+  tryAcquireWriteLock(name: string, options?: ZooKeeperRwTryAcquireOptions): Promise<ZooKeeperLock | null>;
+  acquirePermit(name: string, options: ZooKeeperPermitOptions): Promise<ZooKeeperPermit>;
+  tryAcquirePermit(name: string, options: ZooKeeperTryPermitOptions): Promise<ZooKeeperPermit | null>;
   campaign(name: string, options?: ZooKeeperCampaignOptions): Promise<ZooKeeperLeadership>;
   lockStatus(name: string): Promise<LockStatus<QueueEntry>>;
   observeLock(name: string): ZooKeeperLockObserver;
@@ -49,6 +69,12 @@ export function zookeeperSource(zk: ZooKeeperClient, sourceOptions: ZooKeeperSou
     description: `ZooKeeper session 0x${zk.sessionId.toString(16)}${chroot}`,
     acquireLock: (name: string, options?: ZooKeeperAcquireOptions) => acquireLock(zk, name, withAcl(options)),
     tryAcquireLock: (name: string, options?: ZooKeeperTryAcquireOptions) => tryAcquireLock(zk, name, withAcl(options)),
+    acquireReadLock: (name: string, options?: ZooKeeperRwAcquireOptions) => acquireReadLock(zk, name, withAcl(options)),
+    tryAcquireReadLock: (name: string, options?: ZooKeeperRwTryAcquireOptions) => tryAcquireReadLock(zk, name, withAcl(options)),
+    acquireWriteLock: (name: string, options?: ZooKeeperRwAcquireOptions) => acquireWriteLock(zk, name, withAcl(options)),
+    tryAcquireWriteLock: (name: string, options?: ZooKeeperRwTryAcquireOptions) => tryAcquireWriteLock(zk, name, withAcl(options)),
+    acquirePermit: (name: string, options: ZooKeeperPermitOptions) => acquirePermit(zk, name, withAcl(options) as ZooKeeperPermitOptions),
+    tryAcquirePermit: (name: string, options: ZooKeeperTryPermitOptions) => tryAcquirePermit(zk, name, withAcl(options) as ZooKeeperTryPermitOptions),
     campaign: (name: string, options?: ZooKeeperCampaignOptions) => campaign(zk, name, withAcl(options)),
     lockStatus: (name: string) => lockStatus(zk, name),
     observeLock: (name: string) => observeLock(zk, name),
