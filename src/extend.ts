@@ -17,6 +17,9 @@ export { QueueObserver } from './queue-observer.js';
 // The options of the SQL row helpers, one shape for every SQL fence
 export type { FencedUpdateOptions, FencedInsertOptions, FencedUpsertOptions, FencedDeleteOptions } from './row-options.js';
 
+// The check-only mode's rule ({ advance: false }), for a fence or store of your own
+export { fenceAdvances, fenceAdmits, markAfter, refuseCheckOnly, CHECK_ONLY_FIRST_MARK } from './fence-mode.js';
+
 // The owner every source names when the caller names none: hostname:pid
 export { DEFAULT_OWNER } from './lock.js';
 

@@ -53,6 +53,7 @@ export type { WithLockOptions, Fencing, FencingGrant, ResolvedFencing } from './
 export { acquireLocks, withLocks } from './multi-lock.js';
 export type { MultiLock, AcquireLocksOptions } from './multi-lock.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
+export type { FenceMode } from './fence-mode.js';
 export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, IdempotencyLookup, StoredResponse } from './idempotency-store.js';
 
 // The lock contract every token source implements

@@ -16,6 +16,12 @@ export interface FencedUpdateOptions {
   readonly token: Fencing;
   /** The table's token column; default 'fencing_token'. */
   readonly tokenColumn?: string;
+  /**
+   * False: check-only (a reader of a read-write lock): rows whose token is
+   * not larger are updated, but keep their token column as it was, so two
+   * readers holding the lock together never refuse each other. Default true.
+   */
+  readonly advance?: boolean;
 }
 
 /** What fencedInsert and fencedUpsert take: one row, refused where a row or tombstone of its key carries a larger token. */

@@ -32,6 +32,8 @@ export const LOCK_NAME = '#fk_l';
 export const LOCK_VALUE = ':fk_l';
 export const TOKEN_VALUE = ':fk_t';
 export const NUMBER_TYPE_VALUE = ':fk_n';
+/** The mark a check-only update leaves on an item that had none: 1, which admits every token as none does. */
+export const FIRST_MARK_VALUE = ':fk_1';
 
 export const FENCE_CONDITION =
   `attribute_not_exists(${TOKEN_NAME}) OR (attribute_type(${TOKEN_NAME}, ${NUMBER_TYPE_VALUE}) AND ${TOKEN_NAME} <= ${TOKEN_VALUE})`;
@@ -70,7 +72,7 @@ export interface CombinedExpressions {
 }
 
 /** The fence's expressions joined with the caller's (see the top of this file); `update` for UpdateItem. */
-export function combine(user: UserExpressions, attributes: FenceAttributes, tokenText: string, update: boolean, lock: LockClause, mustExistKey: string | null = null): CombinedExpressions {
+export function combine(user: UserExpressions, attributes: FenceAttributes, tokenText: string, update: boolean, lock: LockClause, mustExistKey: string | null = null, advance = true): CombinedExpressions {
   checkUserExpressions(user, attributes, update);
   const names: Record<string, string> = { ...user.ExpressionAttributeNames, [TOKEN_NAME]: attributes.token, [LOCK_NAME]: attributes.lock };
   const values: Record<string, AttributeValue> = {
@@ -88,9 +90,10 @@ export function combine(user: UserExpressions, attributes: FenceAttributes, toke
   const condition = user.ConditionExpression === undefined ? fence : `(${fence}) AND (${user.ConditionExpression})`;
   if (!update) return { ConditionExpression: condition, ExpressionAttributeNames: names, ExpressionAttributeValues: values };
   names[TOMBSTONE_NAME] = attributes.tombstone;
+  if (!advance) values[FIRST_MARK_VALUE] = { N: '1' };
   return {
     ConditionExpression: condition,
-    UpdateExpression: fenceUpdate(user.UpdateExpression, lock.set),
+    UpdateExpression: fenceUpdate(user.UpdateExpression, lock.set, advance),
     ExpressionAttributeNames: names,
     ExpressionAttributeValues: values,
   };
@@ -102,8 +105,10 @@ export function combine(user: UserExpressions, attributes: FenceAttributes, toke
 // path step is a clause.
 const CLAUSE = /(?<![#:.\w])(SET|REMOVE|ADD|DELETE)(?!\w)/gi;
 
-export function fenceUpdate(user: string | undefined, setLock = false): string {
-  const set = `${TOKEN_NAME} = ${TOKEN_VALUE}${setLock ? `, ${LOCK_NAME} = ${LOCK_VALUE}` : ''}`;
+export function fenceUpdate(user: string | undefined, setLock = false, advance = true): string {
+  // Check-only keeps the stored token (none yet: 1, which admits every token as none does).
+  const mark = advance ? TOKEN_VALUE : `if_not_exists(${TOKEN_NAME}, ${FIRST_MARK_VALUE})`;
+  const set = `${TOKEN_NAME} = ${mark}${setLock ? `, ${LOCK_NAME} = ${LOCK_VALUE}` : ''}`;
   const remove = TOMBSTONE_NAME;
   if (user === undefined || user.trim() === '') return `SET ${set} REMOVE ${remove}`;
   let sawSet = false;

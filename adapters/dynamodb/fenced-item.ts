@@ -31,7 +31,7 @@ import type {
   AttributeValue, DeleteItemCommandInput, DynamoDBClient, PutItemCommandInput, UpdateItemCommandInput,
 } from '@aws-sdk/client-dynamodb';
 import { InvalidArgumentError, StaleTokenError, formatToken, resolveFencing, type FenceBinding, type Fencing, type FencingToken, type ResolvedFencing } from '../../src/index.js';
-import { publishRefused, traceFencedWrite } from '../../src/extend.js';
+import { fenceAdvances, publishRefused, refuseCheckOnly, traceFencedWrite } from '../../src/extend.js';
 import {
   checkItemNames, checkItemSize, checkKey, checkTableName, fenceAttributes, resourceName, storedToken,
   type FenceAttributeOptions, type FenceAttributes,
@@ -53,6 +53,15 @@ export interface FencedItemOptions extends FenceAttributeOptions {
 }
 
 export interface FencedUpdateOptions extends FencedItemOptions {
+  /**
+   * False: check-only (a reader of a read-write lock): the update is made
+   * only if the token is at least the item's, as always, but the item keeps
+   * its stored token (an item without one gets 1, which admits every token
+   * as none does). Default true. fencedPutItem and fencedDeleteItem have no
+   * check-only mode: they replace the whole item, token attribute included,
+   * and DynamoDB cannot copy the stored token into a PutItem's new item.
+   */
+  readonly advance?: boolean;
   /**
    * Update only an item that exists and is not a tombstone (the fence's
    * condition then also holds `attribute_exists(<first key attribute>) AND
@@ -96,7 +105,7 @@ export type FencedDeleteItemInput = Omit<DeleteItemCommandInput, Legacy | 'Retur
 };
 
 export interface FencedItemResult {
-  /** The token now stored in the item. */
+  /** The token the write presented: after an advancing write, the one now stored in the item (a check-only update leaves the stored one). */
   readonly token: FencingToken;
   /** What ReturnValues asked for (undefined for 'NONE'). */
   readonly Attributes?: Record<string, AttributeValue> | undefined;
@@ -117,6 +126,7 @@ export interface FencedItemResult {
  */
 export async function fencedPutItem(client: DynamoDBClient, input: FencedPutItemInput, options: FencedItemOptions = {}): Promise<FencedItemResult> {
   const { fencing, table, attributes, bind } = checkWrite('fencedPutItem', input, options);
+  refuseCheckOnly(fenceAdvances(options, 'fencedPutItem'), 'fencedPutItem', NO_CHECK_ONLY_PUT);
   const item = input.Item;
   if (typeof item !== 'object' || item === null || Array.isArray(item)) throw new InvalidArgumentError('fencedPutItem needs an Item');
   checkItemNames('Item', item);
@@ -151,6 +161,7 @@ export async function fencedPutItem(client: DynamoDBClient, input: FencedPutItem
  */
 export async function fencedUpdateItem(client: DynamoDBClient, input: FencedUpdateItemInput, options: FencedUpdateOptions = {}): Promise<FencedItemResult> {
   const { fencing, table, attributes, bind } = checkWrite('fencedUpdateItem', input, options);
+  const advance = fenceAdvances(options, 'fencedUpdateItem');
   const key = checkWrittenKey(input.Key, attributes);
   const resource = resourceName(table, key);
   const values = input.ExpressionAttributeValues;
@@ -159,7 +170,7 @@ export async function fencedUpdateItem(client: DynamoDBClient, input: FencedUpda
   const mustExist = mustExistOption(options.mustExist, key);
   return traceFencedWrite('dynamodb', 'update', resource, fencing.token, () =>
     send(client, { table, key, resource, fencing, attributes, signal: options.signal, replaces: false }, bind, (lock) => new UpdateItemCommand({
-      ...rest, Key: key, ...combine(input, attributes, formatToken(fencing.token), true, lock, mustExist), ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+      ...rest, Key: key, ...combine(input, attributes, formatToken(fencing.token), true, lock, mustExist, advance), ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
     })));
 }
 
@@ -173,6 +184,7 @@ export async function fencedUpdateItem(client: DynamoDBClient, input: FencedUpda
  */
 export async function fencedDeleteItem(client: DynamoDBClient, input: FencedDeleteItemInput, options: FencedItemOptions = {}): Promise<FencedItemResult> {
   const { fencing, table, attributes, bind } = checkWrite('fencedDeleteItem', input, options);
+  refuseCheckOnly(fenceAdvances(options, 'fencedDeleteItem'), 'fencedDeleteItem', NO_CHECK_ONLY_PUT);
   const key = checkWrittenKey(input.Key, attributes);
   const resource = resourceName(table, key);
   const { token: _token, Key: _key, ...rest } = input;
@@ -222,6 +234,9 @@ function withBinding(item: Record<string, AttributeValue>, attributes: FenceAttr
 }
 
 type FenceCommand = PutItemCommand | UpdateItemCommand;
+
+// Why a PutItem (fencedPutItem, fencedDeleteItem's tombstone) cannot only check.
+const NO_CHECK_ONLY_PUT = 'a PutItem replaces the whole item, its token attribute included, and cannot copy the stored token into the new item; use fencedUpdateItem with { advance: false }';
 
 interface Target {
   readonly table: string;

@@ -33,6 +33,10 @@ FROM (SELECT 1 AS one) AS o
 LEFT JOIN fencekeeper_fences AS f ON f.resource = ?
 LEFT JOIN fencekeeper_fence_bindings AS b ON b.resource = ?
 FOR UPDATE`;
+// Check-only ({ advance: false }, readers of a read-write lock): the same read
+// in share mode. Readers share the row and run side by side; an advancing
+// holder's FOR UPDATE waits until they end, and they wait for it.
+const SHARE_FENCE = LOCK_FENCE.replace(/FOR UPDATE$/, 'LOCK IN SHARE MODE');
 // The first mark, unless a binding refuses the presented lock (then nothing is inserted, and the locking read refuses it).
 const INSERT_FIRST_MARK = `INSERT INTO fencekeeper_fences (resource, token, previous_token, updated_at)
 SELECT ?, CAST(? AS SIGNED), NULL, NOW(6) FROM DUAL
@@ -57,6 +61,14 @@ export function bindingFrom(row: Row | undefined): FenceBinding | null {
   return { kind: kind as SequencerKind, lock: text(row['lock_name']) ?? '', source: { kind: text(row['source_kind']) ?? '', id: text(row['source_id']) ?? '' } };
 }
 
+/** A fencing request with its mode: `advance: false` is check-only. */
+export type FenceRequest = ResolvedFencing & { readonly advance?: boolean };
+
+/** Is this request check-only ({ advance: false })? */
+export function checksOnly(fencing: ResolvedFencing): boolean {
+  return (fencing as FenceRequest).advance === false;
+}
+
 /** A bound fence (or table) refuses another lock's sequencer and a bare token; null when it admits the presented one. */
 export function mismatch(resource: string, fencing: ResolvedFencing, bound: FenceBinding | null): SequencerMismatchError | null {
   if (bound === null) return null;
@@ -75,12 +87,13 @@ export function mismatch(resource: string, fencing: ResolvedFencing, bound: Fenc
  */
 export async function advance(connection: MySqlQueryable, resource: string, fencing: ResolvedFencing): Promise<FencingToken | null> {
   const token = formatToken(fencing.token);
+  const checking = checksOnly(fencing);
   const s = fencing.sequencer;
   const presented = [s?.kind ?? null, s?.name ?? null, s?.source.kind ?? null, s?.source.id ?? null];
   let inserted = false;
   for (;;) {
     await query(connection, 'START TRANSACTION');
-    const [row] = await rowsOf(connection, LOCK_FENCE, [resource, resource]);
+    const [row] = await rowsOf(connection, checking ? SHARE_FENCE : LOCK_FENCE, [resource, resource]);
     const refused = mismatch(resource, fencing, bindingFrom(row));
     if (refused !== null) throw refused;
     const current = readToken(row?.['token']);
@@ -92,7 +105,8 @@ export async function advance(connection: MySqlQueryable, resource: string, fenc
       // duplicate key; either way the row is then read again, locked.
       await query(connection, 'ROLLBACK');
       try {
-        const { affectedRows } = await headerOf(connection, INSERT_FIRST_MARK, [resource, token, resource, ...presented]);
+        // Check-only places mark 1: it admits every token, as no mark does (the core's fence-mode.ts).
+        const { affectedRows } = await headerOf(connection, INSERT_FIRST_MARK, [resource, checking ? '1' : token, resource, ...presented]);
         inserted ||= affectedRows === 1;
       } catch (error) {
         if (errnoOf(error) !== ER_DUP_ENTRY) throw error;
@@ -100,6 +114,7 @@ export async function advance(connection: MySqlQueryable, resource: string, fenc
       continue;
     }
     if (current > fencing.token) throw new StaleTokenError(resource, fencing.token, current);
+    if (checking) return inserted ? null : current;
     if (current < fencing.token) await headerOf(connection, ADVANCE_FENCE, [token, resource]);
     return inserted && current === fencing.token ? null : current;
   }
@@ -179,6 +194,8 @@ export async function abandonWork(connection: MySqlQueryable): Promise<boolean> 
  * whether the mark now stands at least at the token.
  */
 export async function keepAdvance(db: MySqlPool | MySqlPoolConnection, resource: string, fencing: ResolvedFencing): Promise<boolean> {
+  // Check-only moved no mark: nothing to apply again, the mark stands as it was.
+  if (checksOnly(fencing)) return true;
   const connection = isPool(db) ? await db.getConnection().catch(() => undefined) : db;
   if (connection === undefined) return false;
   let broken = false;

@@ -29,7 +29,7 @@
 // DUPLICATE KEY UPDATE (deprecated in MySQL 8.0.20): values are sent again
 // as parameters instead. MariaDB 10.11 and MySQL 8 accept all of it.
 import { InvalidArgumentError, SequencerMismatchError, StaleTokenError, formatToken, resolveFencing, type FencingToken, type ResolvedFencing } from '../../src/index.js';
-import { publishRefused, traceFencedWrite } from '../../src/extend.js';
+import { fenceAdvances, publishRefused, refuseCheckOnly, traceFencedWrite } from '../../src/extend.js';
 import type { FencedDeleteOptions, FencedInsertOptions, FencedUpdateOptions, FencedUpsertOptions } from '../../src/extend.js';
 export type { FencedDeleteOptions, FencedInsertOptions, FencedUpdateOptions, FencedUpsertOptions };
 import { ER_DUP_ENTRY, ER_LOCK_DEADLOCK, errnoOf, headerOf, isPool, matchedRows, query, readToken, rowsOf, type MySqlPool, type MySqlQueryable } from './database.js';
@@ -37,6 +37,10 @@ import { bindingFrom, mismatch, rollback } from './fence.js';
 import { assertIdentifier, checkColumns, checkKey, quoteIdentifier, rowKeyText, tableName, type TableName } from './identifiers.js';
 
 const DEFAULT_TOKEN_COLUMN = 'fencing_token';
+// Why only fencedUpdate has the check-only mode among the row helpers: the
+// others create or remove a row, and the row (or its tombstone) is where the
+// mark lives, so each would have to write a mark it did not present.
+const NO_CHECK_ONLY_ROW = 'the row or tombstone it writes carries the mark itself; only fencedUpdate leaves it unchanged';
 const MAX_INSERT_ATTEMPTS = 3;
 
 /** `a = ? AND b IS NULL ...`, appending the parameters to `values`. */
@@ -86,11 +90,15 @@ function checkCommon(options: unknown, what: string): Checked & { readonly o: Re
  * nothing matched, one more (locking) read: a row matching `where` with a
  * larger token → StaleTokenError (current: the largest such token); none → 0.
  * With a `where` matching several rows each row is fenced on its own.
+ * `advance: false` (check-only, a reader of a read-write lock): the same
+ * compare, but the rows keep their token column as it was.
  */
 export async function fencedUpdate(db: MySqlQueryable, options: FencedUpdateOptions): Promise<number> {
   const c = checkCommon(options, 'fencedUpdate');
+  const advance = fenceAdvances(c.o, 'fencedUpdate');
   const where = checkColumns(c.o['where'], 'where');
   const set = checkColumns(c.o['set'], 'set');
+  if (!advance && set.length === 0) throw new InvalidArgumentError('fencedUpdate: set must name a column to write (check-only writes no token)');
   if (set.some(([column]) => column === c.tokenColumn)) throw new InvalidArgumentError(`set must not write the token column ${c.tokenColumn}: it is set to the token`);
   return traceFencedWrite('mysql', 'update', c.tableText, c.fencing.token, async () => {
     const values: unknown[] = [];
@@ -98,8 +106,11 @@ export async function fencedUpdate(db: MySqlQueryable, options: FencedUpdateOpti
       values.push(value);
       return `${quoteIdentifier(column)} = ?`;
     });
-    values.push(formatToken(c.fencing.token));
-    assignments.push(`${quoteIdentifier(c.tokenColumn)} = CAST(? AS SIGNED)`);
+    // Check-only: the rows keep their token column (a NULL stays NULL: it admits every token, as before).
+    if (advance) {
+      values.push(formatToken(c.fencing.token));
+      assignments.push(`${quoteIdentifier(c.tokenColumn)} = CAST(? AS SIGNED)`);
+    }
     const sql = `UPDATE ${c.table.quoted} SET ${assignments.join(', ')} WHERE ${whereClause(where, values)} AND ${tokenPasses(c.tokenColumn, c.fencing.token, values)} AND ${bindingAdmits(c.table, c.fencing, values)}`;
     const matched = matchedRows(await headerOf(db, sql, values));
     if (matched > 0) return matched;
@@ -117,6 +128,7 @@ export async function fencedUpdate(db: MySqlQueryable, options: FencedUpdateOpti
  */
 export async function fencedDelete(db: MySqlQueryable, options: FencedDeleteOptions): Promise<number> {
   const c = checkCommon(options, 'fencedDelete');
+  refuseCheckOnly(fenceAdvances(c.o, 'fencedDelete'), 'fencedDelete', NO_CHECK_ONLY_ROW);
   const where = checkColumns(c.o['where'], 'where');
   const key = c.o['key'] === undefined ? where.map(([column]) => column) : checkKey(c.o['key']);
   return traceFencedWrite('mysql', 'delete', c.tableText, c.fencing.token, () => inTransaction(db, async (tx) => {
@@ -157,6 +169,7 @@ ON DUPLICATE KEY UPDATE token = GREATEST(token, CAST(? AS SIGNED)), deleted_at =
  */
 export async function fencedInsert(db: MySqlQueryable, options: FencedInsertOptions): Promise<number> {
   const c = checkCommon(options, 'fencedInsert');
+  refuseCheckOnly(fenceAdvances(c.o, 'fencedInsert'), 'fencedInsert', NO_CHECK_ONLY_ROW);
   const row = checkRow(c);
   return traceFencedWrite('mysql', 'insert', c.tableText, c.fencing.token, () => inTransaction(db, async (tx) => {
     await refuseByTombstone(tx, c, row);
@@ -182,6 +195,7 @@ export async function fencedInsert(db: MySqlQueryable, options: FencedInsertOpti
  */
 export async function fencedUpsert(db: MySqlQueryable, options: FencedUpsertOptions): Promise<'inserted' | 'updated'> {
   const c = checkCommon(options, 'fencedUpsert');
+  refuseCheckOnly(fenceAdvances(c.o, 'fencedUpsert'), 'fencedUpsert', NO_CHECK_ONLY_ROW);
   const row = checkRow(c);
   return traceFencedWrite('mysql', 'upsert', c.tableText, c.fencing.token, () => inTransaction(db, async (tx) => {
     await refuseByTombstone(tx, c, row);

@@ -1,9 +1,10 @@
 // MySqlFenceStore: the core's FenceStore on fencekeeper_fences, for the
 // Express middleware (fencing() in fencekeeper/express) or anything else
 // that admits requests by token.
-import { CommitFailedError, SequencerMismatchError, StaleTokenError, WorkNotCommittedError, resolveFencing, type FenceAdmission, type FenceStore, type Fencing, type FencingToken, type ResolvedFencing } from '../../src/index.js';
+import { CommitFailedError, SequencerMismatchError, StaleTokenError, WorkNotCommittedError, resolveFencing, type FenceAdmission, type FenceMode, type FenceStore, type Fencing, type FencingToken, type ResolvedFencing } from '../../src/index.js';
+import { fenceAdvances } from '../../src/extend.js';
 import { assertPromisePool, type MySqlPool, type MySqlPoolConnection } from './database.js';
-import { abandonWork, closeFenced, currentFence, keepAdvance, openFenced, rollback } from './fence.js';
+import { abandonWork, closeFenced, currentFence, keepAdvance, openFenced, rollback, type FenceRequest } from './fence.js';
 import { checkResource } from './identifiers.js';
 
 /**
@@ -53,9 +54,16 @@ export class MySqlFenceStore implements FenceStore<MySqlPoolConnection> {
     return currentFence(this.#pool, resource);
   }
 
-  async admit(resource: string, presented: Fencing, options: { signal?: AbortSignal } = {}): Promise<FenceAdmission<MySqlPoolConnection>> {
+  /**
+   * As FenceStore.admit. `advance: false` is the check-only mode (a reader
+   * of a read-write lock): admitted on the same condition, the mark left
+   * where it is (none yet: 1, which admits every token as none does); the
+   * fence row is held in share mode, so check-only admissions run side by
+   * side and an advancing one waits until they are settled.
+   */
+  async admit(resource: string, presented: Fencing, options: { signal?: AbortSignal } & FenceMode = {}): Promise<FenceAdmission<MySqlPoolConnection>> {
     checkResource(resource);
-    const fencing = resolveFencing(presented);
+    const fencing: FenceRequest = { ...resolveFencing(presented), advance: fenceAdvances(options, 'MySqlFenceStore.admit') };
     const signal = options.signal;
     signal?.throwIfAborted();
     const pool = this.#pool;

@@ -1,7 +1,7 @@
-import { CommitFailedError, InvalidArgumentError, SequencerMismatchError, StaleTokenError, WorkNotCommittedError, resolveFencing, type Fencing, type ResolvedFencing } from '../../src/index.js';
-import { publishRefused, traceWithFence } from '../../src/extend.js';
+import { CommitFailedError, InvalidArgumentError, SequencerMismatchError, StaleTokenError, WorkNotCommittedError, resolveFencing, type FenceMode, type Fencing, type ResolvedFencing } from '../../src/index.js';
+import { fenceAdvances, publishRefused, traceWithFence } from '../../src/extend.js';
 import { assertPromisePool, type MySqlPool, type MySqlPoolConnection } from './database.js';
-import { abandonWork, closeFenced, keepAdvance, openFenced, rollback } from './fence.js';
+import { abandonWork, closeFenced, keepAdvance, openFenced, rollback, type FenceRequest } from './fence.js';
 import { checkResource } from './identifiers.js';
 
 /**
@@ -32,13 +32,21 @@ import { checkResource } from './identifiers.js';
  * Leadership itself (its sequencer; LockLostError before any SQL once it is
  * not held), or CURRENT_LOCK inside withLock. The mark is read with a locking read, never from the
  * transaction's snapshot, whatever the session's isolation level.
+ *
+ * `options.advance: false` is the check-only mode (a reader of a read-write
+ * lock): admitted on the same condition, the mark left where it is (none
+ * yet: 1, which admits every token as none does). The fence row is read
+ * LOCK IN SHARE MODE: check-only transactions run side by side, and an
+ * advancing one waits until they have ended.
  */
-export async function withFence<T>(pool: MySqlPool, resource: string, fencing: Fencing, work: (connection: MySqlPoolConnection) => Promise<T>): Promise<T> {
+export async function withFence<T>(pool: MySqlPool, resource: string, fencing: Fencing, work: (connection: MySqlPoolConnection) => Promise<T>, options?: FenceMode): Promise<T> {
   checkResource(resource);
   const resolved = resolveFencing(fencing);
   if (typeof work !== 'function') throw new InvalidArgumentError('work must be a function');
+  if (options !== undefined && (typeof options !== 'object' || options === null)) throw new InvalidArgumentError('withFence: options must be an object');
+  const request: FenceRequest = { ...resolved, advance: fenceAdvances(options, 'withFence') };
   assertPromisePool(pool, 'withFence');
-  return traceWithFence('mysql', resource, resolved.token, () => fenced(pool, resource, resolved, work));
+  return traceWithFence('mysql', resource, resolved.token, () => fenced(pool, resource, request, work));
 }
 
 async function fenced<T>(pool: MySqlPool, resource: string, fencing: ResolvedFencing, work: (connection: MySqlPoolConnection) => Promise<T>): Promise<T> {

@@ -16,11 +16,12 @@ import {
   parseToken,
   resolveFencing,
   type FenceBinding,
+  type FenceMode,
   type Fencing,
   type FencingToken,
   type ResolvedFencing,
 } from '../../src/index.js';
-import { publishRefused } from '../../src/extend.js';
+import { fenceAdvances, publishRefused } from '../../src/extend.js';
 import { send, where, type RedisCommands } from '../../src/shared/redis/client.js';
 import { run, script } from '../../src/shared/redis/script.js';
 import { checkClient, checkName, checkOptions, checkTimeout, checkValue } from './input.js';
@@ -64,24 +65,34 @@ redis.call('HSET', KEYS[1], 'lock', ARGV[1])
 return {1, ''}
 `);
 
+// The token field a write leaves: the presented token when advancing
+// (ARGV[4] '1'); when only checking ('0'), the mark as it was (none yet: 1,
+// which admits every token as none does, and keeps the value readable).
+const NEXT_MARK = `local mark = ARGV[1]
+if ARGV[4] == '0' then mark = cur or '1' end`;
+
 /**
  * Write the value under the fence: {1, previous token or ''} written,
  * {0, current} stale, {-1, what} corrupt, {-2, lock} another binding.
- * KEYS key; ARGV token, value, presented binding ('' for a bare token).
+ * KEYS key; ARGV token, value, presented binding ('' for a bare token),
+ * '1' advance or '0' check only.
  */
 const SET = script(`${READ_FENCE}
-redis.call('HSET', KEYS[1], 'value', ARGV[2], 'token', ARGV[1])
+${NEXT_MARK}
+redis.call('HSET', KEYS[1], 'value', ARGV[2], 'token', mark)
 return {1, cur or ''}
 `);
 
 /**
  * Delete the value, keep (or raise) the fence: {1, 1 if a value was there
  * else 0} deleted, {0, current} stale, {-1, what} corrupt, {-2, lock}
- * another binding. KEYS key; ARGV token, '' (no value), presented binding.
+ * another binding. KEYS key; ARGV token, '' (no value), presented binding,
+ * '1' advance or '0' check only.
  */
 const DELETE = script(`${READ_FENCE}
+${NEXT_MARK}
 local had = redis.call('HDEL', KEYS[1], 'value')
-redis.call('HSET', KEYS[1], 'token', ARGV[1])
+redis.call('HSET', KEYS[1], 'token', mark)
 return {1, had}
 `);
 
@@ -115,6 +126,10 @@ export interface FencedValue {
  * lock (bindFence) takes only that lock's sequencers: another lock's, or a
  * bare token, rejects with SequencerMismatchError and writes nothing.
  *
+ * `{ advance: false }` checks the fence without moving it (a reader of a
+ * read-write lock): admitted on the same compare, the token field keeps
+ * the mark (a key without one gets 1, which admits every token as none does).
+ *
  * No TTL: an expiring key would take its fence with it and a stale holder's
  * write would then pass, so TTL options are refused (InvalidArgumentError),
  * and a fenced key must not be given one with EXPIRE either.
@@ -123,13 +138,15 @@ export interface FencedValue {
  * another type, or a hash whose token field is missing or malformed;
  * InvalidArgumentError / InvalidTokenError for bad input (nothing sent).
  */
-export async function fencedSet(redis: RedisCommands, key: string, value: string | Buffer, fencing: Fencing, options?: FencedWriteOptions): Promise<void> {
+export async function fencedSet(redis: RedisCommands, key: string, value: string | Buffer, fencing: Fencing, options?: FencedWriteOptions & FenceMode): Promise<void> {
   checkClient(redis, 'fencedSet');
   checkName(key, 'key');
   checkValue(value);
   const resolved = resolveFencing(fencing);
-  const timeoutMs = checkTimeout(checkOptions(options, 'fencedSet', ['timeoutMs'])['timeoutMs']);
-  const reply = await run(redis, where(redis), SET, [key], [formatToken(resolved.token), value, bindingOf(resolved)], timeoutMs);
+  const o = checkOptions(options, 'fencedSet', ['timeoutMs', 'advance']);
+  const timeoutMs = checkTimeout(o['timeoutMs']);
+  const advance = fenceAdvances(o, 'fencedSet');
+  const reply = await run(redis, where(redis), SET, [key], [formatToken(resolved.token), value, bindingOf(resolved), advance ? '1' : '0'], timeoutMs);
   settle(key, resolved, reply);
 }
 
@@ -140,14 +157,16 @@ export async function fencedSet(redis: RedisCommands, key: string, value: string
  * and readFence the token. The same compare as fencedSet (equal passes,
  * smaller is StaleTokenError, larger advances), also on a key that does
  * not exist (the tombstone then records the token). Resolves true when a
- * value was there.
+ * value was there. `{ advance: false }`: as fencedSet's, the mark stays.
  */
-export async function fencedDelete(redis: RedisCommands, key: string, fencing: Fencing, options?: FencedWriteOptions): Promise<boolean> {
+export async function fencedDelete(redis: RedisCommands, key: string, fencing: Fencing, options?: FencedWriteOptions & FenceMode): Promise<boolean> {
   checkClient(redis, 'fencedDelete');
   checkName(key, 'key');
   const resolved = resolveFencing(fencing);
-  const timeoutMs = checkTimeout(checkOptions(options, 'fencedDelete', ['timeoutMs'])['timeoutMs']);
-  const reply = await run(redis, where(redis), DELETE, [key], [formatToken(resolved.token), '', bindingOf(resolved)], timeoutMs);
+  const o = checkOptions(options, 'fencedDelete', ['timeoutMs', 'advance']);
+  const timeoutMs = checkTimeout(o['timeoutMs']);
+  const advance = fenceAdvances(o, 'fencedDelete');
+  const reply = await run(redis, where(redis), DELETE, [key], [formatToken(resolved.token), '', bindingOf(resolved), advance ? '1' : '0'], timeoutMs);
   return settle(key, resolved, reply) === 1;
 }
 

@@ -5,8 +5,8 @@
 //   fencekeeper:fence:{R}       the mark, a canonical decimal, never expires
 //   fencekeeper:fence-hold:{R}  the hold: "<admission id>", with the lease TTL
 import { randomUUID } from 'node:crypto';
-import { CorruptFenceError, InvalidArgumentError, StaleTokenError, parseToken, resolveFencing, formatToken, type FenceAdmission, type FenceStore, type Fencing, type FencingToken } from '../../src/index.js';
-import { publishRefused } from '../../src/extend.js';
+import { CorruptFenceError, InvalidArgumentError, StaleTokenError, parseToken, resolveFencing, formatToken, type FenceAdmission, type FenceMode, type FenceStore, type Fencing, type FencingToken } from '../../src/index.js';
+import { fenceAdvances, publishRefused } from '../../src/extend.js';
 import { send, where, type RedisCommands } from '../../src/shared/redis/client.js';
 import { run, script } from '../../src/shared/redis/script.js';
 import { checkClient, checkName, checkOptions, checkTimeout } from './input.js';
@@ -16,7 +16,9 @@ import { below, isToken } from './lua.js';
  * Admit: compare with the mark, take the hold, advance the mark, in one
  * step. {1, previous mark or ''} admitted, {0, mark} stale, {2, hold's
  * PTTL} held by another admission, {-1, mark} corrupt.
- * KEYS mark, hold; ARGV token, admission id, lease ms.
+ * KEYS mark, hold; ARGV token, admission id, lease ms, '0' check only
+ * (the mark stays; none yet becomes 1, which admits every token as none
+ * does) or '1' advance.
  */
 const ADMIT = script(`
 local mark = redis.call('GET', KEYS[1])
@@ -25,7 +27,11 @@ if mark then
   if ${below('ARGV[1]', 'mark')} then return {0, mark} end
 end
 if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return {2, redis.call('PTTL', KEYS[2])} end
-if not mark or ${below('mark', 'ARGV[1]')} then redis.call('SET', KEYS[1], ARGV[1]) end
+if ARGV[4] == '0' then
+  if not mark then redis.call('SET', KEYS[1], '1') end
+elseif not mark or ${below('mark', 'ARGV[1]')} then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
 return {1, mark or ''}
 `);
 
@@ -110,12 +116,18 @@ export class RedisFenceStore implements FenceStore<undefined> {
     return mark === null ? null : markOf(resource, mark);
   }
 
-  async admit(resource: string, presented: Fencing, options?: { signal?: AbortSignal }): Promise<FenceAdmission<undefined>> {
+  /**
+   * As FenceStore.admit; `advance: false` checks the mark without moving it
+   * (admissions still take the hold one at a time: check-only readers wait
+   * for each other here, they do not refuse each other).
+   */
+  async admit(resource: string, presented: Fencing, options?: { signal?: AbortSignal } & FenceMode): Promise<FenceAdmission<undefined>> {
     checkName(resource, 'resource');
     const token = resolveFencing(presented).token;
+    const advance = fenceAdvances(options, 'RedisFenceStore.admit');
     const keys = keysOf(resource);
     const id = randomUUID();
-    const args = [formatToken(token), id, this.#leaseMs];
+    const args = [formatToken(token), id, this.#leaseMs, advance ? '1' : '0'];
     for (;;) {
       const [status, detail] = (await run(this.#redis, this.#where, ADMIT, keys, args, this.#timeoutMs)) as [number, string | number];
       if (status === 1) return new RedisAdmission(this, resource, token, detail === '' ? null : markOf(resource, String(detail)), keys[1], id);

@@ -34,7 +34,7 @@
 // for a tombstone; readFence still reports its token.
 import type { PutObjectCommandInput, S3Client } from '@aws-sdk/client-s3';
 import { InvalidArgumentError, formatToken, resolveFencing } from '../../src/index.js';
-import { traceS3Delete, traceS3Put } from '../../src/extend.js';
+import { fenceAdvances, refuseCheckOnly, traceS3Delete, traceS3Put } from '../../src/extend.js';
 import type { FenceBinding, Fencing, FencingToken } from '../../src/index.js';
 import { checkBindOption } from './binding.js';
 import { conditionalWrite } from './conditional-write.js';
@@ -61,6 +61,15 @@ export interface FencedObjectOptions extends FencedWriteOptions {
    * never bound take bare tokens and sequencers alike.
    */
   readonly bind?: FenceBinding;
+  /**
+   * Only `true` (the default) is taken: S3 fences have no check-only mode
+   * (`false` is an InvalidArgumentError, nothing sent). The object carries
+   * its own mark, so a write that does not advance would have to write back
+   * the mark it read; after a lost reply or a lost race the adapter tells
+   * its own write from another's by the token on the object, and readers
+   * writing one old mark could not be told apart.
+   */
+  readonly advance?: true;
 }
 
 export type FencedPutObjectInput = Omit<PutObjectCommandInput, 'IfMatch' | 'IfNoneMatch' | 'Body'> & {
@@ -195,6 +204,9 @@ function checkBody(body: unknown): void {
   );
 }
 
+// Why S3 fences refuse { advance: false } (see FencedObjectOptions.advance).
+const NO_CHECK_ONLY = 'the object carries its own mark, so a write that does not advance would write back the mark it read, and after a lost reply or race the adapter recognises its own write by the token on the object: readers writing one old mark could not be told apart';
+
 function checkNoConditions(input: object): void {
   for (const field of ['IfMatch', 'IfNoneMatch'] as const) {
     if ((input as Record<string, unknown>)[field] !== undefined) {
@@ -210,5 +222,6 @@ function checkWrite(input: { readonly Bucket?: unknown; readonly Key?: unknown }
   checkNotDataKey(location.Key);
   const layout = checkLayoutOption(options.layout);
   const bind = checkBindOption(options.bind, fencing);
+  refuseCheckOnly(fenceAdvances(options, 'an S3 fenced write'), 'an S3 fenced write', NO_CHECK_ONLY);
   return { fencing, token: fencing.token, location, layout, bind, resource: resourceName(location.Bucket, location.Key) };
 }

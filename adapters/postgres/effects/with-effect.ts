@@ -66,6 +66,7 @@ import { claimEffect, readEffect, recordPendingAgain, settleEffect, type Recorde
 import { DefiniteFailure, storeFailure, storeResult } from './outcome.js';
 import { describe } from '../identifiers.js';
 import { withFence } from '../fence/with-fence.js';
+import { fenceAdvances, refuseCheckOnly } from '../../../src/extend.js';
 
 const debug = debuglog('fencekeeper');
 
@@ -240,6 +241,7 @@ function checkInput<R>(db: unknown, target: unknown, effect: unknown, options: u
   const key = checkEffectKey(t['key']);
   if (typeof effect !== 'function') throw new InvalidArgumentError(`withEffect: effect must be a function, got ${describe(effect)}`);
   const o = checkObject(options, 'withEffect: options');
+  refuseCheckOnly(fenceAdvances(o, 'withEffect'), 'withEffect', 'the ledger records, under the fence, which holder claimed an effect and how it ended, and an effect runs once per key: that is a writer\'s act, so the fence advances');
   return Object.freeze({
     resource,
     key,

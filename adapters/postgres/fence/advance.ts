@@ -44,6 +44,7 @@
 import { StaleTokenError, formatToken, type FencingToken, type ResolvedFencing } from '../../../src/index.js';
 import { readBigint, run, sqlState, type Queryable } from '../database.js';
 import { bindingRefuses, bindingValues, type Advanced } from './row.js';
+import { checkInTransaction, checksOnly } from './check.js';
 
 const MISMATCHED = (resource: string, kind: string, lock: string, sourceKind: string, sourceId: string): string => `EXISTS (
   SELECT 1 FROM fencekeeper_fence_bindings b
@@ -144,6 +145,8 @@ export function outcomeOf(resource: string, fencing: ResolvedFencing, row: Recor
  * the transaction aborted.
  */
 export async function advanceInTransaction(tx: Queryable, resource: string, fencing: ResolvedFencing): Promise<Advanced> {
+  // Check-only ({ advance: false }): the refusal is thrown as it is (StaleTokenError, SequencerMismatchError).
+  if (checksOnly(fencing)) return checkInTransaction(tx, resource, fencing);
   const { rows } = await run(tx, { text: ADVANCE_WITH_PID, values: [resource, formatToken(fencing.token), ...bindingValues(fencing.sequencer)], prepared: true });
   const outcome = outcomeOf(resource, fencing, rows[0]);
   if (!outcome.ok) throw outcome.stale;

@@ -41,7 +41,8 @@
 // On a Kysely transaction (BEGIN already sent by Kysely): the advance and the
 // savepoint in one message, for withFence (see openFencedKysely).
 import { createHash } from 'node:crypto';
-import type { FencingToken, ResolvedFencing, SequencerMismatchError, StaleTokenError } from '../../../src/index.js';
+import { SequencerMismatchError, StaleTokenError, type FencingToken, type ResolvedFencing } from '../../../src/index.js';
+import { checkInTransaction, checkOutcome, checkStatements, checksOnly } from './check.js';
 import { rawQuery, sendKysely, sendPg, sqlState, type KyselyExecutor, type PgPoolClient, type PgQueryResult } from '../database.js';
 import { CancelledWait } from './cancel.js';
 import { OPEN_ADVANCE, OPEN_EQUAL, advanceOrRaise, isRefusalError, outcomeOf } from './advance.js';
@@ -104,6 +105,7 @@ export type Opened =
  * already rolled back.
  */
 export async function openFenced(client: PgPoolClient, resource: string, fencing: ResolvedFencing, send: SendMessage = sendOn(client)): Promise<Opened> {
+  if (checksOnly(fencing)) return openChecked(client, resource, fencing, send);
   const resourceLiteral = quoteLiteral(resource);
   const args = `(${resourceLiteral}, ${tokenLiteral(fencing.token)}, ${bindingLiterals(fencing)})`;
   const open = `BEGIN; EXECUTE ${ADVANCE_NAME}${args}; ${OPEN_SAVEPOINT}`;
@@ -152,6 +154,23 @@ export async function openFenced(client: PgPoolClient, resource: string, fencing
     lastAdmitted.delete(resource);
     return { ok: false, error: outcome.stale, broken: await rollback(client) };
   }
+}
+
+/**
+ * The check-only opening (./check.ts): BEGIN, the check and the savepoint in
+ * one message; a refusal is answered with the transaction rolled back.
+ */
+async function openChecked(client: PgPoolClient, resource: string, fencing: ResolvedFencing, send: SendMessage): Promise<Opened> {
+  let answers: PgQueryResult[];
+  try {
+    answers = await send(`BEGIN; ${checkStatements(resource)}; ${OPEN_SAVEPOINT}`);
+  } catch (error) {
+    if (error instanceof CancelledWait) throw error;
+    return { ok: false, error, broken: await rollback(client) };
+  }
+  const outcome = checkOutcome(resource, fencing, answers[1], answers[2], answers[3]);
+  if (outcome instanceof Error) return { ok: false, error: outcome, broken: await rollback(client) };
+  return { ok: true, advanced: outcome };
 }
 
 /** PREPARE the fence statement on `client` unless done; answers the backend's pid. */
@@ -218,6 +237,16 @@ function bindingLiterals(fencing: ResolvedFencing): string {
  * caller lets Kysely roll back, then calls `refusal.error(db)`.
  */
 export async function openFencedKysely(trx: KyselyExecutor, resource: string, fencing: ResolvedFencing): Promise<void> {
+  if (checksOnly(fencing)) {
+    try {
+      await checkInTransaction(trx, resource, fencing);
+    } catch (error) {
+      if (error instanceof StaleTokenError || error instanceof SequencerMismatchError) throw new StaleRefusal(resource, fencing);
+      throw error;
+    }
+    await sendKysely(trx, rawQuery(OPEN_SAVEPOINT, []));
+    return;
+  }
   const [kind, lock, sourceKind, sourceId] = bindingLiterals(fencing).split(', ') as [string, string, string, string];
   try {
     await sendKysely(trx, rawQuery(`${advanceOrRaise(quoteLiteral(resource), tokenLiteral(fencing.token), kind, lock, sourceKind, sourceId)}; ${OPEN_SAVEPOINT}`, []));

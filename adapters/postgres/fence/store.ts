@@ -1,6 +1,8 @@
 // PostgresFenceStore: the core's FenceStore on fencekeeper_fences, for the
 // Express middleware (or anything else that admits requests by token).
-import { CommitFailedError, InvalidArgumentError, resolveFencing, type FenceAdmission, type FenceStore, type Fencing, type FencingToken, type ResolvedFencing } from '../../../src/index.js';
+import { CommitFailedError, InvalidArgumentError, resolveFencing, type FenceAdmission, type FenceMode, type FenceStore, type Fencing, type FencingToken, type ResolvedFencing } from '../../../src/index.js';
+import { fenceAdvances } from '../../../src/extend.js';
+import { checksOnly, type FenceRequest } from './check.js';
 import { CancelledWait, advanceCancellably, cancelStatement, connectCancellably, whileCancellable } from './cancel.js';
 import { openFenced, sendOn, type Opened } from './open.js';
 import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type TransactionOf } from '../database.js';
@@ -75,9 +77,18 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
     return currentFence(this.#db, resource);
   }
 
-  async admit(resource: string, presented: Fencing, options: { signal?: AbortSignal } = {}): Promise<FenceAdmission<Tx>> {
+  /**
+   * As FenceStore.admit. `advance: false` is the check-only mode (a reader
+   * of a read-write lock): admitted on the same condition, the mark left
+   * where it is (none yet: 1, which admits every token as none does); the
+   * admission holds the fence row FOR SHARE, so an advancing admission waits
+   * until it is settled. Admissions of one store still enter one at a time
+   * per resource (its wait line), so its check-only admissions wait for each
+   * other rather than refuse each other.
+   */
+  async admit(resource: string, presented: Fencing, options: { signal?: AbortSignal } & FenceMode = {}): Promise<FenceAdmission<Tx>> {
     checkResource(resource);
-    const token = resolveFencing(presented);
+    const token: FenceRequest = { ...resolveFencing(presented), advance: fenceAdvances(options, 'PostgresFenceStore.admit') };
     const signal = options.signal;
     signal?.throwIfAborted();
     // One admission per resource on its way to the row lock; the others wait in line here (see wait-line.ts).
@@ -119,13 +130,13 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
       if (how === 'commit') {
         const ending = await closeFenced(send);
         release(ending.committed || ending.advanceKept ? undefined : await rollback(client));
-        if (!ending.committed) throw await failedClose(pool, ORIGIN, resource, token, ending);
+        if (!ending.committed) throw await failedClose(pool, ORIGIN, resource, token, nothingToRestore(fencing, ending));
         return;
       }
       const advanceKept = await abandonInFlight(pool, pid, () => abandon(send));
       // The handler may still hold this client and send more: never hand it to anyone else.
       release(new Error('fenced admission aborted'));
-      await keepAfterAbort(pool, resource, token, advanceKept);
+      await keepAfterAbort(pool, resource, token, advanceKept || checksOnly(fencing));
     });
     return admission(resource, token, previous, client as unknown as Tx, () => settle('commit'), () => settle('abort'));
   }
@@ -146,8 +157,8 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
           // Kysely's own COMMIT or ROLLBACK after our message has nothing left to do: its failure changes nothing.
           await done.catch(() => undefined);
           if (ended === undefined) return;
-          if ('aborted' in ended) return keepAfterAbort(db, resource, token, ended.advanceKept);
-          if (!ended.committed) throw await failedClose(db, ORIGIN, resource, token, ended);
+          if ('aborted' in ended) return keepAfterAbort(db, resource, token, ended.advanceKept || checksOnly(fencing));
+          if (!ended.committed) throw await failedClose(db, ORIGIN, resource, token, nothingToRestore(fencing, ended));
         });
         resolve(admission(resource, token, previous, trx as unknown as Tx, () => settle('commit'), () => settle('abort')));
         const send = sender(trx);
@@ -172,6 +183,11 @@ export class PostgresFenceStore<Db extends Database = PgPool, Tx = TransactionOf
 }
 
 type Settlement = 'commit' | 'abort';
+
+/** A check-only admission moved no mark: a failed close has no advance to apply again (reported as kept: the mark stands as it was). */
+function nothingToRestore<E extends { readonly advanceKept: boolean }>(fencing: ResolvedFencing, ending: E): E {
+  return checksOnly(fencing) ? { ...ending, advanceKept: true } : ending;
+}
 
 const ORIGIN = 'PostgresFenceStore';
 

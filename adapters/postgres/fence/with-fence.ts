@@ -1,5 +1,6 @@
-import { InvalidArgumentError, SequencerMismatchError, StaleTokenError, resolveFencing, type Fencing, type ResolvedFencing } from '../../../src/index.js';
-import { publishRefused, traceWithFence } from '../../../src/extend.js';
+import { InvalidArgumentError, SequencerMismatchError, StaleTokenError, WorkNotCommittedError, resolveFencing, type FenceMode, type Fencing, type ResolvedFencing } from '../../../src/index.js';
+import { fenceAdvances, publishRefused, traceWithFence } from '../../../src/extend.js';
+import { checksOnly, type FenceRequest } from './check.js';
 import { guardClient, isKysely, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from '../database.js';
 import { StaleRefusal, openFenced, openFencedKysely } from './open.js';
 import { ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './transaction.js';
@@ -37,29 +38,43 @@ import { checkResource } from '../identifiers.js';
  * Lock or Leadership itself (its sequencer is used; one whose `held` is
  * false is refused with LockLostError before any SQL), or CURRENT_LOCK: the lock of the enclosing withLock (NoCurrentLockError,
  * before any SQL, outside every withLock).
+ *
+ * `options.advance: false` is the check-only mode (a reader of a read-write
+ * lock): admitted on the same condition (the token at least the mark, the
+ * sequencer of a bound fence's lock), but the mark stays where it is (a
+ * fence without one gets 1, which admits every token as none does). The
+ * transaction holds the fence row FOR SHARE instead: check-only transactions
+ * run side by side, and an advancing one waits until they have ended.
  */
-export function withFence<P extends PgPool, T>(db: P, resource: string, token: Fencing, work: (client: PoolClientOf<P>) => Promise<T>): Promise<T>;
-export function withFence<Trx extends KyselyExecutor, T>(db: KyselyDatabase<Trx>, resource: string, token: Fencing, work: (trx: Trx) => Promise<T>): Promise<T>;
+export function withFence<P extends PgPool, T>(db: P, resource: string, token: Fencing, work: (client: PoolClientOf<P>) => Promise<T>, options?: FenceMode): Promise<T>;
+export function withFence<Trx extends KyselyExecutor, T>(db: KyselyDatabase<Trx>, resource: string, token: Fencing, work: (trx: Trx) => Promise<T>, options?: FenceMode): Promise<T>;
 /** For code generic over both flavors: `work` gets whichever the database hands out. */
-export function withFence<T>(db: Database, resource: string, token: Fencing, work: (trx: PgPoolClient | KyselyExecutor) => Promise<T>): Promise<T>;
-export async function withFence<T>(db: Database, resource: string, fencing: Fencing, work: (trx: never) => Promise<T>): Promise<T> {
+export function withFence<T>(db: Database, resource: string, token: Fencing, work: (trx: PgPoolClient | KyselyExecutor) => Promise<T>, options?: FenceMode): Promise<T>;
+export async function withFence<T>(db: Database, resource: string, fencing: Fencing, work: (trx: never) => Promise<T>, options?: FenceMode): Promise<T> {
   checkResource(resource);
   const resolved = resolveFencing(fencing);
   if (typeof work !== 'function') throw new InvalidArgumentError('work must be a function');
+  if (options !== undefined && (typeof options !== 'object' || options === null)) throw new InvalidArgumentError('withFence: options must be an object');
+  const request: FenceRequest = { ...resolved, advance: fenceAdvances(options, 'withFence') };
   const run = work as (trx: unknown) => Promise<T>;
-  return traceWithFence('postgres', resource, resolved.token, () => fenced(db, resource, resolved, run));
+  return traceWithFence('postgres', resource, resolved.token, () => fenced(db, resource, request, run));
 }
 
 async function fenced<T>(db: Database, resource: string, fencing: ResolvedFencing, run: (trx: unknown) => Promise<T>): Promise<T> {
   const token = fencing.token;
+  // Check-only: there is no advance to keep or apply again when the work fails; the mark stays as it was.
+  const checking = checksOnly(fencing);
   const ended = isKysely(db)
     ? await fenceKysely(db as KyselyDatabase, resource, fencing, run)
     : await fencePg(db as PgPool, resource, fencing, run);
   if (ended.threw) {
-    await keepAfterFailure(db, ORIGIN, resource, token, ended.advanceKept, ended.error);
+    if (!checking) await keepAfterFailure(db, ORIGIN, resource, token, ended.advanceKept, ended.error);
     throw ended.error;
   }
-  if (!ended.ending.committed) throw await failedClose(db, ORIGIN, resource, token, ended.ending);
+  if (!ended.ending.committed) {
+    if (checking) throw new WorkNotCommittedError(resource, token, { cause: ended.ending.cause });
+    throw await failedClose(db, ORIGIN, resource, token, ended.ending);
+  }
   return ended.value;
 }
 

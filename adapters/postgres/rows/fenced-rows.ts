@@ -23,7 +23,12 @@
 // it was is read on the refusal path only). On a table never bound they
 // compare numbers only, as before: bare tokens and sequencers alike.
 import { SequencerMismatchError, StaleTokenError, formatToken, resolveFencing, type FencingToken, type ResolvedFencing } from '../../../src/index.js';
-import { publishRefused, traceFencedWrite } from '../../../src/extend.js';
+import { fenceAdvances, publishRefused, refuseCheckOnly, traceFencedWrite } from '../../../src/extend.js';
+
+// Why only fencedUpdate has the check-only mode among the row helpers: the
+// others create or remove a row, and the row (or its tombstone) is where the
+// mark lives, so each would have to write a mark it did not present.
+const NO_CHECK_ONLY_ROW = 'the row or tombstone it writes carries the mark itself; only fencedUpdate (and fenced() for Kysely) leave it unchanged';
 import { BINDING_COLUMNS, bindingAdmits, bindingJoin, presentedLock, tableMismatch } from './bind-table.js';
 import { readBigint, run, sqlState, statementName, type Queryable } from '../database.js';
 import { assertIdentifier, checkColumnValues, checkColumns, checkKey, quoteIdentifier, quoteTable } from '../identifiers.js';
@@ -78,6 +83,8 @@ function checkOptions(options: unknown, what: string): Record<string, unknown> {
  * StaleTokenError (current: the largest such token); if none matches, 0.
  * With a `where` matching several rows, each row is fenced on its own: rows
  * holding a larger token are skipped, and only "nothing updated" is an error.
+ * `advance: false` (check-only, a reader of a read-write lock): the same
+ * compare, but the rows keep their token column as it was.
  */
 export function fencedUpdate(db: Queryable, options: FencedUpdateOptions): Promise<number> {
   return traced('update', options, (fencing) => updateRows(db, options, fencing));
@@ -87,15 +94,16 @@ async function updateRows(db: Queryable, options: FencedUpdateOptions, fencing: 
   const o = checkOptions(options, 'fencedUpdate');
   const resolved = fencing();
   const token = resolved.token;
+  const advance = fenceAdvances(o, 'fencedUpdate');
   const where = checkColumnValues(o['where'], 'where');
   const set = checkColumnValues(o['set'], 'set');
   // The statement's text depends only on the names (and which where values
   // are null): built and validated once per shape, then reused, so the hot
   // path is a cache lookup, not regexes and string building per write.
-  const shapeKey = JSON.stringify([o['table'], o['tokenColumn'] ?? null, where.map(([c, v]) => (v === null ? `${c}\0` : c)), set.map(([c]) => c)]);
+  const shapeKey = JSON.stringify([o['table'], o['tokenColumn'] ?? null, where.map(([c, v]) => (v === null ? `${c}\0` : c)), set.map(([c]) => c), advance]);
   let shape = updateShapes.get(shapeKey);
   if (shape === undefined) {
-    shape = updateShape(o['table'], o['tokenColumn'], where, set);
+    shape = updateShape(o['table'], o['tokenColumn'], where, set, advance);
     if (updateShapes.size >= 1024) updateShapes.clear();
     updateShapes.set(shapeKey, shape);
   }
@@ -118,7 +126,7 @@ interface UpdateShape {
 
 const updateShapes = new Map<string, UpdateShape>();
 
-function updateShape(tableName: unknown, tokenColumnName: unknown, where: readonly [string, unknown][], set: readonly [string, unknown][]): UpdateShape {
+function updateShape(tableName: unknown, tokenColumnName: unknown, where: readonly [string, unknown][], set: readonly [string, unknown][], advance: boolean): UpdateShape {
   const table = quoteTable(tableName);
   const tokenColumn = checkTokenColumn(tokenColumnName);
   for (const [column] of where) assertIdentifier(column, 'where column');
@@ -133,7 +141,9 @@ function updateShape(tableName: unknown, tokenColumnName: unknown, where: readon
     numbered.push(value);
     return `${quoteIdentifier(column)} = $${numbered.length}`;
   });
-  assignments.push(`${quoteIdentifier(tokenColumn)} = $1`);
+  // Check-only: the row keeps its token (a NULL stays NULL: it admits every token, as before).
+  if (advance) assignments.push(`${quoteIdentifier(tokenColumn)} = $1`);
+  if (assignments.length === 0) throw new InvalidArgumentError('fencedUpdate: set must name a column to write (check-only writes no token)');
   const conditions = whereClause(where, numbered);
   const text = `UPDATE ${table} SET ${assignments.join(', ')} WHERE ${conditions} AND ${tokenPasses(tokenColumn, '$1')} AND ${bindingAdmits(table, numbered.length + 1)}`;
   return { table, tokenColumn, text, name: statementName(text) };
@@ -148,6 +158,7 @@ function updateShape(tableName: unknown, tokenColumnName: unknown, where: readon
  * → StaleTokenError; no matching row → 0.
  */
 export function fencedDelete(db: Queryable, options: FencedDeleteOptions): Promise<number> {
+  refuseCheckOnly(fenceAdvances(options, 'fencedDelete'), 'fencedDelete', NO_CHECK_ONLY_ROW);
   return traced('delete', options, (fencing) => deleteRows(db, options, fencing));
 }
 
@@ -191,6 +202,7 @@ ON CONFLICT (relation, row_key) DO UPDATE SET token = GREATEST(t.token, EXCLUDED
  * fencedUpsert.
  */
 export function fencedInsert(db: Queryable, options: FencedInsertOptions): Promise<number> {
+  refuseCheckOnly(fenceAdvances(options, 'fencedInsert'), 'fencedInsert', NO_CHECK_ONLY_ROW);
   return traced('insert', options, async (fencing) => (await insertRow(db, options, 'insert', fencing)).rowCount);
 }
 
@@ -201,6 +213,7 @@ export function fencedInsert(db: Queryable, options: FencedInsertOptions): Promi
  * a larger row token or tombstone → StaleTokenError.
  */
 export function fencedUpsert(db: Queryable, options: FencedUpsertOptions): Promise<'inserted' | 'updated'> {
+  refuseCheckOnly(fenceAdvances(options, 'fencedUpsert'), 'fencedUpsert', NO_CHECK_ONLY_ROW);
   return traced('upsert', options, async (fencing) => {
     const { rows } = await insertRow(db, options, 'upsert', fencing);
     return rows[0]?.['inserted'] === true ? 'inserted' : 'updated';

@@ -1,6 +1,7 @@
 // For people who already write Kysely queries: add the fence to their own
 // update builder instead of switching to fencedUpdate().
-import { InvalidArgumentError, formatToken, resolveFencing, type Fencing } from '../../../src/index.js';
+import { InvalidArgumentError, formatToken, resolveFencing, type FenceMode, type Fencing } from '../../../src/index.js';
+import { fenceAdvances } from '../../../src/extend.js';
 import { bindingValues } from '../fence/row.js';
 import { assertIdentifier, quoteIdentifier } from '../identifiers.js';
 
@@ -47,18 +48,23 @@ interface RawCondition {
  * is a compile-time plugin this check does not see: name the schema in
  * updateTable('schema.table') instead.)
  *
+ * `mode` `{ advance: false }` is the check-only mode (a reader of a
+ * read-write lock): the same condition, without `.set(column, token)`, so
+ * the rows keep their token.
+ *
  * Run it inside withFence()'s transaction or on its own: either way the
  * comparison, the binding check and the write are one statement.
  */
-export function fenced<QB extends FenceableUpdate>(qb: QB, token: Fencing, column = 'fencing_token'): QB {
+export function fenced<QB extends FenceableUpdate>(qb: QB, token: Fencing, column = 'fencing_token', mode?: FenceMode): QB {
   const fencing = resolveFencing(token);
   assertIdentifier(column, 'column');
+  const advance = fenceAdvances(mode, 'fenced()');
   const builder = qb as unknown as LooseUpdate;
   const table = updatedTable(builder);
   // Sent as decimal text: exact for every int8, whatever the column's TS type.
   const value = formatToken(fencing.token);
-  return builder
-    .set(column, value)
+  // Check-only: the rows keep their token column.
+  return (advance ? builder.set(column, value) : builder)
     .where((eb) => eb.or([eb(column, '<=', value), eb(column, 'is', null)]))
     .where(bindingAdmits(table, bindingValues(fencing.sequencer))) as unknown as QB;
 }

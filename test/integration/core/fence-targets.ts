@@ -62,7 +62,16 @@ const deleted = (token: bigint): State => ({ mark: token, value: null });
 const big = (text: unknown): bigint | null => (text === null || text === undefined ? null : BigInt(String(text)));
 
 /** Opens every server the fences need; `close()` removes what it made. */
-export async function openFences(label: string): Promise<{ fences: FenceKind[]; close(): Promise<void> }> {
+export interface OpenedFences {
+  readonly fences: FenceKind[];
+  /** The PostgreSQL pool (migrated schema of this file), a Kysely over it, and the MySQL pool, for tests of their own. */
+  readonly pg: pg.Pool;
+  readonly kysely: Kysely<Record<string, { id: number; body: string | null; fencing_token: string | null }>>;
+  readonly mysql: mysql.Pool;
+  close(): Promise<void>;
+}
+
+export async function openFences(label: string): Promise<OpenedFences> {
   const closers: (() => Promise<void>)[] = [];
 
   // PostgreSQL: a schema of this file's own.
@@ -276,10 +285,10 @@ export async function openFences(label: string): Promise<{ fences: FenceKind[]; 
   const effectsRan = new Map<string, string>();
 
   const fences: FenceKind[] = [
-    pgResource('postgres withFence', (resource, fencing, value) =>
-      fkpg.withFence(pool, resource, fencing, (client) => pgGuard(client, resource, value))),
-    pgResource('PostgresFenceStore', async (resource, fencing, value) => {
-      const admission = await new fkpg.PostgresFenceStore(pool).admit(resource, fencing);
+    pgResource('postgres withFence', (resource, fencing, value, mode) =>
+      fkpg.withFence(pool, resource, fencing, (client) => pgGuard(client, resource, value), mode)),
+    pgResource('PostgresFenceStore', async (resource, fencing, value, mode) => {
+      const admission = await new fkpg.PostgresFenceStore(pool).admit(resource, fencing, { ...mode });
       await pgGuard(admission.transaction, resource, value);
       await admission.commit();
     }),
@@ -289,11 +298,11 @@ export async function openFences(label: string): Promise<{ fences: FenceKind[]; 
       async make(initial) {
         const resource = uniqueId('fi-effect');
         let n = 0;
-        const write = (fencing: Fencing, value: string) =>
-          fkpg.withEffect(pool, { resource, token: fencing, key: `k${n++}` }, () => { effectsRan.set(resource, value); });
+        const write = (fencing: Fencing, value: string, mode?: Mode) =>
+          fkpg.withEffect(pool, { resource, token: fencing, key: `k${n++}` }, () => { effectsRan.set(resource, value); }, { ...(mode as object) });
         if (initial !== undefined) await write(initial, 'seed');
         return {
-          write: async (fencing, value) => { await write(fencing, value); },
+          write: async (fencing, value, mode) => { await write(fencing, value, mode); },
           state: async () => ({ mark: await pgFenceMark(resource), value: effectsRan.get(resource) ?? null }),
           expected: written,
           async bind(first) {
@@ -303,50 +312,50 @@ export async function openFences(label: string): Promise<{ fences: FenceKind[]; 
         };
       },
     },
-    pgRows('postgres fencedUpdate', true, (table, token, body) => fkpg.fencedUpdate(pool, { table, where: { id: 1 }, set: { body }, token })),
-    pgRows('postgres fencedInsert', false, async (table, token, body) => {
+    pgRows('postgres fencedUpdate', true, (table, token, body, mode) => fkpg.fencedUpdate(pool, { table, where: { id: 1 }, set: { body }, token, ...mode })),
+    pgRows('postgres fencedInsert', false, async (table, token, body, mode) => {
       // An insert never overwrites: each write deletes the row with the same token first, then inserts.
-      await fkpg.fencedDelete(pool, { table, where: { id: 1 }, token });
-      await fkpg.fencedInsert(pool, { table, values: { id: 1, body }, key: ['id'], token });
+      await fkpg.fencedDelete(pool, { table, where: { id: 1 }, token, ...mode });
+      await fkpg.fencedInsert(pool, { table, values: { id: 1, body }, key: ['id'], token, ...mode });
     }),
-    pgRows('postgres fencedUpsert', false, (table, token, body) => fkpg.fencedUpsert(pool, { table, values: { id: 1, body }, key: ['id'], token })),
-    pgRows('postgres fencedDelete', true, (table, token) => fkpg.fencedDelete(pool, { table, where: { id: 1 }, token }), deleted),
-    pgRows('kysely fenced()', true, async (table, token, body) => {
-      const result = await fkpg.fenced(kysely.updateTable(table).set({ body }).where('id', '=', 1), token).executeTakeFirst();
+    pgRows('postgres fencedUpsert', false, (table, token, body, mode) => fkpg.fencedUpsert(pool, { table, values: { id: 1, body }, key: ['id'], token, ...mode })),
+    pgRows('postgres fencedDelete', true, (table, token, _body, mode) => fkpg.fencedDelete(pool, { table, where: { id: 1 }, token, ...mode }), deleted),
+    pgRows('kysely fenced()', true, async (table, token, body, mode) => {
+      const result = await fkpg.fenced(kysely.updateTable(table).set({ body }).where('id', '=', 1), token, 'fencing_token', mode).executeTakeFirst();
       if (result.numUpdatedRows === 0n) {
         // fenced() leaves "nothing updated" to the caller: say why, as the row helpers do.
         const { rows } = await pool.query(`SELECT fencing_token::text AS token FROM ${table} WHERE id = 1`);
         throw new NothingUpdated(`kysely fenced(): nothing updated (row token ${rows[0]?.token})`);
       }
     }),
-    myResource('mysql withFence', (resource, fencing, value) =>
-      fkmy.withFence(my.pool, resource, fencing, (connection) => myGuard(connection, resource, value))),
-    myResource('MySqlFenceStore', async (resource, fencing, value) => {
-      const admission = await new fkmy.MySqlFenceStore(my.pool).admit(resource, fencing);
+    myResource('mysql withFence', (resource, fencing, value, mode) =>
+      fkmy.withFence(my.pool, resource, fencing, (connection) => myGuard(connection, resource, value), mode)),
+    myResource('MySqlFenceStore', async (resource, fencing, value, mode) => {
+      const admission = await new fkmy.MySqlFenceStore(my.pool).admit(resource, fencing, { ...mode });
       await myGuard(admission.transaction, resource, value);
       await admission.commit();
     }),
-    myTableRows('mysql fencedUpdate', true, (table, token, body) => fkmy.fencedUpdate(my.pool, { table, where: { id: 1 }, set: { body }, token })),
-    myTableRows('mysql fencedInsert', false, async (table, token, body) => {
-      await fkmy.fencedDelete(my.pool, { table, where: { id: 1 }, token });
-      await fkmy.fencedInsert(my.pool, { table, values: { id: 1, body }, key: ['id'], token });
+    myTableRows('mysql fencedUpdate', true, (table, token, body, mode) => fkmy.fencedUpdate(my.pool, { table, where: { id: 1 }, set: { body }, token, ...mode })),
+    myTableRows('mysql fencedInsert', false, async (table, token, body, mode) => {
+      await fkmy.fencedDelete(my.pool, { table, where: { id: 1 }, token, ...mode });
+      await fkmy.fencedInsert(my.pool, { table, values: { id: 1, body }, key: ['id'], token, ...mode });
     }),
-    myTableRows('mysql fencedUpsert', false, (table, token, body) => fkmy.fencedUpsert(my.pool, { table, values: { id: 1, body }, key: ['id'], token })),
-    myTableRows('mysql fencedDelete', true, (table, token) => fkmy.fencedDelete(my.pool, { table, where: { id: 1 }, token }), deleted),
-    dynamoKind('fencedPutItem', false, (pk, token, body, _mode, bind) =>
-      fkdyn.fencedPutItem(dynamo, { TableName, Item: { pk: { S: pk }, body: { S: body } }, token }, bind === undefined ? {} : { bind })),
-    dynamoKind('fencedUpdateItem', false, (pk, token, body, _mode, bind) =>
-      fkdyn.fencedUpdateItem(dynamo, { TableName, Key: { pk: { S: pk } }, UpdateExpression: 'SET body = :b', ExpressionAttributeValues: { ':b': { S: body } }, token }, bind === undefined ? {} : { bind })),
-    dynamoKind('fencedDeleteItem', true, (pk, token) => fkdyn.fencedDeleteItem(dynamo, { TableName, Key: { pk: { S: pk } }, token }), deleted),
-    redisKind('redis fencedSet', false, (key, token, value) => fkredis.fencedSet(redis, key, value, token)),
-    redisKind('redis fencedDelete', true, (key, token) => fkredis.fencedDelete(redis, key, token), deleted),
+    myTableRows('mysql fencedUpsert', false, (table, token, body, mode) => fkmy.fencedUpsert(my.pool, { table, values: { id: 1, body }, key: ['id'], token, ...mode })),
+    myTableRows('mysql fencedDelete', true, (table, token, _body, mode) => fkmy.fencedDelete(my.pool, { table, where: { id: 1 }, token, ...mode }), deleted),
+    dynamoKind('fencedPutItem', false, (pk, token, body, mode, bind) =>
+      fkdyn.fencedPutItem(dynamo, { TableName, Item: { pk: { S: pk }, body: { S: body } }, token }, { ...(mode as object), ...(bind === undefined ? {} : { bind }) })),
+    dynamoKind('fencedUpdateItem', false, (pk, token, body, mode, bind) =>
+      fkdyn.fencedUpdateItem(dynamo, { TableName, Key: { pk: { S: pk } }, UpdateExpression: 'SET body = :b', ExpressionAttributeValues: { ':b': { S: body } }, token }, { ...mode, ...(bind === undefined ? {} : { bind }) })),
+    dynamoKind('fencedDeleteItem', true, (pk, token, _body, mode) => fkdyn.fencedDeleteItem(dynamo, { TableName, Key: { pk: { S: pk } }, token }, { ...(mode as object) }), deleted),
+    redisKind('redis fencedSet', false, (key, token, value, mode) => fkredis.fencedSet(redis, key, value, token, { ...mode })),
+    redisKind('redis fencedDelete', true, (key, token, _value, mode) => fkredis.fencedDelete(redis, key, token, { ...mode }), deleted),
     {
       // Compares tokens only (it keeps no binding): no bind.
       name: 'RedisFenceStore',
       async make(initial) {
         const resource = uniqueId('fi-redis-store');
-        const write = async (fencing: Fencing, value: string) => {
-          const admission = await redisStore.admit(resource, fencing);
+        const write = async (fencing: Fencing, value: string, mode?: Mode) => {
+          const admission = await redisStore.admit(resource, fencing, { ...mode });
           redisGuarded.set(resource, value);
           await admission.commit();
         };
@@ -358,9 +367,9 @@ export async function openFences(label: string): Promise<{ fences: FenceKind[]; 
         };
       },
     },
-    s3Kind('fencedPutObject', false, (Key, token, Body, _mode, bind) =>
-      fks3.fencedPutObject(s3, { Bucket: bucket.name, Key, Body, token }, bind === undefined ? {} : { bind })),
-    s3Kind('fencedDeleteObject', true, (Key, token) => fks3.fencedDeleteObject(s3, { Bucket: bucket.name, Key, token }), deleted),
+    s3Kind('fencedPutObject', false, (Key, token, Body, mode, bind) =>
+      fks3.fencedPutObject(s3, { Bucket: bucket.name, Key, Body, token }, { ...(mode as object), ...(bind === undefined ? {} : { bind }) })),
+    s3Kind('fencedDeleteObject', true, (Key, token, _body, mode) => fks3.fencedDeleteObject(s3, { Bucket: bucket.name, Key, token }, { ...(mode as object) }), deleted),
     {
       name: 'MemoryFenceStore',
       async make(initial) {
@@ -385,6 +394,9 @@ export async function openFences(label: string): Promise<{ fences: FenceKind[]; 
   ];
   return {
     fences,
+    pg: pool,
+    kysely,
+    mysql: my.pool,
     async close() {
       for (const close of closers.reverse()) await close().catch(() => undefined);
     },
