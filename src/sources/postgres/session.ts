@@ -71,6 +71,8 @@ const HEARTBEAT = `SELECT renewed, ids, tokens, heads, holder_ms FROM fencekeepe
 const CLOSE = `SELECT fencekeeper_lock_session_close($1) AS names`;
 const LEAVE = `SELECT fencekeeper_lock_leave($1, $2, $3)::text AS granted`;
 const SWEEP = `SELECT fencekeeper_lock_sweep($1) AS reaped`;
+/** The sweep's period, in leases. */
+const SWEEP_EVERY_LEASES = 5;
 /** Names with expired entries handed on per sweep: bounded, so one sweep stays short. */
 const SWEEP_LIMIT = 100;
 /** After the source's connection broke: connect again this soon, not a whole beat later. */
@@ -106,6 +108,8 @@ export class PgSession {
   #earlier = new Map<string, bigint>();
   /** Leaves that failed (an unreachable database), by entry id or request key: retried at every beat until the session ends. */
   readonly #unleft = new Map<string, { readonly entry: string | null; readonly request: string }>();
+  /** Further channels LISTENed on (observers), with who is told of a NOTIFY there. */
+  readonly #channels = new Map<string, Set<() => void>>();
   #tick: NodeJS.Timeout | null = null;
   #expiry: NodeJS.Timeout | null = null;
   #sweep: NodeJS.Timeout | null = null;
@@ -164,7 +168,8 @@ export class PgSession {
     const intervalMs = Math.max(50, Math.floor(leaseMs / 3));
     this.#tick = setInterval(() => this.#beat(), intervalMs);
     this.#tick.unref();
-    this.#sweep = setInterval(() => this.#sweepExpired(), leaseMs);
+    // The backstop for names nobody contends (their next user reaps them anyway): rare, so it never does a head waiter's job.
+    this.#sweep = setInterval(() => this.#sweepExpired(), SWEEP_EVERY_LEASES * leaseMs);
     this.#sweep.unref();
     this.#armExpiry();
     publishSessionState('postgres', sessionName(id), null, 'connected');
@@ -222,6 +227,36 @@ export class PgSession {
     }
   }
 
+  /**
+   * LISTEN on `channel` too (an observer's): `listener` is called on every
+   * NOTIFY there, after the source's connection was made again (what was
+   * sent meanwhile is lost), and when the session ends. Resolves, once
+   * listening, to the function that stops it (answering whether that was
+   * the channel's last listener, now UNLISTENed).
+   */
+  async listen(channel: string, listener: () => void): Promise<() => boolean> {
+    if (this.#endError !== null) throw this.#endError;
+    let listeners = this.#channels.get(channel);
+    if (listeners === undefined) {
+      listeners = new Set();
+      this.#channels.set(channel, listeners);
+      // No connection now: the reconnect LISTENs on every channel, then tells every listener.
+      await this.#client?.query({ text: `LISTEN "${channel}"` });
+    }
+    listeners.add(listener);
+    return () => {
+      const set = this.#channels.get(channel);
+      if (set === undefined || !set.delete(listener) || set.size > 0) return false;
+      this.#channels.delete(channel);
+      this.#client?.query({ text: `UNLISTEN "${channel}"` }).catch(() => undefined);
+      return true;
+    };
+  }
+
+  #tellChannels(): void {
+    for (const listeners of [...this.#channels.values()]) for (const listener of [...listeners]) listener();
+  }
+
   /** The database answered that this session has expired (an enter found it gone): end it now. */
   expiredSeen(): void {
     this.#end('session_expired', new SessionExpiredError(`the PostgreSQL session ${this.id} expired (its lease of ${this.leaseMs} ms passed on the database's clock)`));
@@ -249,7 +284,12 @@ export class PgSession {
   }
 
   readonly #onNotification = (message: PgNotification): void => {
-    if (message.channel !== this.#channel || message.payload === undefined) return;
+    if (message.channel !== this.#channel) {
+      const listeners = this.#channels.get(message.channel);
+      if (listeners !== undefined) for (const listener of [...listeners]) listener();
+      return;
+    }
+    if (message.payload === undefined) return;
     const space = message.payload.indexOf(' ');
     if (space < 0) return;
     const entry = message.payload.slice(0, space);
@@ -289,6 +329,7 @@ export class PgSession {
         client = await this.#pool.connect();
         client.on('error', ignore);
         await client.query({ text: `LISTEN "${this.#channel}"` });
+        for (const channel of this.#channels.keys()) await client.query({ text: `LISTEN "${channel}"` });
       } catch {
         if (client !== null) client.release(true);
         this.#connecting = false;
@@ -303,8 +344,9 @@ export class PgSession {
       this.#client = client;
       this.#attach(client);
       publishSessionState('postgres', sessionName(this.id), 'disconnected', 'connected');
-      // Listening again: what was NOTIFYd meanwhile is read back by this beat.
+      // Listening again: what was NOTIFYd meanwhile is read back by this beat, and by the observers.
       this.#beat();
+      this.#tellChannels();
     })();
   }
 
@@ -430,6 +472,8 @@ export class PgSession {
     this.#early.clear();
     this.#earlier.clear();
     for (const waiter of waiters) waiter.ended(error);
+    this.#tellChannels();
+    this.#channels.clear();
     publishSessionState('postgres', sessionName(this.id), 'connected', reason === 'closed' ? 'closed' : 'expired');
     this.#onEnd(this);
   }
