@@ -93,7 +93,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
       'migrate', 'loadMigrations', 'migrationsDirectory',
       'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete', 'fenced', 'bindTable', 'tableBindingOf',
       'bindFence', 'fenceBindingOf', 'withEffect', 'pendingEffects', 'listEffects', 'settlePendingEffect', 'effectIdempotencyKey',
-      'postgresSource',
+      'postgresSource', 'withLease',
     ],
     classes: ['PostgresFenceStore', 'PostgresIdempotencyStore', 'DefiniteFailure'],
     values: [],
