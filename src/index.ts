@@ -19,6 +19,7 @@ export {
   ConnectionLossError,
   TlsError,
   QuorumError,
+  ListenUnavailableError,
   ClientClosedError,
   ProtocolError,
   ZooKeeperError,

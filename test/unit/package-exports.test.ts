@@ -50,6 +50,7 @@ const ERROR_CLASSES = [
   'EffectFailedError',
   'TlsError',
   'QuorumError',
+  'ListenUnavailableError',
   'AclMismatchError',
   'NoCurrentLockError',
   'SequencerMismatchError',

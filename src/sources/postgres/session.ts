@@ -24,7 +24,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import { ClientClosedError, SessionExpiredError, type LossReason, type SourceIdentity } from '../../index.js';
+import { ClientClosedError, ListenUnavailableError, SessionExpiredError, type LossReason, type SourceIdentity } from '../../index.js';
 import { StepDownClock, publishSessionState } from '../../extend.js';
 import { bigintOf, queryRow, type PgNotification, type PgSourceClient, type PgSourcePool } from './client.js';
 
@@ -78,6 +78,40 @@ const SWEEP_LIMIT = 100;
 /** After the source's connection broke: connect again this soon, not a whole beat later. */
 const RECONNECT_DELAY_MS = 100;
 
+/** How long the LISTEN probe waits for its own NOTIFY: a round trip, with room for a loaded machine. */
+const PROBE_MS = 2000;
+
+/**
+ * NOTIFY our channel through the pool (another connection, as a releaser's
+ * would be) and wait for it on ours: a path that does not deliver
+ * notifications (PgBouncer in transaction pooling mode) would leave every
+ * waiter asleep until its timeout, so the source refuses to start instead.
+ */
+async function probeListen(pool: PgSourcePool, client: PgSourceClient, channel: string, leaseMs: number): Promise<void> {
+  const payload = `probe ${randomBytes(6).toString('hex')}`;
+  let heard: () => void = () => undefined;
+  const arrived = new Promise<void>((resolve) => (heard = resolve));
+  const listener = (message: PgNotification): void => {
+    if (message.channel === channel && message.payload === payload) heard();
+  };
+  client.on('notification', listener);
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await pool.query({ text: 'SELECT pg_notify($1, $2)', values: [channel, payload] });
+    const waitMs = Math.min(PROBE_MS, leaseMs);
+    const outcome = await Promise.race([arrived.then(() => true), new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), waitMs)))]);
+    if (!outcome) {
+      throw new ListenUnavailableError(
+        `the PostgreSQL source's connection did not deliver its own NOTIFY within ${waitMs} ms: LISTEN does not work on this path ` +
+          '(PgBouncer in transaction or statement pooling mode?); connect the source\'s pool to PostgreSQL directly or through session pooling',
+      );
+    }
+  } finally {
+    clearTimeout(timer);
+    client.removeListener('notification', listener);
+  }
+}
+
 /** How fencekeeper:session:state names a session. */
 function sessionName(id: bigint): string {
   return `session ${id}`;
@@ -127,6 +161,7 @@ export class PgSession {
     try {
       // LISTEN before the row exists: no grant can be NOTIFYd to the channel before we hear it.
       await client.query({ text: `LISTEN "${channel}"` });
+      await probeListen(pool, client, channel, leaseMs);
       const sentAt = performance.now();
       const row = await queryRow(client, 'fencekeeper_lock_session_open_v1', OPEN, [channel, owner, leaseMs]);
       const id = bigintOf(row['session_id']);
