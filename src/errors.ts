@@ -26,6 +26,8 @@ export type ErrorCode =
   | 'EFFECT_FAILED'
   | 'TLS_FAILED'
   | 'NO_QUORUM'
+  // A PostgreSQL source's LISTEN did not hear its own NOTIFY (a transaction-pooling proxy such as PgBouncer in between).
+  | 'LISTEN_UNAVAILABLE'
   | 'ACL_MISMATCH'
   | 'NO_CURRENT_LOCK'
   | 'SEQUENCER_MISMATCH'
@@ -279,6 +281,21 @@ export class TlsError extends FencekeeperError {
 export class QuorumError extends FencekeeperError {
   static override readonly kind: string = 'QuorumError';
   constructor(message: string, options?: FencekeeperErrorOptions) { super('NO_QUORUM', message, { retryable: true, ...options }); }
+}
+
+/**
+ * A PostgreSQL source LISTENed on its session's channel and did not hear the
+ * NOTIFY it sent there itself: the connection does not deliver
+ * notifications, as through PgBouncer in transaction or statement pooling
+ * mode (a LISTEN runs on whichever server connection the statement got, and
+ * notifications follow that connection, not the client). The source's
+ * waiters are woken by NOTIFY, so it refuses to run without it: connect the
+ * source's pool to PostgreSQL directly, or through PgBouncer in session
+ * pooling mode. Not retryable: the path does not change by itself.
+ */
+export class ListenUnavailableError extends FencekeeperError {
+  static override readonly kind: string = 'ListenUnavailableError';
+  constructor(message: string, options?: FencekeeperErrorOptions) { super('LISTEN_UNAVAILABLE', message, { ...options, retryable: false }); }
 }
 
 /** The client was closed by its owner; nothing more will be sent. */

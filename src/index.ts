@@ -23,6 +23,7 @@ export {
   ConnectionLossError,
   TlsError,
   QuorumError,
+  ListenUnavailableError,
   ClientClosedError,
   ProtocolError,
   ZooKeeperError,

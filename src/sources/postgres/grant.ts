@@ -20,9 +20,11 @@ export abstract class PgEntry extends QueueGrant<never, never> {
   readonly #entryText: string;
   readonly #request: string;
   readonly #holding: Holding;
+  readonly #token: FencingToken;
 
   constructor(session: PgSession, kind: SequencerKind, name: string, entry: string, request: string, token: FencingToken, marginMs: number) {
     super(kind, name, token);
+    this.#token = token;
     this.#session = session;
     this.#entryText = entry;
     this.#request = request;
@@ -43,9 +45,19 @@ export abstract class PgEntry extends QueueGrant<never, never> {
     return this.#holding.deadline;
   }
 
-  /** The PostgreSQL session this grant hangs on, for withLease (it must be this source's). */
-  protected get pgSession(): PgSession {
-    return this.#session;
+  /** The grant's token (a lock's token, a leadership's epoch), for withLease. */
+  get grantToken(): FencingToken {
+    return this.#token;
+  }
+
+  /** The database this grant lives in, `<system identifier>-<database OID>`, for withLease. */
+  get sourceId(): string {
+    return this.#session.identity.id;
+  }
+
+  /** withLease found the grant ended in the database: end the holding too (the database's word is final). */
+  endedInDatabase(): void {
+    this.#holding.lose('session_expired', 'the database says its lease has ended');
   }
 
   /**

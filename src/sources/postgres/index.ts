@@ -4,6 +4,10 @@
 export { postgresSource } from './source.js';
 export type { PostgresSource } from './source.js';
 export type { PostgresLock } from './lock.js';
+export type { PostgresLeadership } from './election.js';
+export type { PostgresQueueEntry, PostgresLockStatus } from './queue.js';
 export type { PostgresSourceOptions } from './input.js';
 export type { PostgresSourceStats } from './session.js';
 export type { PgSourcePool, PgSourceClient, PgSourceQuery, PgSourceResult, PgNotification } from './client.js';
+export { withLease } from './with-lease.js';
+export type { LeasePool, LeaseClientOf } from './with-lease.js';

@@ -2,7 +2,7 @@
  * Join a name's queue and wait for our turn: the acquire path shared by the
  * lock and the election.
  *
- * One statement enters the queue (fencekeeper_lock_enter, migration 009):
+ * One statement enters the queue (fencekeeper_lock_enter, migration 010):
  * under the name's row lock it reaps entries of expired sessions, hands a
  * free name to the first live waiter, and then grants us at once (an empty
  * queue), answers busy (a try), or queues us. A waiter then waits for its

@@ -1,7 +1,7 @@
 /**
  * A fair lock in PostgreSQL whose every grant carries a fencing token: a
  * value of the fencekeeper_lock_tokens sequence, taken in the granting
- * transaction under the lock's row lock (migration 009 says why that makes
+ * transaction under the lock's row lock (migration 010 says why that makes
  * it strictly increasing and never repeated).
  */
 import type { FencingToken, Lock } from '../../index.js';

@@ -24,7 +24,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import { ClientClosedError, SessionExpiredError, type LossReason, type SourceIdentity } from '../../index.js';
+import { ClientClosedError, ListenUnavailableError, SessionExpiredError, type LossReason, type SourceIdentity } from '../../index.js';
 import { StepDownClock, publishSessionState } from '../../extend.js';
 import { bigintOf, queryRow, type PgNotification, type PgSourceClient, type PgSourcePool } from './client.js';
 
@@ -71,10 +71,46 @@ const HEARTBEAT = `SELECT renewed, ids, tokens, heads, holder_ms FROM fencekeepe
 const CLOSE = `SELECT fencekeeper_lock_session_close($1) AS names`;
 const LEAVE = `SELECT fencekeeper_lock_leave($1, $2, $3)::text AS granted`;
 const SWEEP = `SELECT fencekeeper_lock_sweep($1) AS reaped`;
+/** The sweep's period, in leases. */
+const SWEEP_EVERY_LEASES = 5;
 /** Names with expired entries handed on per sweep: bounded, so one sweep stays short. */
 const SWEEP_LIMIT = 100;
 /** After the source's connection broke: connect again this soon, not a whole beat later. */
 const RECONNECT_DELAY_MS = 100;
+
+/** How long the LISTEN probe waits for its own NOTIFY: a round trip, with room for a loaded machine. */
+const PROBE_MS = 2000;
+
+/**
+ * NOTIFY our channel through the pool (another connection, as a releaser's
+ * would be) and wait for it on ours: a path that does not deliver
+ * notifications (PgBouncer in transaction pooling mode) would leave every
+ * waiter asleep until its timeout, so the source refuses to start instead.
+ */
+async function probeListen(pool: PgSourcePool, client: PgSourceClient, channel: string, leaseMs: number): Promise<void> {
+  const payload = `probe ${randomBytes(6).toString('hex')}`;
+  let heard: () => void = () => undefined;
+  const arrived = new Promise<void>((resolve) => (heard = resolve));
+  const listener = (message: PgNotification): void => {
+    if (message.channel === channel && message.payload === payload) heard();
+  };
+  client.on('notification', listener);
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await pool.query({ text: 'SELECT pg_notify($1, $2)', values: [channel, payload] });
+    const waitMs = Math.min(PROBE_MS, leaseMs);
+    const outcome = await Promise.race([arrived.then(() => true), new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), waitMs)))]);
+    if (!outcome) {
+      throw new ListenUnavailableError(
+        `the PostgreSQL source's connection did not deliver its own NOTIFY within ${waitMs} ms: LISTEN does not work on this path ` +
+          '(PgBouncer in transaction or statement pooling mode?); connect the source\'s pool to PostgreSQL directly or through session pooling',
+      );
+    }
+  } finally {
+    clearTimeout(timer);
+    client.removeListener('notification', listener);
+  }
+}
 
 /** How fencekeeper:session:state names a session. */
 function sessionName(id: bigint): string {
@@ -106,6 +142,8 @@ export class PgSession {
   #earlier = new Map<string, bigint>();
   /** Leaves that failed (an unreachable database), by entry id or request key: retried at every beat until the session ends. */
   readonly #unleft = new Map<string, { readonly entry: string | null; readonly request: string }>();
+  /** Further channels LISTENed on (observers), with who is told of a NOTIFY there. */
+  readonly #channels = new Map<string, Set<() => void>>();
   #tick: NodeJS.Timeout | null = null;
   #expiry: NodeJS.Timeout | null = null;
   #sweep: NodeJS.Timeout | null = null;
@@ -123,6 +161,7 @@ export class PgSession {
     try {
       // LISTEN before the row exists: no grant can be NOTIFYd to the channel before we hear it.
       await client.query({ text: `LISTEN "${channel}"` });
+      await probeListen(pool, client, channel, leaseMs);
       const sentAt = performance.now();
       const row = await queryRow(client, 'fencekeeper_lock_session_open_v1', OPEN, [channel, owner, leaseMs]);
       const id = bigintOf(row['session_id']);
@@ -164,7 +203,8 @@ export class PgSession {
     const intervalMs = Math.max(50, Math.floor(leaseMs / 3));
     this.#tick = setInterval(() => this.#beat(), intervalMs);
     this.#tick.unref();
-    this.#sweep = setInterval(() => this.#sweepExpired(), leaseMs);
+    // The backstop for names nobody contends (their next user reaps them anyway): rare, so it never does a head waiter's job.
+    this.#sweep = setInterval(() => this.#sweepExpired(), SWEEP_EVERY_LEASES * leaseMs);
     this.#sweep.unref();
     this.#armExpiry();
     publishSessionState('postgres', sessionName(id), null, 'connected');
@@ -222,6 +262,36 @@ export class PgSession {
     }
   }
 
+  /**
+   * LISTEN on `channel` too (an observer's): `listener` is called on every
+   * NOTIFY there, after the source's connection was made again (what was
+   * sent meanwhile is lost), and when the session ends. Resolves, once
+   * listening, to the function that stops it (answering whether that was
+   * the channel's last listener, now UNLISTENed).
+   */
+  async listen(channel: string, listener: () => void): Promise<() => boolean> {
+    if (this.#endError !== null) throw this.#endError;
+    let listeners = this.#channels.get(channel);
+    if (listeners === undefined) {
+      listeners = new Set();
+      this.#channels.set(channel, listeners);
+      // No connection now: the reconnect LISTENs on every channel, then tells every listener.
+      await this.#client?.query({ text: `LISTEN "${channel}"` });
+    }
+    listeners.add(listener);
+    return () => {
+      const set = this.#channels.get(channel);
+      if (set === undefined || !set.delete(listener) || set.size > 0) return false;
+      this.#channels.delete(channel);
+      this.#client?.query({ text: `UNLISTEN "${channel}"` }).catch(() => undefined);
+      return true;
+    };
+  }
+
+  #tellChannels(): void {
+    for (const listeners of [...this.#channels.values()]) for (const listener of [...listeners]) listener();
+  }
+
   /** The database answered that this session has expired (an enter found it gone): end it now. */
   expiredSeen(): void {
     this.#end('session_expired', new SessionExpiredError(`the PostgreSQL session ${this.id} expired (its lease of ${this.leaseMs} ms passed on the database's clock)`));
@@ -249,7 +319,12 @@ export class PgSession {
   }
 
   readonly #onNotification = (message: PgNotification): void => {
-    if (message.channel !== this.#channel || message.payload === undefined) return;
+    if (message.channel !== this.#channel) {
+      const listeners = this.#channels.get(message.channel);
+      if (listeners !== undefined) for (const listener of [...listeners]) listener();
+      return;
+    }
+    if (message.payload === undefined) return;
     const space = message.payload.indexOf(' ');
     if (space < 0) return;
     const entry = message.payload.slice(0, space);
@@ -289,6 +364,7 @@ export class PgSession {
         client = await this.#pool.connect();
         client.on('error', ignore);
         await client.query({ text: `LISTEN "${this.#channel}"` });
+        for (const channel of this.#channels.keys()) await client.query({ text: `LISTEN "${channel}"` });
       } catch {
         if (client !== null) client.release(true);
         this.#connecting = false;
@@ -303,8 +379,9 @@ export class PgSession {
       this.#client = client;
       this.#attach(client);
       publishSessionState('postgres', sessionName(this.id), 'disconnected', 'connected');
-      // Listening again: what was NOTIFYd meanwhile is read back by this beat.
+      // Listening again: what was NOTIFYd meanwhile is read back by this beat, and by the observers.
       this.#beat();
+      this.#tellChannels();
     })();
   }
 
@@ -430,6 +507,8 @@ export class PgSession {
     this.#early.clear();
     this.#earlier.clear();
     for (const waiter of waiters) waiter.ended(error);
+    this.#tellChannels();
+    this.#channels.clear();
     publishSessionState('postgres', sessionName(this.id), 'connected', reason === 'closed' ? 'closed' : 'expired');
     this.#onEnd(this);
   }

@@ -11,14 +11,17 @@
  * One session per source (../session.ts): a row whose lease the database's
  * clock measures, renewed every third of it on a connection the source keeps
  * for itself (with LISTEN), and every grant of the source hangs on it. The
- * queue and its tokens: migration 009 and ./join.ts.
+ * queue and its tokens: migration 010 and ./join.ts.
  */
-import { ClientClosedError, type AcquireOptions, type LockSource, type SourceIdentity, type TryAcquireOptions } from '../../index.js';
-import { DEFAULT_OWNER, traceAcquire } from '../../extend.js';
+import { ClientClosedError, type AcquireOptions, type CampaignOptions, type LockObserver, type LockSource, type SourceIdentity, type TryAcquireOptions } from '../../index.js';
+import { DEFAULT_OWNER, traceAcquire, traceCampaign } from '../../extend.js';
 import type { PgSourcePool } from './client.js';
-import { checkPool, checkSourceOptions, type PostgresSourceOptions } from './input.js';
+import { PgLeadership, type PostgresLeadership } from './election.js';
+import { checkName, checkPool, checkSourceOptions, type PostgresSourceOptions } from './input.js';
 import { joinAndWait, type JoinSource } from './join.js';
 import { PgLock, type PostgresLock } from './lock.js';
+import { PgQueueObserver } from './observer.js';
+import { readQueue, type PostgresLockStatus, type PostgresQueueEntry } from './queue.js';
 import { Counters, PgSession, type PostgresSourceStats } from './session.js';
 
 /** The PostgreSQL source: every method of LockSource, with PostgreSQL's richer results, and close(). */
@@ -28,6 +31,16 @@ export interface PostgresSource extends LockSource {
   readonly leaseMs: number;
   acquireLock(name: string, options?: AcquireOptions): Promise<PostgresLock>;
   tryAcquireLock(name: string, options?: TryAcquireOptions): Promise<PostgresLock | null>;
+  /** Stand for election (the same fair queue, kind 'election'); resolves when elected. */
+  campaign(name: string, options?: CampaignOptions): Promise<PostgresLeadership>;
+  /** The lock's live holder and waiters, and the database's synchronous_commit / synchronous_standby_names. One statement. */
+  lockStatus(name: string): Promise<PostgresLockStatus>;
+  /**
+   * The lock's queue from a cache a NOTIFY keeps fresh (the core's
+   * LockObserver). The source's session registers the observer; its
+   * queue's changes are NOTIFYd only while someone observes it.
+   */
+  observeLock(name: string): LockObserver<PostgresQueueEntry>;
   /** The database's identity: kind 'postgres', id `<system identifier>-<database OID>`. */
   identity(): Promise<SourceIdentity>;
   /** Counters since the source was made (renewals, NOTIFY wake-ups, head waiters' claims, reaps, sessions). */
@@ -39,6 +52,8 @@ export interface PostgresSource extends LockSource {
    * handed to its next live waiter. The pool is the caller's to end. Idempotent.
    */
   close(): Promise<void>;
+  /** close(), for `await using source = postgresSource(pool)`. */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 class Source implements JoinSource {
@@ -99,7 +114,7 @@ class Source implements JoinSource {
 /**
  * A LockSource over a pg.Pool (it keeps one of the pool's connections for
  * its heartbeat and LISTEN: the pool needs max >= 2). Tables and functions
- * come from migrate() (migration 009); a database without them answers
+ * come from migrate() (migration 010); a database without them answers
  * SchemaMissingError. Options are checked here, before any statement.
  */
 export function postgresSource(pool: PgSourcePool, options?: PostgresSourceOptions): PostgresSource {
@@ -117,6 +132,26 @@ export function postgresSource(pool: PgSourcePool, options?: PostgresSourceOptio
     tryAcquireLock: (name: string, o?: TryAcquireOptions) =>
       traceAcquire('postgres', name, 'try', () =>
         joinAndWait(source, { kind: 'lock', name, mode: 'try', options: o, ownerField: 'owner', build: (s, entry, request, token, marginMs, owner) => new PgLock(s, name, entry, request, token, marginMs, owner) })),
+    campaign: (name: string, o?: CampaignOptions) =>
+      traceCampaign('postgres', name, () =>
+        joinAndWait(source, { kind: 'election', name, mode: 'wait', options: o, ownerField: 'id', build: (s, entry, request, epoch, marginMs, id) => new PgLeadership(s, name, entry, request, epoch, marginMs, id) }) as Promise<PgLeadership>),
+    lockStatus: async (name: string) => {
+      checkName(name);
+      return readQueue(pool, 'lock', name);
+    },
+    observeLock: (name: string) => {
+      checkName(name);
+      const queue = new PgQueueObserver(source, 'lock', name);
+      return {
+        holder: async () => {
+          const head = (await queue.entries())[0];
+          return head !== undefined && !head.waiting ? head : null;
+        },
+        queue: () => queue.entries(),
+        onChange: (listener: () => void) => queue.onChange(listener),
+        close: () => queue.close(),
+      };
+    },
     identity: async () => (await source.session()).identity,
     stats: () => source.counters.snapshot(),
     close,

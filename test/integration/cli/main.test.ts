@@ -257,7 +257,7 @@ describe('fencekeeper CLI', () => {
       expect(shipped.slice(0, 2)).toEqual(['001_fences.sql', '002_tombstones.sql']);
       expect(first.stdout.trim().split('\n')).toEqual([...shipped.map((name) => `applied ${name}`), `up to date (${shipped.length} migrations, ${shipped.length} applied now)`]);
       const applied = await inSchema();
-      expect(applied.tables).toEqual(['fencekeeper_effects', 'fencekeeper_fence_bindings', 'fencekeeper_fences', 'fencekeeper_idempotency_keys', 'fencekeeper_lock_entries', 'fencekeeper_lock_sessions', 'fencekeeper_locks', 'fencekeeper_migrations', 'fencekeeper_table_bindings', 'fencekeeper_tombstones']);
+      expect(applied.tables).toEqual(['fencekeeper_effects', 'fencekeeper_fence_bindings', 'fencekeeper_fences', 'fencekeeper_idempotency_keys', 'fencekeeper_lock_entries', 'fencekeeper_lock_observers', 'fencekeeper_lock_sessions', 'fencekeeper_locks', 'fencekeeper_migrations', 'fencekeeper_table_bindings', 'fencekeeper_tombstones']);
       expect(applied.ledger.map((m) => m.name)).toEqual(shipped);
 
       const second = await cli(['migrate', '--database-url', url.href], { DATABASE_URL: '' }).done;

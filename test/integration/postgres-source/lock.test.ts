@@ -116,7 +116,8 @@ describe('postgresSource: acquireLock', () => {
     expect(lock.token > childToken).toBe(true);
     // The child's last renewal was at most a third of the lease before the kill: its session ends within the lease.
     expect(after).toBeLessThan(leaseMs + 1500);
-    expect(waiterSource.stats().claims).toBe(1);
+    // Its one look at the lease end (or none: a sweep of another source may have handed the lock on first).
+    expect(waiterSource.stats().claims).toBeLessThanOrEqual(1);
     await lock.release();
     expect(await db.entries(name)).toEqual([]);
   });

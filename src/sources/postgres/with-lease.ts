@@ -1,0 +1,93 @@
+/**
+ * withLease: a write in the source's own database that commits only while
+ * the grant is live, checked by the database itself (migration 012).
+ *
+ * Stronger than a token compare: a fence admits an equal token, so a holder
+ * whose lease ended but whose successor has not written yet still gets
+ * through; withLease refuses once the lease has ended, on the database's
+ * clock, whoever has written since. It needs the resource and the source in
+ * one database; elsewhere, fence with the token.
+ */
+import { InvalidArgumentError, LockLostError, type Leadership, type Lock } from '../../index.js';
+import { sqlState } from '../../shared/postgres/schema-missing.js';
+import { queryRow, type PgSourceClient, type PgSourceQuery, type PgSourceResult } from './client.js';
+import { PgEntry } from './grant.js';
+
+/** The client a pool hands out (pg.Pool's connect() is overloaded: the promise form is matched first). */
+export type LeaseClientOf<P> = P extends { connect(): Promise<infer C>; connect(callback: (...args: never[]) => unknown): void }
+  ? C
+  : P extends { connect(): Promise<infer C> }
+    ? C
+    : PgSourceClient;
+
+/** What withLease takes: a pg.Pool on the source's database. */
+export interface LeasePool {
+  connect(): Promise<PgSourceClient>;
+  query(config: PgSourceQuery): Promise<PgSourceResult>;
+}
+
+const BEGIN = `SELECT fencekeeper_lock_lease_begin($1, $2, $3, $4)::text AS left_ms`;
+
+/**
+ * Run `work(client)` in one transaction on `db` (a pg.Pool on the database
+ * of the postgresSource that granted `lock`) that commits only while the
+ * grant is live: the grant's row is share-locked first (so no release,
+ * reap or hand-over can pass it until this transaction ends), its lease is
+ * checked on the database's clock before the work and again in the
+ * statement sent with COMMIT, and the transaction is bounded by what is
+ * left of the lease (a holder paused inside it cannot block a takeover:
+ * its backend ends the transaction at the lease's end). Otherwise
+ * LockLostError, and nothing of the work commits.
+ *
+ * A lock whose `held` is false is refused with LockLostError before any
+ * statement; a lock of another source, or of a postgresSource on another
+ * database, is an InvalidArgumentError.
+ */
+export async function withLease<P extends LeasePool, T>(db: P, lock: Lock | Leadership, work: (client: LeaseClientOf<P>) => Promise<T>): Promise<T> {
+  if (db === null || typeof db !== 'object' || typeof db.connect !== 'function') throw new InvalidArgumentError('withLease takes a pg.Pool on the source\'s database');
+  if (typeof work !== 'function') throw new InvalidArgumentError('withLease takes a work function');
+  if (!(lock instanceof PgEntry)) throw new InvalidArgumentError('withLease takes a lock or leadership of postgresSource (the lease it checks lives in that database)');
+  if (!lock.held) throw lock.signal.reason as LockLostError;
+  const entry = lock.entry.toString();
+  const session = lock.session.toString();
+  const token = lock.grantToken.toString();
+  const client = await db.connect();
+  let broken: Error | undefined;
+  const onError = (error: Error): void => {
+    broken ??= error;
+  };
+  client.on('error', onError);
+  let open = false;
+  try {
+    await client.query({ text: 'BEGIN' });
+    open = true;
+    const left = BigInt(String((await queryRow(client, 'fencekeeper_lock_lease_begin_v1', BEGIN, [entry, session, token, lock.sourceId]))['left_ms']));
+    if (left === -2n) throw new InvalidArgumentError(`withLease: lock ${lock.name} was granted by a PostgreSQL source on another database (${lock.sourceId})`);
+    if (left <= 0n) throw lost(lock);
+    const result = await work(client as LeaseClientOf<P>);
+    // One message: if the check raises, the COMMIT after it never runs.
+    try {
+      await client.query({ text: `SELECT fencekeeper_lock_lease_check(${entry}, ${session}, ${token}); COMMIT` });
+    } catch (error) {
+      if (sqlState(error) === 'FK410') throw lost(lock, error);
+      throw error;
+    }
+    open = false;
+    return result;
+  } catch (error) {
+    if (open) {
+      await client.query({ text: 'ROLLBACK' }).catch((rollbackError: unknown) => {
+        broken ??= rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
+      });
+    }
+    throw error;
+  } finally {
+    client.removeListener('error', onError);
+    client.release(broken ?? false);
+  }
+}
+
+function lost(lock: PgEntry, cause?: unknown): LockLostError {
+  lock.endedInDatabase();
+  return new LockLostError(lock.name, 'session_expired', `lock ${lock.name} lost: the database says its lease has ended; nothing of the work was committed`, cause === undefined ? undefined : { cause });
+}

@@ -1,0 +1,104 @@
+// postgresSource's cost against its floors, one run (not in the suite):
+//   source      acquireLock + release of postgresSource, one loop, uncontended
+//   floor       the same two statements (fencekeeper_lock_enter, _leave) sent
+//               by a bare pg client on one connection: what the source adds
+//               on top is its own JavaScript
+//   advisory    pg_advisory_lock + pg_advisory_unlock on one connection: the
+//               cheapest lock PostgreSQL has (no token, no queue, no lease)
+// each in rotating blocks (median of the rounds), and the hand-over latency
+// (release called -> next holder granted) with 16 contenders on one lock.
+//   node node_modules/vite-node/vite-node.mjs test/bench/postgres-source.ts
+// env: DATABASE_URL (default postgres://root@127.0.0.1:5432/test), FK_BLOCK_MS, FK_ROUNDS
+import { randomBytes } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import pg from 'pg';
+import { migrate, postgresSource, type PostgresSource } from '../../adapters/postgres/index.js';
+import { closedLoop, median } from './closed-loop.js';
+
+const URL_ = process.env['DATABASE_URL'] ?? 'postgres://root@127.0.0.1:5432/test';
+const BLOCK_MS = Number(process.env['FK_BLOCK_MS'] ?? 2000);
+const ROUNDS = Number(process.env['FK_ROUNDS'] ?? 3);
+const schema = `pgsrc_bench_${randomBytes(4).toString('hex')}`;
+const root = new pg.Pool({ connectionString: URL_, max: 2 });
+const pools: pg.Pool[] = [];
+const pool = (max: number): pg.Pool => {
+  const p = new pg.Pool({ connectionString: URL_, max, options: `-c search_path=${schema}` });
+  pools.push(p);
+  return p;
+};
+
+await root.query(`CREATE SCHEMA ${schema}`);
+const sources: PostgresSource[] = [];
+try {
+  await migrate(pool(1));
+  const source = postgresSource(pool(3), { leaseMs: 30_000 });
+  sources.push(source);
+
+  // The floor: a session of its own, the same statements on one connection.
+  const bare = await pool(1).connect();
+  const { rows } = await bare.query<{ id: string }>(`SELECT session_id::text AS id FROM fencekeeper_lock_session_open($1, 'bench', 600000)`, [`fencekeeper_bench_${randomBytes(6).toString('hex')}`]);
+  const session = rows[0]!.id;
+  const ENTER = `SELECT status, entry_id::text AS entry_id, token::text AS token, head, holder_ms::text AS holder_ms, reaped FROM fencekeeper_lock_enter($1, $2, $3, $4, $5, $6)`;
+  const LEAVE = `SELECT fencekeeper_lock_leave($1, $2, $3)::text AS granted`;
+  const advisory = await pool(1).connect();
+
+  const variants: Record<string, () => Promise<void>> = {
+    source: async () => {
+      const lock = await source.acquireLock('bench/source');
+      await lock.release();
+    },
+    floor: async () => {
+      const key = randomBytes(12).toString('base64url');
+      const entered = await bare.query<{ entry_id: string }>({ name: 'bench_enter', text: ENTER, values: [session, 'lock', 'bench/floor', 'bench', true, key] });
+      await bare.query({ name: 'bench_leave', text: LEAVE, values: [session, entered.rows[0]!.entry_id, key] });
+    },
+    advisory: async () => {
+      await advisory.query({ name: 'bench_adv_lock', text: 'SELECT pg_advisory_lock(4242)' });
+      await advisory.query({ name: 'bench_adv_unlock', text: 'SELECT pg_advisory_unlock(4242)' });
+    },
+  };
+  const rates: Record<string, number[]> = { source: [], floor: [], advisory: [] };
+  for (const name of Object.keys(variants)) await closedLoop(1, 300, variants[name]!); // warm-up
+  for (let round = 0; round < ROUNDS; round++) {
+    const order = Object.keys(variants);
+    for (let i = 0; i < round % order.length; i++) order.push(order.shift()!);
+    for (const name of order) rates[name]!.push((await closedLoop(1, BLOCK_MS, variants[name]!)).rate);
+  }
+  const m = (name: string): number => median(rates[name]!);
+  console.log(`acquire+release, one loop, median of ${ROUNDS} blocks of ${BLOCK_MS} ms:`);
+  console.log(`  postgresSource      ${m('source').toFixed(0)} cycles/s`);
+  console.log(`  floor (bare pg)     ${m('floor').toFixed(0)} cycles/s   source/floor ${(m('source') / m('floor')).toFixed(2)}x`);
+  console.log(`  advisory lock       ${m('advisory').toFixed(0)} cycles/s   source/advisory ${(m('source') / m('advisory')).toFixed(2)}x`);
+  bare.release();
+  advisory.release();
+
+  // Hand-over: 16 contenders (8 sources x 2), each release timed to the next grant.
+  const contenders = Array.from({ length: 8 }, () => {
+    const s = postgresSource(pool(3), { leaseMs: 30_000 });
+    sources.push(s);
+    return s;
+  });
+  const handoffs: number[] = [];
+  let releasedAt: number | null = null;
+  const end = performance.now() + 4 * BLOCK_MS;
+  await Promise.all(
+    contenders.flatMap((s) =>
+      [0, 1].map(async () => {
+        while (performance.now() < end) {
+          const lock = await s.acquireLock('bench/handoff');
+          if (releasedAt !== null) handoffs.push(performance.now() - releasedAt);
+          releasedAt = performance.now();
+          await lock.release();
+        }
+      }),
+    ),
+  );
+  handoffs.sort((a, b) => a - b);
+  const pct = (p: number): number => handoffs[Math.min(handoffs.length - 1, Math.floor((p / 100) * handoffs.length))]!;
+  console.log(`hand-over with 16 contenders (${handoffs.length} hand-overs): p50 ${pct(50).toFixed(2)} ms, p99 ${pct(99).toFixed(2)} ms`);
+} finally {
+  for (const s of sources) await s.close();
+  for (const p of pools) await p.end();
+  await root.query(`DROP SCHEMA ${schema} CASCADE`);
+  await root.end();
+}
