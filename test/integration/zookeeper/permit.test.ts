@@ -10,6 +10,8 @@ import { InvalidArgumentError, LockLostError, LockTimeoutError, PermitsMismatchE
 import { expireSession } from '../../../src/testing/expire-session.js';
 import { acquirePermit, tryAcquirePermit, SEMAPHORES_ROOT, type ZooKeeperPermit as Permit } from '../../../src/sources/zookeeper/recipes/permit.js';
 import { zookeeperSource } from '../../../src/sources/zookeeper/recipes/source.js';
+import { digestAclId } from '../../../src/sources/zookeeper/client.js';
+import { CREATOR_ALL_ACL, Perms, READ_ACL_UNSAFE } from '../../../src/sources/zookeeper/protocol.js';
 import type { FencingToken } from '../../../src/token.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { until } from '../../helpers/wait.js';
@@ -307,5 +309,24 @@ describe('round trips of an uncontended cycle (acquire, release)', () => {
     // join: create + getChildren + getData (the size); claim: multi + getData (the slot's czxid); release: delete.
     expect(await cycle(() => acquirePermit(zk, name, { permits: 2 }))).toEqual({ writes: 3, sent: 6 });
     for (const parent of [`${LOCKS}/${name}`, `${RW_LOCKS_ROOT}/${name}`, parentOf(name)]) await file.admin.delete(`${parent}/keep`);
+  });
+});
+
+describe('with an ACL', () => {
+  it('the container, the queue and the slot nodes carry it: another identity can neither join nor delete a slot', async () => {
+    const alice = await clients.connect({ connectString: server, sessionTimeoutMs: 4000, auth: [{ scheme: 'digest', credentials: 'alice:alice-secret' }] });
+    const mallory = await clients.connect({ connectString: server, sessionTimeoutMs: 4000, auth: [{ scheme: 'digest', credentials: 'mallory:mallory-secret' }] });
+    const acl = [...CREATOR_ALL_ACL, ...READ_ACL_UNSAFE];
+    const stored = [`${Perms.ALL}/digest/${digestAclId('alice', 'alice-secret')}`, `${Perms.READ}/world/anyone`].sort();
+    const name = uniqueLockName('semacl');
+    const permit = await zookeeperSource(alice, { acl }).acquirePermit(name, { permits: 2 });
+    const aclOf = async (path: string): Promise<string[]> => (await alice.getACL(path)).acl.map((e) => `${e.perms}/${e.id.scheme}/${e.id.id}`).sort();
+    expect(await aclOf(parentOf(name))).toEqual(stored);
+    expect(await aclOf(permit.path)).toEqual(stored);
+    await expect(mallory.delete(permit.path)).rejects.toMatchObject({ code: 'ZK_NOAUTH' });
+    await expect(acquirePermit(mallory, name, { permits: 2 })).rejects.toMatchObject({ code: 'ZK_NOAUTH' });
+    expect(permit.held).toBe(true);
+    await permit.release();
+    expect(await children(name)).toEqual({ waiters: [], slots: [] });
   });
 });
