@@ -10,6 +10,7 @@ import { InvalidArgumentError, LockLostError, LockTimeoutError, PermitsMismatchE
 import { expireSession } from '../../../src/testing/expire-session.js';
 import { acquirePermit, tryAcquirePermit, SEMAPHORES_ROOT, type ZooKeeperPermit as Permit } from '../../../src/sources/zookeeper/recipes/permit.js';
 import { zookeeperSource } from '../../../src/sources/zookeeper/recipes/source.js';
+import { queuePath } from '../../../src/sources/zookeeper/recipes/queue-path.js';
 import { digestAclId } from '../../../src/sources/zookeeper/client.js';
 import { CREATOR_ALL_ACL, Perms, READ_ACL_UNSAFE } from '../../../src/sources/zookeeper/protocol.js';
 import type { FencingToken } from '../../../src/token.js';
@@ -321,6 +322,8 @@ describe('with an ACL', () => {
     const name = uniqueLockName('semacl');
     const permit = await zookeeperSource(alice, { acl }).acquirePermit(name, { permits: 2 });
     const aclOf = async (path: string): Promise<string[]> => (await alice.getACL(path)).acl.map((e) => `${e.perms}/${e.id.scheme}/${e.id.id}`).sort();
+    expect(queuePath('semaphore', name)).toBe(parentOf(name));
+    expect(() => queuePath('nope' as never, name)).toThrow(InvalidArgumentError);
     expect(await aclOf(parentOf(name))).toEqual(stored);
     expect(await aclOf(permit.path)).toEqual(stored);
     await expect(mallory.delete(permit.path)).rejects.toMatchObject({ code: 'ZK_NOAUTH' });
