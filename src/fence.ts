@@ -1,5 +1,5 @@
-import type { Sequencer } from './sequencer.js';
 import type { FencingToken } from './token.js';
+import type { Fencing } from './with-lock.js';
 
 /**
  * Where a resource keeps its fence: the largest token it has admitted.
@@ -23,13 +23,15 @@ export interface FenceStore<Transaction = undefined> {
    * An aborted `signal` while waiting rejects with the signal's reason and
    * leaves nothing held.
    *
-   * `token` is a bare token or a Sequencer. A store that supports binding (a
+   * `token` is a bare token, a Sequencer, or a Lock / Leadership (its
+   * sequencer is used; one whose `held` is false is refused with
+   * LockLostError before any I/O). A store that supports binding (a
    * fence recorded as guarded by one lock) compares a bound fence's binding
    * with the sequencer and refuses another lock's, and a bare token, with
    * SequencerMismatchError, changing nothing; an unbound fence compares the
    * numbers only.
    */
-  admit(resource: string, token: FencingToken | Sequencer, options?: { signal?: AbortSignal }): Promise<FenceAdmission<Transaction>>;
+  admit(resource: string, token: Fencing, options?: { signal?: AbortSignal }): Promise<FenceAdmission<Transaction>>;
   /** The resource's high-water mark, or null if it has never admitted a token. */
   current(resource: string): Promise<FencingToken | null>;
 }

@@ -48,8 +48,10 @@ export {
 } from './errors.js';
 export { sequencer, fenceBinding, isSequencer, matchesBinding, formatSequencer, parseSequencer, parseFencing, SEQUENCER_FORMAT } from './sequencer.js';
 export type { Sequencer, SequencerKind, SourceIdentity, FenceBinding } from './sequencer.js';
-export { withLock, currentLock, resolveFencing, CURRENT_LOCK } from './with-lock.js';
-export type { WithLockOptions, Fencing, ResolvedFencing } from './with-lock.js';
+export { withLock, withReadLock, withWriteLock, currentLock, resolveFencing, CURRENT_LOCK } from './with-lock.js';
+export type { WithLockOptions, Fencing, FencingGrant, ResolvedFencing } from './with-lock.js';
+export { acquireLocks, withLocks } from './multi-lock.js';
+export type { MultiLock, AcquireLocksOptions } from './multi-lock.js';
 export type { FenceStore, FenceAdmission } from './fence.js';
 export type { IdempotencyStore, IdempotencyScopeKey, IdempotencyClaim, IdempotencyLookup, StoredResponse } from './idempotency-store.js';
 

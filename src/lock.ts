@@ -53,6 +53,15 @@ export interface Lock {
   readonly sequencer: Sequencer;
   /** Give the lock back and abort the signal (reason 'released'). Idempotent. */
   release(): Promise<void>;
+  /**
+   * `await using lock = await source.acquireLock(name)`: the lock is
+   * released (as release()) when the block is left, by its end, a return or
+   * a throw. Every grant of fencekeeper's sources has it; a Lock made by
+   * hand (a source of your own) adds `[Symbol.asyncDispose]() { return
+   * this.release(); }`, or extends QueueGrant from fencekeeper/extend. Needs
+   * no `lib` setting beyond @types/node (Node 20.19 has the symbol).
+   */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 export interface Leadership {
@@ -69,6 +78,8 @@ export interface Leadership {
   readonly sequencer: Sequencer;
   /** Step down (the next candidate is elected) and abort the signal. Idempotent. */
   resign(): Promise<void>;
+  /** `await using leader = await source.campaign(name)`: resigns (as resign()) when the block is left, however it is left. */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 /** What every source accepts when asked for a lock. A source's own settings (a TTL, a key prefix) belong to the source itself. */

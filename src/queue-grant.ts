@@ -78,6 +78,17 @@ export abstract class QueueGrant<Op, Result> {
     return this.#leaving !== null;
   }
 
+  /**
+   * `await using`: leaving the scope ends the grant as the grant's own
+   * release() (a lock, a permit) or resign() (a leadership) does, with its
+   * tracing; a subclass with neither just leaves. Idempotent, as they are.
+   */
+  [Symbol.asyncDispose](): Promise<void> {
+    const self = this as unknown as { release?: () => Promise<void>; resign?: () => Promise<void> };
+    const end = self.release ?? self.resign;
+    return end === undefined ? this.leave() : end.call(this);
+  }
+
   /** End the holding, then delete our entry. Idempotent: every call returns the first one's promise. */
   protected leave(): Promise<void> {
     if (this.#leaving === null) {

@@ -66,6 +66,11 @@ export abstract class QueueObserver<Entry> {
     return () => this.#listeners.delete(listener);
   }
 
+  /** `using observer = source.observeLock(name)`: closes it (as close()) when the block is left. */
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
   /** Stop caching and notifying; head() and entries() still answer, with a fresh read each time. */
   close(): void {
     this.#closed = true;

@@ -12,7 +12,7 @@ export interface FencedUpdateOptions {
   readonly where: Readonly<Record<string, unknown>>;
   /** `{ column: value }` to write; the token column is written for you. */
   readonly set: Readonly<Record<string, unknown>>;
-  /** A bare token, a Sequencer, or CURRENT_LOCK (a table bound with bindTable takes its own lock's sequencer only). */
+  /** A bare token, a Sequencer, the Lock or Leadership itself (refused with LockLostError before any SQL once not held), or CURRENT_LOCK (a table bound with bindTable takes its own lock's sequencer only). */
   readonly token: Fencing;
   /** The table's token column; default 'fencing_token'. */
   readonly tokenColumn?: string;
@@ -26,7 +26,7 @@ export interface FencedInsertOptions {
   readonly values: Readonly<Record<string, unknown>>;
   /** The columns of the unique key that identifies the row (the conflict target and the tombstone key). */
   readonly key: readonly string[];
-  /** A bare token, a Sequencer, or CURRENT_LOCK (a table bound with bindTable takes its own lock's sequencer only). */
+  /** A bare token, a Sequencer, the Lock or Leadership itself (refused with LockLostError before any SQL once not held), or CURRENT_LOCK (a table bound with bindTable takes its own lock's sequencer only). */
   readonly token: Fencing;
   /** The table's token column; default 'fencing_token'. */
   readonly tokenColumn?: string;
@@ -47,7 +47,7 @@ export interface FencedDeleteOptions {
    * same key fencedInsert/fencedUpsert use for the table.
    */
   readonly key?: readonly string[];
-  /** A bare token, a Sequencer, or CURRENT_LOCK (a table bound with bindTable takes its own lock's sequencer only). */
+  /** A bare token, a Sequencer, the Lock or Leadership itself (refused with LockLostError before any SQL once not held), or CURRENT_LOCK (a table bound with bindTable takes its own lock's sequencer only). */
   readonly token: Fencing;
   /** The table's token column; default 'fencing_token'. */
   readonly tokenColumn?: string;

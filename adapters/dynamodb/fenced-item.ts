@@ -72,8 +72,10 @@ function mustExistOption(value: unknown, key: Record<string, AttributeValue>): s
 interface WithToken {
   /**
    * The holder's fencing token (the lock's `token`), its sequencer (the
-   * lock's `sequencer`) or CURRENT_LOCK (the lock of the enclosing withLock):
-   * whatever the core's resolveFencing takes.
+   * lock's `sequencer`), the Lock or Leadership itself (its sequencer is
+   * used; LockLostError before any request once it is not held) or
+   * CURRENT_LOCK (the lock of the enclosing withLock): whatever the core's
+   * resolveFencing takes.
    */
   readonly token: Fencing;
 }

@@ -28,8 +28,9 @@ import { checkResource } from './identifiers.js';
  * fence), and do not end the transaction yourself.
  *
  * `fencing` is whatever the core takes (resolveFencing): a bare token, a
- * Sequencer (checked against a binding made with bindFence), or CURRENT_LOCK
- * inside withLock. The mark is read with a locking read, never from the
+ * Sequencer (checked against a binding made with bindFence), the Lock or
+ * Leadership itself (its sequencer; LockLostError before any SQL once it is
+ * not held), or CURRENT_LOCK inside withLock. The mark is read with a locking read, never from the
  * transaction's snapshot, whatever the session's isolation level.
  */
 export async function withFence<T>(pool: MySqlPool, resource: string, fencing: Fencing, work: (connection: MySqlPoolConnection) => Promise<T>): Promise<T> {

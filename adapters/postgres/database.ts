@@ -3,7 +3,10 @@
 // fits without this package importing either library (both are optional peer
 // dependencies; a pg-only user never loads kysely, and vice versa).
 import { createHash, randomUUID } from 'node:crypto';
-import { SchemaMissingError } from '../../src/index.js';
+import { schemaMissing, sqlState } from '../../src/shared/postgres/schema-missing.js';
+
+// Shared with the PostgreSQL source (src/shared/postgres/): a missing migration reads the same from both.
+export { schemaMissing, sqlState };
 
 /** What node-postgres sends: a named statement is prepared once per connection. */
 export interface PgQueryConfig {
@@ -147,35 +150,6 @@ export async function sendKysely(db: KyselyExecutor, query: KyselyCompiledQuery)
   }
 }
 
-// Undefined table, undefined column, undefined function: what a database
-// without our migrations (or with only an older version's) answers.
-const MISSING_STATES = new Set(['42P01', '42703', '42883']);
-// Our objects are all named fencekeeper_*; PostgreSQL quotes the name it
-// could not find in its message in every locale, so the name is found
-// without depending on the message's language.
-const OUR_OBJECT = /\bfencekeeper_[a-z0-9_]+/;
-
-/**
- * A SchemaMissingError for an error that says one of OUR tables, columns or
- * functions does not exist; undefined for anything else. A missing table of
- * the caller's own (in a fenced row helper, or in work) names no
- * fencekeeper_* object and is passed through untouched.
- */
-export function schemaMissing(error: unknown): SchemaMissingError | undefined {
-  const state = sqlState(error);
-  if (state === undefined || !MISSING_STATES.has(state)) return undefined;
-  const message = (error as { message?: unknown }).message;
-  if (typeof message !== 'string') return undefined;
-  const relation = OUR_OBJECT.exec(message)?.[0];
-  if (relation === undefined) return undefined;
-  return new SchemaMissingError(
-    relation,
-    `fencekeeper's schema is missing or out of date in this database (${message}): ` +
-      'run migrate(db) from fencekeeper/postgres, or `fencekeeper migrate`, on this database (the same search_path) first',
-    { cause: error },
-  );
-}
-
 /** Run one statement on a pg queryable or a Kysely executor, answering rows and the affected count. */
 export async function run(db: Queryable, statement: Statement): Promise<Rows> {
   if (isKysely(db)) {
@@ -215,12 +189,6 @@ export function readBigint(value: unknown): bigint | null {
   if (typeof value === 'string') return BigInt(value);
   // A number here would already have lost precision: refuse rather than guess.
   throw new TypeError(`expected a bigint as text from PostgreSQL, got ${typeof value}`);
-}
-
-/** The SQLSTATE of a PostgreSQL error (pg and Kysely pass the server's error through). */
-export function sqlState(error: unknown): string | undefined {
-  const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' ? code : undefined;
 }
 
 /** Errors that PostgreSQL expects the whole transaction to be retried for. */

@@ -5,6 +5,11 @@
 // Exported types are the ones a caller writes down: options and results, the
 // database and transaction shapes of code generic over both flavors, and the
 // message published on fencekeeper:postgres:commit-failed.
+//
+// PostgreSQL plays both roles: a fenced resource (this folder) and a token
+// source (src/sources/postgres/, postgresSource: re-exported here, its public
+// face only; test/unit/layers.test.ts allows exactly this re-export).
+export * from '../../src/sources/postgres/index.js';
 export { migrate, loadMigrations, migrationsDirectory } from './migrate.js';
 export type { MigrateOptions, MigrateResult, Migration } from './migrate.js';
 export { withFence } from './fence/with-fence.js';

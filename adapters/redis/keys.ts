@@ -110,7 +110,8 @@ export interface FencedValue {
  *
  * `key` holds a hash (fields `value` and `token`), so read it back with
  * fencedGet, not GET. `fencing` is what the core's fencing input takes: a
- * token, a Sequencer, or CURRENT_LOCK inside withLock. A fence bound to a
+ * token, a Sequencer, the Lock or Leadership itself (LockLostError before
+ * anything is sent once it is not held), or CURRENT_LOCK inside withLock. A fence bound to a
  * lock (bindFence) takes only that lock's sequencers: another lock's, or a
  * bare token, rejects with SequencerMismatchError and writes nothing.
  *

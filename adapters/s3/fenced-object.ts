@@ -66,8 +66,9 @@ export interface FencedObjectOptions extends FencedWriteOptions {
 export type FencedPutObjectInput = Omit<PutObjectCommandInput, 'IfMatch' | 'IfNoneMatch' | 'Body'> & {
   /**
    * The holder's fencing token (the lock's `token`), its sequencer (the
-   * lock's `sequencer`: needed for a bound key), or CURRENT_LOCK (the lock of
-   * the enclosing withLock).
+   * lock's `sequencer`: needed for a bound key), the Lock or Leadership
+   * itself (its sequencer; LockLostError before any request once it is not
+   * held), or CURRENT_LOCK (the lock of the enclosing withLock).
    */
   readonly token: Fencing;
   /**

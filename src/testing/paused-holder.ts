@@ -84,6 +84,8 @@ export interface HolderProcess {
   pausePastSession(zk: ZooKeeperClient, options?: PausePastSessionOptions): Promise<void>;
   /** Resume it if paused, SIGTERM, SIGKILL after 5 s; resolves with how it ended. */
   stop(): Promise<HolderExit>;
+  /** `await using holder = spawnHolder(...)`: stops it (as stop()) when the block is left. */
+  [Symbol.asyncDispose](): Promise<void>;
   readonly exited: Promise<HolderExit>;
   /** What it printed so far. */
   stdout(): string;
@@ -231,6 +233,10 @@ class Holder implements HolderProcess {
     } finally {
       clearTimeout(kill);
     }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
   }
 
   stdout(): string {

@@ -108,6 +108,8 @@ export interface ThrowawayServer {
   readonly logFile: string;
   /** Stop the server (SIGTERM; SIGKILL after 10 s) and remove its directory. Idempotent. */
   stop(): Promise<void>;
+  /** `await using server = await startZooKeeper()`: stops it (as stop()) when the block is left. */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 export interface LaunchOptions {
@@ -192,7 +194,7 @@ async function launchOn(port: number, options: LaunchOptions): Promise<Throwaway
       }
       await rm(options.directory, { recursive: true, force: true });
     })());
-  return { host: '127.0.0.1', port, pid: child.pid as number, directory: options.directory, logFile: options.logFile, stop };
+  return { host: '127.0.0.1', port, pid: child.pid as number, directory: options.directory, logFile: options.logFile, stop, [Symbol.asyncDispose]: stop };
 }
 
 /** The last lines of a log file, for an error message. */

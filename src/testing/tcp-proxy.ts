@@ -214,6 +214,11 @@ export class TcpProxy {
   }
 
   /** Stop listening and reset every connection. */
+  /** `await using proxy = await TcpProxy.start(...)`: closes it (as close()) when the block is left. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;

@@ -3,7 +3,7 @@
 // released, or holds the same name in another store.
 import { describe, expect, it } from 'vitest';
 import { MemoryFenceStore } from '../../adapters/express/index.js';
-import { WaitForGraph } from '../../adapters/express/fencing/wait-for.js';
+import { WaitForGraph } from '../../src/shared/http/wait-for.js';
 
 const store = new MemoryFenceStore();
 const other = new MemoryFenceStore();

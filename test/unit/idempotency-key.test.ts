@@ -2,7 +2,8 @@
 // §3.3.3) with optional parameters, or the unquoted form many clients send.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { MAX_KEY_LENGTH, REPEATED, parseIdempotencyKey, singleHeader } from '../../adapters/express/idempotency/key.js';
+import { MAX_KEY_LENGTH, parseIdempotencyKey } from '../../src/shared/http/idempotency/key.js';
+import { REPEATED, singleHeader } from '../../src/shared/http/header.js';
 
 const ok = (value: string): string | undefined => {
   const parsed = parseIdempotencyKey(value);

@@ -1,4 +1,4 @@
-// The layering rules of the code map (README, "How the code is laid out"),
+// The layering rules of the code map (docs/code-map.md, "How the code is laid out"),
 // read from the source tree so that a wrong import fails here before it
 // ships:
 // - the core (the files directly in src/) imports no source, adapter, CLI or
@@ -35,6 +35,8 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
  */
 const SHARED: Record<string, { readonly folder: string; readonly members: readonly string[] }> = {
   redis: { folder: 'src/shared/redis', members: ['src/sources/redis', 'adapters/redis'] },
+  http: { folder: 'src/shared/http', members: ['adapters/express', 'adapters/fetch', 'adapters/hono', 'adapters/fastify'] },
+  postgres: { folder: 'src/shared/postgres', members: ['src/sources/postgres', 'adapters/postgres'] },
 };
 
 /**

@@ -68,7 +68,7 @@ const ERROR_CLASSES = [
 const CONTRACT: Record<string, { functions: string[]; classes: string[]; values: string[] }> = {
   fencekeeper: {
     functions: [
-      'parseToken', 'formatToken', 'assertToken', 'withLock',
+      'parseToken', 'formatToken', 'assertToken', 'withLock', 'withReadLock', 'withWriteLock', 'acquireLocks', 'withLocks',
       'sequencer', 'isSequencer', 'parseSequencer', 'formatSequencer', 'parseFencing', 'resolveFencing',
       'currentLock', 'fenceBinding', 'matchesBinding',
     ],
@@ -98,6 +98,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
       'migrate', 'loadMigrations', 'migrationsDirectory',
       'withFence', 'fencedUpdate', 'fencedInsert', 'fencedUpsert', 'fencedDelete', 'fenced', 'bindTable', 'tableBindingOf',
       'bindFence', 'fenceBindingOf', 'withEffect', 'pendingEffects', 'listEffects', 'settlePendingEffect', 'effectIdempotencyKey',
+      'postgresSource',
     ],
     classes: ['PostgresFenceStore', 'PostgresIdempotencyStore', 'DefiniteFailure'],
     values: [],
@@ -117,6 +118,16 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
     values: ['REPLAYED_HEADERS'],
   },
+  'fencekeeper/fetch': {
+    functions: ['withFencing', 'withIdempotency', 'fencingHeaders', 'fencedFetch', 'verifyHolder'],
+    classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
+    values: ['REPLAYED_HEADERS'],
+  },
+  'fencekeeper/hono': {
+    functions: ['fencing', 'idempotency', 'fencingHeaders', 'fencedFetch', 'verifyHolder'],
+    classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
+    values: ['REPLAYED_HEADERS'],
+  },
   'fencekeeper/opentelemetry': { functions: ['instrument', 'uninstrument'], classes: [], values: ['ATTR', 'METRICS', 'SCOPE'] },
   'fencekeeper/redis': {
     functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'redisSource', 'fencedSet', 'fencedGet', 'fencedDelete', 'readFence', 'bindFence'],
@@ -132,7 +143,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     values: [],
   },
   'fencekeeper/etcd': {
-    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession'],
+    functions: ['acquireLock', 'tryAcquireLock', 'lockStatus', 'observeLock', 'campaign', 'observeLeader', 'etcdSource', 'etcdSession', 'acquireReadLock', 'tryAcquireReadLock', 'acquireWriteLock', 'tryAcquireWriteLock', 'rwLockStatus'],
     classes: ['EtcdSession'],
     values: [],
   },
@@ -146,7 +157,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
 describe('the package by name', () => {
   it('package.json names the package and exports exactly its entry points', () => {
     expect(pkg.name).toBe('fencekeeper');
-    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './dynamodb', './etcd', './express', './extend', './mysql', './opentelemetry', './package.json', './postgres', './redis', './s3', './testing', './zookeeper']);
+    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './dynamodb', './etcd', './express', './extend', './fetch', './hono', './mysql', './opentelemetry', './package.json', './postgres', './redis', './s3', './testing', './zookeeper']);
     for (const [subpath, target] of Object.entries(pkg.exports)) {
       if (typeof target === 'string') continue;
       expect(existsSync(join(root, target.default)), `${subpath} -> ${target.default}`).toBe(true);
@@ -230,5 +241,23 @@ describe('the package by name', () => {
     expect([...bare]).toEqual([]);
     // Nor the test kit: fencekeeper/testing is an entry of its own.
     expect([...seen].filter((file) => file.includes('/testing/'))).toEqual([]);
+  });
+
+  it.each(['fetch', 'hono'])('fencekeeper/%s (and its memory stores) load no framework at run time: no bare import but node:', (entry) => {
+    const statement = /^\s*(?:import|export)\b[^'"]*?\bfrom\s*['"]([^'"]+)['"]|^\s*import\s*['"]([^'"]+)['"]/gm;
+    const seen = new Set<string>();
+    const bare = new Set<string>();
+    const visit = (file: string): void => {
+      if (seen.has(file)) return;
+      seen.add(file);
+      for (const match of readFileSync(file, 'utf8').matchAll(statement)) {
+        const spec = (match[1] ?? match[2])!;
+        if (spec.startsWith('.')) visit(join(dirname(file), spec));
+        else if (!spec.startsWith('node:')) bare.add(`${file.slice(root.length)}: ${spec}`);
+      }
+    };
+    visit(join(dist, 'adapters', entry, 'index.js'));
+    expect([...seen].some((file) => file.endsWith('memory-fence-store.js'))).toBe(true);
+    expect([...bare]).toEqual([]);
   });
 });

@@ -1,4 +1,4 @@
-// The README's "How the code is laid out" section against the tree: every
+// docs/code-map.md ("How the code is laid out") against the tree: every
 // path it names exists, and every folder of src/, src/sources/ and adapters/ (and every
 // file directly in src/ and its folders' top level) is named, so a new
 // maintainer's map cannot drift from the code.
@@ -10,9 +10,9 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 /** The paths the section's text block names, each with its parents (by indentation). */
 function namedPaths(): Set<string> {
-  const readme = readFileSync(`${ROOT}README.md`, 'utf8');
-  const at = readme.indexOf('## How the code is laid out');
-  if (at < 0) throw new Error('README.md has no "How the code is laid out" section');
+  const readme = readFileSync(`${ROOT}docs/code-map.md`, 'utf8');
+  const at = readme.indexOf('# How the code is laid out');
+  if (at < 0) throw new Error('docs/code-map.md has no "How the code is laid out" title');
   const open = readme.indexOf('```text\n', at);
   const close = readme.indexOf('\n```', open + 8);
   if (open < 0 || close < 0) throw new Error('the layout section has no ```text block');

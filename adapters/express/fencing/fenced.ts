@@ -15,7 +15,7 @@
 // and the request would hang until maxHoldMs.
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { InvalidArgumentError } from '../../../src/index.js';
-import type { FencingContext } from './context.js';
+import type { FencingContext } from '../../../src/shared/http/exchange.js';
 
 /**
  * A request admitted by fencing(). `Transaction` is the store's transaction

@@ -104,67 +104,35 @@
 // - Status 500 only for the application's own bug (a `resource` function that
 //   throws without a 4xx status, or returns no resource name); nothing a
 //   client sends answers 500.
-import { debuglog } from 'node:util';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { InvalidArgumentError, SEQUENCER_FORMAT, SequencerMismatchError, StaleTokenError, formatToken, parseFencing, type FenceAdmission, type FenceStore, type FencingToken, type Sequencer } from '../../../src/index.js';
-import { publishRefused, traceAdmit } from '../../../src/extend.js';
-import { Fencing, settle } from './context.js';
-import { sendProblem } from '../problem.js';
-import { answerStoreFailure } from '../store-failure.js';
+import type { FenceAdmission, FenceStore, FencingToken, Sequencer } from '../../../src/index.js';
+import { NodeFencing, nodeFencingOf } from '../../../src/shared/http/node-exchange.js';
+import { settle } from '../../../src/shared/http/exchange.js';
+import { CLOSED, admitExchange, fencingSettings, rejoinExchange, resourceOf, type FencingGuardOptions, type FencingSettings } from '../../../src/shared/http/fencing-core.js';
+import { nodeHeader, presentedToken } from '../../../src/shared/http/header.js';
+import { writeProblem, type Problem } from '../../../src/shared/http/problem.js';
+import type { Fencing, FencingContext } from '../../../src/shared/http/exchange.js';
 
-const debug = debuglog('fencekeeper');
-
-export interface FencingOptions<Transaction = undefined> {
-  /** Where the fence lives: MemoryFenceStore (one process), PostgresFenceStore, or your own. */
-  readonly store: FenceStore<Transaction>;
-  /**
-   * The resource a request writes: a fixed name, or a function of the request.
-   * The function must return a non-empty string for every request. To refuse
-   * a request it cannot map (an unknown id), throw an error carrying a 4xx
-   * `status` or `statusCode` (the http-errors convention): that status is
-   * answered. Any other throw, or a result that is not a non-empty string, is
-   * the application's bug and answered 500.
-   */
-  readonly resource: string | ((req: Request) => string);
-  /**
-   * The request header carrying the token: a bare decimal token, or a
-   * sequencer's text form (`fk1:...`, see formatSequencer), which the store
-   * checks against the fence's binding. Default 'fencing-token'.
-   */
-  readonly header?: string;
-  /**
-   * Check the token with the lock service before the fence may advance
-   * (Chubby's CheckSequencer). Only `true` admits; anything else answers 403.
-   * A throw or rejection means the lock service could not answer: 503.
-   * `sequencer` is the header's sequencer (null for a bare token), for a
-   * verify that checks the lock's name and source as well as the token.
-   */
-  readonly verify?: (token: FencingToken, resource: string, req: Request, sequencer: Sequencer | null) => boolean | Promise<boolean>;
-  /**
-   * The longest a request may hold the resource's fence, in ms from its
-   * admission, before the admission is aborted, req.fencing.signal aborts and
-   * the client is answered 503 FENCE_HOLD_EXPIRED. An integer in
-   * 1..2147483647 (a timer's range). Default 30000.
-   */
-  readonly maxHoldMs?: number;
+declare global {
+  // Express's own augmentation point, the same in @types/express 4 and 5
+  // (express-serve-static-core: `interface Request extends Express.Request`).
+  // eslint-disable-next-line @typescript-eslint/no-namespace -- declaration merging needs the namespace
+  namespace Express {
+    interface Request {
+      /** Set by fencekeeper's fencing() once the request holds its resource's fence. */
+      fencing?: FencingContext;
+    }
+  }
 }
 
-/** See "maxHoldMs" above for why 30 s. */
-const DEFAULT_MAX_HOLD_MS = 30_000;
-/** The largest delay setTimeout keeps (a larger one fires after 1 ms). */
-const MAX_TIMER_MS = 2_147_483_647;
-
-/** RFC 9110 §5.1 field-name: a token. */
-const FIELD_NAME = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
-
-/** The header appeared more than once. */
-const REPEATED = Symbol('repeated');
-
-/** What one fencing() needs per request, copied from its options. */
-interface Settings {
-  readonly store: FenceStore<unknown>;
-  readonly verify: FencingOptions<unknown>['verify'];
-  readonly maxHoldMs: number;
+/**
+ * fencing()'s options: `store` (where the fence lives), `resource` (a name or
+ * a function of the Express request), `header` (default 'fencing-token'),
+ * `verify` (Chubby's CheckSequencer: only `true` admits) and `maxHoldMs`
+ * (default 30000: the longest a request may hold the fence).
+ */
+export interface FencingOptions<Transaction = undefined> extends FencingGuardOptions<Transaction, Request> {
+  readonly store: FenceStore<Transaction>;
 }
 
 /**
@@ -182,211 +150,58 @@ interface Settings {
  * the connection closed first (abort), or maxHoldMs passed (abort, 503).
  */
 export function fencing<Transaction = undefined>(options: FencingOptions<Transaction>): RequestHandler {
-  const store = options.store;
-  if (store === null || typeof store !== 'object' || typeof store.admit !== 'function') {
-    throw new InvalidArgumentError('fencing(): options.store must be a FenceStore');
-  }
-  const resource = options.resource;
-  if (typeof resource === 'string' ? resource.length === 0 : typeof resource !== 'function') {
-    throw new InvalidArgumentError('fencing(): options.resource must be a non-empty string or a function of the request');
-  }
-  const header = (options.header ?? 'fencing-token').toLowerCase();
-  if (!FIELD_NAME.test(header)) {
-    throw new InvalidArgumentError(`fencing(): not an HTTP header name: ${JSON.stringify(options.header)}`);
-  }
-  const verify = options.verify;
-  if (verify !== undefined && typeof verify !== 'function') {
-    throw new InvalidArgumentError('fencing(): options.verify must be a function');
-  }
-  const maxHoldMs = options.maxHoldMs ?? DEFAULT_MAX_HOLD_MS;
-  if (typeof maxHoldMs !== 'number' || !Number.isInteger(maxHoldMs) || maxHoldMs < 1 || maxHoldMs > MAX_TIMER_MS) {
-    throw new InvalidArgumentError(`fencing(): options.maxHoldMs must be an integer in 1..${MAX_TIMER_MS}, got ${String(options.maxHoldMs)}`);
-  }
-  const settings: Settings = Object.freeze({ store: store as FenceStore<unknown>, verify: verify as Settings['verify'], maxHoldMs });
+  const settings = fencingSettings<Request>('express', options as FencingGuardOptions<unknown, Request>);
+  const header = settings.header;
 
   return function fencingMiddleware(req: Request, res: Response, next: NextFunction): void {
-    const text = readHeader(req, header);
-    if (text === undefined) {
-      return sendProblem(res, 428, 'MISSING_TOKEN', `this request needs a fencing token in the ${header} header`);
-    }
-    if (text === REPEATED) {
-      return sendProblem(res, 400, 'REPEATED_TOKEN', `the ${header} header must appear once`);
-    }
-    // A bare token (decimal) or a sequencer (the token with its lock: SEQUENCER_FORMAT).
-    let token: FencingToken;
-    let presented: FencingToken | Sequencer;
-    try {
-      presented = parseFencing(text);
-      token = typeof presented === 'bigint' ? presented : presented.token;
-    } catch {
-      return sendProblem(res, 400, 'INVALID_TOKEN', `the ${header} header must be a decimal integer in 1..9223372036854775807 or a sequencer (${SEQUENCER_FORMAT})`);
-    }
-
-    let name: string;
-    if (typeof resource === 'string') {
-      name = resource;
-    } else {
-      let named: unknown;
-      try {
-        named = resource(req);
-      } catch (error) {
-        const status = clientStatusOf(error);
-        if (status !== undefined) {
-          return sendProblem(res, status, 'RESOURCE_REFUSED', exposedMessage(error) ?? 'this request names no fenced resource');
-        }
-        debug('fencing(): resource() threw: %o', error);
-        return sendProblem(res, 500, 'RESOURCE_UNRESOLVED', 'the server could not determine the resource of this request');
-      }
-      if (typeof named !== 'string' || named.length === 0) {
-        debug('fencing(): resource() returned %o, not a non-empty string', named);
-        return sendProblem(res, 500, 'RESOURCE_UNRESOLVED', 'the server could not determine the resource of this request');
-      }
-      name = named;
-    }
+    const parsed = presentedToken(nodeHeader(req, header), header);
+    if ('status' in parsed) return writeProblem(res, parsed);
+    const name = resourceOf(settings, req);
+    if (typeof name !== 'string') return writeProblem(res, name);
 
     // The client is already gone: nobody to answer, nothing to hold.
     if (res.closed || res.writableEnded) return;
-    const outer = req.fencing instanceof Fencing ? req.fencing : undefined;
+    const outer = nodeFencingOf(req);
     // This request already holds this fence (fencing() applied twice): waiting
     // for it again would wait for ourselves.
     const held = outer?.find(settings.store, name);
     if (held !== undefined) {
-      void rejoin(settings, req, res, next, held, token, presented);
+      void rejoin(settings, req, res, next, held, parsed.token, parsed.presented);
       return;
     }
-    void admit(settings, req, res, next, name, token, outer, presented);
+    void admit(settings, req, res, next, name, parsed.token, outer, parsed.presented);
   };
 }
 
 async function admit(
-  settings: Settings,
+  settings: FencingSettings<Request>,
   req: Request,
   res: Response,
   next: NextFunction,
   resource: string,
   token: FencingToken,
-  outer: Fencing | undefined,
+  outer: NodeFencing | undefined,
   presented: FencingToken | Sequencer,
 ): Promise<void> {
-  const exchange = new Fencing(req, res, settings.store, resource, token, outer, settings.maxHoldMs);
-  if (settings.verify !== undefined && !(await verified(settings.verify, token, resource, req, res, exchange, presented))) return;
-
-  const cycle = exchange.enterWait();
-  if (cycle !== undefined) {
-    return sendProblem(
-      res,
-      503,
-      'FENCE_DEADLOCK',
-      `waiting for the fence of ${resource} would deadlock: it is held by a request that waits, through ${cycle.join(' -> ')}, for a fence this request holds; take fences in one order everywhere; try again`,
-    );
-  }
-  let admission: FenceAdmission<unknown>;
-  try {
-    // (Promise.resolve: a store of the user's may hand back a thenable, and a trace needs a promise)
-    admission = await traceAdmit('express', resource, token, () => Promise.resolve(settings.store.admit(resource, presented, exchange)));
-  } catch (error) {
-    exchange.leaveWait();
-    if (exchange.closed) return; // the client left while waiting; the store holds nothing for it
-    if (error instanceof StaleTokenError) {
-      publishRefused('express', error);
-      return sendProblem(
-        res,
-        409,
-        'STALE_TOKEN',
-        `a larger fencing token has been admitted for ${resource}`,
-        { resource, presented: formatToken(token), current: error.current === null ? null : formatToken(error.current) },
-      );
-    }
-    if (error instanceof SequencerMismatchError) {
-      publishRefused('express', error, token);
-      return sendProblem(
-        res,
-        409,
-        'SEQUENCER_MISMATCH',
-        `the fence of ${resource} is guarded by another lock than the one this token belongs to`,
-        { resource, bound: { kind: error.bound.kind, lock: error.bound.lock, source: error.bound.source } },
-      );
-    }
-    debug('fencing(): store.admit failed: %o', error);
-    return answerStoreFailure(res, { middleware: 'fencing', operation: 'admit', error }, 'FENCE_UNAVAILABLE', 'the fence store could not admit the request; try again');
-  }
-  exchange.leaveWait();
-
+  const exchange = new NodeFencing(req, res, settings.store, resource, token, outer, settings.maxHoldMs);
+  const admission: FenceAdmission<unknown> | Problem | typeof CLOSED = await admitExchange(settings, req, exchange, token, presented);
+  if (admission === CLOSED) return;
+  if ('status' in admission) return writeProblem(res, admission);
   // Admitted, but the client left (or someone else answered) in the meantime.
   if (exchange.closed || res.writableEnded) {
     settle(admission, false);
     return;
   }
   exchange.hold(admission);
+  exchange.enter();
   req.fencing = exchange;
   next();
 }
 
 /** fencing() again for a fence the request holds: pass with the same token, after this fencing()'s own verify. */
-async function rejoin(settings: Settings, req: Request, res: Response, next: NextFunction, held: Fencing, token: FencingToken, presented: FencingToken | Sequencer): Promise<void> {
-  if (token !== held.token) {
-    return sendProblem(res, 400, 'CONFLICTING_TOKEN', `this request already holds the fence of ${held.resource} with another fencing token`);
-  }
-  if (settings.verify !== undefined && !(await verified(settings.verify, token, held.resource, req, res, held, presented))) return;
-  if (held.closed) return;
+async function rejoin(settings: FencingSettings<Request>, req: Request, res: Response, next: NextFunction, held: Fencing, token: FencingToken, presented: FencingToken | Sequencer): Promise<void> {
+  const refused = await rejoinExchange(settings, req, held, token, presented);
+  if (refused === CLOSED) return;
+  if (refused !== undefined) return writeProblem(res, refused);
   next();
-}
-
-/** Run verify; answers and returns false unless it returned true and the exchange is still open. */
-async function verified(
-  verify: NonNullable<Settings['verify']>,
-  token: FencingToken,
-  resource: string,
-  req: Request,
-  res: Response,
-  exchange: Fencing,
-  presented: FencingToken | Sequencer,
-): Promise<boolean> {
-  let verdict: unknown;
-  try {
-    verdict = await verify(token, resource, req, typeof presented === 'bigint' ? null : presented);
-  } catch (error) {
-    debug('fencing(): verify threw: %o', error);
-    sendProblem(res, 503, 'VERIFY_UNAVAILABLE', 'the lock service could not check the fencing token; try again');
-    return false;
-  }
-  if (exchange.closed) return false;
-  if (verdict !== true) {
-    sendProblem(res, 403, 'TOKEN_REFUSED', `the fencing token is not the current holder's for ${resource}`);
-    return false;
-  }
-  return true;
-}
-
-/** The header's value, undefined if absent, REPEATED if sent more than once. */
-function readHeader(req: Request, header: string): string | undefined | typeof REPEATED {
-  // rawHeaders keeps every occurrence as sent: req.headers joins repeats of
-  // unknown headers with ', ' and keeps only the first of some known ones
-  // (authorization, ...), so it cannot tell a repeat for every name.
-  const raw = req.rawHeaders as string[] | undefined;
-  if (raw === undefined) {
-    const value = req.headers[header];
-    return Array.isArray(value) ? REPEATED : value;
-  }
-  let found: string | undefined;
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!;
-    if (name.length === header.length && name.toLowerCase() === header) {
-      if (found !== undefined) return REPEATED;
-      found = raw[i + 1] ?? '';
-    }
-  }
-  return found;
-}
-
-function clientStatusOf(error: unknown): number | undefined {
-  if (typeof error !== 'object' || error === null) return undefined;
-  const { status, statusCode } = error as { status?: unknown; statusCode?: unknown };
-  const code = typeof status === 'number' ? status : statusCode;
-  return typeof code === 'number' && Number.isInteger(code) && code >= 400 && code <= 499 ? code : undefined;
-}
-
-function exposedMessage(error: unknown): string | undefined {
-  const { message, expose } = error as { message?: unknown; expose?: unknown };
-  return expose !== false && typeof message === 'string' && message.length > 0 ? message : undefined;
 }

@@ -57,69 +57,49 @@
 //   fingerprint. The bytes are gone by then; keepRawBody is the way to keep them.
 // idempotency() cannot sit before a JSON or form parser: the parser would
 // find the body consumed. Put it after, with keepRawBody.
-import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { debuglog } from 'node:util';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { InvalidArgumentError, type IdempotencyClaim, type IdempotencyStore, type StoredResponse } from '../../../src/index.js';
-import { ResponseCapture, type Captured } from './capture.js';
-import { REPEATED, parseIdempotencyKey, singleHeader } from './key.js';
-import { sendProblem, type IdempotencyProblemCode } from '../problem.js';
-import { answerStoreFailure } from '../store-failure.js';
+import { InvalidArgumentError, type IdempotencyClaim } from '../../../src/index.js';
+import { nodeHeader } from '../../../src/shared/http/header.js';
+import { writeProblem } from '../../../src/shared/http/problem.js';
+import {
+  IDEMPOTENCY_HEADER,
+  NO_KEY,
+  UNREADABLE_BODY,
+  fingerprint,
+  giveBack,
+  idempotencySettings,
+  keep,
+  lookUp,
+  scopedKey,
+  throughFence,
+  tooLarge,
+  type IdempotencyGuardOptions,
+  type IdempotencySettings,
+  type ScopedKey,
+} from '../../../src/shared/http/idempotency/core.js';
+import { ResponseCapture, type Captured } from '../../../src/shared/http/idempotency/node-capture.js';
+import { replayTo } from '../../../src/shared/http/idempotency/node-replay.js';
 
 const debug = debuglog('fencekeeper');
 
-export interface IdempotencyOptions {
-  /** Where responses are kept: MemoryIdempotencyStore (one process), PostgresIdempotencyStore, or your own. */
-  readonly store: IdempotencyStore<unknown>;
-  /** Answer 400 to a request without an Idempotency-Key. Default false: such a request passes through untouched. */
-  readonly required?: boolean;
-  /**
-   * The partition a client's keys live in, so one client can neither replay
-   * nor block another's (the draft's security considerations: combine the
-   * key with what the server knows of the client). A string of at most 1024
-   * characters; default '' (one namespace for everyone).
-   */
-  readonly scope?: (req: Request) => string;
-  /** The response headers stored and replayed (lower-case names). Default: REPLAYED_HEADERS. */
-  readonly headers?: readonly string[];
-  /** The largest response body kept for replay, in bytes. Default 1 MiB. */
-  readonly maxResponseBytes?: number;
-  /**
-   * The largest request body idempotency() reads itself to compute the
-   * fingerprint, in bytes (when no body parser has read it). Default 1 MiB.
-   *
-   * Which bytes are fingerprinted: the body as received when idempotency()
-   * reads it, or when the body parser before it was given
-   * `verify: keepRawBody`; a Buffer or string req.body as it is; otherwise
-   * the JSON of the parsed req.body, so two bodies that parse alike (such as
-   * numbers beyond a double's precision) count as the same request.
-   */
-  readonly maxRequestBytes?: number;
-}
+/**
+ * idempotency()'s options: `store`, `required`, `scope` (a function of the
+ * Express request), `headers` (the response headers replayed), and the byte
+ * limits `maxResponseBytes` and `maxRequestBytes` (each default 1 MiB).
+ *
+ * Which bytes are fingerprinted: the body as received when idempotency()
+ * reads it, or when the body parser before it was given
+ * `verify: keepRawBody`; a Buffer or string req.body as it is; otherwise
+ * the JSON of the parsed req.body, so two bodies that parse alike (such as
+ * numbers beyond a double's precision) count as the same request.
+ */
+export type IdempotencyOptions = IdempotencyGuardOptions<Request>;
 
-/** What a replay carries over from the first response, unless `headers` says otherwise. */
-export const REPLAYED_HEADERS: readonly string[] = Object.freeze([
-  'content-type', 'content-language', 'content-encoding', 'content-location', 'location',
-  'etag', 'last-modified', 'link', 'retry-after', 'cache-control', 'vary',
-]);
+export { REPLAYED_HEADERS } from '../../../src/shared/http/idempotency/core.js';
 
-const HEADER = 'idempotency-key';
-const MIB = 1024 * 1024;
-/** RFC 9110 §5.1 field-name: a token. */
-const FIELD_NAME = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
-/** Framing headers describe one message on one connection: never replayed. */
-const FRAMING = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'upgrade', 'trailer']);
-const MAX_SCOPE_LENGTH = 1024;
-
-interface Settings {
-  readonly store: IdempotencyStore<unknown>;
-  readonly required: boolean;
-  readonly scope: ((req: Request) => string) | undefined;
-  readonly headers: ReadonlySet<string>;
-  readonly maxResponseBytes: number;
-  readonly maxRequestBytes: number;
-}
+type Settings = IdempotencySettings<Request>;
 
 /**
  * The server half of the Idempotency-Key header: the first request with a
@@ -133,88 +113,37 @@ interface Settings {
  * is stored. More in the header of idempotency.ts and the README.
  */
 export function idempotency(options: IdempotencyOptions): RequestHandler {
-  const store = options?.store;
-  if (store === null || typeof store !== 'object' || typeof store.begin !== 'function' || typeof store.complete !== 'function' || typeof store.release !== 'function') {
-    throw new InvalidArgumentError('idempotency(): options.store must be an IdempotencyStore');
-  }
-  if (options.required !== undefined && typeof options.required !== 'boolean') throw new InvalidArgumentError('idempotency(): options.required must be a boolean');
-  if (options.scope !== undefined && typeof options.scope !== 'function') throw new InvalidArgumentError('idempotency(): options.scope must be a function of the request');
-  const headers = options.headers ?? REPLAYED_HEADERS;
-  if (!Array.isArray(headers) || !headers.every((h) => typeof h === 'string' && FIELD_NAME.test(h.toLowerCase()) && !FRAMING.has(h.toLowerCase()))) {
-    throw new InvalidArgumentError('idempotency(): options.headers must be header names other than content-length, transfer-encoding and the connection headers');
-  }
-  const settings: Settings = Object.freeze({
-    store,
-    required: options.required ?? false,
-    scope: options.scope,
-    headers: new Set(headers.map((h) => h.toLowerCase())),
-    maxResponseBytes: byteLimit(options.maxResponseBytes, 'maxResponseBytes'),
-    maxRequestBytes: byteLimit(options.maxRequestBytes, 'maxRequestBytes'),
-  });
+  const settings = idempotencySettings<Request>('express', options);
 
   return function idempotencyMiddleware(req: Request, res: Response, next: NextFunction): void {
-    const text = singleHeader(req.rawHeaders ?? [], HEADER);
-    if (text === undefined) {
-      if (settings.required) return answer(res, 400, 'IDEMPOTENCY_KEY_MISSING', 'this request needs an Idempotency-Key header: a unique key (a UUID) per operation, the same on every retry of it');
-      return next();
-    }
-    if (text === REPEATED) return answer(res, 400, 'IDEMPOTENCY_KEY_REPEATED', 'the Idempotency-Key header must appear once');
-    const parsed = parseIdempotencyKey(text);
-    if (!parsed.ok) return answer(res, 400, 'IDEMPOTENCY_KEY_INVALID', parsed.reason);
-    let scope = '';
-    if (settings.scope !== undefined) {
-      let named: unknown;
-      try {
-        named = settings.scope(req);
-      } catch (error) {
-        debug('idempotency(): scope() threw: %o', error);
-      }
-      if (typeof named !== 'string' || named.length > MAX_SCOPE_LENGTH || named.includes('\u0000')) {
-        debug('idempotency(): scope() returned %o, not a string of at most %d characters without NUL', named, MAX_SCOPE_LENGTH);
-        return answer(res, 500, 'IDEMPOTENCY_SCOPE_UNRESOLVED', 'the server could not determine whose key this is');
-      }
-      scope = named;
-    }
-    handle(settings, req, res, next, scope, parsed.key).catch((error: unknown) => {
+    const key = scopedKey(settings, nodeHeader(req, IDEMPOTENCY_HEADER), req);
+    if (key === NO_KEY) return next();
+    if ('status' in key) return writeProblem(res, key);
+    handle(settings, req, res, next, key).catch((error: unknown) => {
       // Every store call is guarded; this is a bug of ours, still not a crash.
       debug('idempotency(): %o', error);
-      answer(res, 503, 'IDEMPOTENCY_UNAVAILABLE', 'the server could not check the Idempotency-Key; try again');
+      writeProblem(res, { status: 503, code: 'IDEMPOTENCY_UNAVAILABLE', detail: 'the server could not check the Idempotency-Key; try again' });
     });
   };
 }
 
-async function handle(settings: Settings, req: Request, res: Response, next: NextFunction, scope: string, key: string): Promise<void> {
+async function handle(settings: Settings, req: Request, res: Response, next: NextFunction, key: ScopedKey): Promise<void> {
   const body = await requestBody(req, settings.maxRequestBytes);
   if (body === TOO_LARGE) {
     res.setHeader('connection', 'close');
-    return answer(res, 413, 'IDEMPOTENCY_BODY_TOO_LARGE', `the request body is larger than the ${settings.maxRequestBytes} bytes this route reads`);
+    return writeProblem(res, tooLarge(settings));
   }
-  if (body === UNREADABLE) return answer(res, 400, 'IDEMPOTENCY_BODY_UNREADABLE', 'the request body could not be read');
-  const fingerprint = createHash('sha256').update(`${req.method}\n${req.originalUrl}\n`).update(body).digest('hex');
+  if (body === UNREADABLE) return writeProblem(res, UNREADABLE_BODY);
+  const print = fingerprint(req.method, req.originalUrl, body);
   // Behind fencing() with a store that has a transaction: write through it.
-  const transaction = (req.fencing as { transaction?: unknown } | undefined)?.transaction;
-  const on = transaction === undefined ? undefined : { transaction };
-  let found;
-  try {
-    found = await settings.store.begin({ scope, key }, fingerprint, on);
-  } catch (error) {
-    debug('idempotency(): the store failed to look up a key: %o', error);
-    return answerStoreFailure(res, { middleware: 'idempotency', operation: 'begin', error }, 'IDEMPOTENCY_UNAVAILABLE', 'the server could not check the Idempotency-Key; try again');
-  }
-  switch (found.state) {
-    case 'completed':
-      if (!found.sameRequest) return reused(res);
-      return replay(res, found.response);
-    case 'running':
-      if (!found.sameRequest) return reused(res);
-      return answer(res, 409, 'IDEMPOTENCY_KEY_IN_USE', 'a request with this Idempotency-Key is still being processed; retry later');
-    case 'claimed':
-      break;
-  }
+  const on = throughFence(req.fencing);
+  const found = await lookUp(settings, key, print, on);
+  if (found.kind === 'problem') return writeProblem(res, found.problem);
+  if (found.kind === 'replay') return replayTo(res, found.response);
   const claim = found.claim;
   if (res.closed || res.writableEnded) {
     // Nobody to answer, nothing done: give the key back.
-    await settings.store.release(claim, on).catch((error: unknown) => debug('idempotency(): releasing a key failed: %o', error));
+    await giveBack(settings, claim, on);
     return;
   }
   const capture = new ResponseCapture(res, settings.maxResponseBytes, (captured) => {
@@ -225,59 +154,19 @@ async function handle(settings: Settings, req: Request, res: Response, next: Nex
 
 /** The handler ended its response: keep it (below 500) or give the key back, then let it out. */
 async function store(settings: Settings, res: ServerResponse, capture: ResponseCapture, claim: IdempotencyClaim, captured: Captured, on: { transaction: unknown } | undefined): Promise<void> {
-  if (captured.status >= 500) {
-    await settings.store.release(claim, on).catch((error: unknown) => debug('idempotency(): releasing a key failed: %o', error));
+  const body = captured.body === null ? null : new Uint8Array(captured.body);
+  const failed = await keep(settings, claim, captured.status, captured.headers, body, on);
+  if (failed === undefined) {
     capture.release();
     return;
   }
-  const headers = captured.headers.filter(([name]) => settings.headers.has(name));
-  const response: StoredResponse = { status: captured.status, headers, body: captured.body === null ? null : new Uint8Array(captured.body) };
-  try {
-    if (!(await settings.store.complete(claim, response, on))) {
-      debug('idempotency(): the key %s was claimed by another request before this one answered: its response is not stored', claim.key);
-    }
-  } catch (error) {
-    debug('idempotency(): the store failed to keep a response: %o', error);
-    if (on === undefined) {
-      // The handler's work stands whatever the store did: the client gets its answer.
-      capture.release();
-      return;
-    }
-    // In the fence's transaction: the failed write takes the handler's writes
-    // with it, so the handler's answer would be a lie.
-    capture.release(false);
-    if (res.headersSent) {
-      res.destroy();
-      return;
-    }
-    for (const name of res.getHeaderNames()) res.removeHeader(name);
-    answerStoreFailure(res, { middleware: 'idempotency', operation: 'complete', error }, 'IDEMPOTENCY_UNAVAILABLE', 'the server could not keep the response for this Idempotency-Key, and undid the request; try again');
+  capture.release(false);
+  if (res.headersSent) {
+    res.destroy();
     return;
   }
-  capture.release();
-}
-
-function reused(res: ServerResponse): void {
-  answer(res, 422, 'IDEMPOTENCY_KEY_REUSED', 'this Idempotency-Key was already used for a different request (another method, target or body); use a new key for a new request');
-}
-
-function replay(res: ServerResponse, stored: StoredResponse): void {
-  if (stored.body === null) {
-    return answer(res, 409, 'IDEMPOTENT_RESPONSE_NOT_KEPT', `the request with this Idempotency-Key was processed (status ${stored.status}), but its response was too large to keep for a replay`);
-  }
-  if (res.headersSent || res.writableEnded) return;
-  res.statusCode = stored.status;
-  const grouped = new Map<string, string[]>();
-  for (const [name, value] of stored.headers) grouped.set(name, [...(grouped.get(name) ?? []), value]);
-  for (const [name, values] of grouped) res.setHeader(name, values.length === 1 ? values[0]! : values);
-  res.setHeader('idempotent-replayed', 'true');
-  res.setHeader('content-length', stored.body.byteLength);
-  res.end(Buffer.from(stored.body.buffer, stored.body.byteOffset, stored.body.byteLength));
-}
-
-function answer(res: ServerResponse, status: number, code: IdempotencyProblemCode, detail: string): void {
-  // problem.ts spells its codes as fencing()'s; the answer's shape is the same.
-  sendProblem(res, status, code, detail);
+  for (const name of res.getHeaderNames()) res.removeHeader(name);
+  writeProblem(res, failed);
 }
 
 /** The bytes body-parser read, per request, as keepRawBody() was handed them. */
@@ -360,10 +249,3 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer | typeof 
   });
 }
 
-function byteLimit(value: unknown, what: string): number {
-  if (value === undefined) return MIB;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0) {
-    throw new InvalidArgumentError(`idempotency(): options.${what} must be a non-negative integer (bytes), got ${String(value)}`);
-  }
-  return value;
-}

@@ -46,7 +46,7 @@
 // carrying out a call it accepted just before the deadline.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { debuglog } from 'node:util';
-import { EffectFailedError, EffectPendingError, InvalidArgumentError, LockLostError, StaleTokenError, type FencingToken } from '../../../src/index.js';
+import { EffectFailedError, EffectPendingError, InvalidArgumentError, LockLostError, StaleTokenError, resolveFencing, type Fencing, type FencingToken, type Sequencer } from '../../../src/index.js';
 import { traceEffect } from '../../../src/extend.js';
 import type { Database } from '../database.js';
 import {
@@ -64,7 +64,7 @@ import {
 } from './input.js';
 import { claimEffect, readEffect, recordPendingAgain, settleEffect, type RecordedEffect, type Settlement } from './ledger.js';
 import { DefiniteFailure, storeFailure, storeResult } from './outcome.js';
-import { checkToken, describe } from '../identifiers.js';
+import { describe } from '../identifiers.js';
 import { withFence } from '../fence/with-fence.js';
 
 const debug = debuglog('fencekeeper');
@@ -72,7 +72,15 @@ const debug = debuglog('fencekeeper');
 /** Which effect: one action of the caller's (`key`), fenced on `resource` with the holder's `token`. */
 export interface EffectTarget {
   readonly resource: string;
-  readonly token: FencingToken;
+  /**
+   * Where the token goes: a bare token, a Sequencer, the Lock or Leadership
+   * itself, or CURRENT_LOCK. A grant whose `held` is false is refused with
+   * LockLostError before anything is sent; the check is made once, when the
+   * call starts, so an effect that ran is still recorded under the fence if
+   * the lock is lost while it runs (the fence refuses that record once a
+   * later holder has advanced it).
+   */
+  readonly token: Fencing;
   /** The caller's name for this action (an order id, a message id): at most 1024 characters. */
   readonly key: string;
 }
@@ -168,6 +176,8 @@ interface Input<R> {
   readonly resource: string;
   readonly key: string;
   readonly token: FencingToken;
+  /** What each fenced step presents: the sequencer when one was given (a bound fence checks it), else the bare token. */
+  readonly presented: FencingToken | Sequencer;
   readonly effect: Effect<R>;
   readonly deadline: number | undefined;
   readonly graceMs: number;
@@ -226,14 +236,15 @@ function checkInput<R>(db: unknown, target: unknown, effect: unknown, options: u
   checkDatabase(db, 'withEffect');
   const t = checkObject(target, 'withEffect: the effect ({ resource, token, key })');
   const resource = checkEffectResource(t['resource']);
-  const token = checkToken(t['token']);
+  const fencing = resolveFencing(t['token']);
   const key = checkEffectKey(t['key']);
   if (typeof effect !== 'function') throw new InvalidArgumentError(`withEffect: effect must be a function, got ${describe(effect)}`);
   const o = checkObject(options, 'withEffect: options');
   return Object.freeze({
     resource,
     key,
-    token,
+    token: fencing.token,
+    presented: fencing.sequencer ?? fencing.token,
     effect: effect as Effect<R>,
     deadline: optionalInstant(o['deadline'], 'deadline'),
     graceMs: optionalInteger(o['graceMs'], 'graceMs', 0, MAX_INT32) ?? DEFAULT_GRACE_MS,
@@ -245,7 +256,7 @@ function checkInput<R>(db: unknown, target: unknown, effect: unknown, options: u
 
 /** Step 1, in a fenced transaction. */
 function claim<R>(db: Database, input: Input<R>): Promise<Step<R>> {
-  return withFence(db, input.resource, input.token, async (trx): Promise<Step<R>> => {
+  return withFence(db, input.resource, input.presented, async (trx): Promise<Step<R>> => {
     const deadline = wallDeadline(input);
     const idempotencyKey = effectIdempotencyKey(input.resource, input.key, 1);
     if (await claimEffect(trx, input.resource, input.key, idempotencyKey, input.token, deadline, input.graceMs)) {
@@ -294,7 +305,7 @@ async function runAndRecord<R>(db: Database, input: Input<R>, step: Extract<Step
   }
   let settled: boolean;
   try {
-    settled = await withFence(db, input.resource, input.token, (trx) => settleEffect(trx, { ...ref, state: 'pending' }, input.token, settlement));
+    settled = await withFence(db, input.resource, input.presented, (trx) => settleEffect(trx, { ...ref, state: 'pending' }, input.token, settlement));
   } catch (error) {
     // A newer holder has the resource: it will find the effect pending and reconcile.
     if (error instanceof StaleTokenError) throw error;
@@ -350,7 +361,7 @@ async function reconcileAndSettle<R>(db: Database, input: Input<R>, recorded: Re
       ? 'cannot be settled as not happened: it was recorded without a deadline, so its call may still arrive at any time'
       : `cannot be settled as not happened before its deadline ${recorded.deadline.toISOString()} plus ${Math.max(recorded.graceMs, input.graceMs)} ms has passed: its call may still arrive (wait with waitOutDeadline())`, true);
   }
-  return withFence(db, input.resource, input.token, async (trx): Promise<Step<R>> => {
+  return withFence(db, input.resource, input.presented, async (trx): Promise<Step<R>> => {
     const now = await readEffect(trx, input.resource, input.key);
     if (now === null || now.state !== 'pending' || now.attempt !== recorded.attempt || now.token !== recorded.token) {
       // Settled meanwhile by a call with our own token: take what it recorded.

@@ -33,8 +33,9 @@ import { checkResource } from '../identifiers.js';
  * the pool: a write on another connection is outside the fence. Do not end
  * the transaction yourself (COMMIT, ROLLBACK).
  *
- * `token` is a bare token, a Sequencer (the token bound to its lock), or
- * CURRENT_LOCK: the lock of the enclosing withLock (NoCurrentLockError,
+ * `token` is a bare token, a Sequencer (the token bound to its lock), the
+ * Lock or Leadership itself (its sequencer is used; one whose `held` is
+ * false is refused with LockLostError before any SQL), or CURRENT_LOCK: the lock of the enclosing withLock (NoCurrentLockError,
  * before any SQL, outside every withLock).
  */
 export function withFence<P extends PgPool, T>(db: P, resource: string, token: Fencing, work: (client: PoolClientOf<P>) => Promise<T>): Promise<T>;

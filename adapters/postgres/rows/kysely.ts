@@ -39,7 +39,8 @@ interface RawCondition {
  *   // no such row (tell them apart with a read, or use fencedUpdate(), which
  *   // does it for you)
  *
- * `token` is a bare token, a Sequencer or CURRENT_LOCK. The update also
+ * `token` is a bare token, a Sequencer, a Lock or Leadership (LockLostError
+ * before the builder is touched once it is not held) or CURRENT_LOCK. The update also
  * carries the check of the table's binding (bindTable), read from the
  * builder's own table: on a bound table a sequencer of another lock, or a
  * bare token, updates nothing. (A schema the builder gets from withSchema()

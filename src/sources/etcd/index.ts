@@ -1,10 +1,12 @@
-// fencekeeper/etcd: a fair lock and leader election over etcd, whose token
+// fencekeeper/etcd: a fair lock, a read-write lock and leader election over etcd, whose token
 // is the create revision of the holder's key. Every entry point takes an
 // etcd3 client (a structural interface: etcd3 is an optional peer
 // dependency of this entry only, never imported here). One lease per
 // client carries every grant of the process (etcdSession).
 export { acquireLock, tryAcquireLock, lockStatus, observeLock } from './lock.js';
 export type { EtcdLock, EtcdLockObserver } from './lock.js';
+export { acquireReadLock, tryAcquireReadLock, acquireWriteLock, tryAcquireWriteLock, rwLockStatus } from './rw-lock.js';
+export type { EtcdRwQueueEntry } from './rw-lock.js';
 export { campaign, observeLeader } from './election.js';
 export type { EtcdLeadership, EtcdLeaderObserver, EtcdLeaderInfo } from './election.js';
 export { etcdSource } from './source.js';

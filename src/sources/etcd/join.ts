@@ -21,6 +21,8 @@ export interface JoinRequest<T> {
   /** 'owner' for a lock, 'id' for a campaign. */
   readonly ownerField: 'owner' | 'id';
   readonly build: (lease: Lease, node: QueueKey, revision: bigint, marginMs: number, owner: string) => T;
+  /** Our key and how our turn is decided, when not the plain queue's under `root` (a read-write lock's, a semaphore's). */
+  readonly plan?: (lease: Lease, owner: string) => JoinPlan;
 }
 
 export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>): Promise<T | null> {
@@ -43,7 +45,7 @@ export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>):
     const lease = session.live ?? (await stopper.race(session.lease()));
     leaseOf = lease;
     stopper.watch(lease);
-    plan = planJoin(lease, root, name, owner);
+    plan = request.plan === undefined ? planJoin(lease, root, name, owner) : request.plan(lease, owner);
     const givenUp = (): boolean => stopper.isStopped;
     joining = mode === 'try' ? joinIfEmpty(etcd, lease, plan, givenUp) : join(etcd, lease, plan, givenUp);
     const joined = await stopper.race(joining);

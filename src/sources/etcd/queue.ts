@@ -78,7 +78,7 @@ function takeSlot(lease: Lease, prefix: string): number {
 }
 
 /** The key of this slot is gone for sure (deleted, or never written): the next join may use its name. */
-function freeSlot(lease: Lease, slot: { readonly prefix: string; readonly slot: number }): void {
+export function freeSlot(lease: Lease, slot: { readonly prefix: string; readonly slot: number }): void {
   const byPrefix = slotsInUse.get(lease);
   const used = byPrefix?.get(slot.prefix);
   used?.delete(slot.slot);
@@ -154,19 +154,58 @@ export function queueRequests(root: string, name: string): QueueRequests {
   let requests = byName.get(name);
   if (requests === undefined) {
     if (byName.size >= QUEUES_KEPT) byName.delete(byName.keys().next().value as string);
-    const prefix = queuePrefix(root, name);
-    const start = Buffer.from(prefix, 'utf8');
-    const end = prefixEnd(prefix);
-    requests = Object.freeze({
-      text: prefix,
-      prefix: start,
-      end,
-      empty: Object.freeze({ key: start, range_end: end, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }),
-      newest: Object.freeze({ key: start, range_end: end, sort_target: 'Create' as const, sort_order: 'Descend' as const, limit: 2, keys_only: true }),
-    });
+    requests = makeRequests(queuePrefix(root, name));
     byName.set(name, requests);
   }
   return requests;
+}
+
+/** Requests over any key prefix (a read-write lock's write keys, a semaphore's queue), kept as queueRequests keeps them. */
+const requestsByPrefix = new Map<string, QueueRequests>();
+
+export function prefixRequests(prefix: string): QueueRequests {
+  let requests = requestsByPrefix.get(prefix);
+  if (requests === undefined) {
+    if (requestsByPrefix.size >= QUEUES_KEPT * 4) requestsByPrefix.delete(requestsByPrefix.keys().next().value as string);
+    requests = makeRequests(prefix);
+    requestsByPrefix.set(prefix, requests);
+  }
+  return requests;
+}
+
+function makeRequests(prefix: string): QueueRequests {
+  const start = Buffer.from(prefix, 'utf8');
+  const end = prefixEnd(prefix);
+  return Object.freeze({
+    text: prefix,
+    prefix: start,
+    end,
+    empty: Object.freeze({ key: start, range_end: end, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }),
+    newest: Object.freeze({ key: start, range_end: end, sort_target: 'Create' as const, sort_order: 'Descend' as const, limit: 2, keys_only: true }),
+  });
+}
+
+/**
+ * Our place in the queue now: the key we wait for (null: our turn), or
+ * false when our own key is gone. A plain queue's is `look` (our immediate
+ * predecessor); a reader of a read-write lock looks only at the write keys.
+ */
+export type Look = (etcd: EtcdClient, lease: Lease, node: QueueKey, givenUp: () => boolean) => Promise<{ predecessor: string | null | false; revision: bigint }>;
+
+/**
+ * What a join waits for, when it is not the plain queue's immediate
+ * predecessor (a read-write lock's reader waits only for write keys).
+ */
+export interface JoinRule {
+  /** Our key's name after the queue's prefix and before our lease ('r', 'w'; '' for a plain queue). */
+  readonly tag: string;
+  /** The keys that hold us back: when none exists as we join, our turn is now. Their newest is what we wait for. */
+  readonly blockers: QueueRequests;
+  readonly look: Look;
+  /** More comparisons the join's transaction makes (all must hold for our key to be put). */
+  readonly guards?: readonly EtcdCompare[];
+  /** Called when the join's transaction failed and `guards` is set: throws when a guard is what failed. */
+  readonly guardFailed?: (etcd: EtcdClient, lease: Lease, givenUp: () => boolean) => Promise<void>;
 }
 
 /** One join's key and value, fixed before its transaction is sent (so a failed one can still be cleaned up). */
@@ -178,18 +217,23 @@ export interface JoinPlan {
   readonly keyBytes: Buffer;
   readonly joinId: string;
   readonly value: Buffer;
+  readonly rule: JoinRule | null;
 }
 
 export function planJoin(lease: Lease, root: string, name: string, owner: string): JoinPlan {
-  const queue = queueRequests(root, name);
+  return planJoinIn(lease, queueRequests(root, name), owner, null);
+}
+
+/** planJoin for a queue under any prefix, our key tagged and our turn decided by `rule` (null: the plain queue's). */
+export function planJoinIn(lease: Lease, queue: QueueRequests, owner: string, rule: JoinRule | null): JoinPlan {
   const prefix = queue.text;
   const joinId = nextJoinId();
   const slot = takeSlot(lease, prefix);
-  const key = `${prefix}${lease.idHex}-${slot}`;
+  const key = rule === null ? `${prefix}${lease.idHex}-${slot}` : `${prefix}${rule.tag}${lease.idHex}-${slot}`;
   // JSON.stringify({ lease, join, owner }) as it spells it, written out (a fifth of its cost): the lease
   // id is decimal digits and the join id hex digits, which JSON needs no escape for; the owner is escaped.
   const value = Buffer.from(`{"lease":"${lease.idText}","join":"${joinId}","owner":${JSON.stringify(owner)}}`, 'utf8');
-  return { prefix, queue, slot, key, keyBytes: Buffer.from(key, 'utf8'), joinId, value };
+  return { prefix, queue, slot, key, keyBytes: Buffer.from(key, 'utf8'), joinId, value, rule };
 }
 
 /**
@@ -213,7 +257,7 @@ async function removeStray(etcd: EtcdClient, lease: Lease, kv: EtcdKeyValue, giv
 }
 
 /** The join id a key's value carries (null: not written by a join). */
-function joinOf(kv: EtcdKeyValue): string | null {
+export function joinOf(kv: EtcdKeyValue): string | null {
   try {
     const join = (JSON.parse(kv.value.toString('utf8')) as Partial<KeyValue>).join;
     return typeof join === 'string' ? join : null;
@@ -224,6 +268,8 @@ function joinOf(kv: EtcdKeyValue): string | null {
 
 export interface Joined {
   readonly node: QueueKey;
+  /** How this join looks at its place again (JoinRule.look, or the plain queue's). */
+  readonly look: Look;
   /** The key with the largest create revision below ours (null: we hold). */
   readonly predecessor: string | null;
   /** The revision the queue was read at: a watch from the next one misses nothing. */
@@ -254,10 +300,13 @@ export interface Joined {
  * a lost reply.
  */
 export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined> {
-  const { prefix, queue, slot, key, joinId, keyBytes, value } = plan;
+  const { prefix, queue, slot, key, joinId, keyBytes, value, rule } = plan;
+  const blockers = rule === null ? queue : rule.blockers;
+  const lookAgain = rule === null ? look : rule.look;
+  const absent = { key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' };
   const txn = {
-    compare: [{ key: keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: '0' }],
-    success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }, { request_txn: { compare: [queue.empty], success: [], failure: [{ request_range: queue.newest }] } }],
+    compare: rule?.guards === undefined ? [absent] : [absent, ...rule.guards],
+    success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }, { request_txn: { compare: [blockers.empty], success: [], failure: [{ request_range: blockers.newest }] } }],
     failure: [],
   };
   const ours: EtcdRangeRequest = { key: keyBytes };
@@ -272,9 +321,11 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, given
       if (inner === undefined || inner === null) throw new ProtocolError(`etcd's transaction reply lacks its nested transaction (etcd before 3.3?)`);
       const node = { key, keyBytes, prefix, queue, slot, join: joinId, token };
       // The queue was empty: our key is the only one, and holds.
-      if (inner.succeeded) return { node, predecessor: null, revision: token };
-      return { node, predecessor: predecessorIn(rangeAt(inner, 0).kvs, node), revision: token };
+      if (inner.succeeded) return { node, look: lookAgain, predecessor: null, revision: token };
+      return { node, look: lookAgain, predecessor: predecessorIn(rangeAt(inner, 0).kvs, node), revision: token };
     }
+    // A guard of the rule failed (it throws then), or our key's name is taken.
+    if (rule?.guardFailed !== undefined) await rule.guardFailed(etcd, lease, givenUp);
     // Our key's name is taken: by this join's own put (its reply lost), or by a stray of an earlier join.
     found = (await repeated(() => etcd.kv.range(ours), lease, givenUp)).kvs[0];
     if (found !== undefined && joinOf(found) === joinId) break;
@@ -283,9 +334,9 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, given
     if (found !== undefined) await removeStray(etcd, lease, found, givenUp);
   }
   const node = { key, keyBytes, prefix, queue, slot, join: joinId, token: int64(found.create_revision, 'create revision') };
-  const { predecessor, revision } = await look(etcd, lease, node, givenUp);
+  const { predecessor, revision } = await lookAgain(etcd, lease, node, givenUp);
   if (predecessor === false) throw new ProtocolError(`our adopted key ${key} vanished`);
-  return { node, predecessor, revision };
+  return { node, look: lookAgain, predecessor, revision };
 }
 
 /**
@@ -295,9 +346,10 @@ export async function join(etcd: EtcdClient, lease: Lease, plan: JoinPlan, given
  * Null: the queue was not empty, and nothing was written.
  */
 export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan, givenUp: () => boolean): Promise<Joined | null> {
-  const { prefix, queue, slot, key, joinId, keyBytes, value } = plan;
+  const { prefix, queue, slot, key, joinId, keyBytes, value, rule } = plan;
+  const lookAgain = rule === null ? look : rule.look;
   const txn = {
-    compare: [queue.empty],
+    compare: rule === null ? [queue.empty] : [rule.blockers.empty, ...(rule.guards ?? [])],
     success: [{ request_put: { key: keyBytes, value, lease: lease.idText } }],
     failure: [{ request_range: { key: keyBytes } }],
   };
@@ -305,12 +357,14 @@ export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan
   noteClusterId(etcd, response.header);
   if (response.succeeded) {
     const token = int64(response.header.revision, 'revision');
-    return { node: { key, keyBytes, prefix, queue, slot, join: joinId, token }, predecessor: null, revision: token };
+    return { node: { key, keyBytes, prefix, queue, slot, join: joinId, token }, look: lookAgain, predecessor: null, revision: token };
   }
   const found = rangeAt(response, 0).kvs[0];
   if (found === undefined) {
     // Busy, and nothing of ours was written: the slot's name is free again.
     freeSlot(lease, plan);
+    // Or a guard of the rule failed: it throws.
+    await rule?.guardFailed?.(etcd, lease, givenUp);
     return null;
   }
   if (joinOf(found) !== joinId) {
@@ -320,7 +374,7 @@ export async function joinIfEmpty(etcd: EtcdClient, lease: Lease, plan: JoinPlan
     return null;
   }
   const token = int64(found.create_revision, 'create revision');
-  return { node: { key, keyBytes, prefix, queue, slot, join: joinId, token }, predecessor: null, revision: int64(response.header.revision, 'revision') };
+  return { node: { key, keyBytes, prefix, queue, slot, join: joinId, token }, look: lookAgain, predecessor: null, revision: int64(response.header.revision, 'revision') };
 }
 
 /**
@@ -338,14 +392,14 @@ export async function look(etcd: EtcdClient, lease: Lease, node: QueueKey, given
   return { predecessor: predecessorIn(response.kvs, node), revision };
 }
 
-function predecessorIn(newest: readonly EtcdKeyValue[], node: QueueKey): string | null {
+export function predecessorIn(newest: readonly EtcdKeyValue[], node: QueueKey): string | null {
   for (const kv of newest) {
     if (kv.key.toString('utf8') !== node.key && int64(kv.create_revision, 'create revision') < node.token) return kv.key.toString('utf8');
   }
   return null;
 }
 
-function rangeAt(response: Pick<EtcdTxnResponse, 'responses'>, index: number): { readonly kvs: readonly EtcdKeyValue[] } {
+export function rangeAt(response: Pick<EtcdTxnResponse, 'responses'>, index: number): { readonly kvs: readonly EtcdKeyValue[] } {
   const range = response.responses[index]?.response_range;
   if (range === undefined) throw new ProtocolError(`etcd's transaction reply lacks its range #${index}`);
   return { kvs: range.kvs ?? [] };
@@ -381,7 +435,7 @@ export async function waitForTurn(
     } finally {
       cancel();
     }
-    const now = await Promise.race([look(etcd, lease, joined.node, givenUp), stop]);
+    const now = await Promise.race([joined.look(etcd, lease, joined.node, givenUp), stop]);
     revision = now.revision;
     if (now.predecessor === false) return { outcome: 'gone', revision };
     predecessor = now.predecessor;

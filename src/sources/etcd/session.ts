@@ -156,6 +156,11 @@ export class EtcdSession {
     this.#lease = null;
     await lease?.close();
   }
+
+  /** `await using session = etcdSession(etcd)`: revokes the lease (as close()) when the block is left. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
 }
 
 /** How fencekeeper:session:state names a lease. */
@@ -255,6 +260,11 @@ export class Lease {
     } catch {
       // Unreachable or already gone: the lease expires on its own within its TTL, taking its keys.
     }
+  }
+
+  /** `await using`: revokes the lease (as close()) when the block is left. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
   }
 
   #keepAlive(): void {

@@ -5,6 +5,8 @@
  *   const source = etcdSource(etcd, { ttlSeconds: 10 });
  *   const lock = await source.acquireLock('jobs/reindex');   // = acquireLock(etcd, 'jobs/reindex')
  *
+ *   const read = await source.acquireReadLock('catalog');    // shared with other readers
+ *
  * The source's one setting, the lease TTL, is the client's session's: every
  * source over one client shares its lease. Closing the session (and the
  * client) is still its owner's job: `etcdSession(etcd).close()`.
@@ -13,15 +15,24 @@ import type { AcquireOptions, CampaignOptions, LockSource, LockStatus, SourceIde
 import type { EtcdClient } from './client.js';
 import { campaign, type EtcdLeadership } from './election.js';
 import { acquireLock, lockStatus, observeLock, tryAcquireLock, type EtcdLock, type EtcdLockObserver } from './lock.js';
+import { acquireReadLock, acquireWriteLock, tryAcquireReadLock, tryAcquireWriteLock } from './rw-lock.js';
 import { etcdSourceIds } from './source-id.js';
 import type { EtcdQueueEntry } from './queue.js';
 import { etcdSession, type EtcdSessionOptions } from './session.js';
 
-/** The etcd source: every method of LockSource, with etcd's richer results. */
+/**
+ * The etcd source: every method of LockSource, with etcd's richer results:
+ * plain locks, read-write locks (a queue per name apart from the plain
+ * lock's), elections, status and observers, all on the client's one lease.
+ */
 export interface EtcdSource extends LockSource {
   readonly kind: 'etcd';
   acquireLock(name: string, options?: AcquireOptions): Promise<EtcdLock>;
   tryAcquireLock(name: string, options?: TryAcquireOptions): Promise<EtcdLock | null>;
+  acquireReadLock(name: string, options?: AcquireOptions): Promise<EtcdLock>;
+  tryAcquireReadLock(name: string, options?: TryAcquireOptions): Promise<EtcdLock | null>;
+  acquireWriteLock(name: string, options?: AcquireOptions): Promise<EtcdLock>;
+  tryAcquireWriteLock(name: string, options?: TryAcquireOptions): Promise<EtcdLock | null>;
   campaign(name: string, options?: CampaignOptions): Promise<EtcdLeadership>;
   lockStatus(name: string): Promise<LockStatus<EtcdQueueEntry>>;
   observeLock(name: string): EtcdLockObserver;
@@ -35,6 +46,10 @@ export function etcdSource(etcd: EtcdClient, options?: EtcdSessionOptions): Etcd
     description: `etcd, one ${session.requestedTtlSeconds} s lease per client`,
     acquireLock: (name: string, o?: AcquireOptions) => acquireLock(etcd, name, o),
     tryAcquireLock: (name: string, o?: TryAcquireOptions) => tryAcquireLock(etcd, name, o),
+    acquireReadLock: (name: string, o?: AcquireOptions) => acquireReadLock(etcd, name, o),
+    tryAcquireReadLock: (name: string, o?: TryAcquireOptions) => tryAcquireReadLock(etcd, name, o),
+    acquireWriteLock: (name: string, o?: AcquireOptions) => acquireWriteLock(etcd, name, o),
+    tryAcquireWriteLock: (name: string, o?: TryAcquireOptions) => tryAcquireWriteLock(etcd, name, o),
     campaign: (name: string, o?: CampaignOptions) => campaign(etcd, name, o),
     lockStatus: (name: string) => lockStatus(etcd, name),
     observeLock: (name: string) => observeLock(etcd, name),

@@ -143,6 +143,11 @@ class HeldGrant implements Lock {
   release(): Promise<void> {
     return (this.#released ??= traceRelease(this.#kind, this.name, this.token, this.#releaseKey));
   }
+
+  /** `await using`: leaving the scope releases, as release(). */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
+  }
 }
 
 /** A granted lock: held (step-down clock and watchdog) until released or lost. */

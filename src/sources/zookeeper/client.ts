@@ -326,6 +326,11 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     this.#terminate('closed', new ClientClosedError());
   }
 
+  /** `await using zk = await ZooKeeperClient.connect(...)`: closes the session (as close()) when the block is left. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
+  }
+
   // ---------------------------------------------------------------- requests
 
   /**

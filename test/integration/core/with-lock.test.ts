@@ -85,8 +85,10 @@ describe('withLock', () => {
 
   it('a nested scope sees its own lock, and the outer one again after it', async () => {
     const src = await source();
-    await withLock(src, uniqueLockName('wl_outer'), async (outer) => {
-      await withLock(src, uniqueLockName('wl_inner'), async (inner) => {
+    // Nested in name order: inside a scope, a name sorting before one held is refused (LOCK_ORDER).
+    const base = uniqueLockName('wl_nest');
+    await withLock(src, `${base}/outer`, async (outer) => {
+      await withLock(src, `${base}/x-inner`, async (inner) => {
         expect(currentLock()).toBe(inner);
       });
       expect(currentLock()).toBe(outer);

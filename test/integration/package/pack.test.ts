@@ -12,13 +12,14 @@
 // is fetched.
 import { execFile, spawn } from 'node:child_process';
 import { copyFile, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
-import { existsSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { brokenLinks, pendingGuide } from '../../helpers/doc-links.js';
 import { testServers } from '../../helpers/servers.js';
 import { uniqueTable } from '../../helpers/unique.js';
 
@@ -53,13 +54,13 @@ async function installed(name: string): Promise<string> {
   return (JSON.parse(await readFile(join(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version;
 }
 
-/** The README's TypeScript block under `heading`. */
+/** The README's TypeScript block under `heading` (a ## or ### heading). */
 async function readmeBlock(heading: string): Promise<string> {
   const readme = await readFile(join(ROOT, 'README.md'), 'utf8');
-  const at = readme.indexOf(`### ${heading}\n`);
+  const at = readme.search(new RegExp(`^#{2,3} ${heading}\n`, 'm'));
   const open = readme.indexOf('```ts\n', at);
   const close = readme.indexOf('\n```', open + 6);
-  if (at === -1 || open === -1 || close === -1) throw new Error(`README.md has no TypeScript example under "### ${heading}"`);
+  if (at === -1 || open === -1 || close === -1) throw new Error(`README.md has no TypeScript example under "${heading}"`);
   return readme.slice(open + 6, close);
 }
 
@@ -209,6 +210,16 @@ describe('the packed package, installed', () => {
     expect(JSON.parse(await readFile(join(installedAt, 'package.json'), 'utf8'))).toMatchObject({ license: 'MIT', engines: { node: '>=20.19' } });
   });
 
+  it('its pages (README.md, docs/) link only to files the tarball holds', async () => {
+    const installedAt = join(apps[5], 'node_modules', 'fencekeeper');
+    const files = new Set(packed);
+    const read = (path: string): string => readFileSync(join(installedAt, path), 'utf8');
+    const pkg = JSON.parse(read('package.json')) as { exports: Record<string, unknown> };
+    const pages = packed.filter((f) => f.endsWith('.md'));
+    expect(pages).toContain('docs/guarantees.md');
+    expect(pages.flatMap((page) => brokenLinks(page, read(page), files, read, pendingGuide(pkg.exports)))).toEqual([]);
+  });
+
   it('CommonJS require() loads it (Node >= 20.19)', async () => {
     const required = await mustRun(process.execPath, ['-e', "const fk = require('fencekeeper'); const pgAdapter = require('fencekeeper/postgres'); console.log(String(fk.parseToken('7')), typeof pgAdapter.withFence)"], apps[5]);
     expect(required.trim()).toBe('7 function');
@@ -238,16 +249,19 @@ describe('the packed package, installed', () => {
     expect(help.stdout).toContain('--watch');
   });
 
-  it.each([5, 4] as const)('code using every entry point type-checks against the installed types (strict, nodenext, Express %i)', async (major) => {
+  it.each([5, 4] as const)('code using every entry point, and the README example, type-check against the installed types (strict, nodenext, Express %i)', async (major) => {
     const app = apps[major];
     const file = join(app, 'check.mts');
     await writeFile(file, TYPED);
+    // The README's first example, verbatim, as a user pastes it into a strict project.
+    const readmeExample = join(app, 'readme-example.mts');
+    await writeFile(readmeExample, await readmeBlock('A lock and a PostgreSQL write'));
     // The TypeScript installed there, resolving from there: what the user's tsc sees.
     const installedTs = (await import(join(app, 'node_modules', 'typescript', 'lib', 'typescript.js'))) as { default: typeof ts };
     // Resolved from there: the host's current directory is where @types and node_modules are looked up.
     const host = installedTs.default.createCompilerHost(STRICT);
     host.getCurrentDirectory = () => app;
-    const program = installedTs.default.createProgram([file], STRICT, host);
+    const program = installedTs.default.createProgram([file, readmeExample], STRICT, host);
     const problems = installedTs.default.getPreEmitDiagnostics(program).map((d) => {
       const where = d.file === undefined ? '' : `${d.file.fileName.slice(app.length + 1)}:${d.file.getLineAndCharacterOfPosition(d.start ?? 0).line + 1}: `;
       return where + installedTs.default.flattenDiagnosticMessageText(d.messageText, '\n');

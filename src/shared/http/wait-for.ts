@@ -15,7 +15,7 @@
 // request's holdings do not change while it waits, and each is removed when
 // its admission settles. Requests of other processes sharing the store
 // (PostgresFenceStore) are invisible here; maxHoldMs ends such a deadlock.
-import type { FenceStore } from '../../../src/index.js';
+import type { FenceStore } from '../../index.js';
 
 /** One resource's fence in one store. */
 export interface FenceKey {

@@ -1,5 +1,5 @@
 // The holder's side: send the token with each request to a fenced service.
-import { InvalidArgumentError, LockLostError, formatSequencer, formatToken, isSequencer, type FencingToken, type Sequencer } from '../../../src/index.js';
+import { InvalidArgumentError, LockLostError, formatSequencer, formatToken, isSequencer, type FencingToken, type Sequencer } from '../../index.js';
 
 /**
  * A token, or anything that holds one: a Lock, a Leadership's epoch wrapped

@@ -32,7 +32,7 @@ import {
   type FenceStore,
   type FencingToken,
   type Sequencer,
-} from '../../../src/index.js';
+} from '../../index.js';
 
 interface Waiter {
   readonly token: FencingToken;

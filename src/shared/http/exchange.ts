@@ -1,17 +1,18 @@
-// req.fencing: one request's admission under one resource's fence, from the
-// wait in the store to the settle, and everything that ends it early (the
-// client leaving, maxHoldMs passing, the connection dropping a pipelined
-// response).
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Socket } from 'node:net';
+// The fencing context (req.fencing, request.fencing, c.get('fencing'), the
+// Fetch handler's second argument): one request's admission under one
+// resource's fence, from the wait in the store to the settle, and everything
+// that ends it early (the client leaving, maxHoldMs passing). The framework's
+// side (which response, when it ended, how to answer once the hold expired)
+// is a subclass's: node-exchange.ts for Node's request and response (Express,
+// Fastify), fetch-guard.ts for the Fetch API (Fetch, Hono).
 import { debuglog } from 'node:util';
-import { FenceReleasedError, type FenceAdmission, type FenceStore, type FencingToken } from '../../../src/index.js';
-import { sendProblem } from '../problem.js';
+import { FenceReleasedError, type FenceAdmission, type FenceStore, type FencingToken } from '../../index.js';
+import type { Problem } from './problem.js';
 import { WaitForGraph, type FenceKey } from './wait-for.js';
 
 const debug = debuglog('fencekeeper');
 
-/** What a handler behind fencing() finds in `req.fencing`. */
+/** What a handler behind a fencing guard finds in its fencing context (Express `req.fencing`, Fastify `request.fencing`, Hono `c.get('fencing')`, the Fetch handler's second argument). */
 export interface FencingContext<Transaction = unknown> {
   readonly resource: string;
   readonly token: FencingToken;
@@ -28,21 +29,10 @@ export interface FencingContext<Transaction = unknown> {
    * next request for the resource may already be running: stop writing to
    * the resource. Pass the signal to what the handler waits on (fetch, a
    * store call) or check `signal.aborted` between writes; do not write to
-   * `res` after it aborted (fencing() has answered, or closed the connection).
+   * the response after it aborted (the guard has answered, or closed the
+   * connection).
    */
   readonly signal: AbortSignal;
-}
-
-declare global {
-  // Express's own augmentation point, the same in @types/express 4 and 5
-  // (express-serve-static-core: `interface Request extends Express.Request`).
-  // eslint-disable-next-line @typescript-eslint/no-namespace -- declaration merging needs the namespace
-  namespace Express {
-    interface Request {
-      /** Set by fencekeeper's fencing() once the request holds its resource's fence. */
-      fencing?: FencingContext;
-    }
-  }
 }
 
 /** The reason a wait is aborted with when someone else answered the response first: only the store sees it. */
@@ -52,23 +42,15 @@ const ANSWERED_WHILE_WAITING = new Error('the response ended before the fence wa
 const graph = new WaitForGraph();
 
 /**
- * Exchanges whose response waits behind an earlier one on the same
- * connection (HTTP/1.1 pipelining: Node answers in order). If the connection
- * closes first, Node drops such a response without emitting 'close' on it,
- * so its admission would never settle: the socket's 'close' settles them.
- */
-const queuedOn = new WeakMap<Socket, Set<Fencing>>();
-
-/**
- * req.fencing, and the request's whole state for one resource: one object per
- * fencing() a request passes. It is also the options object handed to
+ * The fencing context, and the request's whole state for one resource: one
+ * object per fencing guard a request passes. It is also the options object handed to
  * store.admit(): its `signal` is made on first read, because an
  * AbortController costs more (measured on Node 20) than the rest of an
  * uncontended admission, and it is needed only by a request that has to wait
  * (MemoryFenceStore reads it only then), by a store that always reads it, or
  * by a handler that asks for req.fencing.signal.
  */
-export class Fencing implements FencingContext {
+export abstract class Fencing implements FencingContext {
   readonly resource: string;
   readonly token: FencingToken;
   previous: FencingToken | null = null;
@@ -76,8 +58,8 @@ export class Fencing implements FencingContext {
   readonly #store: FenceStore<unknown>;
   /** The fence this request already held when it reached this fencing() (nesting), if any. */
   readonly #outer: Fencing | undefined;
-  readonly #req: IncomingMessage;
-  readonly #res: ServerResponse;
+  /** The request's identity in the wait-for graph (the same object for every guard it passes). */
+  readonly #request: object;
   readonly #maxHoldMs: number;
   #state: 'waiting' | 'held' | 'done' = 'waiting';
   /** Held from admission until the response has finished, the connection closed, or maxHoldMs passed. */
@@ -88,26 +70,30 @@ export class Fencing implements FencingContext {
   #timer: NodeJS.Timeout | undefined = undefined;
   /** Recorded in the wait-for graph as a holder (only requests that nest). */
   #inGraph = false;
-  #queuedOn: Set<Fencing> | undefined = undefined;
 
-  constructor(req: IncomingMessage, res: ServerResponse, store: FenceStore<unknown>, resource: string, token: FencingToken, outer: Fencing | undefined, maxHoldMs: number) {
-    this.#req = req;
-    this.#res = res;
+  constructor(request: object, store: FenceStore<unknown>, resource: string, token: FencingToken, outer: Fencing | undefined, maxHoldMs: number) {
+    this.#request = request;
     this.#store = store;
     this.resource = resource;
     this.token = token;
     this.#outer = outer;
     this.#maxHoldMs = maxHoldMs;
-    // 'close' comes once per response, after 'finish' when the response was
-    // sent in full, alone when the connection closed first: it settles both.
-    // One closure per request, on purpose: keeping the state on `res` under a
-    // symbol instead is a keyed store on an object with many properties, which
-    // turns the ServerResponse into a dictionary-mode object and slows every
-    // later write to it (measured: +20% server CPU per request).
-    res.on('close', () => this.close(res.writableFinished, res.statusCode));
-    // A response without a socket is queued behind an earlier one on its connection.
-    if (res.socket === null) this.#watchQueued(req.socket);
   }
+
+  /** The handler has ended its response (only its delivery may still be under way). */
+  protected abstract responseEnded(): boolean;
+  /** The response's status as it stands. */
+  protected abstract responseStatus(): number;
+  /** The innermost fencing context of this request (for nesting), or undefined. */
+  protected abstract innermost(): Fencing | undefined;
+  /**
+   * maxHoldMs passed while the handler had not ended its response, and every
+   * admission of the request has been aborted: answer `problem` if nothing
+   * was sent yet, else break the response off (never a complete-looking one).
+   */
+  protected abstract answerExpired(problem: Problem): void;
+  /** Nothing is held any more (an override must call super). */
+  protected finished(): void {}
 
   get signal(): AbortSignal {
     let controller = this.#controller;
@@ -144,12 +130,12 @@ export class Fencing implements FencingContext {
       held.push({ store: f.#store, resource: f.resource });
       f.#inGraph = true;
     }
-    return graph.wait(this.#req, held, { store: this.#store, resource: this.resource });
+    return graph.wait(this.#request, held, { store: this.#store, resource: this.resource });
   }
 
   /** The store answered (or the wait was abandoned). */
   leaveWait(): void {
-    if (this.#outer !== undefined) graph.stopWaiting(this.#req);
+    if (this.#outer !== undefined) graph.stopWaiting(this.#request);
   }
 
   /** Keep the admission until the response ends, for maxHoldMs at most. */
@@ -166,8 +152,7 @@ export class Fencing implements FencingContext {
   }
 
   /**
-   * The response's 'close' (or its connection's, for a queued response):
-   * settle what is held (commit if the response finished below 500, abort
+   * The response is over: sent in full (`finished`) or not. Settle what is held (commit if the response finished below 500, abort
    * otherwise), or stop a wait that nobody needs any more.
    */
   close(finished: boolean, status: number): void {
@@ -190,15 +175,14 @@ export class Fencing implements FencingContext {
   /** maxHoldMs has passed since admission and the response has not finished. */
   #expired(): void {
     if (this.#state !== 'held') return;
-    const res = this.#res;
-    if (res.writableEnded) {
+    if (this.responseEnded()) {
       // The handler has ended its response; only its delivery is late (it
       // waits behind an earlier pipelined response, or a slow client reads a
       // large body). Nothing more will be written under this fence: settle it
       // as the response's 'finish' would, and free the fence now.
       const admission = this.#admission!;
       this.#finish();
-      settle(admission, res.statusCode < 500);
+      settle(admission, this.responseStatus() < 500);
       return;
     }
     debug('fencing(): %s held the fence for %d ms without finishing its response: aborting its admission', this.resource, this.#maxHoldMs);
@@ -211,20 +195,12 @@ export class Fencing implements FencingContext {
       `the request held the fence of ${this.resource} for maxHoldMs (${this.#maxHoldMs} ms) without finishing its response: its admission for ${f.resource} was aborted and the fence handed on; stop writing`,
     );
     this.#revoke(reason);
-    const innermost = (this.#req as { fencing?: unknown }).fencing;
-    for (let f = innermost instanceof Fencing ? innermost : undefined; f !== undefined; f = f.#outer) f.#revoke(reason);
-    if (!res.headersSent) {
-      // Whatever the handler had set (a content-encoding, an ETag) does not
-      // describe this answer. `connection: close`: Node closes the connection
-      // once the answer is out, so nothing the handler still writes reaches it.
-      for (const name of res.getHeaderNames()) res.removeHeader(name);
-      res.setHeader('connection', 'close');
-      sendProblem(res, 503, 'FENCE_HOLD_EXPIRED', `the request did not finish within ${this.#maxHoldMs} ms of its admission for ${this.resource}; its admission was aborted; try again`);
-    } else {
-      // Part of the response is out: end it as a broken one (the client sees a
-      // truncated message, never a complete-looking one).
-      res.destroy();
-    }
+    for (let f = this.innermost(); f !== undefined; f = f.#outer) f.#revoke(reason);
+    this.answerExpired({
+      status: 503,
+      code: 'FENCE_HOLD_EXPIRED',
+      detail: `the request did not finish within ${this.#maxHoldMs} ms of its admission for ${this.resource}; its admission was aborted; try again`,
+    });
   }
 
   /** Abort a held admission (the fence keeps its token) and the signal. */
@@ -261,26 +237,9 @@ export class Fencing implements FencingContext {
     }
     if (this.#inGraph) {
       this.#inGraph = false;
-      graph.release(this.#req, { store: this.#store, resource: this.resource });
+      graph.release(this.#request, { store: this.#store, resource: this.resource });
     }
-    this.#queuedOn?.delete(this);
-    this.#queuedOn = undefined;
-  }
-
-  #watchQueued(socket: Socket | null | undefined): void {
-    if (socket === null || socket === undefined) return;
-    let queued = queuedOn.get(socket);
-    if (queued === undefined) {
-      const set = (queued = new Set());
-      queuedOn.set(socket, set);
-      socket.once('close', () => {
-        for (const f of [...set]) f.close(false, 0);
-      });
-    }
-    queued.add(this);
-    this.#queuedOn = queued;
-    // Closed already: the 'close' above has been emitted and will not be again.
-    if (socket.destroyed) queueMicrotask(() => this.close(false, 0));
+    this.finished();
   }
 }
 

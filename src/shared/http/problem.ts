@@ -59,9 +59,37 @@ export interface FencingProblem {
   readonly bound?: { readonly kind: string; readonly lock: string; readonly source: { readonly kind: string; readonly id: string } };
 }
 
+/** One answer a guard gives in place of the handler's, before it is written in a framework's terms. */
+export interface Problem {
+  readonly status: number;
+  readonly code: ProblemCode;
+  readonly detail: string;
+  readonly extra?: Pick<FencingProblem, 'resource' | 'presented' | 'current' | 'bound'> | undefined;
+}
+
+/** The headers every problem answer carries besides its content-length. */
+export const PROBLEM_HEADERS: readonly (readonly [string, string])[] = Object.freeze([
+  ['content-type', 'application/problem+json'],
+  ['cache-control', 'no-store'],
+] as const);
+
+/** The JSON text of a problem answer's body. */
+export function problemBody(problem: Problem): string {
+  const body: FencingProblem = {
+    type: 'about:blank',
+    title: STATUS_CODES[problem.status] ?? 'Error',
+    status: problem.status,
+    detail: problem.detail,
+    code: problem.code,
+    ...problem.extra,
+  };
+  return JSON.stringify(body);
+}
+
 /**
  * Write the problem as the whole response. Only what Node's ServerResponse
- * offers, so the same code answers under Express 4 and 5.
+ * offers, so the same code answers under Express 4 and 5 and under Fastify
+ * (its reply.raw).
  */
 export function sendProblem(
   res: ServerResponse,
@@ -70,19 +98,25 @@ export function sendProblem(
   detail: string,
   extra?: Pick<FencingProblem, 'resource' | 'presented' | 'current' | 'bound'>,
 ): void {
+  writeProblem(res, { status, code, detail, extra });
+}
+
+/** sendProblem() for a Problem value. */
+export function writeProblem(res: ServerResponse, problem: Problem): void {
   if (res.headersSent || res.writableEnded) return;
-  const problem: FencingProblem = {
-    type: 'about:blank',
-    title: STATUS_CODES[status] ?? 'Error',
-    status,
-    detail,
-    code,
-    ...extra,
-  };
-  const body = JSON.stringify(problem);
-  res.statusCode = status;
+  const body = problemBody(problem);
+  res.statusCode = problem.status;
   res.setHeader('content-type', 'application/problem+json');
   res.setHeader('content-length', Buffer.byteLength(body));
   res.setHeader('cache-control', 'no-store');
   res.end(body);
+}
+
+/** The problem as a Fetch API Response. */
+export function problemResponse(problem: Problem, headers?: Iterable<readonly [string, string]>): Response {
+  const body = problemBody(problem);
+  const all = new Headers(PROBLEM_HEADERS as [string, string][]);
+  all.set('content-length', String(Buffer.byteLength(body)));
+  if (headers !== undefined) for (const [name, value] of headers) all.set(name, value);
+  return new Response(body, { status: problem.status, headers: all });
 }

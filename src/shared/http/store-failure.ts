@@ -1,7 +1,8 @@
 // When a guard's store fails, the client is answered in place of the handler,
 // and the operator must be able to see why: the underlying error is published
-// on fencekeeper:express:store-failed (it never goes to the client, whose
-// answer says only what it may do).
+// on fencekeeper:express:store-failed by every HTTP guard (the channel's
+// name predates the others; `adapter` says which framework's guard it was).
+// It never goes to the client, whose answer says only what it may do.
 //
 // Most store failures are passing (a lost connection, a failover): 503 and
 // "try again". A failure of the server's setup is not: the store's schema is
@@ -10,14 +11,19 @@
 // loop while nothing is logged. Those are answered 500 with the error's code.
 import { channel } from 'node:diagnostics_channel';
 import type { ServerResponse } from 'node:http';
-import { CHANNELS, FencekeeperError, type ErrorCode } from '../../src/index.js';
-import { sendProblem, type ProblemCode } from './problem.js';
+import { CHANNELS, FencekeeperError, type ErrorCode } from '../../index.js';
+import { writeProblem, type Problem, type ProblemCode } from './problem.js';
+
+/** The HTTP guards by framework: where a message came from. */
+export type HttpAdapter = 'express' | 'fastify' | 'fetch' | 'hono';
 
 /** The codes of failures no retry can fix: the server must be set up first. */
 const SETUP_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>(['SCHEMA_MISSING']);
 
-/** What `fencekeeper:express:store-failed` publishes. */
+/** What `fencekeeper:express:store-failed` publishes, for every HTTP guard (Express, Fastify, Fetch, Hono). */
 export interface StoreFailedMessage {
+  /** The framework whose guard it was. */
+  readonly adapter: HttpAdapter;
   /** The guard whose store failed. */
   readonly middleware: 'fencing' | 'idempotency';
   /** What the store was asked: admit (fencing), begin or complete (idempotency). */
@@ -38,19 +44,29 @@ export function setupFailure(error: unknown): ErrorCode | undefined {
 }
 
 /**
- * Answer a store failure: 500 with the error's code for a setup failure,
- * else 503 with `unavailable` and `detail`; publish the error either way.
+ * The answer to a store failure: 500 with the error's code for a setup
+ * failure, else 503 with `unavailable` and `detail`; publishes the error
+ * either way.
  */
+export function storeFailure(
+  failure: Omit<StoreFailedMessage, 'status' | 'code'>,
+  unavailable: ProblemCode,
+  detail: string,
+): Problem {
+  const setup = setupFailure(failure.error);
+  const status = setup === undefined ? 503 : 500;
+  const code: ProblemCode = setup === undefined ? unavailable : (setup as ProblemCode);
+  if (storeFailed.hasSubscribers) storeFailed.publish({ ...failure, status, code } satisfies StoreFailedMessage);
+  if (setup === undefined) return { status: 503, code: unavailable, detail };
+  return { status: 500, code, detail: `the server is not set up to serve this request (${setup}); its operator must fix that, retrying will not help` };
+}
+
+/** storeFailure(), written to a Node response. */
 export function answerStoreFailure(
   res: ServerResponse,
   failure: Omit<StoreFailedMessage, 'status' | 'code'>,
   unavailable: ProblemCode,
   detail: string,
 ): void {
-  const setup = setupFailure(failure.error);
-  const status = setup === undefined ? 503 : 500;
-  const code: ProblemCode = setup === undefined ? unavailable : (setup as ProblemCode);
-  if (storeFailed.hasSubscribers) storeFailed.publish({ ...failure, status, code } satisfies StoreFailedMessage);
-  if (setup === undefined) return sendProblem(res, 503, unavailable, detail);
-  sendProblem(res, 500, code, `the server is not set up to serve this request (${setup}); its operator must fix that, retrying will not help`);
+  writeProblem(res, storeFailure(failure, unavailable, detail));
 }

@@ -1,6 +1,6 @@
 // MemoryIdempotencyStore: the responses of one process, per Idempotency-Key.
 import { randomUUID } from 'node:crypto';
-import { InvalidArgumentError, type IdempotencyClaim, type IdempotencyLookup, type IdempotencyScopeKey, type IdempotencyStore, type StoredResponse } from '../../../src/index.js';
+import { InvalidArgumentError, type IdempotencyClaim, type IdempotencyLookup, type IdempotencyScopeKey, type IdempotencyStore, type StoredResponse } from '../../../index.js';
 
 export interface MemoryIdempotencyStoreOptions {
   /** How long a completed response is replayed, in ms from its claim. Default 24 hours. */

@@ -57,23 +57,3 @@ export function parseIdempotencyKey(value: string): ParsedKey {
 function refuse(reason: string): ParsedKey {
   return { ok: false, reason };
 }
-
-/** The header was sent more than once. */
-export const REPEATED: unique symbol = Symbol('repeated');
-
-/**
- * A request header's only value: undefined if absent, REPEATED if it came
- * more than once (read from rawHeaders, where every occurrence is kept as
- * sent: req.headers joins the repeats of an unknown header with ", ").
- * `name` is lower case.
- */
-export function singleHeader(rawHeaders: readonly string[], name: string): string | undefined | typeof REPEATED {
-  let value: string | undefined;
-  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
-    const field = rawHeaders[i]!;
-    if (field.length !== name.length || field.toLowerCase() !== name) continue;
-    if (value !== undefined) return REPEATED;
-    value = rawHeaders[i + 1]!;
-  }
-  return value;
-}

@@ -23,7 +23,7 @@
  * lookup throws and the middleware answers 503: admitting unverified tokens
  * would undo the point of verifying.
  */
-import { InvalidArgumentError, type FencingToken, type LockObserver, type LockSource, type Sequencer } from '../../../src/index.js';
+import { InvalidArgumentError, type FencingToken, type LockObserver, type LockSource, type Sequencer } from '../../index.js';
 
 export interface HolderVerifier {
   (token: FencingToken, resource?: string, req?: unknown, sequencer?: Sequencer | null): Promise<boolean>;

@@ -1,0 +1,78 @@
+// Reading a guard's request header, the same way under every framework: one
+// occurrence only (a repeat is refused, never joined or picked), and for the
+// fencing header a strict decimal token or a sequencer's text.
+import { InvalidArgumentError, SEQUENCER_FORMAT, parseFencing, type FencingToken, type Sequencer } from '../../index.js';
+import type { Problem } from './problem.js';
+
+/** RFC 9110 §5.1 field-name: a token. */
+export const FIELD_NAME = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
+
+/** The header was sent more than once. */
+export const REPEATED: unique symbol = Symbol('repeated');
+
+/** A header as a guard found it: its one value, absent (undefined), or sent more than once. */
+export type HeaderValue = string | undefined | typeof REPEATED;
+
+/** `header` in lower case, or INVALID_ARGUMENT (for `who`'s options) when it is not a header name. */
+export function headerOption(header: string | undefined, fallback: string, who: string): string {
+  const name = (header ?? fallback).toLowerCase();
+  if (!FIELD_NAME.test(name)) throw new InvalidArgumentError(`${who}: not an HTTP header name: ${JSON.stringify(header)}`);
+  return name;
+}
+
+/**
+ * A request header's only value from Node's rawHeaders, where every
+ * occurrence is kept as sent (req.headers joins the repeats of an unknown
+ * header with ', ' and keeps only the first of some known ones, so it cannot
+ * tell a repeat for every name). `name` is lower case.
+ */
+export function singleHeader(rawHeaders: readonly string[], name: string): HeaderValue {
+  let value: string | undefined;
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const field = rawHeaders[i]!;
+    if (field.length !== name.length || field.toLowerCase() !== name) continue;
+    if (value !== undefined) return REPEATED;
+    value = rawHeaders[i + 1]!;
+  }
+  return value;
+}
+
+/** singleHeader() on a Node request (its rawHeaders; req.headers only for a request object that has none). */
+export function nodeHeader(req: { readonly rawHeaders?: readonly string[]; readonly headers: Record<string, string | string[] | undefined> }, name: string): HeaderValue {
+  const raw = req.rawHeaders;
+  if (raw !== undefined) return singleHeader(raw, name);
+  const value = req.headers[name];
+  return Array.isArray(value) ? REPEATED : value;
+}
+
+/**
+ * A header's only value from a Fetch API Headers object, which joins the
+ * occurrences of a repeated header with ", " and so keeps no count: a value
+ * holding a comma is taken as repeated when `commaMeansRepeated` (the
+ * fencing header, whose valid values hold none). An adapter that has the
+ * raw header list (Node's rawHeaders) reads that instead.
+ */
+export function fetchHeader(headers: Headers, name: string, commaMeansRepeated: boolean): HeaderValue {
+  const value = headers.get(name);
+  if (value === null) return undefined;
+  return commaMeansRepeated && value.includes(',') ? REPEATED : value;
+}
+
+/** What the fencing header presented: the token, and the sequencer when it was one. */
+export interface PresentedToken {
+  readonly token: FencingToken;
+  readonly presented: FencingToken | Sequencer;
+}
+
+/** The fencing header's token, or the 428/400 answer for a missing, repeated or malformed one. */
+export function presentedToken(text: HeaderValue, header: string): PresentedToken | Problem {
+  if (text === undefined) return { status: 428, code: 'MISSING_TOKEN', detail: `this request needs a fencing token in the ${header} header` };
+  if (text === REPEATED) return { status: 400, code: 'REPEATED_TOKEN', detail: `the ${header} header must appear once` };
+  // A bare token (decimal) or a sequencer (the token with its lock: SEQUENCER_FORMAT).
+  try {
+    const presented = parseFencing(text);
+    return { token: typeof presented === 'bigint' ? presented : presented.token, presented };
+  } catch {
+    return { status: 400, code: 'INVALID_TOKEN', detail: `the ${header} header must be a decimal integer in 1..9223372036854775807 or a sequencer (${SEQUENCER_FORMAT})` };
+  }
+}

@@ -1,0 +1,9 @@
+// The PostgreSQL token source, re-exported by fencekeeper/postgres (the
+// family's one entry, adapters/postgres/index.ts): a fair lock whose tokens
+// and leases live in the database the application already runs.
+export { postgresSource } from './source.js';
+export type { PostgresSource } from './source.js';
+export type { PostgresLock } from './lock.js';
+export type { PostgresSourceOptions } from './input.js';
+export type { PostgresSourceStats } from './session.js';
+export type { PgSourcePool, PgSourceClient, PgSourceQuery, PgSourceResult, PgNotification } from './client.js';
