@@ -10,11 +10,17 @@ import { InvalidArgumentError, LockLostError, LockTimeoutError, PermitsMismatchE
 import { expireSession } from '../../../src/testing/expire-session.js';
 import { acquirePermit, tryAcquirePermit, SEMAPHORES_ROOT, type ZooKeeperPermit as Permit } from '../../../src/sources/zookeeper/recipes/permit.js';
 import { zookeeperSource } from '../../../src/sources/zookeeper/recipes/source.js';
+import { queuePath } from '../../../src/sources/zookeeper/recipes/queue-path.js';
+import { digestAclId } from '../../../src/sources/zookeeper/client.js';
+import { CREATOR_ALL_ACL, Perms, READ_ACL_UNSAFE } from '../../../src/sources/zookeeper/protocol.js';
 import type { FencingToken } from '../../../src/token.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { until } from '../../helpers/wait.js';
 import { StandaloneFile } from '../../helpers/zookeeper-file.js';
-import { queueChildren } from './lock-helpers.js';
+import { queueChildren, LOCKS } from './lock-helpers.js';
+import { RequestCounter } from './helpers.js';
+import { acquireLock } from '../../../src/sources/zookeeper/recipes/lock.js';
+import { acquireReadLock, acquireWriteLock, RW_LOCKS_ROOT } from '../../../src/sources/zookeeper/recipes/rw-lock.js';
 
 const file = new StandaloneFile();
 const { server, clients } = file;
@@ -275,6 +281,55 @@ describe('session expiry', () => {
     await stale.release();
     expect(taken.held).toBe(true);
     await taken.release();
+    expect(await children(name)).toEqual({ waiters: [], slots: [] });
+  });
+});
+
+describe('round trips of an uncontended cycle (acquire, release)', () => {
+  it('plain, read and write locks: 2 socket writes; a permit: 3 (its claim is a second round trip)', async () => {
+    const wire = new RequestCounter();
+    // A long session: no ping between the counts.
+    const zk = await clients.connect({ connectString: server, sessionTimeoutMs: 30_000, connector: wire.connector });
+    const name = uniqueLockName('semtrips');
+    // Parents that stay (a child of their own keeps the server from reaping them between cycles).
+    for (const parent of [`${LOCKS}/${name}`, `${RW_LOCKS_ROOT}/${name}`]) {
+      await file.admin.create(parent, null, { mode: 'container' }).catch(() => undefined);
+      await file.admin.create(`${parent}/keep`);
+    }
+    await (await acquirePermit(zk, name, { permits: 2 })).release();
+    await file.admin.create(`${parentOf(name)}/keep`);
+    await (await acquireLock(zk, name)).release(); // the source's identity, read once per client
+    const cycle = async (take: () => Promise<{ release(): Promise<void> }>): Promise<{ writes: number; sent: number }> => {
+      const [writes, sent] = [wire.writes, wire.sent];
+      await (await take()).release();
+      return { writes: wire.writes - writes, sent: wire.sent - sent };
+    };
+    expect(await cycle(() => acquireLock(zk, name))).toEqual({ writes: 2, sent: 3 });
+    expect(await cycle(() => acquireReadLock(zk, name))).toEqual({ writes: 2, sent: 3 });
+    expect(await cycle(() => acquireWriteLock(zk, name))).toEqual({ writes: 2, sent: 3 });
+    // join: create + getChildren + getData (the size); claim: multi + getData (the slot's czxid); release: delete.
+    expect(await cycle(() => acquirePermit(zk, name, { permits: 2 }))).toEqual({ writes: 3, sent: 6 });
+    for (const parent of [`${LOCKS}/${name}`, `${RW_LOCKS_ROOT}/${name}`, parentOf(name)]) await file.admin.delete(`${parent}/keep`);
+  });
+});
+
+describe('with an ACL', () => {
+  it('the container, the queue and the slot nodes carry it: another identity can neither join nor delete a slot', async () => {
+    const alice = await clients.connect({ connectString: server, sessionTimeoutMs: 4000, auth: [{ scheme: 'digest', credentials: 'alice:alice-secret' }] });
+    const mallory = await clients.connect({ connectString: server, sessionTimeoutMs: 4000, auth: [{ scheme: 'digest', credentials: 'mallory:mallory-secret' }] });
+    const acl = [...CREATOR_ALL_ACL, ...READ_ACL_UNSAFE];
+    const stored = [`${Perms.ALL}/digest/${digestAclId('alice', 'alice-secret')}`, `${Perms.READ}/world/anyone`].sort();
+    const name = uniqueLockName('semacl');
+    const permit = await zookeeperSource(alice, { acl }).acquirePermit(name, { permits: 2 });
+    const aclOf = async (path: string): Promise<string[]> => (await alice.getACL(path)).acl.map((e) => `${e.perms}/${e.id.scheme}/${e.id.id}`).sort();
+    expect(queuePath('semaphore', name)).toBe(parentOf(name));
+    expect(() => queuePath('nope' as never, name)).toThrow(InvalidArgumentError);
+    expect(await aclOf(parentOf(name))).toEqual(stored);
+    expect(await aclOf(permit.path)).toEqual(stored);
+    await expect(mallory.delete(permit.path)).rejects.toMatchObject({ code: 'ZK_NOAUTH' });
+    await expect(acquirePermit(mallory, name, { permits: 2 })).rejects.toMatchObject({ code: 'ZK_NOAUTH' });
+    expect(permit.held).toBe(true);
+    await permit.release();
     expect(await children(name)).toEqual({ waiters: [], slots: [] });
   });
 });

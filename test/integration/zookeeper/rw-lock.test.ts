@@ -13,6 +13,7 @@ import { expireSession } from '../../../src/testing/expire-session.js';
 import type { ZooKeeperLock as Lock } from '../../../src/sources/zookeeper/recipes/lock.js';
 import { acquireReadLock, acquireWriteLock, tryAcquireReadLock, tryAcquireWriteLock, RW_LOCKS_ROOT } from '../../../src/sources/zookeeper/recipes/rw-lock.js';
 import { zookeeperSource } from '../../../src/sources/zookeeper/recipes/source.js';
+import { queuePath } from '../../../src/sources/zookeeper/recipes/queue-path.js';
 import type { ZooKeeperClient } from '../../../src/sources/zookeeper/client.js';
 import type { FencingToken } from '../../../src/token.js';
 import { migrate, withFence } from '../../../adapters/postgres/index.js';
@@ -97,6 +98,7 @@ describe('readers share, writers are alone, tokens', () => {
     expect(plain.sequencer.kind).toBe('lock');
     expect(write!.sequencer).toMatchObject({ kind: 'write', name });
     expect(write!.path.startsWith(`${parentOf(name)}/`)).toBe(true);
+    expect(queuePath('rwlock', name)).toBe(parentOf(name));
     expect(await source.tryAcquireReadLock(name)).toBeNull();
     await write!.release();
     const read = await source.tryAcquireReadLock(name);

@@ -42,8 +42,13 @@ export interface JoinClaim<T> {
   start(parent: string): void;
   /** Check the queue we joined (our node is in it) before we wait in it; throws to leave. */
   joined(enqueued: Enqueued): Promise<void>;
-  /** Our node heads the queue: take what the grant needs and make its holder; null in 'try' mode when that cannot be had at once. */
-  take(node: QueueNode, marginMs: number, acl: NodeAcl | null, mode: 'wait' | 'try', stopper: Stopper): Promise<T | null>;
+  /**
+   * Our node heads the queue: take what the grant needs and make its holder;
+   * null in 'try' mode when that cannot be had at once. `listing`: the
+   * parent's children as the join listed them, if that listing already made
+   * us the head (null: the turn came later, list again).
+   */
+  take(node: QueueNode, marginMs: number, acl: NodeAcl | null, mode: 'wait' | 'try', stopper: Stopper, listing: readonly string[] | null): Promise<T | null>;
 }
 
 export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promise<T | null> {
@@ -84,7 +89,8 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
     }
     if (claim !== undefined) await (stopper === null ? claim.joined(joined) : Promise.race([claim.joined(joined), stopper.stopped]));
     let outcome: 'turn' | 'gone' | 'busy';
-    const where = position(withoutStrays(zk, node, joined.children), node.child);
+    const listing = withoutStrays(zk, node, joined.children);
+    const where = position(listing, node.child);
     if (where === null) outcome = 'gone';
     else if (where.turn) outcome = 'turn';
     else if (mode === 'try') outcome = 'busy';
@@ -110,7 +116,7 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
     }
     if (claim !== undefined) {
       stopper ??= new Stopper(zk, name, undefined, undefined);
-      const claimed = await claim.take(node, marginMs, acl, mode, stopper);
+      const claimed = await claim.take(node, marginMs, acl, mode, stopper, where?.turn === true ? listing : null);
       if (claimed === null) return null;
       handedOver = true;
       return claimed;

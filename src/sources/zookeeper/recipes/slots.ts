@@ -122,19 +122,27 @@ export class SlotClaim<T> implements JoinClaim<T> {
 
   /**
    * Our node heads the queue: claim the lowest free slot, or (waiting)
-   * watch the slots until one is released. Our queue node is watched too:
-   * its deletion (an operator, a session expiring) ends the wait.
+   * watch the slots until one is released. While it waits, our queue node
+   * is watched too: its deletion (an operator, a session expiring) ends the wait.
    */
-  async take(node: QueueNode, marginMs: number, acl: NodeAcl | null, mode: 'wait' | 'try', stopper: Stopper): Promise<T | null> {
+  async take(node: QueueNode, marginMs: number, acl: NodeAcl | null, mode: 'wait' | 'try', stopper: Stopper, listing: readonly string[] | null): Promise<T | null> {
+    // Our queue node is watched only once we wait for a slot (a claim that goes out at once needs no watch).
     const self = new WaitingNode(node.path);
-    watchOwnNodeNow(this.#zk, self);
+    let watching = false;
+    // The join's listing, when it made us the head: an uncontended permit claims without listing again.
+    let known = listing;
     try {
       for (;;) {
-        const children = await Promise.race([listChildren(this.#zk, this.#parent), stopper.stopped]);
+        const children = known ?? (await Promise.race([listChildren(this.#zk, this.#parent), stopper.stopped]));
+        known = null;
         if (self.isDeleted || !children.includes(node.child)) throw this.#gone(node);
         const free = firstFree(children, this.#permits);
         if (free === -1) {
           if (mode === 'try') return null;
+          if (!watching) {
+            watching = true;
+            watchOwnNodeNow(this.#zk, self);
+          }
           await Promise.race([this.#slotReleased(), self.deleted, stopper.stopped]);
           if (self.isDeleted) throw this.#gone(node);
           continue;
