@@ -121,6 +121,11 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
     values: ['REPLAYED_HEADERS'],
   },
+  'fencekeeper/fastify': {
+    functions: ['fencing', 'idempotency', 'fencingHeaders', 'fencedFetch', 'verifyHolder'],
+    classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
+    values: ['REPLAYED_HEADERS'],
+  },
   'fencekeeper/fetch': {
     functions: ['withFencing', 'withIdempotency', 'fencingHeaders', 'fencedFetch', 'verifyHolder'],
     classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
@@ -160,7 +165,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
 describe('the package by name', () => {
   it('package.json names the package and exports exactly its entry points', () => {
     expect(pkg.name).toBe('fencekeeper');
-    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './dynamodb', './etcd', './express', './extend', './fetch', './hono', './mysql', './opentelemetry', './package.json', './postgres', './redis', './s3', './testing', './zookeeper']);
+    expect(Object.keys(pkg.exports).sort()).toEqual(['.', './dynamodb', './etcd', './express', './extend', './fastify', './fetch', './hono', './mysql', './opentelemetry', './package.json', './postgres', './redis', './s3', './testing', './zookeeper']);
     for (const [subpath, target] of Object.entries(pkg.exports)) {
       if (typeof target === 'string') continue;
       expect(existsSync(join(root, target.default)), `${subpath} -> ${target.default}`).toBe(true);

@@ -16,6 +16,22 @@ const innermostOf = new WeakMap<Request, FetchFencing>();
 /** What the guard answers a request whose client left before it was admitted (nobody reads it). */
 const GONE: Problem = Object.freeze({ status: 503, code: 'FENCE_UNAVAILABLE', detail: 'the request was aborted before it was admitted; try again' });
 
+/**
+ * Call `gone` once the client of `request` has left before its response
+ * was complete; answers a function that stops watching. The default
+ * watches the request's signal; an adapter that has the Node response (Hono
+ * on @hono/node-server) watches its 'close' instead, which spares building
+ * the full Request that reading `signal` costs there.
+ */
+export type WatchGone = (request: Request, gone: () => void) => () => void;
+
+/** WatchGone by the request's signal. */
+export const watchSignal: WatchGone = (request, gone) => {
+  const signal = request.signal;
+  signal.addEventListener('abort', gone, { once: true });
+  return () => signal.removeEventListener('abort', gone);
+};
+
 /** One Request's state under one resource's fence. */
 class FetchFencing extends Fencing {
   readonly #request: Request;
@@ -23,13 +39,12 @@ class FetchFencing extends Fencing {
   #expiredBeforeResponse: ((response: Response) => void) | undefined = undefined;
   /** Set once the handler returned a body being passed through: what breaks it off. */
   #breakBody: ((reason: unknown) => void) | undefined = undefined;
-  readonly #onAbort: () => void;
+  readonly #unwatch: () => void;
 
-  constructor(request: Request, store: FenceStore<unknown>, resource: string, token: FencingToken, outer: Fencing | undefined, maxHoldMs: number) {
+  constructor(request: Request, store: FenceStore<unknown>, resource: string, token: FencingToken, outer: Fencing | undefined, maxHoldMs: number, watchGone: WatchGone) {
     super(request, store, resource, token, outer, maxHoldMs);
     this.#request = request;
-    this.#onAbort = () => this.close(false, 0);
-    request.signal.addEventListener('abort', this.#onAbort, { once: true });
+    this.#unwatch = watchGone(request, () => this.close(false, 0));
   }
 
   /** Admitted: from here on this is the request's innermost context. */
@@ -76,7 +91,7 @@ class FetchFencing extends Fencing {
   }
 
   protected override finished(): void {
-    this.#request.signal.removeEventListener('abort', this.#onAbort);
+    this.#unwatch();
   }
 }
 
@@ -96,6 +111,7 @@ export async function fenceFetch<R, C>(
   token: FencingToken,
   presented: FencingToken | Sequencer,
   handler: (fencing: C) => Response | Promise<Response>,
+  watchGone: WatchGone = watchSignal,
 ): Promise<Response> {
   const outer = innermostOf.get(request);
   // This request already holds this fence (the guard applied twice): waiting
@@ -107,7 +123,7 @@ export async function fenceFetch<R, C>(
     if (refused !== undefined) return problemResponse(refused);
     return handler(held as unknown as C);
   }
-  const exchange = new FetchFencing(request, settings.store, resource, token, outer, settings.maxHoldMs);
+  const exchange = new FetchFencing(request, settings.store, resource, token, outer, settings.maxHoldMs, watchGone);
   const admission = await admitExchange(settings, req, exchange, token, presented);
   if (admission === CLOSED) return problemResponse(GONE);
   if ('status' in admission) return problemResponse(admission);

@@ -1,0 +1,98 @@
+// fencing as a Fastify plugin: a preHandler hook that admits the request
+// under its resource's fence, with fencekeeper/express's answers and rules
+// (the shared core: src/shared/http/). Wrapped with fastify-plugin, so it
+// guards the context it is registered in and that context's children, and
+// nothing outside it. The admission is settled on the raw response's
+// 'close': committed when the response finished with a status below 500
+// (a handler that threw and was answered 500 by Fastify is aborted),
+// aborted when the connection closed first (the client left) or maxHoldMs
+// passed (503 FENCE_HOLD_EXPIRED).
+import fp from 'fastify-plugin';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { FenceStore } from '../../src/index.js';
+import { settle, type FencingContext } from '../../src/shared/http/exchange.js';
+import { CLOSED, admitExchange, fencingSettings, rejoinExchange, resourceOf, type FencingGuardOptions } from '../../src/shared/http/fencing-core.js';
+import { nodeHeader, presentedToken } from '../../src/shared/http/header.js';
+import { NodeFencing, nodeFencingOf } from '../../src/shared/http/node-exchange.js';
+import { PROBLEM_HEADERS, problemBody, type Problem } from '../../src/shared/http/problem.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /**
+     * Set by fencekeeper's fencing plugin once the request holds its
+     * resource's fence (`resource`, `token`, `previous`, `transaction`,
+     * `signal`); undefined on routes it does not guard.
+     */
+    fencing: FencingContext | undefined;
+  }
+}
+
+/**
+ * The fencing plugin's options: `store`, `resource` (a name, or a function of
+ * the Fastify request), `header` (default 'fencing-token'), `verify` (only
+ * `true` admits; a throw answers 503) and `maxHoldMs` (default 30000).
+ */
+export interface FastifyFencingOptions<Transaction = undefined> extends FencingGuardOptions<Transaction, FastifyRequest> {
+  readonly store: FenceStore<Transaction>;
+}
+
+/** Write a problem through Fastify (so its onSend hooks and logging see it). */
+export function replyProblem(reply: FastifyReply, problem: Problem): FastifyReply {
+  if (reply.sent) return reply;
+  reply.code(problem.status);
+  for (const [name, value] of PROBLEM_HEADERS) reply.header(name, value);
+  // A Buffer: Fastify would add a charset to a string's content-type.
+  return reply.send(Buffer.from(problemBody(problem)));
+}
+
+/** What the guard answers a request whose client left before it was admitted (nobody reads it). */
+const GONE: Problem = Object.freeze({ status: 503, code: 'FENCE_UNAVAILABLE', detail: 'the request was aborted before it was admitted; try again' });
+
+const plugin: FastifyPluginAsync<FastifyFencingOptions<unknown>> = async (instance, options) => {
+  const settings = fencingSettings<FastifyRequest>('fastify', options, 'fencing plugin');
+  const header = settings.header;
+  if (!instance.hasRequestDecorator('fencing')) instance.decorateRequest('fencing', undefined);
+
+  instance.addHook('preHandler', async function fencingHook(request: FastifyRequest, reply: FastifyReply) {
+    const parsed = presentedToken(nodeHeader(request.raw, header), header);
+    if ('status' in parsed) return replyProblem(reply, parsed);
+    const name = resourceOf(settings, request);
+    if (typeof name !== 'string') return replyProblem(reply, name);
+    const req = request.raw;
+    const res = reply.raw;
+    const outer = nodeFencingOf(req);
+    // This request already holds this fence (the plugin registered twice on its path).
+    const held = outer?.find(settings.store, name);
+    if (held !== undefined) {
+      const refused = await rejoinExchange(settings, request, held, parsed.token, parsed.presented);
+      if (refused === CLOSED) return replyProblem(reply, GONE);
+      if (refused !== undefined) return replyProblem(reply, refused);
+      return undefined;
+    }
+    const exchange = new NodeFencing(req, res, settings.store, name, parsed.token, outer, settings.maxHoldMs);
+    const admission = await admitExchange(settings, request, exchange, parsed.token, parsed.presented);
+    if (admission === CLOSED) return replyProblem(reply, GONE);
+    if ('status' in admission) return replyProblem(reply, admission);
+    if (exchange.closed || res.writableEnded) {
+      settle(admission, false);
+      return replyProblem(reply, GONE);
+    }
+    exchange.hold(admission);
+    exchange.enter();
+    request.fencing = exchange;
+    return undefined;
+  });
+};
+
+/**
+ * The fencing guard as a Fastify plugin: `await app.register(fencing, {
+ * store, resource: (request) => ... })`. Guards every route of the context
+ * it is registered in (and its children; wrapped with fastify-plugin), in a
+ * preHandler hook: answers 428 / 400 / 403 / 409 / 503 / 500 SCHEMA_MISSING
+ * as application/problem+json with a `code`, as fencekeeper/express does;
+ * otherwise sets `request.fencing` and holds the fence until the response
+ * has finished (commit below 500, abort otherwise), the client left (abort)
+ * or maxHoldMs passed (abort, 503). Register it before the idempotency
+ * plugin, so the key is written through the fence's transaction.
+ */
+export const fencing = fp(plugin, { fastify: '4.x || 5.x', name: 'fencekeeper-fencing' }) as FastifyPluginAsync<FastifyFencingOptions<unknown>>;

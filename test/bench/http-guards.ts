@@ -1,0 +1,136 @@
+// Benchmark: what the HTTP guards cost on the hot path, per framework, in one
+// run: for Express 5, Fastify 5, Hono (over @hono/node-server) and the Fetch
+// guard (a plain Fetch handler over @hono/node-server), the bare route vs the
+// same empty handler behind the fencing guard with MemoryFenceStore (one
+// resource, one token: every request admitted and committed). Not in the
+// suite: a script that prints figures, nothing here asserts on time.
+//
+//   npm run build && node node_modules/vite-node/vite-node.mjs test/bench/http-guards.ts
+//
+// BENCH_DURATION (s per measurement, default 2), BENCH_ROUNDS (default 5),
+// BENCH_CONNECTIONS (default 32). The servers run in a child process (the
+// built package, dist/) so that they and autocannon do not share one core;
+// rounds alternate the routes' order; medians over rounds, and "vs bare" is
+// the median of the per-round ratios against the same framework's bare route.
+// The CPU column is the server process's CPU time per request (process.cpuUsage).
+import { fork, type ChildProcess } from 'node:child_process';
+import type { AddressInfo } from 'node:net';
+import { cpus, loadavg } from 'node:os';
+import { fileURLToPath } from 'node:url';
+
+const TOKEN = '34';
+const FRAMEWORKS = ['express', 'fastify', 'hono', 'fetch'] as const;
+type Framework = (typeof FRAMEWORKS)[number];
+
+if (process.argv.includes('--serve')) await serve();
+else await measure();
+
+async function serve(): Promise<void> {
+  const dist = new URL('../../dist/adapters/', import.meta.url).href;
+  const expressGuards = await import(`${dist}express/index.js`);
+  const fastifyGuards = await import(`${dist}fastify/index.js`);
+  const honoGuards = await import(`${dist}hono/index.js`);
+  const fetchGuards = await import(`${dist}fetch/index.js`);
+  const { default: express } = await import('express');
+  const { default: Fastify } = await import('fastify');
+  const { Hono } = await import('hono');
+  const { serve: honoServe } = await import('@hono/node-server');
+  const ports: Partial<Record<Framework, number>> = {};
+
+  const e = express();
+  e.disable('x-powered-by');
+  e.disable('etag');
+  e.get('/bare', (_req, res) => void res.end());
+  e.get('/guarded', expressGuards.fencing({ store: new expressGuards.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { end(): void }) => void res.end());
+  ports.express = await new Promise<number>((resolve) => {
+    const server = e.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
+  });
+
+  const f = Fastify();
+  f.get('/bare', async (_request, reply) => reply.send());
+  await f.register(async (scope) => {
+    await scope.register(fastifyGuards.fencing, { store: new fastifyGuards.MemoryFenceStore(), resource: 'bench' });
+    scope.get('/guarded', async (_request, reply) => reply.send());
+  });
+  await f.listen({ port: 0, host: '127.0.0.1' });
+  ports.fastify = (f.server.address() as AddressInfo).port;
+
+  const h = new Hono();
+  h.get('/bare', (c) => c.body(null));
+  h.get('/guarded', honoGuards.fencing({ store: new honoGuards.MemoryFenceStore(), resource: 'bench' }), (c) => c.body(null));
+  ports.hono = await new Promise<number>((resolve) => {
+    honoServe({ fetch: h.fetch, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
+  });
+
+  const guarded = fetchGuards.withFencing({ store: new fetchGuards.MemoryFenceStore(), resource: 'bench' }, () => new Response(null));
+  const plain = (request: Request): Response | Promise<Response> => (new URL(request.url).pathname === '/guarded' ? guarded(request) : new Response(null));
+  ports.fetch = await new Promise<number>((resolve) => {
+    honoServe({ fetch: plain, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
+  });
+
+  process.send!({ ports });
+  process.on('message', (message) => {
+    if (message === 'cpu') {
+      const { user, system } = process.cpuUsage();
+      process.send!({ cpu: user + system });
+    }
+  });
+  process.on('disconnect', () => process.exit(0));
+}
+
+async function measure(): Promise<void> {
+  // autocannon ships no types: the little used here, typed by hand.
+  type Result = { non2xx: number; errors: number; requests: { average: number; total: number }; latency: { p99: number } };
+  const { default: autocannon } = (await import('autocannon' as string)) as { default: (options: object) => Promise<Result> };
+  const duration = Number(process.env.BENCH_DURATION ?? 2);
+  const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
+  const connections = Number(process.env.BENCH_CONNECTIONS ?? 32);
+  const viteNode = fileURLToPath(new URL('../../node_modules/vite-node/vite-node.mjs', import.meta.url));
+  const child: ChildProcess = fork(viteNode, [fileURLToPath(import.meta.url), '--', '--serve'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const { ports } = await new Promise<{ ports: Record<Framework, number> }>((resolve, reject) => {
+    child.once('message', (m) => resolve(m as { ports: Record<Framework, number> }));
+    child.once('exit', (code) => reject(new Error(`server exited (${code})`)));
+  });
+  const cpu = (): Promise<number> =>
+    new Promise((resolve) => {
+      const on = (m: unknown): void => {
+        if (typeof (m as { cpu?: unknown }).cpu === 'number') {
+          child.off('message', on);
+          resolve((m as { cpu: number }).cpu);
+        }
+      };
+      child.on('message', on);
+      child.send('cpu');
+    });
+  const targets = FRAMEWORKS.flatMap((framework) => (['bare', 'guarded'] as const).map((route) => ({ framework, route, name: `${framework} ${route}` })));
+  const run = (t: (typeof targets)[number], seconds: number) =>
+    autocannon({ url: `http://127.0.0.1:${ports[t.framework]}/${t.route}`, headers: { 'fencing-token': TOKEN }, connections, duration: seconds });
+
+  for (const t of targets) await run(t, 1); // warm up
+  const samples = new Map(targets.map((t) => [t.name, [] as { rps: number; cpu: number; p99: number }[]]));
+  for (let round = 0; round < rounds; round++) {
+    for (const t of round % 2 === 0 ? targets : [...targets].reverse()) {
+      const before = await cpu();
+      const result = await run(t, duration);
+      const after = await cpu();
+      if (result.non2xx !== 0 || result.errors !== 0) throw new Error(`${t.name}: ${result.non2xx} non-2xx, ${result.errors} errors`);
+      samples.get(t.name)!.push({ rps: result.requests.average, p99: result.latency.p99, cpu: (after - before) / result.requests.total });
+    }
+  }
+  child.disconnect();
+  const median = (values: number[]): number => {
+    const sorted = [...values].sort((x, y) => x - y);
+    const mid = sorted.length >> 1;
+    return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+  };
+  console.log(`node ${process.version}, ${connections} connections, ${rounds} rounds of ${duration} s per route, medians over rounds`);
+  console.log(`${cpus().length} CPUs, load average ${loadavg().map((l) => l.toFixed(2)).join(' ')} (at the end)`);
+  console.log(`${'route'.padEnd(18)}   req/s  p99 ms  req/s vs bare  server CPU µs/req  CPU vs bare`);
+  for (const t of targets) {
+    const s = samples.get(t.name)!;
+    const bare = samples.get(`${t.framework} bare`)!;
+    const pick = (k: 'rps' | 'cpu' | 'p99'): number => median(s.map((x) => x[k]));
+    const ratio = (k: 'rps' | 'cpu'): number => median(s.map((x, i) => x[k] / bare[i]![k]));
+    console.log(`${t.name.padEnd(18)} ${pick('rps').toFixed(0).padStart(7)} ${String(pick('p99')).padStart(7)}  ${ratio('rps').toFixed(3).padStart(13)}  ${pick('cpu').toFixed(1).padStart(17)}  ${ratio('cpu').toFixed(3).padStart(11)}`);
+  }
+}
