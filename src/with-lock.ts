@@ -28,6 +28,10 @@ export const CURRENT_LOCK: unique symbol = Symbol.for('fencekeeper.current-lock'
 /** What the fenced adapters take: a bare token, a sequencer (token bound to its lock), or CURRENT_LOCK. */
 export type Fencing = FencingToken | Sequencer | typeof CURRENT_LOCK;
 
+/**
+ * A fencing input (a token, a sequencer or CURRENT_LOCK) resolved to the
+ * token to compare and the sequencer to check a binding with.
+ */
 export interface ResolvedFencing {
   readonly token: FencingToken;
   /** null: a bare token (the lock that granted it is not known). */

@@ -114,6 +114,10 @@ import { answerStoreFailure } from '../store-failure.js';
 
 const debug = debuglog('fencekeeper');
 
+/**
+ * fencing()'s options: the fence `store`, the `resource` (a name or a function of
+ * the request), `verify` for untrusted callers, the header name and `maxHoldMs`.
+ */
 export interface FencingOptions<Transaction = undefined> {
   /** Where the fence lives: MemoryFenceStore (one process), PostgresFenceStore, or your own. */
   readonly store: FenceStore<Transaction>;

@@ -69,6 +69,11 @@ import { answerStoreFailure } from '../store-failure.js';
 
 const debug = debuglog('fencekeeper');
 
+/**
+ * idempotency()'s options: the response `store`, whether the key is `required`,
+ * the `scope` that keeps one client's keys apart from another's, the headers
+ * replayed, and the request and response size limits.
+ */
 export interface IdempotencyOptions {
   /** Where responses are kept: MemoryIdempotencyStore (one process), PostgresIdempotencyStore, or your own. */
   readonly store: IdempotencyStore<unknown>;

@@ -7,6 +7,10 @@ import type { AcquireOptions, CampaignOptions, TryAcquireOptions } from '../../.
 import type { ACL } from '../protocol.js';
 import type { LockDelayOption } from './lock-delay.js';
 
+/**
+ * The `acl` option of the lock and election recipes: the ACL their containers
+ * and queue nodes are created with (default: the client's defaultAcl, else open).
+ */
 export interface AclOption {
   /**
    * The ACL for the lock's container and its queue nodes (the roots, and the
@@ -19,5 +23,7 @@ export interface AclOption {
 
 /** lockDelayMs: ./lock-delay.ts (locks only; an election ignores it). */
 export type ZooKeeperAcquireOptions = AcquireOptions & AclOption & LockDelayOption;
+/** tryAcquireLock's options over ZooKeeper: the common ones, the `acl` and `lockDelayMs`. */
 export type ZooKeeperTryAcquireOptions = TryAcquireOptions & AclOption & LockDelayOption;
+/** campaign's options over ZooKeeper: the common CampaignOptions and the `acl`. */
 export type ZooKeeperCampaignOptions = CampaignOptions & AclOption;
