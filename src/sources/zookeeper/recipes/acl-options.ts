@@ -16,7 +16,7 @@ export interface AclOption {
    * The ACL for the lock's container and its queue nodes (the roots, and the
    * nodes between them and a nested name's container, are made open: they
    * are every lock's). Default: the client's defaultAcl, else open to
-   * everyone (OPEN_ACL_UNSAFE), unchecked. See the README for which to choose.
+   * everyone (OPEN_ACL_UNSAFE), unchecked. Recommended: [...CREATOR_ALL_ACL, ...READ_ACL_UNSAFE] (the holder may do anything, everyone else only read).
    */
   readonly acl?: readonly ACL[];
 }
