@@ -97,6 +97,10 @@ export const RUN_WITHIN: unique symbol = Symbol.for('fencekeeper.diagnostics.run
 
 /** Every tracing channel's context may carry this, and Node adds `result` / `error` as the operation settles. */
 export interface TraceContext {
+  /**
+   * Set by a start-event subscriber (an instrumentation) to run the traced
+   * operation inside its own context, e.g. an OpenTelemetry span made active.
+   */
   [RUN_WITHIN]?: <T>(fn: () => T) => T;
   result?: unknown;
   error?: unknown;
@@ -133,12 +137,20 @@ export interface EffectTraceContext extends TraceContext {
   readonly token: FencingToken;
 }
 
+/**
+ * The message of `fencekeeper:lock:held`: a grant began (`source` is the
+ * lock source's kind, `lock` the lock's name).
+ */
 export interface LockHeldMessage {
   readonly source: string;
   readonly lock: string;
   /** Absent where the source did not give the holding its token. */
   readonly token?: FencingToken;
 }
+/**
+ * The message of `fencekeeper:lock:lost` (the grant ended other than by
+ * release) and of `fencekeeper:lock:released`: why it ended and how long it was held.
+ */
 export interface LockEndedMessage extends LockHeldMessage {
   readonly reason: LossReason;
   /** From the grant to its end, in ms on the monotonic clock. */
@@ -146,6 +158,10 @@ export interface LockEndedMessage extends LockHeldMessage {
   /** The LockLostError the holding's signal aborted with. */
   readonly error: Error;
 }
+/**
+ * The message of `fencekeeper:session:state`: a lock source's session (a
+ * ZooKeeper session, an etcd lease) changed state.
+ */
 export interface SessionStateMessage {
   readonly source: string;
   /** The session, lease or client, as its source names it (ZooKeeper: the session id in hex). */
@@ -154,6 +170,10 @@ export interface SessionStateMessage {
   readonly previous: string | null;
   readonly state: string;
 }
+/**
+ * The message of `fencekeeper:fence:refused`: a fenced write was refused where
+ * the refusal was decided, with the token presented and the resource's mark.
+ */
 export interface FenceRefusedMessage {
   readonly adapter: string;
   readonly resource: string;
@@ -168,6 +188,10 @@ export interface FenceRefusedMessage {
   /** SEQUENCER_MISMATCH only: the lock the presented sequencer belongs to; null for a bare token. */
   readonly presentedLock?: BoundLock | null;
 }
+/**
+ * The message of `fencekeeper:s3:unknown-outcome`: an S3 PUT whose reply was
+ * lost, and how reading back settled it.
+ */
 export interface UnknownOutcomeMessage {
   readonly resource: string;
   readonly token: FencingToken;
@@ -221,11 +245,19 @@ export function traceAcquire<T>(source: string, lock: string, mode: 'wait' | 'tr
   return trace(acquire, { source, lock, mode }, fn);
 }
 
+/**
+ * Runs `fn`, a lock release, inside the `fencekeeper:lock:release` tracing
+ * channel. For a lock source of your own; costs nothing without subscribers.
+ */
 export function traceRelease<T>(source: string, lock: string, token: FencingToken, fn: () => Promise<T>): Promise<T> {
   if (!subscribed(release)) return fn();
   return trace(release, { source, lock, token }, fn);
 }
 
+/**
+ * Runs `fn`, a campaign for leadership, inside the
+ * `fencekeeper:election:campaign` tracing channel. For a lock source of your own.
+ */
 export function traceCampaign<T>(source: string, election: string, fn: () => Promise<T>): Promise<T> {
   if (!subscribed(campaign)) return fn();
   return trace(campaign, { source, election }, fn);
@@ -237,26 +269,37 @@ export function traceAdmit<T>(adapter: string, resource: string, token: FencingT
   return trace(admit, { adapter, resource, token }, fn);
 }
 
+/**
+ * Runs `fn`, a whole fenced transaction, inside the
+ * `fencekeeper:fence:with-fence` tracing channel. For a fence of your own.
+ */
 export function traceWithFence<T>(adapter: string, resource: string, token: FencingToken, fn: () => Promise<T>): Promise<T> {
   if (!subscribed(withFenceChannel)) return fn();
   return trace(withFenceChannel, { adapter, resource, token }, fn);
 }
 
+/**
+ * Runs `fn`, one fenced row write, inside the `fencekeeper:fence:write`
+ * tracing channel. For a fence of your own.
+ */
 export function traceFencedWrite<T>(adapter: string, operation: FenceWriteTraceContext['operation'], resource: string, token: FencingToken, fn: () => Promise<T>): Promise<T> {
   if (!subscribed(fenceWrite)) return fn();
   return trace(fenceWrite, { adapter, operation, resource, token }, fn);
 }
 
+/** Runs `fn`, a fenced S3 put, inside the `fencekeeper:s3:put` tracing channel. */
 export function traceS3Put<T>(resource: string, token: FencingToken, layout: S3WriteTraceContext['layout'], fn: () => Promise<T>): Promise<T> {
   if (!subscribed(s3Put)) return fn();
   return trace(s3Put, { adapter: 's3', resource, token, layout }, fn);
 }
 
+/** Runs `fn`, a fenced S3 delete, inside the `fencekeeper:s3:delete` tracing channel. */
 export function traceS3Delete<T>(resource: string, token: FencingToken, layout: S3WriteTraceContext['layout'], fn: () => Promise<T>): Promise<T> {
   if (!subscribed(s3Delete)) return fn();
   return trace(s3Delete, { adapter: 's3', resource, token, layout }, fn);
 }
 
+/** Runs `fn`, one withEffect call, inside the `fencekeeper:effect:run` tracing channel. */
 export function traceEffect<T>(resource: string, key: string, token: FencingToken, fn: () => Promise<T>): Promise<T> {
   if (!subscribed(effect)) return fn();
   return trace(effect, { resource, key, token }, fn);
@@ -288,6 +331,10 @@ export function publishLockEnded(source: string, lock: string, token: FencingTok
   channel.publish((token === undefined ? { source, lock, reason, heldMs, error } : { source, lock, token, reason, heldMs, error }) satisfies LockEndedMessage);
 }
 
+/**
+ * Publishes a session's state change on `fencekeeper:session:state` (only
+ * when someone subscribes). For a lock source of your own.
+ */
 export function publishSessionState(source: string, session: string, previous: string | null, state: string): void {
   if (sessionState.hasSubscribers) sessionState.publish({ source, session, previous, state } satisfies SessionStateMessage);
 }
@@ -319,6 +366,10 @@ export function publishRefused(adapter: string, error: StaleTokenError | Sequenc
   fenceRefused.publish({ adapter, resource: stale.resource, presented: stale.presented, current: stale.current, code: 'STALE_TOKEN' } satisfies FenceRefusedMessage);
 }
 
+/**
+ * Publishes on `fencekeeper:s3:unknown-outcome` how a write whose reply was
+ * lost was settled. For a fence of your own.
+ */
 export function publishUnknownOutcome(resource: string, token: FencingToken, resolution: UnknownOutcomeMessage['resolution'], attempts: number): void {
   if (unknownOutcome.hasSubscribers) unknownOutcome.publish({ resource, token, resolution, attempts } satisfies UnknownOutcomeMessage);
 }

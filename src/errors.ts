@@ -46,6 +46,10 @@ export type ErrorCode =
   | 'SNAPSHOT_CONFLICT'
   | ZooKeeperErrorCode;
 
+/**
+ * The codes of ZooKeeperError: the ZooKeeper server's own error names,
+ * prefixed `ZK_` (e.g. `ZK_NONODE`, `ZK_NOAUTH`).
+ */
 export type ZooKeeperErrorCode =
   | 'ZK_SYSTEMERROR' | 'ZK_RUNTIMEINCONSISTENCY' | 'ZK_DATAINCONSISTENCY'
   | 'ZK_CONNECTIONLOSS' | 'ZK_MARSHALLINGERROR' | 'ZK_UNIMPLEMENTED'
@@ -65,11 +69,20 @@ const KINDS = Symbol.for('fencekeeper.error.kinds');
 
 interface Branded { readonly [KINDS]?: readonly string[] }
 
+/**
+ * What every FencekeeperError constructor takes besides its message: the
+ * underlying `cause`, and whether the same call may succeed if tried again.
+ */
 export interface FencekeeperErrorOptions {
   readonly cause?: unknown;
   readonly retryable?: boolean;
 }
 
+/**
+ * The base class of every error fencekeeper throws. Classify by `code` (a
+ * stable string, see ErrorCode) or by subclass with `instanceof`, never by
+ * the message; `retryable` says whether the same call may simply be tried again.
+ */
 export class FencekeeperError extends Error {
   static readonly kind: string = 'FencekeeperError';
   override readonly name: string;
@@ -92,6 +105,11 @@ export class FencekeeperError extends Error {
     this.name = kinds[0] ?? 'FencekeeperError';
   }
 
+  /**
+   * `error instanceof StaleTokenError` (or any class of ours) holds for an
+   * error thrown by another copy of this package in the same process too: it
+   * compares the kinds the error carries, not its prototype chain.
+   */
   static override [Symbol.hasInstance](value: unknown): boolean {
     if (typeof value !== 'object' || value === null) return false;
     // A user's subclass that declares no kind of its own cannot be told apart
@@ -234,6 +252,10 @@ export class PermitsMismatchError extends FencekeeperError {
   }
 }
 
+/**
+ * The lock was not acquired within `timeoutMs` (someone else holds it);
+ * nothing is left queued. Retryable: try again later or wait longer.
+ */
 export class LockTimeoutError extends FencekeeperError {
   static override readonly kind: string = 'LockTimeoutError';
   readonly lock: string;
@@ -245,6 +267,11 @@ export class LockTimeoutError extends FencekeeperError {
   }
 }
 
+/**
+ * The client's session (a ZooKeeper session, an etcd lease) ended on the
+ * server: every grant on it is gone and every later call of that client fails
+ * this way. Not retryable: make a new client and acquire again.
+ */
 export class SessionExpiredError extends FencekeeperError {
   static override readonly kind: string = 'SessionExpiredError';
   constructor(message = 'ZooKeeper session expired', options?: FencekeeperErrorOptions) {

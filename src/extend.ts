@@ -1,3 +1,11 @@
+/**
+ * For authors of a token source, a fence or idempotency store, or an
+ * instrumentation: the step-down clock, the fair-queue grant and observer,
+ * source identities, the lock name rule and the diagnostics publishers.
+ * Applications import none of it.
+ *
+ * @module fencekeeper/extend
+ */
 // The public surface of 'fencekeeper/extend': for authors of a token source,
 // a fence or idempotency store, or an instrumentation, not for applications
 // (they import 'fencekeeper'). The step-down clock that every grant's `held`

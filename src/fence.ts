@@ -36,6 +36,12 @@ export interface FenceStore<Transaction = undefined> {
   current(resource: string): Promise<FencingToken | null>;
 }
 
+/**
+ * One request's hold on a resource's fence, from FenceStore.admit: the token
+ * was admitted and the mark advanced. Settle it exactly once, with commit()
+ * (the work's writes through `transaction` commit) or abort() (they are undone;
+ * the mark stays advanced); until then no other admission of the resource proceeds.
+ */
 export interface FenceAdmission<Transaction = undefined> {
   readonly resource: string;
   readonly token: FencingToken;

@@ -1,3 +1,10 @@
+/**
+ * The core: fencing tokens, errors with stable codes, the lock and fence
+ * contracts, sequencers, withLock and CURRENT_LOCK, and the diagnostics
+ * channel names. Guide: docs/core.md in the package.
+ *
+ * @module fencekeeper
+ */
 // The public surface of 'fencekeeper': what an application uses. Everything
 // a user may import is named here; nothing internal is re-exported
 // wholesale. What someone writing a source, a store or an instrumentation

@@ -22,6 +22,11 @@ import type { AcquireOptions, CampaignOptions, Leadership, Lock, Permit, PermitO
 import type { SourceIdentity } from './sequencer.js';
 import type { FencingToken } from './token.js';
 
+/**
+ * A token source bound to its client (zookeeperSource(zk), etcdSource(etcd),
+ * redisSource(redis)): code that takes a LockSource works with any of them.
+ * Every grant it hands out is a Lock or Leadership with a fencing token.
+ */
 export interface LockSource {
   /** Which kind of source this is: 'zookeeper', 'redis', 'redlock', 'etcd' ('memory': memorySource() of fencekeeper/testing). Stable: code may branch on it. */
   readonly kind: string;
@@ -107,6 +112,10 @@ export interface SourceObserver {
   close(): void;
 }
 
+/**
+ * A lock's queue as an operator sees it (lockStatus, `fencekeeper status`):
+ * the holder and the waiters, each with its token and owner.
+ */
 export interface LockStatus<Entry extends LockStatusEntry = LockStatusEntry> {
   readonly name: string;
   readonly holder: Entry | null;

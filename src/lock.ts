@@ -26,6 +26,13 @@ import { hostname } from 'node:os';
 import type { Sequencer } from './sequencer.js';
 import type { FencingToken } from './token.js';
 
+/**
+ * A held lock, whichever source granted it. `token` goes with every write to
+ * the resource, which refuses tokens older than the largest it has seen;
+ * `held` and `signal` step down by the holder's own clock as soon as the
+ * source may have ended the grant; `release()` gives it back. Locks are not
+ * reentrant: a second acquire of the same name queues behind this grant.
+ */
 export interface Lock {
   readonly name: string;
   /** Larger for every later grant of this lock (ZooKeeper: of any lock of the ensemble). */
@@ -64,6 +71,11 @@ export interface Lock {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
+/**
+ * A won election, whichever source ran it: `epoch` grows with every later
+ * leader and is fenced on like a lock's token; `held` and `signal` step down
+ * as a lock's do; `resign()` hands leadership on.
+ */
 export interface Leadership {
   readonly name: string;
   /** Larger for every later leader of this election: fence downstream writes with it, as with a lock's token. */
@@ -109,6 +121,7 @@ export const DEFAULT_OWNER = `${hostname()}:${process.pid}`;
 /** tryAcquireLock never waits, so it takes no timeout. */
 export type TryAcquireOptions = Omit<AcquireOptions, 'timeoutMs'>;
 
+/** What every source accepts when standing for election (campaign). */
 export interface CampaignOptions {
   /** Stop campaigning (rejects with its reason, leaving nothing behind). */
   readonly signal?: AbortSignal;

@@ -36,6 +36,10 @@ export abstract class QueueObserver<Entry> {
     return this.#closed;
   }
 
+  /**
+   * The queue's head (the holder, or the leader), from the cache while it is
+   * fresh; null when the queue is empty.
+   */
   head(): Promise<Entry | null> {
     if (this.#closed) return this.readHead();
     if (this.#head === null) {
@@ -61,6 +65,7 @@ export abstract class QueueObserver<Entry> {
     return this.#entries;
   }
 
+  /** Calls `listener` whenever the queue may have changed; returns the unsubscribe function. */
   onChange(listener: () => void): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);

@@ -39,6 +39,12 @@ export interface SourceIdentity {
   readonly id: string;
 }
 
+/**
+ * A fencing token together with the lock it belongs to: the kind of grant,
+ * its name, the source's stable identity and the token. Tokens compare only
+ * within one lock's history at one source, so a fence bound to a lock admits
+ * only sequencers of that lock (`lock.sequencer`, `leadership.sequencer`).
+ */
 export interface Sequencer {
   readonly kind: SequencerKind;
   /** The lock's (or election's) name, as passed to acquireLock / campaign. */
@@ -98,6 +104,11 @@ export function matchesBinding(presented: Sequencer, binding: FenceBinding): boo
  */
 export const SEQUENCER_FORMAT = `${VERSION}:<kind>:<source kind>:<source id>:<token>:<name>`;
 
+/**
+ * The strict text form of a sequencer, for a header or an environment
+ * variable: `fk1:<kind>:<source kind>:<source id>:<token>:<percent-encoded name>`.
+ * parseSequencer reads it back.
+ */
 export function formatSequencer(value: Sequencer): string {
   const s = sequencer(value);
   return [VERSION, s.kind, s.source.kind, s.source.id, formatToken(s.token), encodeURIComponent(s.name)].join(':');

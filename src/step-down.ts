@@ -80,6 +80,10 @@ export interface StepDownSource {
   cause?(): Error | null;
 }
 
+/**
+ * What StepDownClock.hold needs to know about one grant: its lock's name, its
+ * safety margin, and the function giving the earliest instant the source may end it.
+ */
 export interface HoldingOptions {
   /** The lock's name as LockLostError.lock carries it. */
   readonly lock: string;
@@ -101,6 +105,13 @@ export interface HoldingOptions {
   readonly onEnd?: (reason: LossReason) => void;
 }
 
+/**
+ * The step-down clock of a lock source: each grant's `held` turns false, and
+ * its `signal` aborts, a safety margin before the earliest instant the source
+ * may end the grant (by the holder's own monotonic clock), at once on a loss
+ * the source reports, and on release. A source of your own makes one per
+ * client and feeds it its deadline and loss events; one timer serves every grant.
+ */
 export class StepDownClock {
   readonly #source: StepDownSource;
   readonly #holdings = new Set<Holding>();

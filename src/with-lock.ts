@@ -59,6 +59,10 @@ export interface FencingGrant {
  */
 export type Fencing = FencingToken | Sequencer | FencingGrant | typeof CURRENT_LOCK;
 
+/**
+ * A fencing input (a token, a sequencer or CURRENT_LOCK) resolved to the
+ * token to compare and the sequencer to check a binding with.
+ */
 export interface ResolvedFencing {
   readonly token: FencingToken;
   /** null: a bare token (the lock that granted it is not known). */

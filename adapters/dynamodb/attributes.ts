@@ -11,13 +11,17 @@
 import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import { CorruptFenceError, InvalidArgumentError, parseToken, type FencingToken } from '../../src/index.js';
 
+/** The number attribute that holds an item's token unless `tokenAttribute` says otherwise: 'fencing_token'. */
 export const DEFAULT_TOKEN_ATTRIBUTE = 'fencing_token';
+/** The boolean attribute that marks a tombstone unless `tombstoneAttribute` says otherwise: 'fencing_deleted'. */
 export const DEFAULT_TOMBSTONE_ATTRIBUTE = 'fencing_deleted';
+/** The string attribute that holds a bound item's lock unless `lockAttribute` says otherwise: 'fencing_lock'. */
 export const DEFAULT_LOCK_ATTRIBUTE = 'fencing_lock';
 
 /** DynamoDB's item size limit (names and values, UTF-8): 400 KB. */
 export const MAX_ITEM_BYTES = 400 * 1024;
 
+/** The names of the attributes the fence keeps in each item (token, tombstone mark, bound lock), if not the defaults. */
 export interface FenceAttributeOptions {
   /** The number attribute that holds the token; default 'fencing_token'. */
   readonly tokenAttribute?: string;

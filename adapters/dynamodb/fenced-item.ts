@@ -39,6 +39,7 @@ import {
 import { bindingOf, checkBindOption, formatBinding, mismatch, storedBinding } from './binding.js';
 import { combine, type LockClause } from './expressions.js';
 
+/** Options of every fenced item write: the attribute names, an abort signal, and `bind` to bind the item's fence to its lock with this write. */
 export interface FencedItemOptions extends FenceAttributeOptions {
   /** Aborts the request (and the read that classifies a refusal). */
   readonly signal?: AbortSignal;
@@ -52,6 +53,7 @@ export interface FencedItemOptions extends FenceAttributeOptions {
   readonly bind?: FenceBinding;
 }
 
+/** fencedUpdateItem's options: those of every write, and `mustExist` to update only an item that exists and is not a tombstone. */
 export interface FencedUpdateOptions extends FencedItemOptions {
   /**
    * False: check-only (a reader of a read-write lock): the update is made
@@ -94,16 +96,20 @@ interface WithToken {
 // fence's, to learn the current token of a refused write.
 type Legacy = 'Expected' | 'ConditionalOperator' | 'AttributeUpdates' | 'ReturnValuesOnConditionCheckFailure';
 
+/** fencedPutItem's input: PutItem's (TableName, Item, your condition and placeholders) and the `token` (a token, a sequencer or CURRENT_LOCK). */
 export type FencedPutItemInput = Omit<PutItemCommandInput, Legacy | 'ReturnValues'> & WithToken & {
   /** 'NONE' (default) or 'ALL_OLD': the item the write replaced, a tombstone included. */
   readonly ReturnValues?: 'NONE' | 'ALL_OLD';
 };
+/** fencedUpdateItem's input: UpdateItem's (TableName, Key, your UpdateExpression and condition) and the `token`. */
 export type FencedUpdateItemInput = Omit<UpdateItemCommandInput, Legacy> & WithToken;
+/** fencedDeleteItem's input: DeleteItem's (TableName, Key, your condition) and the `token`; the item is replaced by a tombstone that keeps it. */
 export type FencedDeleteItemInput = Omit<DeleteItemCommandInput, Legacy | 'ReturnValues'> & WithToken & {
   /** 'NONE' (default) or 'ALL_OLD': the item the tombstone replaced. */
   readonly ReturnValues?: 'NONE' | 'ALL_OLD';
 };
 
+/** What a fenced item write resolves to: the token now stored in the item, and the attributes ReturnValues asked for. */
 export interface FencedItemResult {
   /** The token the write presented: after an advancing write, the one now stored in the item (a check-only update leaves the stored one). */
   readonly token: FencingToken;

@@ -1,3 +1,9 @@
+/**
+ * Fenced writes to DynamoDB items, the token compared and stored in the
+ * write's own condition expression. Guide: docs/dynamodb.md in the package.
+ *
+ * @module fencekeeper/dynamodb
+ */
 // fencekeeper/dynamodb: fenced writes to DynamoDB items, the token compared
 // and stored in the write's own condition (one request per write). The design
 // and its limits are described at the top of fenced-item.ts, expressions.ts

@@ -1,3 +1,11 @@
+/**
+ * Express middleware that refuses stale fencing tokens (fencing) and
+ * implements the Idempotency-Key header (idempotency), with their stores and
+ * the client half (fencingHeaders, fencedFetch). Guide: docs/express.md in the
+ * package.
+ *
+ * @module fencekeeper/express
+ */
 // fencekeeper/express: refuse stale fencing tokens where an HTTP resource
 // lives. How fencing() works, what it guarantees and where it stops: see
 // fencing/middleware.ts and the README's "An HTTP service that refuses stale tokens".

@@ -15,11 +15,13 @@ export interface MySqlResultHeader {
 
 /** Anything mysql2's promise API runs a query on: a Pool, a PoolConnection, a Connection. */
 export interface MySqlQueryable {
+  /** Runs one statement with `?` placeholders (mysql2's promise query). */
   query(sql: string, values?: unknown): Promise<[unknown, unknown]>;
 }
 
 /** A connection checked out of a pool. */
 export interface MySqlPoolConnection extends MySqlQueryable {
+  /** Gives the connection back to its pool (mysql2's connection.release). */
   release(): void;
   /** Closes the socket instead of returning the connection (the server rolls back what it held). */
   destroy(): void;
@@ -29,6 +31,7 @@ export interface MySqlPoolConnection extends MySqlQueryable {
 
 /** The part of mysql2's promise Pool used here. */
 export interface MySqlPool extends MySqlQueryable {
+  /** Checks a connection out of the pool (mysql2's pool.getConnection). */
   getConnection(): Promise<MySqlPoolConnection>;
 }
 

@@ -1,3 +1,10 @@
+/**
+ * Fencing enforced by MySQL or MariaDB (InnoDB) over a mysql2 promise pool:
+ * withFence, the fenced row helpers, MySqlFenceStore, bindings, migrate.
+ * Guide: docs/mysql.md in the package.
+ *
+ * @module fencekeeper/mysql
+ */
 // fencekeeper/mysql: fencing enforced by MySQL or MariaDB (InnoDB) itself.
 // Every entry point takes a mysql2 promise Pool (structural interfaces:
 // mysql2 is not imported here); the row helpers also take the PoolConnection

@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { FencekeeperError, InvalidArgumentError } from '../../src/index.js';
 import { assertPromisePool, query, rowsOf, type MySqlPool } from './database.js';
 
+/** migrate()'s options: the folder of SQL files (default: the package's migrations/mysql) and how long to wait for the migration lock. */
 export interface MigrateOptions {
   /** Where the .sql files are; default: the package's migrations/mysql/ directory. */
   readonly directory?: string;
@@ -25,11 +26,13 @@ export interface MigrateOptions {
   readonly lockTimeoutSeconds?: number;
 }
 
+/** What migrate() did: the migrations it applied in this call (empty when the schema was up to date), and every migration the schema now carries. */
 export interface MigrateResult {
   /** The migrations this call applied (empty when the schema was up to date). */
   readonly applied: readonly string[];
 }
 
+/** One SQL migration the package ships: its name, its SQL and the checksum recorded with it. */
 export interface Migration {
   readonly name: string;
   readonly sql: string;
@@ -47,6 +50,7 @@ export function migrationsDirectory(): string {
   return found;
 }
 
+/** The SQL migrations this package ships for MySQL/MariaDB, in the order migrate() applies them. */
 export async function loadMigrations(directory: string = migrationsDirectory()): Promise<Migration[]> {
   const names = (await readdir(directory)).filter((name) => MIGRATION_FILE.test(name)).sort();
   return Promise.all(names.map(async (name) => {

@@ -4,6 +4,7 @@
 // (an attribute number is a double: a token past 2^53 would be rounded).
 import { InvalidArgumentError } from '../../src/index.js';
 
+/** The OpenTelemetry attribute names fencekeeper's spans and metrics use (fencekeeper.lock.source, fencekeeper.lock.name, ...). */
 export const ATTR = Object.freeze({
   source: 'fencekeeper.lock.source',
   lock: 'fencekeeper.lock.name',

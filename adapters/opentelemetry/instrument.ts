@@ -13,6 +13,10 @@ import { Spans } from './spans.js';
 /** The instrumentation scope spans and metrics are recorded under. */
 export const SCOPE = 'fencekeeper';
 
+/**
+ * instrument()'s options: the tracer and meter providers (default: the global
+ * ones), and `names` to keep, drop or map lock and resource names in metrics.
+ */
 export interface InstrumentOptions {
   /** Default: the global tracer provider (trace.getTracerProvider()). */
   readonly tracerProvider?: TracerProvider;

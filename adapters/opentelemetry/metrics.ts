@@ -10,6 +10,7 @@ import { ATTR, type MapName } from './attributes.js';
 /** Lock waits and holds run from milliseconds (uncontended) to minutes (a queue, a long job). */
 const SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600];
 
+/** The names of the metrics instrument() records (fencekeeper.lock.wait.duration, fencekeeper.fence.refused, ...). */
 export const METRICS = Object.freeze({
   waitDuration: 'fencekeeper.lock.wait.duration',
   holdDuration: 'fencekeeper.lock.hold.duration',

@@ -25,14 +25,17 @@ export interface PgQueryResult {
 
 /** Anything node-postgres can run a query on: a pg.Pool, pg.Client or pg.PoolClient. */
 export interface PgQueryable {
+  /** Runs one statement (pg's client.query with a config object). */
   query(config: PgQueryConfig): Promise<PgQueryResult>;
 }
 
 /** A client checked out of a pool: `release(err)` with an error destroys the connection. */
 export interface PgPoolClient extends PgQueryable {
+  /** Gives the client back to its pool; with an error, the pool destroys it (pg's client.release). */
   release(err?: Error | boolean): void;
   /** pg.Client is an EventEmitter: it emits 'error' when its connection breaks. */
   on?(event: 'error', listener: (error: Error) => void): unknown;
+  /** Removes an error listener (pg's client is an EventEmitter). */
   removeListener?(event: 'error', listener: (error: Error) => void): unknown;
   /** The backend's pid from BackendKeyData (pg.Client sets it; used to cancel a lock wait). */
   readonly processID?: number | null;
@@ -65,17 +68,25 @@ export type PoolClientOf<P> =
 
 /** The transaction a database hands to work: a Kysely Transaction<DB>, or the pool's client. */
 export type TransactionOf<D> =
-  D extends { transaction(): { execute<T>(callback: (trx: infer Trx) => Promise<T>): Promise<T> } }
+  D extends {
+    /** Kysely's db.transaction(). */
+    transaction(): {
+      /** Runs `callback` in the transaction (Kysely's .execute). */
+      execute<T>(callback: (trx: infer Trx) => Promise<T>): Promise<T>;
+    };
+  }
     ? Trx
     : PoolClientOf<D>;
 
 /** Anything Kysely can execute a query on: a Kysely<DB> or a Transaction<DB>. */
 export interface KyselyExecutor {
+  /** Runs one compiled query (Kysely's executeQuery). */
   executeQuery(query: KyselyCompiledQuery): Promise<{ readonly rows: unknown[]; readonly numAffectedRows?: bigint | undefined }>;
 }
 
 /** A Kysely<DB> instance over PostgresDialect; `Trx` is inferred as the user's Transaction<DB>. */
 export interface KyselyDatabase<Trx extends KyselyExecutor = KyselyExecutor> extends KyselyExecutor {
+  /** Starts a transaction (Kysely's db.transaction().execute(callback)). */
   transaction(): { execute<T>(callback: (trx: Trx) => Promise<T>): Promise<T> };
 }
 

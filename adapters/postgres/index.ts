@@ -1,3 +1,10 @@
+/**
+ * Fencing enforced by PostgreSQL over a pg.Pool or Kysely: withFence, the
+ * fenced row helpers, PostgresFenceStore, bindings, withEffect and its ledger,
+ * PostgresIdempotencyStore, migrate. Guide: docs/postgres.md in the package.
+ *
+ * @module fencekeeper/postgres
+ */
 // fencekeeper/postgres: fencing enforced by PostgreSQL itself. Every entry
 // point takes a pg.Pool or a Kysely instance over pg (structural interfaces:
 // neither library is imported here); the row helpers also take a pg client or

@@ -11,11 +11,13 @@ import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError } from '../../src/index.js';
 import { guardClient, isKysely, run, type Database, type KyselyDatabase, type PgPool, type Queryable } from './database.js';
 
+/** migrate()'s options: the folder of SQL files (default: the package's migrations). */
 export interface MigrateOptions {
   /** Where the .sql files are; default: the package's migrations/ directory. */
   readonly directory?: string;
 }
 
+/** What migrate() did: the migrations it applied in this call (empty when the schema was up to date), and every migration the schema now carries. */
 export interface MigrateResult {
   /** The migrations this call applied, in order (empty when the schema was up to date). */
   readonly applied: readonly string[];
@@ -23,6 +25,7 @@ export interface MigrateResult {
   readonly migrations: readonly string[];
 }
 
+/** One SQL migration the package ships: its name, its SQL and the checksum recorded with it. */
 export interface Migration {
   readonly name: string;
   readonly sql: string;

@@ -1,3 +1,11 @@
+/**
+ * Redis in both roles over your ioredis clients: single-instance and Redlock
+ * locks with fencing tokens, and Redis keys as a fenced resource (fencedSet,
+ * fencedGet, fencedDelete, RedisFenceStore). Guide: docs/redis.md in the
+ * package.
+ *
+ * @module fencekeeper/redis
+ */
 // fencekeeper/redis: the Redis family's one entry. Redis plays both roles:
 // the lock source (src/sources/redis/, re-exported here: its public face
 // only) and a fenced resource (Redis keys, and RedisFenceStore for the HTTP

@@ -96,6 +96,7 @@ redis.call('HSET', KEYS[1], 'token', mark)
 return {1, had}
 `);
 
+/** Options of fencedSet and fencedDelete: how long to wait for Redis's reply. */
 export interface FencedWriteOptions {
   /**
    * How long to wait for Redis's reply, in ms (default 10 000); then the call
@@ -106,6 +107,7 @@ export interface FencedWriteOptions {
   readonly timeoutMs?: number;
 }
 
+/** What fencedGet reads from a fenced key: the stored value and the token of the write that stored it. */
 export interface FencedValue {
   /** The stored value, as ioredis decodes a reply (a UTF-8 string). */
   readonly value: string;

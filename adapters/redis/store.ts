@@ -47,6 +47,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 `);
 
+/** RedisFenceStore's options: the lease of a hold on a resource (`leaseMs`, default 30 000, renewed while the process runs) and the reply timeout. */
 export interface RedisFenceStoreOptions {
   /**
    * The hold's lease, in ms (default 30 000): renewed every third of it

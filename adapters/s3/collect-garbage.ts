@@ -63,6 +63,7 @@ export const DEFAULT_GRACE_MS = 10 * 60 * 1000;
 /** Deletes in flight at once. */
 const DELETE_CONCURRENCY = 8;
 
+/** collectGarbage's options: how long a data object must have been unreferenced before it is removed (`graceMs`, default ten minutes), an abort signal, and how many attempts under contention. */
 export interface CollectGarbageOptions {
   /** How long a superseded data object is kept for readers that still hold an older pointer (default ten minutes). */
   readonly graceMs?: number;
@@ -71,6 +72,7 @@ export interface CollectGarbageOptions {
   readonly maxAttempts?: number;
 }
 
+/** What collectGarbage removed, and the pointer's generation after it. */
 export interface CollectGarbageResult {
   /** The data objects removed by this call. */
   readonly deleted: readonly string[];

@@ -43,6 +43,7 @@ const debug = debuglog('fencekeeper');
 
 export const DEFAULT_MAX_ATTEMPTS = 20;
 
+/** Options of every fenced S3 write: an abort signal and how many conditional PUTs to try under contention. */
 export interface FencedWriteOptions {
   /**
    * Cancels the wait between attempts and the requests in flight (AbortError).

@@ -50,6 +50,7 @@ import { md5Etag } from './wire.js';
 /** How a key is kept: see the top of this file. */
 export type ObjectLayout = 'in-place' | 'pointer';
 
+/** fencedPutObject's and fencedDeleteObject's options: the `layout` ('in-place' or 'pointer'), `bind`, and those of every write. */
 export interface FencedObjectOptions extends FencedWriteOptions {
   /** Default 'in-place'. Use 'pointer' wherever two writes may store the same bytes. */
   readonly layout?: ObjectLayout;
@@ -72,6 +73,7 @@ export interface FencedObjectOptions extends FencedWriteOptions {
   readonly advance?: true;
 }
 
+/** fencedPutObject's input: PutObject's (Bucket, Key, a buffered Body, metadata) and the `token` (a token, a sequencer or CURRENT_LOCK). */
 export type FencedPutObjectInput = Omit<PutObjectCommandInput, 'IfMatch' | 'IfNoneMatch' | 'Body'> & {
   /**
    * The holder's fencing token (the lock's `token`), its sequencer (the
@@ -87,6 +89,7 @@ export type FencedPutObjectInput = Omit<PutObjectCommandInput, 'IfMatch' | 'IfNo
   readonly Body?: string | Uint8Array;
 };
 
+/** What a fenced S3 write resolves to: the ETag, the token, and for a pointer the data object's key. */
 export interface FencedWriteResult {
   /** The ETag of the object holding the body, as S3 returned it (quoted); for a pointer: the data object's. */
   readonly etag: string;
@@ -95,6 +98,7 @@ export interface FencedWriteResult {
   readonly dataKey?: string;
 }
 
+/** fencedDeleteObject's input: Bucket, Key and the `token`; the key is replaced by a tombstone that keeps the fence. */
 export type FencedDeleteObjectInput = ObjectLocation & {
   /** As FencedPutObjectInput.token. */
   readonly token: Fencing;

@@ -15,6 +15,7 @@ import {
 import type { ObjectLocation, ReadContext } from './requests.js';
 import { isNotFound } from './wire.js';
 
+/** fencedGetObject's options: an abort signal, and how many data objects to try when the pointer's was collected meanwhile. */
 export interface FencedReadOptions {
   readonly signal?: AbortSignal;
   /**
@@ -24,6 +25,7 @@ export interface FencedReadOptions {
   readonly maxAttempts?: number;
 }
 
+/** What fencedGetObject returns: GetObject's output for the data (following a pointer), with the token that wrote it. */
 export type FencedGetObjectOutput = GetObjectCommandOutput & { readonly token: FencingToken | null };
 
 /**

@@ -1,3 +1,10 @@
+/**
+ * Fenced writes to S3 objects through conditional PUTs, in place or through a
+ * pointer, and the garbage collector of the pointer layout. Guide: docs/s3.md
+ * in the package.
+ *
+ * @module fencekeeper/s3
+ */
 // fencekeeper/s3: fenced writes to S3 objects through conditional PUTs, in
 // place or through a pointer. The design and its limits are described at the
 // top of fenced-object.ts, in-place.ts, pointer-write.ts and collect-garbage.ts.

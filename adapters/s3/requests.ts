@@ -13,6 +13,7 @@ export type ReadContext = Pick<
   'ExpectedBucketOwner' | 'RequestPayer' | 'SSECustomerAlgorithm' | 'SSECustomerKey' | 'SSECustomerKeyMD5'
 >;
 
+/** Where an object is: its Bucket and Key. */
 export interface ObjectLocation {
   readonly Bucket: string;
   readonly Key: string;

@@ -2,7 +2,7 @@
  * The CLI's exit codes, from sysexits.h where one fits, so scripts can tell
  * "the lock is busy, try later" from "misconfigured" from "the command
  * failed". A supervised command's own exit code passes through unchanged.
- * Each is listed in `fencekeeper --help` and in the README.
+ * Each is listed in `fencekeeper --help` and in the CLI guide (docs/cli.md).
  */
 export const ExitCode = {
   ok: 0,

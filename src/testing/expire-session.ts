@@ -90,6 +90,10 @@ function record(stream: Duplex, address: ServerAddress, connector: Connector): v
   stream.on('data', onData);
 }
 
+/**
+ * Where the session to expire lives, when the client was not connected with
+ * `connector: sessionRecorder()`: the server's connect string (and `tls` for a TLS client).
+ */
 export interface ExpireSessionOptions {
   /** Give up (rejecting) if the session is not ended, and the client has not seen it, within this long. Default: the session timeout + 10 s. */
   readonly timeoutMs?: number;

@@ -50,6 +50,10 @@ export interface AppliedWrite {
   readonly token: FencingToken;
 }
 
+/**
+ * The input of checkHistory: every write recorded (WriteHistory.writes) and
+ * what the resource applied, in its own order (write ids and tokens).
+ */
 export interface ResourceHistory {
   /** Every write any holder sent to the resource. */
   readonly writes: readonly RecordedWrite[];
@@ -69,6 +73,12 @@ export interface ResourceHistory {
   readonly resource?: string;
 }
 
+/**
+ * The kinds of HistoryViolation, each a way a history breaks fencing's
+ * promise (tokens going back in the applied order or in real time, an
+ * acknowledged write lost, a write applied twice or never sent, a refused
+ * write applied, a final state no write explains).
+ */
 export type HistoryViolationKind =
   | 'order'
   | 'real-time'
@@ -80,11 +90,16 @@ export type HistoryViolationKind =
   | 'token-mismatch'
   | 'fence';
 
+/** One way the recorded writes and what the resource applied disagree, with the writes involved. */
 export interface HistoryViolation {
   readonly kind: HistoryViolationKind;
   readonly message: string;
 }
 
+/**
+ * checkHistory's verdict: `valid` when no violation was found, the violations
+ * found, and the writes counted by outcome.
+ */
 export interface HistoryCheck {
   /** No violation. (Whether the run proved anything, a refused stale write say, is the test's to assert.) */
   readonly valid: boolean;
@@ -92,6 +107,11 @@ export interface HistoryCheck {
   readonly counts: { readonly [outcome in WriteOutcome]: number } & { readonly applied: number };
 }
 
+/**
+ * Checks recorded writes against what the resource applied: tokens never go
+ * back, no stale write is acknowledged after a newer one, nothing acknowledged
+ * is lost, nothing refused is applied. Returns the verdict; throws nothing.
+ */
 export function checkHistory(history: ResourceHistory): HistoryCheck {
   const { writes, applied } = history;
   const final = history.final === undefined ? (applied[applied.length - 1] ?? null) : history.final;
@@ -168,6 +188,10 @@ function describe(entry: AppliedWrite | null): string {
   return entry === null ? 'nothing' : `${entry.id} (token ${entry.token})`;
 }
 
+/**
+ * How WriteHistory.record classifies a write's error: `refused(error)` true
+ * for the resource's refusal of a stale token (other errors count as unknown outcomes).
+ */
 export interface RecordOptions {
   /** The write's id (default: a new one, `w<n>`). */
   readonly id?: string;
@@ -181,6 +205,10 @@ export interface RecordOptions {
   readonly failed?: (error: unknown) => boolean;
 }
 
+/**
+ * What WriteHistory.record resolves to: the recorded write (token, when sent
+ * and answered, outcome) and the write's own result or error.
+ */
 export interface RecordedOutcome<T> {
   readonly write: RecordedWrite;
   /** What the write returned, when it was acknowledged. */

@@ -1,3 +1,10 @@
+/**
+ * Tools for tests against lock loss: throwaway ZooKeeper and Redis servers, a
+ * TCP proxy that cuts or black-holes connections, session expiry, paused
+ * holders, write histories. Guide: docs/testing.md in the package.
+ *
+ * @module fencekeeper/testing
+ */
 // fencekeeper/testing: what fencekeeper's own suite uses to test lock loss
 // against real servers, for your tests of your own resources. Nothing here
 // is loaded by 'fencekeeper' itself; none of it belongs in production code.

@@ -42,11 +42,13 @@ export interface HolderReport {
   readonly path?: string;
 }
 
+/** How a spawned holder process ended: its exit code, or the signal that ended it. */
 export interface HolderExit {
   readonly code: number | null;
   readonly signal: NodeJS.Signals | null;
 }
 
+/** How spawnHolder starts the holder module: its arguments, working directory and environment. */
 export interface SpawnHolderOptions {
   readonly args?: readonly string[];
   /** The holder's environment. Default: this process's. */
@@ -56,11 +58,17 @@ export interface SpawnHolderOptions {
   readonly execArgv?: readonly string[];
 }
 
+/** How long pausePastSession waits for the server to remove the frozen holder's node. */
 export interface PausePastSessionOptions {
   /** Give up (resuming the holder) if its node is still there after this long. Default 60000 ms. */
   readonly timeoutMs?: number;
 }
 
+/**
+ * A lock holder in a process of its own (spawnHolder): its token once it
+ * reports holding, pausePastSession() to freeze it with SIGSTOP until its
+ * session is gone, resume(), and its exit.
+ */
 export interface HolderProcess {
   readonly pid: number;
   /** The first reportHolding() of the holder; rejects if it exits before. */
@@ -89,6 +97,7 @@ export interface HolderProcess {
   readonly exited: Promise<HolderExit>;
   /** What it printed so far. */
   stdout(): string;
+  /** What the holder process wrote to stderr so far. */
   stderr(): string;
 }
 

@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { InvalidArgumentError } from '../errors.js';
 import { ask, launch, requireExecutable, temporaryDirectory, type ThrowawayServer } from './server-process.js';
 
+/** Settings of a throwaway Redis (startRedis). */
 export interface RedisServerOptions {
   /** The port on 127.0.0.1. Default: a free one. */
   readonly port?: number;
@@ -37,6 +38,11 @@ export interface RedisServer extends ThrowawayServer {
   readonly url: string;
 }
 
+/**
+ * Starts a throwaway redis-server of the machine's packages on a free port of
+ * 127.0.0.1, its data in a temporary directory removed by stop(). Rejects with
+ * ServerNotInstalledError when redis-server is missing (naming what to install).
+ */
 export async function startRedis(options: RedisServerOptions = {}): Promise<RedisServer> {
   const { port, startTimeoutMs = 30_000, appendOnly = false, args = [] } = options;
   if (port !== undefined && (!Number.isInteger(port) || port < 1 || port > 65535)) {

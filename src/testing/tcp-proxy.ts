@@ -30,12 +30,14 @@ import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { InvalidArgumentError } from '../errors.js';
 
+/** Where a TcpProxy forwards connections: the server's host and port. */
 export interface ProxyTarget {
   /** Default '127.0.0.1'. */
   readonly host?: string;
   readonly port: number;
 }
 
+/** TcpProxy's options, such as an `observe` hook that sees every chunk passing in either direction. */
 export interface ProxyOptions {
   /**
    * Called with every chunk as it is passed on: `from` is the side that sent
@@ -57,6 +59,12 @@ interface Link {
   loseNextReply: boolean;
 }
 
+/**
+ * A TCP proxy to put between a client and its server in a test: cut() resets
+ * every connection, blackhole() stops all traffic without closing anything,
+ * resume() lets it flow again; holdReplies(), deliverHeld() and loseReplyTo()
+ * lose or delay a reply after the server acted on the request.
+ */
 export class TcpProxy {
   readonly #server: net.Server;
   readonly #target: Required<ProxyTarget>;

@@ -34,6 +34,7 @@ const DEBIAN_JAR = '/usr/share/java/zookeeper.jar';
 /** The logging backend the package ships beside it (the jar's manifest names the rest of its dependencies). */
 const DEBIAN_LOGGER = '/usr/share/java/slf4j-simple.jar';
 
+/** Settings of a throwaway ZooKeeper (startZooKeeper): its tick time and session bounds. */
 export interface ZooKeeperServerOptions {
   /** The client port on 127.0.0.1. Default: a free one. */
   readonly port?: number;
@@ -60,6 +61,12 @@ export interface ZooKeeperServer extends ThrowawayServer {
   readonly connectString: string;
 }
 
+/**
+ * Starts a throwaway ZooKeeper of the machine's packages on a free port of
+ * 127.0.0.1, with test-friendly settings (short sessions allowed, empty lock
+ * parents reaped within a second), its data removed by stop(). Rejects with
+ * ServerNotInstalledError when ZooKeeper is missing.
+ */
 export async function startZooKeeper(options: ZooKeeperServerOptions = {}): Promise<ZooKeeperServer> {
   const tickTimeMs = positive(options.tickTimeMs ?? 200, 'tickTimeMs');
   const minSession = positive(options.minSessionTimeoutMs ?? 2 * tickTimeMs, 'minSessionTimeoutMs');

@@ -7,6 +7,7 @@
 import { CorruptFenceError, formatToken, type FencingToken } from '../../../src/index.js';
 import { readBigint, run, type Queryable, type Statement } from '../database.js';
 
+/** The state of an effect in the ledger: pending (its outcome not recorded), succeeded or failed. */
 export type EffectState = 'pending' | 'succeeded' | 'failed';
 
 /** A definite failure as recorded: the message, and the JSON details the effect gave. */

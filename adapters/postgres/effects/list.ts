@@ -6,6 +6,7 @@ import { MAX_INT32, checkEffectResource, checkObject, checkQueryable, optionalIn
 import { queryEffects, type EffectState, type RecordedEffect } from './ledger.js';
 import { describe } from '../identifiers.js';
 
+/** pendingEffects' filters: a resource, and a minimum time unchanged (`olderThanMs`). */
 export interface PendingEffectsOptions {
   /** Only this resource's effects. */
   readonly resource?: string;
@@ -13,6 +14,7 @@ export interface PendingEffectsOptions {
   readonly olderThanMs?: number;
 }
 
+/** listEffects' filters: those of pendingEffects, a state, and a limit. */
 export interface ListEffectsOptions extends PendingEffectsOptions {
   /** Only effects in this state. */
   readonly state?: EffectState;

@@ -27,6 +27,7 @@ export class DefiniteFailure extends Error {
     Object.defineProperty(this, DEFINITE, { value: true, enumerable: false });
   }
 
+  /** `instanceof DefiniteFailure` holds for one thrown by another copy of this package in the same process too. */
   static override [Symbol.hasInstance](value: unknown): boolean {
     return typeof value === 'object' && value !== null && (value as { [DEFINITE]?: unknown })[DEFINITE] === true;
   }

@@ -135,6 +135,10 @@ export interface ReconcileContext {
   waitOutDeadline(): Promise<void>;
 }
 
+/**
+ * withEffect's options: the holder's `deadline` (lock.deadline), the `reconcile`
+ * that settles a pending effect, `graceMs`, `retryFailed`, and an abort signal.
+ */
 export interface EffectOptions<R> {
   /**
    * The holder's step-down instant on the performance.now() clock: pass
@@ -169,6 +173,11 @@ export type EffectResult<R> = {
   readonly attempt: number;
 } & ({ readonly stored: true; readonly result: R } | { readonly stored: false; readonly result: R | undefined });
 
+/**
+ * The outside call withEffect makes: it gets the stable idempotency key, the
+ * deadline and an abort signal; returning means it succeeded, throwing
+ * DefiniteFailure that it did not happen, anything else an unknown outcome.
+ */
 export type Effect<R> = (context: EffectContext) => R | Promise<R>;
 
 const DEFAULT_GRACE_MS = 1000;

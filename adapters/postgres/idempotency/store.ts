@@ -8,6 +8,7 @@ import { isKysely, isPgQueryable, run, type Database, type Queryable, type State
 import { checkDatabase, checkObject, checkText, optionalInteger } from '../effects/input.js';
 import { describe } from '../identifiers.js';
 
+/** PostgresIdempotencyStore's options: how long stored responses are kept (`retentionMs`, default 24 h) and how long a running request's claim lasts. */
 export interface PostgresIdempotencyStoreOptions {
   /**
    * How long a completed response is replayed, in ms from the claim (the

@@ -21,7 +21,7 @@ const READ = 'SELECT kind, lock, source_kind, source_id FROM fencekeeper_table_b
  * is explicit and happens once: binding again to the same lock is a no-op; to
  * another lock rejects with FenceAlreadyBoundError and changes nothing. The
  * row helpers never bind a table themselves. To re-bind (the source's
- * identity changed, see the README), an operator deletes the row by hand:
+ * identity changed, e.g. a Redlock majority lost its data), an operator deletes the row by hand:
  * `DELETE FROM fencekeeper_table_bindings WHERE relation = 'docs'::regclass`.
  *
  * After bindTable resolves, every row helper's write to the table is checked

@@ -12,6 +12,7 @@
 import type { ServerResponse } from 'node:http';
 import { STATUS_CODES } from 'node:http';
 
+/** The `code` of an application/problem+json answer of fencing() or idempotency() (STALE_TOKEN, MISSING_TOKEN, FENCE_HOLD_EXPIRED, IDEMPOTENCY_KEY_IN_USE, ...). */
 export type ProblemCode =
   | 'MISSING_TOKEN'
   | 'INVALID_TOKEN'

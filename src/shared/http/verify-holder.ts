@@ -25,12 +25,21 @@
  */
 import { InvalidArgumentError, type FencingToken, type LockObserver, type LockSource, type Sequencer } from '../../index.js';
 
+/**
+ * A `verify` for fencing() that admits only the current holder's token of one
+ * lock of a LockSource; close() stops observing the lock.
+ */
 export interface HolderVerifier {
   (token: FencingToken, resource?: string, req?: unknown, sequencer?: Sequencer | null): Promise<boolean>;
   /** Stop observing the lock (the verifier then asks the source again on every call). */
   close(): void;
 }
 
+/**
+ * A `verify` for fencing() that admits only the token of the current holder of
+ * `lockName` at `source` (any source whose locks queue and can be observed:
+ * ZooKeeper, etcd), answered from a cache the source keeps fresh.
+ */
 export function verifyHolder(source: LockSource, lockName: string): HolderVerifier {
   if (source === null || typeof source !== 'object' || typeof source.observeLock !== 'function') {
     throw new InvalidArgumentError(`verifyHolder needs a LockSource whose locks queue (observeLock)${source !== null && typeof source === 'object' ? `; ${String(source.kind)} has none` : ''}`);

@@ -51,11 +51,15 @@ export function where(client: RedisCommands): string {
 
 /** A connection used for SUBSCRIBE only. */
 export interface RedisSubscriber {
+  /** Subscribes to a pub/sub channel (ioredis's subscribe). */
   subscribe(channel: string): Promise<unknown>;
+  /** ioredis's events: a pub/sub message, an error, the connection closing or ready. */
   on(event: 'message', listener: (channel: string, message: string) => void): unknown;
+  /** ioredis: 'error' when the connection fails (ioredis reconnects by itself). */
   on(event: 'error', listener: (error: Error) => void): unknown;
   /** ioredis: 'close' when a connection ends, 'ready' when a new one can take commands. */
   on(event: 'close' | 'ready', listener: () => void): unknown;
+  /** Closes the connection at once (ioredis's disconnect). */
   disconnect(): void;
 }
 

@@ -58,6 +58,7 @@ export interface EtcdCompare {
   mod_revision?: string;
 }
 
+/** One operation of an etcd txn, as ifHeld / ifLeader take it: a put, a delete range, a range or a nested txn. */
 export interface EtcdRequestOp {
   request_range?: EtcdRangeRequest;
   request_put?: EtcdPutRequest;
@@ -72,6 +73,7 @@ export interface EtcdTxnRequest {
   failure: EtcdRequestOp[];
 }
 
+/** The answer of an etcd txn: whether its compares succeeded, and each operation's response. */
 export interface EtcdTxnResponse {
   readonly header: EtcdResponseHeader;
   readonly succeeded: boolean;
@@ -132,6 +134,7 @@ export interface EtcdWatchBuilder {
 export interface EtcdClient {
   readonly kv: EtcdKV;
   readonly leaseClient: EtcdLeaseService;
+  /** etcd3's client.watch(): the watch builder the observers use. */
   watch(): EtcdWatchBuilder;
 }
 

@@ -54,6 +54,7 @@ export function campaign(etcd: EtcdClient, name: string, options: CampaignOption
     etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { root: ELECTIONS_ROOT, name, mode: 'wait', options, ownerField: 'id', build }), (leader) => leader.resign()) as Promise<HeldLeadership>);
 }
 
+/** The current leader of an etcd election, as observers see it: its id and epoch. */
 export interface EtcdLeaderInfo {
   readonly id: string;
   readonly epoch: FencingToken;
@@ -66,9 +67,14 @@ export interface EtcdLeaderInfo {
  * cost no request while nothing changes.
  */
 export interface EtcdLeaderObserver extends SourceObserver {
+  /** The current leader, from the cache while it is fresh; null when nobody leads. */
   current(): Promise<EtcdLeaderInfo | null>;
 }
 
+/**
+ * Watches an etcd election from outside it: current() answers the leader from
+ * a cache kept fresh by a watch; close() stops.
+ */
 export function observeLeader(etcd: EtcdClient, name: string): EtcdLeaderObserver {
   checkClient(etcd);
   checkName(name);

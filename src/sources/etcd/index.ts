@@ -1,3 +1,10 @@
+/**
+ * The etcd token source over your etcd3 client: fair locks, read-write locks, semaphores and elections whose
+ * token is the create revision of the holder's key, one lease per client.
+ * Guide: docs/etcd.md in the package.
+ *
+ * @module fencekeeper/etcd
+ */
 // fencekeeper/etcd: a fair lock, a read-write lock, a semaphore and leader election over etcd, whose token
 // is the create revision of the holder's key. Every entry point takes an
 // etcd3 client (a structural interface: etcd3 is an optional peer

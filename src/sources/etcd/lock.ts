@@ -89,6 +89,10 @@ export interface EtcdLockObserver extends LockObserver<EtcdQueueEntry> {
   onConnection(listener: ConnectionListener): () => void;
 }
 
+/**
+ * Watches an etcd lock's queue from outside it: the holder and the waiters
+ * from a cache kept fresh by a watch; close() stops.
+ */
 export function observeLock(etcd: EtcdClient, name: string): EtcdLockObserver {
   checkClient(etcd);
   checkName(name);

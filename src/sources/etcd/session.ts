@@ -27,6 +27,7 @@ import { int64, type EtcdClient, type EtcdDuplexStream, type EtcdKeepAliveRespon
 import { checkClient } from './input.js';
 import { isClosedClient } from './client-errors.js';
 
+/** The lease of an etcd client's session: its TTL in seconds. */
 export interface EtcdSessionOptions {
   /** The lease's TTL to ask for, in whole seconds (etcd may grant more). Default 10. */
   readonly ttlSeconds?: number;

@@ -42,6 +42,7 @@ export interface EtcdSource extends LockSource {
   identity(): Promise<SourceIdentity>;
 }
 
+/** Binds the etcd recipes to one etcd3 client as a LockSource, for code that takes any token source. */
 export function etcdSource(etcd: EtcdClient, options?: EtcdSessionOptions): EtcdSource {
   const session = etcdSession(etcd, options);
   return Object.freeze({

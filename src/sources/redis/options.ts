@@ -21,6 +21,7 @@ export interface RedisLockSettings {
 
 /** acquireLock's options: every source's, and the settings above. */
 export interface RedisAcquireOptions extends AcquireOptions, RedisLockSettings {}
+/** tryAcquireLock's options over Redis: RedisAcquireOptions without `timeoutMs` (it never waits). */
 export type RedisTryAcquireOptions = Omit<RedisAcquireOptions, 'timeoutMs'>;
 
 export interface CheckedOptions {

@@ -69,8 +69,14 @@ const debug = debuglog('fencekeeper');
 const watchChannel = diagnostics.channel(CHANNELS.zookeeperWatch);
 const stateChannel = diagnostics.channel(CHANNELS.zookeeperState);
 
+/** A ZooKeeperClient's connection state, as published on `fencekeeper:zookeeper:state`. */
 export type ClientState = 'connecting' | 'connected' | 'suspended' | 'expired' | 'closed';
 
+/**
+ * What ZooKeeperClient.connect takes: the connect string (`h1:2181,h2:2181/chroot`
+ * or `zookeeper://...`), the session timeout, TLS, digest auth, a default ACL,
+ * and the connector that opens the byte stream to each server.
+ */
 export interface ConnectOptions {
   /** 'h1:2181,h2:2181[/chroot]', or the same as a URL: 'zookeeper://h1:2181,h2:2181[/chroot]' (hosts and a chroot only) */
   readonly connectString: string;
@@ -92,6 +98,7 @@ export interface ConnectOptions {
   readonly defaultAcl?: readonly ACL[];
 }
 
+/** Whether a read also leaves a one-shot watch on the node, called on its next change. */
 export interface WatchOptions {
   /** Called at most once, with the first event that triggers this watch (ZooKeeper's one-shot watches). */
   readonly watch?: Watcher;
@@ -252,10 +259,12 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     return this.#submit(existsRequest, path, options.watch);
   }
 
+  /** Reads a node's data and Stat; `watch` leaves a one-shot watch on its next change. ZK_NONODE if it does not exist. */
   getData(path: string, options: WatchOptions = {}): Promise<{ data: Uint8Array; stat: Stat }> {
     return this.#submit(getDataRequest, path, options.watch);
   }
 
+  /** Writes a node's data if its version is `version` (-1: any); resolves to its new Stat. ZK_BADVERSION on a mismatch. */
   setData(path: string, data: Uint8Array | string | null, version = -1): Promise<Stat> {
     return this.#submit(setDataRequest, path, data, version);
   }
@@ -275,10 +284,12 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
     return this.#submit(getEphemeralsRequest, prefix);
   }
 
+  /** Reads a node's ACL and Stat. */
   getACL(path: string): Promise<{ acl: ACL[]; stat: Stat }> {
     return this.#submit(getAclRequest, path);
   }
 
+  /** Sets a node's ACL if its ACL version is `aclVersion` (-1: any); resolves to its new Stat. */
   setACL(path: string, acl: readonly ACL[], aclVersion = -1): Promise<Stat> {
     return this.#submit(setAclRequest, path, acl, aclVersion);
   }

@@ -1,3 +1,11 @@
+/**
+ * The ZooKeeper token source: a wire-protocol client of its own, fair locks
+ * whose token is the holder's node czxid, leader elections, and
+ * verifyWithZooKeeper for HTTP guards. Guide: docs/zookeeper.md in the
+ * package.
+ *
+ * @module fencekeeper/zookeeper
+ */
 // fencekeeper/zookeeper: the ZooKeeper token source. A wire-protocol client
 // of its own (no ZooKeeper package underneath), the fair lock and leader
 // election recipes over it, as functions of a client or as a LockSource,

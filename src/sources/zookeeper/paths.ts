@@ -61,6 +61,7 @@ function explainInvalidPath(path: string, sequential: boolean): void {
   }
 }
 
+/** One server of a connect string: host and port. */
 export interface ServerAddress { readonly host: string; readonly port: number }
 
 export interface ConnectString {

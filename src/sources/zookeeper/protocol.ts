@@ -70,6 +70,7 @@ export function errorCodeName(zkCode: number): ZooKeeperErrorCode {
   return ERROR_CODES.get(zkCode) ?? 'ZK_UNKNOWN';
 }
 
+/** How a znode is created: persistent or ephemeral, sequential or not, a container, or persistent with a TTL. */
 export type CreateMode =
   | 'persistent'
   | 'persistent_sequential'
@@ -112,7 +113,9 @@ export const Perms = {
   ALL: 31,
 } as const;
 
+/** An ACL identity: a scheme ('world', 'auth', 'digest', 'ip') and its id. */
 export interface Id { readonly scheme: string; readonly id: string }
+/** One ACL entry of a znode: the permissions (Perms bits) granted to an identity. */
 export interface ACL { readonly perms: number; readonly id: Id }
 
 /** Anyone may do anything (ZooDefs.Ids.OPEN_ACL_UNSAFE). */

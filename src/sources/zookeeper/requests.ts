@@ -28,12 +28,14 @@ import {
 } from './protocol.js';
 import type { WatchKind, Watcher } from './watches.js';
 
+/** Credentials sent when the session starts: a scheme ('digest') and its credentials ('user:password'). */
 export interface AuthInfo {
   readonly scheme: 'digest';
   /** 'user:password' */
   readonly credentials: string;
 }
 
+/** How ZooKeeperClient.create makes a node: its data, ACL and mode. */
 export interface CreateOptions {
   readonly mode?: CreateMode;
   readonly acl?: readonly ACL[];
@@ -41,12 +43,14 @@ export interface CreateOptions {
   readonly ttlMs?: number;
 }
 
+/** One operation of ZooKeeperClient.multi (create, delete, setData, check). */
 export type MultiOp =
   | { readonly op: 'create'; readonly path: string; readonly data?: Uint8Array | string; readonly mode?: CreateMode; readonly acl?: readonly ACL[]; readonly ttlMs?: number }
   | { readonly op: 'delete'; readonly path: string; readonly version?: number }
   | { readonly op: 'setData'; readonly path: string; readonly data: Uint8Array | string; readonly version?: number }
   | { readonly op: 'check'; readonly path: string; readonly version: number };
 
+/** The result of one operation of a successful multi, in order. */
 export type MultiResult =
   /** stat: null when the server answers with a plain CreateResponse (ZooKeeper 3.8 does inside multi). */
   | { readonly op: 'create'; readonly path: string; readonly stat: Stat | null }

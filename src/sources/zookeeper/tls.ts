@@ -28,6 +28,10 @@ import type { Duplex } from 'node:stream';
 import { TlsError } from '../../errors.js';
 import type { Connector } from './connection.js';
 
+/**
+ * TLS to the servers' secureClientPort (PEM): the CA, a client certificate
+ * and key, the server name to verify; verification is on.
+ */
 export interface TlsOptions {
   /** PEM: the CA(s) the server's certificate must chain to. Default: Node's bundled roots. */
   readonly ca?: string | Buffer | readonly (string | Buffer)[];

@@ -1,7 +1,10 @@
 import { EventType } from './protocol.js';
 
+/** What a watch notification reports: a node created, deleted, its data or its children changed. */
 export type WatchEventType = 'created' | 'deleted' | 'dataChanged' | 'childrenChanged';
+/** A watch notification: what happened (WatchEventType) and the node's path. */
 export interface WatchEvent { readonly type: WatchEventType; readonly path: string }
+/** A one-shot watch callback, called with the WatchEvent. */
 export type Watcher = (event: WatchEvent) => void;
 
 /** Which table a watch lives in, as ZooKeeper's server keeps them (ZKWatchManager). */

@@ -2,6 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import { InvalidArgumentError, type IdempotencyClaim, type IdempotencyLookup, type IdempotencyScopeKey, type IdempotencyStore, type StoredResponse } from '../../../index.js';
 
+/** MemoryIdempotencyStore's options: how long responses are kept, how long a running request's claim lasts, and how many keys at most. */
 export interface MemoryIdempotencyStoreOptions {
   /** How long a completed response is replayed, in ms from its claim. Default 24 hours. */
   readonly retentionMs?: number;

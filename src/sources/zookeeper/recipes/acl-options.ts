@@ -7,19 +7,25 @@ import type { AcquireOptions, CampaignOptions, PermitOptions, TryAcquireOptions,
 import type { ACL } from '../protocol.js';
 import type { LockDelayOption } from './lock-delay.js';
 
+/**
+ * The `acl` option of the lock and election recipes: the ACL their containers
+ * and queue nodes are created with (default: the client's defaultAcl, else open).
+ */
 export interface AclOption {
   /**
    * The ACL for the lock's container and its queue nodes (the roots, and the
    * nodes between them and a nested name's container, are made open: they
    * are every lock's). Default: the client's defaultAcl, else open to
-   * everyone (OPEN_ACL_UNSAFE), unchecked. See the README for which to choose.
+   * everyone (OPEN_ACL_UNSAFE), unchecked. Recommended: [...CREATOR_ALL_ACL, ...READ_ACL_UNSAFE] (the holder may do anything, everyone else only read).
    */
   readonly acl?: readonly ACL[];
 }
 
 /** lockDelayMs: ./lock-delay.ts (locks only; an election ignores it). */
 export type ZooKeeperAcquireOptions = AcquireOptions & AclOption & LockDelayOption;
+/** tryAcquireLock's options over ZooKeeper: the common ones, the `acl` and `lockDelayMs`. */
 export type ZooKeeperTryAcquireOptions = TryAcquireOptions & AclOption & LockDelayOption;
+/** campaign's options over ZooKeeper: the common CampaignOptions and the `acl`. */
 export type ZooKeeperCampaignOptions = CampaignOptions & AclOption;
 
 /**

@@ -66,6 +66,7 @@ export async function campaign(zk: ZooKeeperClient, name: string, options: ZooKe
     (await zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { root: ELECTIONS_ROOT, name, mode: 'wait', options: acquire, build }), (leader) => leader.resign())) as HeldLeadership);
 }
 
+/** The current leader of an election, as observers see it: its id, epoch and node. */
 export interface LeaderInfo {
   readonly id: string;
   readonly epoch: FencingToken;
@@ -78,9 +79,14 @@ export interface LeaderInfo {
  * trip while nothing changes.
  */
 export interface LeaderObserver extends SourceObserver {
+  /** The current leader, from the cache while it is fresh; null when nobody leads. */
   current(): Promise<LeaderInfo | null>;
 }
 
+/**
+ * Watches an election from outside it: current() answers the leader from a
+ * cache kept fresh by a watch (no round trip per call); close() stops.
+ */
 export function observeLeader(zk: ZooKeeperClient, name: string): LeaderObserver {
   const queue = new ZooKeeperQueueObserver(zk, queueParent(ELECTIONS_ROOT, name));
   return {

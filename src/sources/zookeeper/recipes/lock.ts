@@ -123,6 +123,10 @@ export async function lockStatus(zk: ZooKeeperClient, name: string): Promise<Loc
 /** observeLock's answer: the core's LockObserver over ZooKeeper's queue entries. */
 export type ZooKeeperLockObserver = LockObserver<QueueEntry>;
 
+/**
+ * Watches a lock's queue from outside it: the holder and the waiters from a
+ * cache kept fresh by a watch; close() stops.
+ */
 export function observeLock(zk: ZooKeeperClient, name: string): ZooKeeperLockObserver {
   const queue = new ZooKeeperQueueObserver(zk, queueParent(LOCKS_ROOT, name));
   return {

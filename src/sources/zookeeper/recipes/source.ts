@@ -55,6 +55,7 @@ export interface ZooKeeperSource extends LockSource {
 /** `acl`: the ACL of every lock and election taken through this source that names none (before the client's defaultAcl). */
 export type ZooKeeperSourceOptions = AclOption;
 
+/** Binds the ZooKeeper recipes to one client as a LockSource, for code that takes any token source. */
 export function zookeeperSource(zk: ZooKeeperClient, sourceOptions: ZooKeeperSourceOptions = {}): ZooKeeperSource {
   if (!(zk instanceof ZooKeeperClient)) throw new InvalidArgumentError('zookeeperSource needs a ZooKeeperClient');
   if (sourceOptions === null || typeof sourceOptions !== 'object') throw new InvalidArgumentError('zookeeperSource options must be an object');

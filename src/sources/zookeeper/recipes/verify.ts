@@ -28,12 +28,17 @@ import { observeLock, type ZooKeeperLockObserver } from './lock.js';
 import { zookeeperSourceId } from './source-id.js';
 import type { ZooKeeperClient } from '../client.js';
 
+/**
+ * An HTTP guard's `verify` that admits only the current holder's token of one
+ * lock, answered from a watched cache; close() stops watching.
+ */
 export interface ZooKeeperVerifier {
   (token: FencingToken, resource?: string, req?: unknown, sequencer?: Sequencer | null): Promise<boolean>;
   /** Stop observing the lock (the verifier then answers from ZooKeeper again on every call). */
   close(): void;
 }
 
+/** verifyWithZooKeeper's options. */
 export interface VerifyWithZooKeeperOptions {
   /**
    * The ensemble's identity (its sequencers' source id): a sequencer naming
@@ -43,6 +48,11 @@ export interface VerifyWithZooKeeperOptions {
   readonly sourceId?: string;
 }
 
+/**
+ * A `verify` for fencing() that admits only the token of the lock's current
+ * holder (Chubby's CheckSequencer): a client cannot push the fence up with a
+ * forged token. Answers from a cache kept fresh by a watch, no round trip per request.
+ */
 export function verifyWithZooKeeper(zk: ZooKeeperClient, lockName: string, options: VerifyWithZooKeeperOptions = {}): ZooKeeperVerifier {
   const observer: ZooKeeperLockObserver = observeLock(zk, lockName);
   const sourceId = options.sourceId;
