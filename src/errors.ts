@@ -9,7 +9,6 @@ export type ErrorCode =
   | 'INVALID_ARGUMENT'
   | 'LOCK_LOST'
   | 'LOCK_TIMEOUT'
-  | 'PERMITS_MISMATCH'
   | 'SESSION_EXPIRED'
   | 'CONNECTION_LOSS'
   | 'CLOSED'

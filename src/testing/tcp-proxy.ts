@@ -227,6 +227,7 @@ export class TcpProxy {
     return this.close();
   }
 
+  /** Stop listening and destroy every connection through the proxy (both sides). Idempotent. */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;

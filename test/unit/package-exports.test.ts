@@ -34,7 +34,6 @@ const ERROR_CLASSES = [
   'InvalidArgumentError',
   'LockLostError',
   'LockTimeoutError',
-  'PermitsMismatchError',
   'SessionExpiredError',
   'ConnectionLossError',
   'ClientClosedError',

@@ -29,18 +29,25 @@ export interface PgNotification {
 
 /** A connection checked out of the pool (pg.PoolClient): the source's own, for LISTEN and the heartbeat. */
 export interface PgSourceClient {
+  /** Send one statement on this connection. */
   query(config: PgSourceQuery): Promise<PgSourceResult>;
   /** With an error (or true), the pool destroys the connection instead of reusing it. */
   release(err?: Error | boolean): void;
+  /** Hear the NOTIFYs of the channels this connection LISTENs on. */
   on(event: 'notification', listener: (message: PgNotification) => void): unknown;
+  /** Hear the connection fail (the source then treats the session as unreachable until it reconnects). */
   on(event: 'error', listener: (error: Error) => void): unknown;
+  /** Stop hearing NOTIFYs (when the source closes). */
   removeListener(event: 'notification', listener: (message: PgNotification) => void): unknown;
+  /** Stop hearing connection errors (when the source closes). */
   removeListener(event: 'error', listener: (error: Error) => void): unknown;
 }
 
 /** A pg.Pool: statements on any of its connections, and one checked out for the source to keep. */
 export interface PgSourcePool {
+  /** Send one statement on any connection of the pool. */
   query(config: PgSourceQuery): Promise<PgSourceResult>;
+  /** Check a connection out (the source keeps one for its heartbeat and LISTEN). */
   connect(): Promise<PgSourceClient>;
   /** pg.Pool's settings; `max` is checked: the source keeps one connection for itself. */
   readonly options?: { readonly max?: number };

@@ -14,15 +14,25 @@ import { queryRow, type PgSourceClient, type PgSourceQuery, type PgSourceResult 
 import { PgEntry } from './grant.js';
 
 /** The client a pool hands out (pg.Pool's connect() is overloaded: the promise form is matched first). */
-export type LeaseClientOf<P> = P extends { connect(): Promise<infer C>; connect(callback: (...args: never[]) => unknown): void }
+export type LeaseClientOf<P> = P extends {
+  /** The promise form of connect(). */
+  connect(): Promise<infer C>;
+  /** The callback form of connect() (pg.Pool has both). */
+  connect(callback: (...args: never[]) => unknown): void;
+}
   ? C
-  : P extends { connect(): Promise<infer C> }
+  : P extends {
+    /** A pool with the promise form only. */
+    connect(): Promise<infer C>;
+  }
     ? C
     : PgSourceClient;
 
 /** What withLease takes: a pg.Pool on the source's database. */
 export interface LeasePool {
+  /** Check out the connection the lease's transaction runs on. */
   connect(): Promise<PgSourceClient>;
+  /** Send one statement on any connection of the pool. */
   query(config: PgSourceQuery): Promise<PgSourceResult>;
 }
 
