@@ -1,4 +1,5 @@
 import type { FencingToken } from './token.js';
+import type { FenceMode } from './fence-mode.js';
 import type { Fencing } from './with-lock.js';
 
 /**
@@ -30,8 +31,13 @@ export interface FenceStore<Transaction = undefined> {
    * with the sequencer and refuses another lock's, and a bare token, with
    * SequencerMismatchError, changing nothing; an unbound fence compares the
    * numbers only.
+   *
+   * `advance: false` (FenceMode) asks for a check-only admission (a reader of
+   * a read-write lock): admitted on the same condition, the mark left where
+   * it is. A store that cannot check without advancing must refuse it with
+   * InvalidArgumentError before any I/O, never advance silently.
    */
-  admit(resource: string, token: Fencing, options?: { signal?: AbortSignal }): Promise<FenceAdmission<Transaction>>;
+  admit(resource: string, token: Fencing, options?: { signal?: AbortSignal } & FenceMode): Promise<FenceAdmission<Transaction>>;
   /** The resource's high-water mark, or null if it has never admitted a token. */
   current(resource: string): Promise<FencingToken | null>;
 }

@@ -129,6 +129,31 @@ describe('MemoryFenceStore', () => {
     await (await store.admit('r', 1n)).commit();
   });
 
+  it('check-only ({ advance: false }): admitted at or above the mark, the mark stays; below is refused; a waiting check-only admission too', async () => {
+    const store = new MemoryFenceStore();
+    const first = await store.admit('check', 5n, { advance: false });
+    // A fence with no mark records the smallest token: it admits every token, as no mark does.
+    expect(await store.current('check')).toBe(1n);
+    await first.commit();
+    await (await store.admit('check', 100n)).commit();
+    for (const token of [100n, 150n]) {
+      const admission = await store.admit('check', token, { advance: false });
+      expect(admission.previous).toBe(100n);
+      await admission.commit();
+      expect(await store.current('check')).toBe(100n);
+    }
+    await expect(store.admit('check', 99n, { advance: false })).rejects.toBeInstanceOf(StaleTokenError);
+    // Queued behind a holder: the check-only waiter leaves the mark where the holder put it.
+    const holder = await store.admit('check', 120n);
+    const waiting = store.admit('check', 130n, { advance: false });
+    await holder.commit();
+    await (await waiting).commit();
+    expect(await store.current('check')).toBe(120n);
+    await expect(store.admit('check', 110n)).rejects.toBeInstanceOf(StaleTokenError);
+    await expect(store.admit('check', 130n, { advance: 'no' } as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+    expect(await store.current('check')).toBe(120n);
+  });
+
   it('rejects what is not a token or a resource', async () => {
     const store = new MemoryFenceStore();
     await expect(store.admit('r', 0n)).rejects.toBeInstanceOf(InvalidTokenError);

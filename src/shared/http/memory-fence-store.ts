@@ -29,13 +29,17 @@ import {
   resolveFencing,
   type FenceAdmission,
   type FenceBinding,
+  type FenceMode,
   type FenceStore,
   type FencingToken,
   type Sequencer,
 } from '../../index.js';
+import { fenceAdvances, markAfter } from '../../extend.js';
 
 interface Waiter {
   readonly token: FencingToken;
+  /** False: a check-only admission (FenceMode), which leaves the mark where it is. */
+  readonly advance: boolean;
   readonly resolve: (admission: FenceAdmission<undefined>) => void;
   readonly reject: (reason: unknown) => void;
   readonly signal: AbortSignal | undefined;
@@ -96,13 +100,21 @@ export class MemoryFenceStore implements FenceStore<undefined> {
     }
   }
 
-  admit(resource: string, presented: FencingToken | Sequencer, options?: { signal?: AbortSignal }): Promise<FenceAdmission<undefined>> {
+  /**
+   * Wait for the fence of `resource` (FIFO), compare the token with its mark
+   * and hold the fence until the admission settles. `advance: false` checks
+   * without moving the mark (a reader of a read-write lock): admitted at or
+   * above the mark, which stays where it was.
+   */
+  admit(resource: string, presented: FencingToken | Sequencer, options?: { signal?: AbortSignal } & FenceMode): Promise<FenceAdmission<undefined>> {
     if (typeof resource !== 'string' || resource.length === 0) {
       return Promise.reject(new InvalidArgumentError('resource must be a non-empty string'));
     }
     let token: FencingToken;
+    let advance: boolean;
     const state = this.#state;
     try {
+      advance = fenceAdvances(options, 'MemoryFenceStore.admit');
       const fencing = resolveFencing(presented);
       token = fencing.token;
       // A bound fence compares the lock first: another lock's tokens are not comparable with its mark.
@@ -123,7 +135,7 @@ export class MemoryFenceStore implements FenceStore<undefined> {
     const fence = state.fences.get(resource);
     if (fence === undefined) {
       state.fences.set(resource, null);
-      return Promise.resolve(admitted(state, resource, token, mark));
+      return Promise.resolve(admitted(state, resource, token, mark, advance));
     }
 
     // Only a wait can be aborted, so the signal is read here and not above:
@@ -133,7 +145,7 @@ export class MemoryFenceStore implements FenceStore<undefined> {
     const signal = options?.signal;
     if (signal?.aborted) return Promise.reject(signal.reason);
     return new Promise<FenceAdmission<undefined>>((resolve, reject) => {
-      const waiter: Waiter = { token, resolve, reject, signal, onAbort: undefined };
+      const waiter: Waiter = { token, advance, resolve, reject, signal, onAbort: undefined };
       if (signal !== undefined) {
         waiter.onAbort = () => {
           const queue = state.fences.get(resource);
@@ -162,8 +174,9 @@ export class MemoryFenceStore implements FenceStore<undefined> {
  * its outcome (the fault checker caught the opposite: an aborted admission
  * let a smaller token in after its handler had written).
  */
-function admitted(state: StoreState, resource: string, token: FencingToken, mark: FencingToken | undefined): MemoryAdmission {
-  if (mark === undefined || token > mark) state.marks.set(resource, token);
+function admitted(state: StoreState, resource: string, token: FencingToken, mark: FencingToken | undefined, advance: boolean): MemoryAdmission {
+  const next = markAfter(mark ?? null, token, advance);
+  if (next !== mark) state.marks.set(resource, next);
   return new MemoryAdmission(state, resource, token, mark ?? null);
 }
 
@@ -184,7 +197,7 @@ function release(state: StoreState, resource: string): void {
       waiter.reject(new StaleTokenError(resource, waiter.token, mark));
       continue;
     }
-    waiter.resolve(admitted(state, resource, waiter.token, mark));
+    waiter.resolve(admitted(state, resource, waiter.token, mark, waiter.advance));
     return;
   }
   state.fences.delete(resource);
