@@ -4,6 +4,7 @@
  */
 import { InvalidArgumentError } from '../../index.js';
 import { assertLockName } from '../../extend.js';
+export { checkWaitOptions, type CheckedWait } from '../../wait-options.js';
 import type { EtcdClient } from './client.js';
 
 export function checkClient(etcd: unknown): asserts etcd is EtcdClient {
@@ -53,38 +54,6 @@ export function checkName(name: unknown): asserts name is string {
     if (end === name.length) return;
     start = end + 1;
   }
-}
-
-export interface CheckedWait {
-  readonly signal: AbortSignal | undefined;
-  readonly timeoutMs: number | undefined;
-  readonly owner: string | undefined;
-  readonly safetyMarginMs: number | undefined;
-}
-
-/** The options every acquire and campaign takes, checked for type and range. */
-export function checkWaitOptions(options: unknown, allowTimeout: boolean, ownerField: 'owner' | 'id'): CheckedWait {
-  if (options === null || typeof options !== 'object') throw new InvalidArgumentError('options must be an object');
-  const o = options as Record<string, unknown>;
-  const { signal, timeoutMs, safetyMarginMs } = o;
-  const owner = o[ownerField];
-  if (signal !== undefined && !(signal instanceof AbortSignal)) throw new InvalidArgumentError('signal must be an AbortSignal');
-  if (timeoutMs !== undefined) {
-    if (!allowTimeout) throw new InvalidArgumentError('tryAcquireLock never waits: it takes no timeoutMs');
-    if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs < 0) {
-      throw new InvalidArgumentError(`timeoutMs must be a non-negative number, got ${String(timeoutMs)}`);
-    }
-  }
-  if (owner !== undefined && typeof owner !== 'string') throw new InvalidArgumentError(`${ownerField} must be a string`);
-  if (safetyMarginMs !== undefined && (typeof safetyMarginMs !== 'number' || !Number.isFinite(safetyMarginMs) || safetyMarginMs < 0)) {
-    throw new InvalidArgumentError(`safetyMarginMs must be a non-negative number, got ${String(safetyMarginMs)}`);
-  }
-  return {
-    signal: signal as AbortSignal | undefined,
-    timeoutMs: timeoutMs as number | undefined,
-    owner: owner as string | undefined,
-    safetyMarginMs: safetyMarginMs as number | undefined,
-  };
 }
 
 function describe(value: unknown): string {

@@ -4,6 +4,7 @@
  */
 import { InvalidArgumentError } from '../../index.js';
 import { assertLockName } from '../../extend.js';
+export { checkWaitOptions, type CheckedWait } from '../../wait-options.js';
 import type { PgSourcePool } from './client.js';
 
 /** postgresSource's settings. */
@@ -44,40 +45,8 @@ export function checkSourceOptions(options: unknown): { readonly leaseMs: number
   return { leaseMs };
 }
 
-export interface CheckedWait {
-  readonly signal: AbortSignal | undefined;
-  readonly timeoutMs: number | undefined;
-  readonly owner: string | undefined;
-  readonly safetyMarginMs: number | undefined;
-}
-
 /** A lock or election name: the one rule every source checks (well-formed Unicode, no NUL, at most 1024 characters). */
 export function checkName(name: unknown): asserts name is string {
   assertLockName(name);
 }
 
-/** The options every acquire and campaign takes, checked for type and range. */
-export function checkWaitOptions(options: unknown, allowTimeout: boolean, ownerField: 'owner' | 'id'): CheckedWait {
-  if (options === undefined) return { signal: undefined, timeoutMs: undefined, owner: undefined, safetyMarginMs: undefined };
-  if (options === null || typeof options !== 'object') throw new InvalidArgumentError('options must be an object');
-  const o = options as Record<string, unknown>;
-  const { signal, timeoutMs, safetyMarginMs } = o;
-  const owner = o[ownerField];
-  if (signal !== undefined && !(signal instanceof AbortSignal)) throw new InvalidArgumentError('signal must be an AbortSignal');
-  if (timeoutMs !== undefined) {
-    if (!allowTimeout) throw new InvalidArgumentError('tryAcquireLock never waits: it takes no timeoutMs');
-    if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs < 0) {
-      throw new InvalidArgumentError(`timeoutMs must be a non-negative number, got ${String(timeoutMs)}`);
-    }
-  }
-  if (owner !== undefined && (typeof owner !== 'string' || owner.includes('\0'))) throw new InvalidArgumentError(`${ownerField} must be a string without NUL`);
-  if (safetyMarginMs !== undefined && (typeof safetyMarginMs !== 'number' || !Number.isFinite(safetyMarginMs) || safetyMarginMs < 0)) {
-    throw new InvalidArgumentError(`safetyMarginMs must be a non-negative number, got ${String(safetyMarginMs)}`);
-  }
-  return {
-    signal: signal as AbortSignal | undefined,
-    timeoutMs: timeoutMs as number | undefined,
-    owner: owner as string | undefined,
-    safetyMarginMs: safetyMarginMs as number | undefined,
-  };
-}
