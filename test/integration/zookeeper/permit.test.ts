@@ -293,7 +293,13 @@ describe('round trips of an uncontended cycle (acquire, release)', () => {
     const name = uniqueLockName('semtrips');
     // Parents that stay (a child of their own keeps the server from reaping them between cycles).
     for (const parent of [`${LOCKS}/${name}`, `${RW_LOCKS_ROOT}/${name}`]) {
-      await file.admin.create(parent, null, { mode: 'container' }).catch(() => undefined);
+      // Every ancestor first: on a fresh server not even /fencekeeper/rwlocks exists yet.
+      const segments = parent.split('/').filter((s) => s !== '');
+      for (let i = 1; i <= segments.length; i++) {
+        await file.admin.create(`/${segments.slice(0, i).join('/')}`, null, { mode: 'container' }).catch((error: unknown) => {
+          if ((error as { code?: string }).code !== 'ZK_NODEEXISTS') throw error;
+        });
+      }
       await file.admin.create(`${parent}/keep`);
     }
     await (await acquirePermit(zk, name, { permits: 2 })).release();
