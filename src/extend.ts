@@ -35,6 +35,9 @@ export { DEFAULT_OWNER } from './lock.js';
 export { SourceIdentityCache, grantSequencer } from './source-identity.js';
 // The one well-formedness rule of lock and election names every source checks first
 export { assertLockName } from './sequencer.js';
+// The options of an acquire or a campaign, checked before a source's first request
+export { checkWaitOptions } from './wait-options.js';
+export type { CheckedWait } from './wait-options.js';
 // A fence binding's text form, for a store that keeps it as text (S3 metadata)
 export { formatBinding, parseBinding } from './sequencer.js';
 

@@ -81,7 +81,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
       'safetyMargin', 'grantSequencer', 'assertLockName', 'formatBinding', 'parseBinding',
       'traceAcquire', 'traceRelease', 'traceCampaign', 'traceAdmit', 'traceEffect', 'traceFencedWrite', 'traceWithFence',
       'traceS3Put', 'traceS3Delete', 'publishSessionState', 'publishRefused', 'publishUnknownOutcome',
-      'fenceAdvances', 'fenceAdmits', 'markAfter', 'refuseCheckOnly',
+      'fenceAdvances', 'checkWaitOptions', 'fenceAdmits', 'markAfter', 'refuseCheckOnly',
     ],
     classes: ['StepDownClock', 'SourceIdentityCache', 'QueueGrant', 'QueueObserver'],
     values: ['DEFAULT_OWNER', 'CHECK_ONLY_FIRST_MARK'],

@@ -4,7 +4,7 @@
  */
 import { InvalidArgumentError } from '../../index.js';
 import { assertLockName } from '../../extend.js';
-export { checkWaitOptions, type CheckedWait } from '../../wait-options.js';
+export { checkWaitOptions, type CheckedWait } from '../../extend.js';
 import type { EtcdClient } from './client.js';
 
 export function checkClient(etcd: unknown): asserts etcd is EtcdClient {
