@@ -112,6 +112,15 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
       // supervise() below takes the signals over in this same tick.
       interruption.end();
     }
+    // The operator's signal arrived but the grant was handed out anyway (a
+    // source finishing its last step as the signal came): the signal was
+    // ours, not the command's, so the command must not start now and run
+    // with nobody left to stop it. Give the grant back and exit as interrupted.
+    if (interruption.by !== null) {
+      await holding.end().catch(() => undefined);
+      err(`interrupted by ${interruption.by} while acquiring ${name}; released it, ${cmd[0]} was not started`);
+      return interruption.exitCode;
+    }
 
     const token = formatToken(holding.token);
     // The token bound to its lock, in the text form a fencing-token header or a bound fence takes.
