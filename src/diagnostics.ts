@@ -92,7 +92,14 @@ export const TRACING_CHANNELS = Object.freeze([
   CHANNELS.effectRun,
 ] as const);
 
-/** See the top of this file. Symbol.for: two copies of the package in one process still understand each other. */
+/**
+ * The key under which a tracing subscriber puts a runner into the context of a
+ * fencekeeper:* tracing channel: setting `context[RUN_WITHIN]` to a function
+ * `(fn) => result` makes the traced operation run inside it, so an
+ * instrumentation (OpenTelemetry's) can make its span the active one for the
+ * operation's own I/O. A Symbol.for, so two copies of the package in one
+ * process still understand each other.
+ */
 export const RUN_WITHIN: unique symbol = Symbol.for('fencekeeper.diagnostics.runWithin') as never;
 
 /** Every tracing channel's context may carry this, and Node adds `result` / `error` as the operation settles. */

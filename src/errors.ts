@@ -449,7 +449,7 @@ export class NoCurrentLockError extends FencekeeperError {
   }
 }
 
-/** The lock a fence is bound to (a FenceBinding, ./sequencer.ts), spelled out here: errors import nothing. */
+/** The lock a fence is bound to, as in a FenceBinding: the kind of grant, its name and the source's identity (kind and id). */
 export interface BoundLock {
   readonly kind: string;
   readonly lock: string;

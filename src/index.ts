@@ -57,6 +57,7 @@ export {
 export { sequencer, fenceBinding, isSequencer, matchesBinding, formatSequencer, parseSequencer, parseFencing, SEQUENCER_FORMAT } from './sequencer.js';
 export type { Sequencer, SequencerKind, SourceIdentity, FenceBinding } from './sequencer.js';
 export { withLock, withReadLock, withWriteLock, currentLock, resolveFencing, CURRENT_LOCK } from './with-lock.js';
+export type { ScopedFn } from './with-lock.js';
 export type { WithLockOptions, Fencing, FencingGrant, ResolvedFencing } from './with-lock.js';
 export { acquireLocks, withLocks } from './multi-lock.js';
 export type { MultiLock, AcquireLocksOptions } from './multi-lock.js';

@@ -18,7 +18,7 @@
  * that must work with any source uses these interfaces alone.
  *
  * Tokens compare only within one lock's history at one source, so both also
- * carry a `sequencer` (./sequencer.ts): the kind of grant, the name, the
+ * carry a `sequencer`: the kind of grant, the name, the
  * source's stable identity and the token. A fence bound to a lock
  * (bindFence) admits only sequencers of that lock.
  */
@@ -38,7 +38,7 @@ export interface Lock {
   /** Larger for every later grant of this lock (ZooKeeper: of any lock of the ensemble). */
   readonly token: FencingToken;
   /**
-   * Aborts with LockLostError (its `reason` a LossReason, ./errors.ts) when the lock can no
+   * Aborts with a LockLostError (its `reason` says why: 'deadline', 'session_expired', 'released', …) when the lock can no
    * longer be assumed held: at the step-down deadline, when the source reports
    * the grant gone, and on release.
    */

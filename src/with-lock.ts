@@ -86,7 +86,13 @@ export function currentLock(name?: string): Lock | undefined {
  */
 export interface WithLockOptions extends AcquireOptions {}
 
-type ScopedFn<T> = (lock: Lock, signal: AbortSignal) => Promise<T> | T;
+/**
+ * The work withLock, withReadLock and withWriteLock run while the lock is held:
+ * it receives the Lock (its token, sequencer, held and deadline) and the lock's
+ * `signal`, which aborts when the lock is lost, so the work can stop early.
+ * Its result (or the promise's) is what the with-call returns.
+ */
+export type ScopedFn<T> = (lock: Lock, signal: AbortSignal) => Promise<T> | T;
 
 /**
  * Acquire `name` from `source`, run `fn` with the lock in scope and release it

@@ -44,7 +44,7 @@ export interface FencedItemOptions extends FenceAttributeOptions {
   /** Aborts the request (and the read that classifies a refusal). */
   readonly signal?: AbortSignal;
   /**
-   * Bind the item's fence to this lock with this write (./binding.ts): the
+   * Bind the item's fence to this lock (a FenceBinding: the lock's kind, name and source) with this write: the
    * write must present a sequencer of that lock. From then on the item takes
    * only that lock's sequencers (SequencerMismatchError for any other lock's
    * and for bare tokens). Binding again to the same lock is a no-op; items
@@ -79,8 +79,8 @@ function mustExistOption(value: unknown, key: Record<string, AttributeValue>): s
   return Object.keys(key)[0] ?? null;
 }
 
-/** What every fenced write takes where a token goes. */
-interface WithToken {
+/** The `token` field every fenced DynamoDB write (fencedPutItem, fencedUpdateItem, fencedDeleteItem) takes beside DynamoDB's own input. */
+export interface FencedItemToken {
   /**
    * The holder's fencing token (the lock's `token`), its sequencer (the
    * lock's `sequencer`), the Lock or Leadership itself (its sequencer is
@@ -91,20 +91,25 @@ interface WithToken {
   readonly token: Fencing;
 }
 
-// Expected/AttributeUpdates/ConditionalOperator are the legacy forms DynamoDB
-// refuses to mix with expressions; ReturnValuesOnConditionCheckFailure is the
-// fence's, to learn the current token of a refused write.
-type Legacy = 'Expected' | 'ConditionalOperator' | 'AttributeUpdates' | 'ReturnValuesOnConditionCheckFailure';
+/**
+ * The DynamoDB input fields a fenced write does not take: `Expected`,
+ * `ConditionalOperator` and `AttributeUpdates` are the legacy forms DynamoDB
+ * refuses to mix with the condition expression the fence adds (write your
+ * condition as a ConditionExpression instead), and
+ * `ReturnValuesOnConditionCheckFailure` is set by the fence itself to read the
+ * current token of a refused write.
+ */
+export type FencedItemOmittedField = 'Expected' | 'ConditionalOperator' | 'AttributeUpdates' | 'ReturnValuesOnConditionCheckFailure';
 
 /** fencedPutItem's input: PutItem's (TableName, Item, your condition and placeholders) and the `token` (a token, a sequencer or CURRENT_LOCK). */
-export type FencedPutItemInput = Omit<PutItemCommandInput, Legacy | 'ReturnValues'> & WithToken & {
+export type FencedPutItemInput = Omit<PutItemCommandInput, FencedItemOmittedField | 'ReturnValues'> & FencedItemToken & {
   /** 'NONE' (default) or 'ALL_OLD': the item the write replaced, a tombstone included. */
   readonly ReturnValues?: 'NONE' | 'ALL_OLD';
 };
 /** fencedUpdateItem's input: UpdateItem's (TableName, Key, your UpdateExpression and condition) and the `token`. */
-export type FencedUpdateItemInput = Omit<UpdateItemCommandInput, Legacy> & WithToken;
+export type FencedUpdateItemInput = Omit<UpdateItemCommandInput, FencedItemOmittedField> & FencedItemToken;
 /** fencedDeleteItem's input: DeleteItem's (TableName, Key, your condition) and the `token`; the item is replaced by a tombstone that keeps it. */
-export type FencedDeleteItemInput = Omit<DeleteItemCommandInput, Legacy | 'ReturnValues'> & WithToken & {
+export type FencedDeleteItemInput = Omit<DeleteItemCommandInput, FencedItemOmittedField | 'ReturnValues'> & FencedItemToken & {
   /** 'NONE' (default) or 'ALL_OLD': the item the tombstone replaced. */
   readonly ReturnValues?: 'NONE' | 'ALL_OLD';
 };

@@ -9,6 +9,6 @@
 // and its limits are described at the top of fenced-item.ts, expressions.ts
 // attributes.ts and binding.ts.
 export { fencedPutItem, fencedUpdateItem, fencedDeleteItem, readFence, isTombstone } from './fenced-item.js';
-export type { FencedItemOptions, FencedUpdateOptions, FencedPutItemInput, FencedUpdateItemInput, FencedDeleteItemInput, FencedItemResult } from './fenced-item.js';
+export type { FencedItemOptions, FencedUpdateOptions, FencedPutItemInput, FencedUpdateItemInput, FencedDeleteItemInput, FencedItemResult, FencedItemToken, FencedItemOmittedField } from './fenced-item.js';
 export type { FenceAttributeOptions } from './attributes.js';
 export { DEFAULT_TOKEN_ATTRIBUTE, DEFAULT_TOMBSTONE_ATTRIBUTE, DEFAULT_LOCK_ATTRIBUTE, MAX_ITEM_BYTES } from './attributes.js';

@@ -43,6 +43,7 @@ export interface PgPoolClient extends PgQueryable {
 
 /** The part of pg.Pool used here. */
 export interface PgPool<Client extends PgPoolClient = PgPoolClient> extends PgQueryable {
+  /** Checks a client out of the pool (pg's pool.connect() without a callback). */
   connect(): Promise<Client>;
 }
 
@@ -60,9 +61,17 @@ export interface KyselyCompiledQuery {
  * so the two-overload shape is matched first to reach pg.PoolClient.
  */
 export type PoolClientOf<P> =
-  P extends { connect(): Promise<infer C>; connect(callback: (...args: never[]) => unknown): void }
+  P extends {
+    /** pg.Pool's promise form. */
+    connect(): Promise<infer C>;
+    /** pg.Pool's callback form. */
+    connect(callback: (...args: never[]) => unknown): void;
+  }
     ? C extends PgPoolClient ? C : PgPoolClient
-    : P extends { connect(): Promise<infer C> }
+    : P extends {
+          /** A pool with only the promise form. */
+          connect(): Promise<infer C>;
+        }
       ? C extends PgPoolClient ? C : PgPoolClient
       : PgPoolClient;
 
@@ -87,7 +96,10 @@ export interface KyselyExecutor {
 /** A Kysely<DB> instance over PostgresDialect; `Trx` is inferred as the user's Transaction<DB>. */
 export interface KyselyDatabase<Trx extends KyselyExecutor = KyselyExecutor> extends KyselyExecutor {
   /** Starts a transaction (Kysely's db.transaction().execute(callback)). */
-  transaction(): { execute<T>(callback: (trx: Trx) => Promise<T>): Promise<T> };
+  transaction(): {
+    /** Runs `callback` in the transaction and commits when it resolves (Kysely's .execute). */
+    execute<T>(callback: (trx: Trx) => Promise<T>): Promise<T>;
+  };
 }
 
 /** Where a single statement may run: a pool, a checked-out client, a Kysely instance or transaction. */

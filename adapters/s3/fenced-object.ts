@@ -47,7 +47,15 @@ import { checkLocation, readContextOf, resourceName } from './requests.js';
 import type { ObjectLocation, ReadContext } from './requests.js';
 import { md5Etag } from './wire.js';
 
-/** How a key is kept: see the top of this file. */
+/**
+ * How a key is kept. 'in-place' (the default): the object carries its own
+ * fence in its metadata and is overwritten conditionally on its ETag; sound
+ * only when every write's body is unique (a body equal to the current one is
+ * refused with RepeatedBodyError). 'pointer': one immutable data object per
+ * write plus a small pointer at the key; sound for any body, readers follow
+ * the pointer, and collectGarbage removes data objects no pointer names. A key
+ * is kept in one layout: a write of the other is refused (LayoutMismatchError).
+ */
 export type ObjectLayout = 'in-place' | 'pointer';
 
 /** fencedPutObject's and fencedDeleteObject's options: the `layout` ('in-place' or 'pointer'), `bind`, and those of every write. */
@@ -55,7 +63,7 @@ export interface FencedObjectOptions extends FencedWriteOptions {
   /** Default 'in-place'. Use 'pointer' wherever two writes may store the same bytes. */
   readonly layout?: ObjectLayout;
   /**
-   * Bind the key's fence to this lock with this write (./binding.ts): the
+   * Bind the key's fence to this lock (a FenceBinding: the lock's kind, name and source) with this write: the
    * write must present a sequencer of that lock. From then on the key takes
    * only that lock's sequencers (SequencerMismatchError for any other lock's
    * and for bare tokens). Binding again to the same lock is a no-op. Keys

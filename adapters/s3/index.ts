@@ -21,5 +21,6 @@ export { fencedGetObject, readFence } from './fenced-read.js';
 export type { FencedGetObjectOutput, FencedReadOptions } from './fenced-read.js';
 export { collectGarbage, DEFAULT_GRACE_MS } from './collect-garbage.js';
 export type { CollectGarbageOptions, CollectGarbageResult } from './collect-garbage.js';
-export type { ObjectLocation } from './requests.js';
+export type { ObjectLocation, ReadContext } from './requests.js';
+export type { PointerWriteContext } from './pointer-write.js';
 export { isTombstone, TOKEN_METADATA, WRITE_ID_METADATA, TOMBSTONE_METADATA, LAYOUT_METADATA } from './metadata.js';

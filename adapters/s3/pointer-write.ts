@@ -39,6 +39,19 @@ const debug = debuglog('fencekeeper');
 const DATA_ATTEMPTS = 5;
 
 /**
+ * The PutObject fields a fenced write of a pointer-layout object copies onto
+ * its pointer as well as its data object (bucket owner, requester pays, SSE and
+ * SSE-C keys, KMS settings, canned ACL and grants), so a reader allowed to read
+ * the data can read the pointer with the same request fields.
+ */
+export type PointerWriteContext = Pick<
+  PutObjectCommandInput,
+  | 'ExpectedBucketOwner' | 'RequestPayer' | 'SSECustomerAlgorithm' | 'SSECustomerKey' | 'SSECustomerKeyMD5'
+  | 'ServerSideEncryption' | 'SSEKMSKeyId' | 'SSEKMSEncryptionContext' | 'BucketKeyEnabled'
+  | 'ACL' | 'GrantFullControl' | 'GrantRead' | 'GrantReadACP' | 'GrantWriteACP'
+>;
+
+/**
  * PutObject fields that apply to the pointer as well as to the data object:
  * who may read it and how it is encrypted, so a reader that can read the data
  * can read the pointer with the same request fields.
@@ -47,9 +60,10 @@ export const POINTER_FIELDS = [
   'ExpectedBucketOwner', 'RequestPayer', 'SSECustomerAlgorithm', 'SSECustomerKey', 'SSECustomerKeyMD5',
   'ServerSideEncryption', 'SSEKMSKeyId', 'SSEKMSEncryptionContext', 'BucketKeyEnabled',
   'ACL', 'GrantFullControl', 'GrantRead', 'GrantReadACP', 'GrantWriteACP',
-] as const satisfies readonly (keyof PutObjectCommandInput)[];
-
-export type PointerWriteContext = Pick<PutObjectCommandInput, (typeof POINTER_FIELDS)[number]>;
+] as const satisfies readonly (keyof PointerWriteContext)[];
+// Every field of the type is in the list (a field added to one and not the other fails to compile).
+const POINTER_FIELDS_COMPLETE: Exclude<keyof PointerWriteContext, (typeof POINTER_FIELDS)[number]> extends never ? true : never = true;
+void POINTER_FIELDS_COMPLETE;
 
 export function pointerContextOf(input: PointerWriteContext): PointerWriteContext {
   const context: Record<string, unknown> = {};

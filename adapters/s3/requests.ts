@@ -7,7 +7,12 @@ import { fenceFromMetadata } from './metadata.js';
 import type { StoredFence } from './metadata.js';
 import { isNotFound } from './wire.js';
 
-/** Pass-through fields a HEAD needs to read what a PUT writes (SSE-C objects, bucket-owner checks). */
+/**
+ * The request fields fencekeeper passes through to the HEAD and GET it sends to
+ * read an object's fence (ExpectedBucketOwner, RequestPayer and the SSE-C key
+ * fields): give the same values as the write, or S3 refuses to show an SSE-C
+ * object or answers for another owner's bucket.
+ */
 export type ReadContext = Pick<
   HeadObjectCommandInput,
   'ExpectedBucketOwner' | 'RequestPayer' | 'SSECustomerAlgorithm' | 'SSECustomerKey' | 'SSECustomerKeyMD5'

@@ -147,7 +147,12 @@ export interface EffectOptions<R> {
    * after it. Without it, a "did not happen" can never be trusted.
    */
   readonly deadline?: number;
-  /** See the header of this file: clock skew plus the service's processing time. Default 1000. */
+  /**
+   * How long after the recorded deadline a "did not happen" answer from
+   * `reconcile` is trusted: it must cover the clock difference between the
+   * outside service and the reconciling machine plus the time the service may
+   * still spend on a call it accepted just before the deadline. Default 1000.
+   */
   readonly graceMs?: number;
   /** Settles a pending effect; without it, a pending effect rejects with EffectPendingError. */
   readonly reconcile?: (context: ReconcileContext) => Reconciled<R> | Promise<Reconciled<R>>;
@@ -204,8 +209,18 @@ type Step<R> =
   | { readonly kind: 'pending'; readonly recorded: RecordedEffect };
 
 /**
- * Perform `effect` at most once per (resource, key), or reconcile it: see
- * the header of this file. Every argument is checked before any SQL is sent.
+ * Perform `effect` at most once per (resource, key), or reconcile it. Three
+ * steps, the first and last each a transaction under the resource's fence (a
+ * stale token is refused and records nothing): claim (record the effect
+ * pending with our token and a wall-clock deadline, or answer a recorded
+ * result, or throw a recorded failure); run the effect outside any
+ * transaction with the attempt's idempotency key, its deadline (to hand to the
+ * outside system, which must refuse the call after it) and a signal that
+ * aborts at that deadline; record the outcome (a DefiniteFailure is recorded
+ * as failed; anything else leaves it pending). A pending effect found by a
+ * later holder is settled by `options.reconcile`, whose "did not happen" is
+ * trusted only after the deadline plus `graceMs`. Every argument is checked
+ * before any SQL is sent.
  * Rejects with StaleTokenError when a newer holder has the resource (nothing
  * recorded at the claim; the effect's outcome not recorded after it ran),
  * EffectFailedError for a recorded definite failure, EffectPendingError

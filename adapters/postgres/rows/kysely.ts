@@ -7,7 +7,9 @@ import { assertIdentifier, quoteIdentifier } from '../identifiers.js';
 
 /** The part of Kysely's UpdateQueryBuilder fenced() calls (any builder fits). */
 export interface FenceableUpdate {
+  /** Kysely's `.set(...)`: fenced() adds the token column to what the update writes. */
   set: (...args: never[]) => unknown;
+  /** Kysely's `.where(...)`: fenced() adds the token comparison to the update's condition. */
   where: (...args: never[]) => unknown;
 }
 
