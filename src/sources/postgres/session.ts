@@ -30,14 +30,20 @@ import { bigintOf, queryRow, type PgNotification, type PgSourceClient, type PgSo
 
 /** What the session tells a waiting entry (the acquire that registered it). */
 export interface Waiter {
-  /** The entry was granted, with this token. */
-  granted(token: bigint): void;
+  /** The entry was granted, with this token (and, for a permit, its slot when the news carried it; null otherwise). */
+  granted(token: bigint, slot: number | null): void;
   /** The entry waits at the head of its queue; its holder's lease ends in `holderMs` (database clock; 0: no live holder). */
   head(holderMs: number): void;
   /** The entry no longer exists (reaped with an expired session). */
   gone(): void;
   /** The session ended: stop waiting with this error. */
   ended(error: Error): void;
+}
+
+/** A grant heard before its acquire followed the entry. */
+interface Granted {
+  readonly token: bigint;
+  readonly slot: number | null;
 }
 
 /** What a source counts, for tests and operators: cumulative since the source was made. */
@@ -138,8 +144,8 @@ export class PgSession {
    * the enter's reply), or after it stopped following (a claim's reply came
    * first). Two generations, turned at every beat: nothing stays past two beats.
    */
-  #early = new Map<string, bigint>();
-  #earlier = new Map<string, bigint>();
+  #early = new Map<string, Granted>();
+  #earlier = new Map<string, Granted>();
   /** Leaves that failed (an unreachable database), by entry id or request key: retried at every beat until the session ends. */
   readonly #unleft = new Map<string, { readonly entry: string | null; readonly request: string }>();
   /** Further channels LISTENed on (observers), with who is told of a NOTIFY there. */
@@ -230,7 +236,7 @@ export class PgSession {
     const early = this.#early.get(entry) ?? this.#earlier.get(entry);
     if (early !== undefined) {
       this.unregister(entry);
-      waiter.granted(early);
+      waiter.granted(early.token, early.slot);
       return;
     }
     if (this.#endError !== null) {
@@ -324,19 +330,20 @@ export class PgSession {
       if (listeners !== undefined) for (const listener of [...listeners]) listener();
       return;
     }
-    if (message.payload === undefined) return;
-    const space = message.payload.indexOf(' ');
-    if (space < 0) return;
-    const entry = message.payload.slice(0, space);
-    const token = BigInt(message.payload.slice(space + 1));
+    // "<entry> <token>", and " <slot>" for a permit (migration 013).
+    const parts = message.payload?.split(' ') ?? [];
+    if (parts.length < 2) return;
+    const entry = parts[0] as string;
+    const token = BigInt(parts[1] as string);
+    const slot = parts[2] === undefined ? null : Number(parts[2]);
     this.#counters.wakeups++;
     const waiter = this.#waiters.get(entry);
     if (waiter === undefined) {
-      this.#early.set(entry, token);
+      this.#early.set(entry, { token, slot });
       return;
     }
     this.#waiters.delete(entry);
-    waiter.granted(token);
+    waiter.granted(token, slot);
   };
 
   #dropClient(): void {
@@ -444,7 +451,7 @@ export class PgSession {
       const token = tokens[i];
       if (token !== null && token !== undefined) {
         this.#waiters.delete(entry);
-        waiter.granted(BigInt(token));
+        waiter.granted(BigInt(token), null);
       } else if (heads[i] === true) {
         waiter.head(Number(holderMs[i]));
       }
