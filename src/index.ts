@@ -83,6 +83,7 @@ export type {
   LockHeldMessage,
   LockEndedMessage,
   SessionStateMessage,
+  SourceActivityMessage,
   FenceRefusedMessage,
   UnknownOutcomeMessage,
 } from './diagnostics.js';

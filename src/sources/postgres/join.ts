@@ -116,7 +116,7 @@ async function join<T>(source: JoinSource, request: JoinRequest<T>, owner: strin
         );
         throw error;
       }
-      source.counters.reaps += Number(row['reaped'] ?? 0);
+      source.counters.note('reap', session.id, Number(row['reaped'] ?? 0));
       const status = row['status'];
       if (status === 'expired') {
         session.expiredSeen();
@@ -179,11 +179,11 @@ async function waitForGrant(source: JoinSource, session: PgSession, name: string
     const claim = (): void => {
       timer = null;
       if (settled) return;
-      source.counters.claims++;
+      source.counters.note('claim', session.id);
       queryRow(source.pool, 'fencekeeper_lock_claim_v1', CLAIM, [session.idText, entry]).then(
         (row) => {
           if (settled) return;
-          source.counters.reaps += Number(row['reaped'] ?? 0);
+          source.counters.note('reap', session.id, Number(row['reaped'] ?? 0));
           if (row['status'] === 'granted') waiter.granted(bigintOf(row['token']) as bigint, null);
           else if (row['status'] === 'gone') waiter.gone();
           else if (row['head'] === true) waiter.head(Number(row['holder_ms']));

@@ -25,7 +25,7 @@
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { ClientClosedError, ListenUnavailableError, SessionExpiredError, type LossReason, type SourceIdentity } from '../../index.js';
-import { StepDownClock, publishSessionState } from '../../extend.js';
+import { StepDownClock, publishSessionState, publishSourceActivity } from '../../extend.js';
 import { bigintOf, queryRow, type PgNotification, type PgSourceClient, type PgSourcePool } from './client.js';
 
 /** What the session tells a waiting entry (the acquire that registered it). */
@@ -66,6 +66,16 @@ export class Counters {
   claims = 0;
   reaps = 0;
   sessions = 0;
+
+  /** Count `n` of `activity` by `session`, and publish it on fencekeeper:source:activity (when subscribed). */
+  note(activity: 'renewal' | 'wakeup' | 'claim' | 'reap', session: bigint, n = 1): void {
+    if (n <= 0) return;
+    if (activity === 'renewal') this.renewals += n;
+    else if (activity === 'wakeup') this.wakeups += n;
+    else if (activity === 'claim') this.claims += n;
+    else this.reaps += n;
+    publishSourceActivity('postgres', sessionName(session), activity, n);
+  }
 
   snapshot(): PostgresSourceStats {
     return { renewals: this.renewals, wakeups: this.wakeups, claims: this.claims, reaps: this.reaps, sessions: this.sessions };
@@ -118,8 +128,8 @@ async function probeListen(pool: PgSourcePool, client: PgSourceClient, channel: 
   }
 }
 
-/** How fencekeeper:session:state names a session. */
-function sessionName(id: bigint): string {
+/** How fencekeeper:session:state (and :source:activity) names a session. */
+export function sessionName(id: bigint): string {
   return `session ${id}`;
 }
 
@@ -336,7 +346,7 @@ export class PgSession {
     const entry = parts[0] as string;
     const token = BigInt(parts[1] as string);
     const slot = parts[2] === undefined ? null : Number(parts[2]);
-    this.#counters.wakeups++;
+    this.#counters.note('wakeup', this.id);
     const waiter = this.#waiters.get(entry);
     if (waiter === undefined) {
       this.#early.set(entry, { token, slot });
@@ -435,7 +445,7 @@ export class PgSession {
     }
     if (sentAt > this.#ackedSentAt) {
       this.#ackedSentAt = sentAt;
-      this.#counters.renewals++;
+      this.#counters.note('renewal', this.id);
       this.#armExpiry();
     }
     const ids = row['ids'] as string[];
@@ -470,7 +480,7 @@ export class PgSession {
     if (this.#endedReason !== null) return;
     queryRow(this.#pool, 'fencekeeper_lock_sweep_v1', SWEEP, [SWEEP_LIMIT]).then(
       (row) => {
-        this.#counters.reaps += Number(row['reaped'] ?? 0);
+        this.#counters.note('reap', this.id, Number(row['reaped'] ?? 0));
       },
       () => undefined,
     );
