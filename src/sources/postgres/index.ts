@@ -11,4 +11,4 @@ export type { PostgresSourceOptions } from './input.js';
 export type { PostgresSourceStats } from './session.js';
 export type { PgSourcePool, PgSourceClient, PgSourceQuery, PgSourceResult, PgNotification } from './client.js';
 export { withLease } from './with-lease.js';
-export type { LeasePool, LeaseClientOf } from './with-lease.js';
+export type { LeasePool, LeaseClientOf, LeaseKysely, LeaseKyselyExecutor } from './with-lease.js';
