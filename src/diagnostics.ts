@@ -24,6 +24,9 @@
  *   fencekeeper:lock:lost         LockEndedMessage: a grant ended other than by release (reason: a LossReason)
  *   fencekeeper:lock:released     LockEndedMessage: a grant ended by release or resignation
  *   fencekeeper:session:state     SessionStateMessage: a source's session, lease or client changed state
+ *   fencekeeper:source:activity   SourceActivityMessage: what a source's session did for its queues: a lease renewal
+ *                                 the server acknowledged, a waiter woken by the grant it waited for, a head waiter's
+ *                                 look at its holder's lease end, entries of expired sessions reaped (postgres)
  *   fencekeeper:fence:refused     FenceRefusedMessage: a write was refused where the resource lives (a stale token,
  *                                 or another lock's sequencer or a bare token on a bound fence)
  *   fencekeeper:s3:unknown-outcome UnknownOutcomeMessage: a PUT whose outcome was lost, and how the read-back settled it
@@ -71,6 +74,7 @@ export const CHANNELS = Object.freeze({
   lockLost: 'fencekeeper:lock:lost',
   lockReleased: 'fencekeeper:lock:released',
   sessionState: 'fencekeeper:session:state',
+  sourceActivity: 'fencekeeper:source:activity',
   fenceRefused: 'fencekeeper:fence:refused',
   s3UnknownOutcome: 'fencekeeper:s3:unknown-outcome',
   postgresCommitFailed: 'fencekeeper:postgres:commit-failed',
@@ -178,6 +182,25 @@ export interface SessionStateMessage {
   readonly state: string;
 }
 /**
+ * The message of `fencekeeper:source:activity`: work a lock source's
+ * session did for its queues, counted (a herd shows as many wake-ups per
+ * release; a crashed holder's reaping as a reap; a stalled lease as
+ * renewals that stop).
+ */
+export interface SourceActivityMessage {
+  readonly source: string;
+  /** The session, as fencekeeper:session:state names it. */
+  readonly session: string;
+  /**
+   * renewal: the server acknowledged a lease renewal; wakeup: a waiter was
+   * told of its grant (one NOTIFY); claim: a head waiter looked at its
+   * holder's lease end; reap: entries of expired sessions were deleted.
+   */
+  readonly activity: 'renewal' | 'wakeup' | 'claim' | 'reap';
+  /** How many (a reap may delete several entries at once; otherwise 1). */
+  readonly count: number;
+}
+/**
  * The message of `fencekeeper:fence:refused`: a fenced write was refused where
  * the refusal was decided, with the token presented and the resource's mark.
  */
@@ -224,6 +247,7 @@ const lockHeld = diagnostics.channel(CHANNELS.lockHeld);
 const lockLost = diagnostics.channel(CHANNELS.lockLost);
 const lockReleased = diagnostics.channel(CHANNELS.lockReleased);
 const sessionState = diagnostics.channel(CHANNELS.sessionState);
+const sourceActivity = diagnostics.channel(CHANNELS.sourceActivity);
 const fenceRefused = diagnostics.channel(CHANNELS.fenceRefused);
 const unknownOutcome = diagnostics.channel(CHANNELS.s3UnknownOutcome);
 
@@ -344,6 +368,14 @@ export function publishLockEnded(source: string, lock: string, token: FencingTok
  */
 export function publishSessionState(source: string, session: string, previous: string | null, state: string): void {
   if (sessionState.hasSubscribers) sessionState.publish({ source, session, previous, state } satisfies SessionStateMessage);
+}
+
+/**
+ * Publishes a source's activity on `fencekeeper:source:activity` (only when
+ * someone subscribes; a count of 0 is not published). For a lock source of your own.
+ */
+export function publishSourceActivity(source: string, session: string, activity: SourceActivityMessage['activity'], count = 1): void {
+  if (count > 0 && sourceActivity.hasSubscribers) sourceActivity.publish({ source, session, activity, count } satisfies SourceActivityMessage);
 }
 
 /**

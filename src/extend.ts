@@ -53,6 +53,7 @@ export {
   traceS3Delete,
   traceEffect,
   publishSessionState,
+  publishSourceActivity,
   publishRefused,
   publishUnknownOutcome,
 } from './diagnostics.js';

@@ -84,6 +84,7 @@ export type {
   LockHeldMessage,
   LockEndedMessage,
   SessionStateMessage,
+  SourceActivityMessage,
   FenceRefusedMessage,
   UnknownOutcomeMessage,
 } from './diagnostics.js';

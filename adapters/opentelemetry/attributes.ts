@@ -21,6 +21,7 @@ export const ATTR = Object.freeze({
   effectKey: 'fencekeeper.effect.key',
   effectSource: 'fencekeeper.effect.source',
   sessionState: 'fencekeeper.session.state',
+  activity: 'fencekeeper.source.activity',
   resolution: 'fencekeeper.s3.resolution',
   errorType: 'error.type',
 } as const);

@@ -58,6 +58,7 @@ export function instrument(options: InstrumentOptions = {}): void {
     [CHANNELS.lockReleased, recorded.onEnded],
     [CHANNELS.fenceRefused, recorded.onRefused],
     [CHANNELS.sessionState, recorded.onSessionState],
+    [CHANNELS.sourceActivity, recorded.onSourceActivity],
     [CHANNELS.s3UnknownOutcome, recorded.onUnknownOutcome],
   ];
   for (const [name, onMessage] of plain) {

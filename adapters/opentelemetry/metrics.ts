@@ -4,7 +4,7 @@
 // the Prometheus exporter the names read fencekeeper_lock_wait_duration
 // (a histogram: _bucket, _sum, _count) and the counters end in _total.
 import type { Attributes, Counter, Histogram, Meter, ObservableResult, ObservableUpDownCounter, UpDownCounter } from '@opentelemetry/api';
-import type { FenceRefusedMessage, LockEndedMessage, LockHeldMessage, SessionStateMessage, UnknownOutcomeMessage } from '../../src/index.js';
+import type { FenceRefusedMessage, LockEndedMessage, LockHeldMessage, SessionStateMessage, SourceActivityMessage, UnknownOutcomeMessage } from '../../src/index.js';
 import { ATTR, type MapName } from './attributes.js';
 
 /** Lock waits and holds run from milliseconds (uncontended) to minutes (a queue, a long job). */
@@ -18,6 +18,7 @@ export const METRICS = Object.freeze({
   lost: 'fencekeeper.lock.lost',
   refused: 'fencekeeper.fence.refused',
   sessionState: 'fencekeeper.session.state',
+  sourceActivity: 'fencekeeper.source.activity',
   effectPending: 'fencekeeper.effect.pending',
   unknownOutcome: 'fencekeeper.s3.unknown_outcome',
 } as const);
@@ -31,6 +32,7 @@ export class Metrics {
   readonly #refused: Counter;
   readonly #effectPending: Counter;
   readonly #unknownOutcome: Counter;
+  readonly #activity: Counter;
   readonly #sessionState: ObservableUpDownCounter;
   /** Holdings this instrumentation saw begin, per source and lock: an end it never saw begin does not take the gauge below zero. */
   readonly #holding = new Map<string, number>();
@@ -55,6 +57,10 @@ export class Metrics {
     this.#refused = meter.createCounter(METRICS.refused, { description: 'Writes refused where the resource lives (a stale fencing token, or a sequencer of another lock on a bound fence), by adapter, resource and error.type', unit: '{write}' });
     this.#effectPending = meter.createCounter(METRICS.effectPending, { description: 'withEffect calls that left their effect pending: its outcome is unknown until reconciled', unit: '{effect}' });
     this.#unknownOutcome = meter.createCounter(METRICS.unknownOutcome, { description: 'S3 conditional PUTs whose outcome was lost, by how the read-back settled them', unit: '{write}' });
+    this.#activity = meter.createCounter(METRICS.sourceActivity, {
+      description: 'Work a lock source\'s session did for its queues, by source and kind of activity: lease renewals acknowledged, waiters woken, head waiters\' looks at a lease end, entries of expired sessions reaped',
+      unit: '{event}',
+    });
     this.#sessionState = meter.createObservableUpDownCounter(METRICS.sessionState, { description: 'Sessions, leases and clients of the lock sources, by state', unit: '{session}' });
     this.#sessionState.addCallback(this.#observeSessions);
   }
@@ -113,6 +119,11 @@ export class Metrics {
     const { resource, resolution } = message as UnknownOutcomeMessage;
     const name = this.#map(resource, 'resource');
     this.#unknownOutcome.add(1, name === undefined ? { [ATTR.resolution]: resolution } : { [ATTR.resolution]: resolution, [ATTR.resource]: name });
+  };
+
+  readonly onSourceActivity = (message: unknown): void => {
+    const { source, activity, count } = message as SourceActivityMessage;
+    this.#activity.add(count, { [ATTR.source]: source, [ATTR.activity]: activity });
   };
 
   readonly onSessionState = (message: unknown): void => {

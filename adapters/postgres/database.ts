@@ -2,11 +2,12 @@
 // interfaces: a user's pg.Pool, pg.PoolClient, Kysely<DB> or Transaction<DB>
 // fits without this package importing either library (both are optional peer
 // dependencies; a pg-only user never loads kysely, and vice versa).
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { schemaMissing, sqlState } from '../../src/shared/postgres/schema-missing.js';
+import { rawQuery, type KyselyCompiledQuery } from '../../src/shared/postgres/raw-query.js';
 
-// Shared with the PostgreSQL source (src/shared/postgres/): a missing migration reads the same from both.
-export { schemaMissing, sqlState };
+// Shared with the PostgreSQL source (src/shared/postgres/): a missing migration reads the same from both, and both send raw Kysely queries.
+export { schemaMissing, sqlState, rawQuery, type KyselyCompiledQuery };
 
 /** What node-postgres sends: a named statement is prepared once per connection. */
 export interface PgQueryConfig {
@@ -45,14 +46,6 @@ export interface PgPoolClient extends PgQueryable {
 export interface PgPool<Client extends PgPoolClient = PgPoolClient> extends PgQueryable {
   /** Checks a client out of the pool (pg's pool.connect() without a callback). */
   connect(): Promise<Client>;
-}
-
-/** Kysely's compiled query: a raw node, as `CompiledQuery.raw()` builds it. */
-export interface KyselyCompiledQuery {
-  readonly sql: string;
-  readonly parameters: readonly unknown[];
-  readonly query: { readonly kind: 'RawNode'; readonly sqlFragments: readonly string[]; readonly parameters: readonly never[] };
-  readonly queryId: { readonly queryId: string };
 }
 
 /**
@@ -190,16 +183,6 @@ export async function run(db: Queryable, statement: Statement): Promise<Rows> {
   const result = Array.isArray(answer) ? (answer[answer.length - 1] ?? { rows: [], rowCount: 0 }) : answer;
   const rows = (result.rows ?? []) as Record<string, unknown>[];
   return { rows, rowCount: result.rowCount ?? rows.length };
-}
-
-/** The shape `CompiledQuery.raw(sql, parameters)` builds, without importing kysely. */
-export function rawQuery(sql: string, parameters: readonly unknown[]): KyselyCompiledQuery {
-  return Object.freeze({
-    sql,
-    parameters: Object.freeze([...parameters]),
-    query: Object.freeze({ kind: 'RawNode' as const, sqlFragments: Object.freeze([sql]), parameters: Object.freeze([]) as readonly never[] }),
-    queryId: Object.freeze({ queryId: randomUUID() }),
-  });
 }
 
 /**

@@ -7,6 +7,11 @@
 //               cheapest lock PostgreSQL has (no token, no queue, no lease)
 // each in rotating blocks (median of the rounds), and the hand-over latency
 // (release called -> next holder granted) with 16 contenders on one lock.
+// Then the lock kinds (migration 013) beside the plain lock, on the same
+// source in the same rotating blocks, uncontended: acquireReadLock,
+// acquireWriteLock and acquirePermit (4 permits) + release, each with its
+// round trips per cycle counted on the source's pool (the heartbeat's
+// connection is the source's own, not counted: a cost per lease, not per cycle).
 //   node node_modules/vite-node/vite-node.mjs test/bench/postgres-source.ts
 // env: DATABASE_URL (default postgres://root@127.0.0.1:5432/test), FK_BLOCK_MS, FK_ROUNDS
 import { randomBytes } from 'node:crypto';
@@ -71,6 +76,42 @@ try {
   console.log(`  advisory lock       ${m('advisory').toFixed(0)} cycles/s   source/advisory ${(m('source') / m('advisory')).toFixed(2)}x`);
   bare.release();
   advisory.release();
+
+  // The kinds beside the plain lock, on one source whose pool counts the statements sent.
+  const counted = pool(3);
+  let statements = 0;
+  const query = counted.query.bind(counted) as (...args: unknown[]) => unknown;
+  (counted as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+    statements++;
+    return query(...args);
+  };
+  const kindsSource = postgresSource(counted, { leaseMs: 30_000 });
+  sources.push(kindsSource);
+  const kinds: Record<string, () => Promise<void>> = {
+    lock: async () => (await kindsSource.acquireLock('bench/kinds')).release(),
+    read: async () => (await kindsSource.acquireReadLock('bench/kinds')).release(),
+    write: async () => (await kindsSource.acquireWriteLock('bench/kinds')).release(),
+    permit: async () => (await kindsSource.acquirePermit('bench/kinds', { permits: 4 })).release(),
+  };
+  const kindRates: Record<string, number[]> = { lock: [], read: [], write: [], permit: [] };
+  const trips: Record<string, number> = {};
+  for (const name of Object.keys(kinds)) {
+    await closedLoop(1, 300, kinds[name]!); // warm-up (and the session opened)
+    const before = statements;
+    for (let i = 0; i < 100; i++) await kinds[name]!();
+    trips[name] = (statements - before) / 100;
+  }
+  for (let round = 0; round < ROUNDS; round++) {
+    const order = Object.keys(kinds);
+    for (let i = 0; i < round % order.length; i++) order.push(order.shift()!);
+    for (const name of order) kindRates[name]!.push((await closedLoop(1, BLOCK_MS, kinds[name]!)).rate);
+  }
+  const k = (name: string): number => median(kindRates[name]!);
+  console.log(`lock kinds, acquire+release, one loop, one source, median of ${ROUNDS} blocks of ${BLOCK_MS} ms:`);
+  for (const name of Object.keys(kinds)) {
+    const label = name === 'permit' ? 'permit (4 permits)' : name === 'lock' ? 'plain lock (baseline)' : `${name} lock`;
+    console.log(`  ${label.padEnd(22)}${k(name).toFixed(0).padStart(6)} cycles/s   ${(k(name) / k('lock')).toFixed(2)}x the plain lock   ${trips[name]!.toFixed(2)} round trips/cycle`);
+  }
 
   // Hand-over: 16 contenders (8 sources x 2), each release timed to the next grant.
   const contenders = Array.from({ length: 8 }, () => {

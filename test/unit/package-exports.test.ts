@@ -80,7 +80,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     functions: [
       'safetyMargin', 'grantSequencer', 'assertLockName', 'formatBinding', 'parseBinding',
       'traceAcquire', 'traceRelease', 'traceCampaign', 'traceAdmit', 'traceEffect', 'traceFencedWrite', 'traceWithFence',
-      'traceS3Put', 'traceS3Delete', 'publishSessionState', 'publishRefused', 'publishUnknownOutcome',
+      'traceS3Put', 'traceS3Delete', 'publishSessionState', 'publishSourceActivity', 'publishRefused', 'publishUnknownOutcome',
       'fenceAdvances', 'checkWaitOptions', 'fenceAdmits', 'markAfter', 'refuseCheckOnly',
     ],
     classes: ['StepDownClock', 'SourceIdentityCache', 'QueueGrant', 'QueueObserver'],

@@ -5,9 +5,8 @@
  * (migration 010), so every later leader's epoch is larger.
  */
 import type { FencingToken, Leadership } from '../../index.js';
-import { traceRelease } from '../../extend.js';
 import { PgEntry } from './grant.js';
-import type { PgSession } from './session.js';
+import type { Joined } from './join.js';
 
 /** A leadership won on postgresSource: the core's Leadership, our id, and where it lives in the database. */
 export interface PostgresLeadership extends Leadership {
@@ -23,13 +22,13 @@ export class PgLeadership extends PgEntry implements PostgresLeadership {
   readonly epoch: FencingToken;
   readonly id: string;
 
-  constructor(session: PgSession, name: string, entry: string, request: string, epoch: FencingToken, marginMs: number, id: string) {
-    super(session, 'election', name, entry, request, epoch, marginMs);
-    this.epoch = epoch;
-    this.id = id;
+  constructor(joined: Joined, name: string) {
+    super(joined, 'election', name);
+    this.epoch = joined.token;
+    this.id = joined.owner;
   }
 
   resign(): Promise<void> {
-    return traceRelease('postgres', this.name, this.epoch, () => this.leave());
+    return this.end();
   }
 }

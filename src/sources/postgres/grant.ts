@@ -8,7 +8,8 @@
  * deletes the entry, handing the name to the next live waiter.
  */
 import type { FencingToken, SequencerKind, SourceIdentity } from '../../index.js';
-import { QueueGrant, type Holding } from '../../extend.js';
+import { QueueGrant, traceRelease, type Holding } from '../../extend.js';
+import type { Joined } from './join.js';
 import type { PgSession } from './session.js';
 
 export abstract class PgEntry extends QueueGrant<never, never> {
@@ -22,15 +23,22 @@ export abstract class PgEntry extends QueueGrant<never, never> {
   readonly #holding: Holding;
   readonly #token: FencingToken;
 
-  constructor(session: PgSession, kind: SequencerKind, name: string, entry: string, request: string, token: FencingToken, marginMs: number) {
+  /** The one constructor of every grant of this source (lock, read, write, permit, leadership): a join's result on `session`. */
+  constructor(joined: Joined, kind: SequencerKind, name: string) {
+    const { session, token } = joined;
     super(kind, name, token);
     this.#token = token;
     this.#session = session;
-    this.#entryText = entry;
-    this.#request = request;
-    this.entry = BigInt(entry);
+    this.#entryText = joined.entry;
+    this.#request = joined.request;
+    this.entry = BigInt(joined.entry);
     this.session = session.id;
-    this.#holding = session.clock.hold({ lock: this.lockLabel, marginMs, token, deadline: () => session.deadline });
+    this.#holding = session.clock.hold({ lock: this.lockLabel, marginMs: joined.marginMs, token, deadline: () => session.deadline });
+  }
+
+  /** Leave the queue (release, resign), traced as every source's release. */
+  protected end(): Promise<void> {
+    return traceRelease('postgres', this.name, this.#token, () => this.leave());
   }
 
   protected holding(): Holding {

@@ -50,3 +50,16 @@ export function checkName(name: unknown): asserts name is string {
   assertLockName(name);
 }
 
+
+/** The most permits a semaphore may have (PermitOptions.permits), as on the other sources. */
+export const MAX_PERMITS = 1024;
+
+/** acquirePermit's `permits`: an integer from 1 to MAX_PERMITS (else InvalidArgumentError, nothing sent). */
+export function checkPermits(options: unknown): number {
+  if (options === null || typeof options !== 'object') throw new InvalidArgumentError('acquirePermit needs options with permits: { permits: N }');
+  const permits = (options as { permits?: unknown }).permits;
+  if (typeof permits !== 'number' || !Number.isInteger(permits) || permits < 1 || permits > MAX_PERMITS) {
+    throw new InvalidArgumentError(`permits must be an integer from 1 to ${MAX_PERMITS}, got ${String(permits)}`);
+  }
+  return permits;
+}

@@ -17,7 +17,7 @@
  * (an entry whose enter reply was lost too: it is found by its request key).
  */
 import { randomBytes } from 'node:crypto';
-import { LockLostError, LockTimeoutError, SessionExpiredError, type SequencerKind } from '../../index.js';
+import { LockLostError, LockTimeoutError, PermitsMismatchError, SessionExpiredError } from '../../index.js';
 import { DEFAULT_OWNER, safetyMargin } from '../../extend.js';
 import { bigintOf, queryRow, type PgSourcePool } from './client.js';
 import { checkName, checkWaitOptions } from './input.js';
@@ -32,18 +32,45 @@ export interface JoinSource {
   session(): Promise<PgSession>;
 }
 
+/**
+ * Which queue of a name: the plain lock's, the election's, the read-write
+ * lock's (readers and writers in one queue, told apart by `mode`), or the
+ * semaphore's (migration 013).
+ */
+export type QueueKind = 'lock' | 'election' | 'rw' | 'permit';
+
+/** Where an entry joins: its queue, and for the kinds of migration 013 its mode or the semaphore's size. */
+export type JoinTarget =
+  | { readonly kind: 'lock' | 'election' }
+  | { readonly kind: 'rw'; readonly mode: 'read' | 'write' }
+  | { readonly kind: 'permit'; readonly permits: number };
+
+/** What a granted join hands its builder: our entry, its token and (a permit) its slot. */
+export interface Joined {
+  readonly session: PgSession;
+  readonly entry: string;
+  readonly request: string;
+  readonly token: bigint;
+  /** A permit's slot; null for every other kind. */
+  readonly slot: number | null;
+  readonly marginMs: number;
+  readonly owner: string;
+}
+
 export interface JoinRequest<T> {
-  readonly kind: SequencerKind;
+  readonly target: JoinTarget;
   readonly name: string;
   /** 'wait' for our turn, or 'try': take it only if nobody holds or waits (else null). */
   readonly mode: 'wait' | 'try';
   readonly options: unknown;
   /** 'owner' for a lock, 'id' for a campaign. */
   readonly ownerField: 'owner' | 'id';
-  readonly build: (session: PgSession, entry: string, request: string, token: bigint, marginMs: number, owner: string) => T;
+  readonly build: (joined: Joined) => T;
 }
 
 const ENTER = `SELECT status, entry_id::text AS entry_id, token::text AS token, head, holder_ms::text AS holder_ms, reaped FROM fencekeeper_lock_enter($1, $2, $3, $4, $5, $6)`;
+const ENTER_KIND = `SELECT status, entry_id::text AS entry_id, token::text AS token, slot, head, holder_ms::text AS holder_ms, reaped, permits_in_use FROM fencekeeper_lock_enter_kind($1, $2, $3, $4, $5, $6, $7, $8)`;
+const SLOT = `SELECT fencekeeper_lock_slot($1, $2) AS slot`;
 const CLAIM = `SELECT status, token::text AS token, head, holder_ms::text AS holder_ms, reaped FROM fencekeeper_lock_claim($1, $2)`;
 /** A claim that failed (the database unreachable): look again this soon. */
 const CLAIM_RETRY_MS = 200;
@@ -59,13 +86,25 @@ export async function joinAndWait<T>(source: JoinSource, request: JoinRequest<T>
 }
 
 async function join<T>(source: JoinSource, request: JoinRequest<T>, owner: string, marginMs: number, stopper: Stopper): Promise<T | null> {
-  const { kind, name, mode } = request;
+  const { target, name, mode } = request;
   try {
     // One retry when our session turns out to have expired: the next is a new one.
     for (let attempt = 0; ; attempt++) {
       const session = await stopper.race(source.session());
       const key = randomBytes(12).toString('base64url');
-      const entering = queryRow(source.pool, 'fencekeeper_lock_enter_v1', ENTER, [session.idText, kind, name, owner, mode === 'wait', key]);
+      const entering =
+        target.kind === 'lock' || target.kind === 'election'
+          ? queryRow(source.pool, 'fencekeeper_lock_enter_v1', ENTER, [session.idText, target.kind, name, owner, mode === 'wait', key])
+          : queryRow(source.pool, 'fencekeeper_lock_enter_kind_v1', ENTER_KIND, [
+              session.idText,
+              target.kind,
+              name,
+              owner,
+              mode === 'wait',
+              key,
+              target.kind === 'rw' ? target.mode : null,
+              target.kind === 'permit' ? target.permits : null,
+            ]);
       let row: Record<string, unknown>;
       try {
         row = await stopper.race(entering);
@@ -77,7 +116,7 @@ async function join<T>(source: JoinSource, request: JoinRequest<T>, owner: strin
         );
         throw error;
       }
-      source.counters.reaps += Number(row['reaped'] ?? 0);
+      source.counters.note('reap', session.id, Number(row['reaped'] ?? 0));
       const status = row['status'];
       if (status === 'expired') {
         session.expiredSeen();
@@ -85,6 +124,7 @@ async function join<T>(source: JoinSource, request: JoinRequest<T>, owner: strin
         throw new SessionExpiredError(`lock ${name}: the PostgreSQL session expired before the queue could be joined`);
       }
       if (status === 'busy') return null;
+      if (status === 'mismatch' && target.kind === 'permit') throw new PermitsMismatchError(name, target.permits, Number(row['permits_in_use']));
       const entry = String(row['entry_id']);
       if (status === 'granted') {
         const token = bigintOf(row['token']) as bigint;
@@ -92,10 +132,21 @@ async function join<T>(source: JoinSource, request: JoinRequest<T>, owner: strin
           await session.leave(entry, key);
           stopper.check();
         }
-        return request.build(session, entry, key, token, marginMs, owner);
+        const slot = row['slot'] === null || row['slot'] === undefined ? null : Number(row['slot']);
+        return request.build({ session, entry, request: key, token, slot, marginMs, owner });
       }
-      const token = await waitForGrant(source, session, name, entry, key, row['head'] === true, Number(row['holder_ms']), stopper);
-      return request.build(session, entry, key, token, marginMs, owner);
+      const granted = await waitForGrant(source, session, name, entry, key, row['head'] === true, Number(row['holder_ms']), stopper);
+      let slot = granted.slot;
+      if (target.kind === 'permit' && slot === null) {
+        // Granted by a claim or reported by a heartbeat (a NOTIFY carries the slot): one look at our entry.
+        try {
+          slot = Number((await queryRow(source.pool, 'fencekeeper_lock_slot_v1', SLOT, [session.idText, entry]))['slot']);
+        } catch (error) {
+          await session.leave(entry, key);
+          throw error;
+        }
+      }
+      return request.build({ session, entry, request: key, token: granted.token, slot, marginMs, owner });
     }
   } finally {
     stopper.dispose();
@@ -108,11 +159,11 @@ async function join<T>(source: JoinSource, request: JoinRequest<T>, owner: strin
  * other way out, our entry is deleted (and, had it just been granted, the
  * name handed on) before the rejection.
  */
-async function waitForGrant(source: JoinSource, session: PgSession, name: string, entry: string, key: string, head: boolean, holderMs: number, stopper: Stopper): Promise<bigint> {
+async function waitForGrant(source: JoinSource, session: PgSession, name: string, entry: string, key: string, head: boolean, holderMs: number, stopper: Stopper): Promise<{ token: bigint; slot: number | null }> {
   let timer: NodeJS.Timeout | null = null;
   let settled = false;
   let unstop: () => void = () => undefined;
-  const waiting = new Promise<bigint>((resolve, reject) => {
+  const waiting = new Promise<{ token: bigint; slot: number | null }>((resolve, reject) => {
     const finish = (): boolean => {
       if (settled) return false;
       settled = true;
@@ -128,12 +179,12 @@ async function waitForGrant(source: JoinSource, session: PgSession, name: string
     const claim = (): void => {
       timer = null;
       if (settled) return;
-      source.counters.claims++;
+      source.counters.note('claim', session.id);
       queryRow(source.pool, 'fencekeeper_lock_claim_v1', CLAIM, [session.idText, entry]).then(
         (row) => {
           if (settled) return;
-          source.counters.reaps += Number(row['reaped'] ?? 0);
-          if (row['status'] === 'granted') waiter.granted(bigintOf(row['token']) as bigint);
+          source.counters.note('reap', session.id, Number(row['reaped'] ?? 0));
+          if (row['status'] === 'granted') waiter.granted(bigintOf(row['token']) as bigint, null);
           else if (row['status'] === 'gone') waiter.gone();
           else if (row['head'] === true) waiter.head(Number(row['holder_ms']));
         },
@@ -149,8 +200,8 @@ async function waitForGrant(source: JoinSource, session: PgSession, name: string
       return t;
     };
     const waiter: Waiter = {
-      granted(token) {
-        if (finish()) resolve(token);
+      granted(token, slot) {
+        if (finish()) resolve({ token, slot });
       },
       head(ms) {
         if (settled) return;
@@ -169,9 +220,9 @@ async function waitForGrant(source: JoinSource, session: PgSession, name: string
     if (head && !settled) waiter.head(holderMs);
   });
   try {
-    const token = await waiting;
+    const granted = await waiting;
     stopper.check();
-    return token;
+    return granted;
   } catch (error) {
     await session.leave(entry, key);
     throw error;

@@ -2,14 +2,15 @@
  * A fair lock in PostgreSQL whose every grant carries a fencing token: a
  * value of the fencekeeper_lock_tokens sequence, taken in the granting
  * transaction under the lock's row lock (migration 010 says why that makes
- * it strictly increasing and never repeated).
+ * it strictly increasing and never repeated). The same class is a read or
+ * write lock of a read-write pair (migration 013), told apart by its
+ * sequencer's kind.
  */
 import type { FencingToken, Lock } from '../../index.js';
-import { traceRelease } from '../../extend.js';
 import { PgEntry } from './grant.js';
-import type { PgSession } from './session.js';
+import type { Joined } from './join.js';
 
-/** A lock granted by postgresSource: the core's Lock, with where it lives in the database. */
+/** A lock granted by postgresSource (plain, read or write): the core's Lock, with where it lives in the database. */
 export interface PostgresLock extends Lock {
   /** Our entry in fencekeeper_lock_entries: the row withLease share-locks. */
   readonly entry: bigint;
@@ -23,14 +24,14 @@ export class PgLock extends PgEntry implements PostgresLock {
   readonly token: FencingToken;
   readonly owner: string;
 
-  constructor(session: PgSession, name: string, entry: string, request: string, token: FencingToken, marginMs: number, owner: string) {
-    super(session, 'lock', name, entry, request, token, marginMs);
-    this.token = token;
-    this.owner = owner;
+  constructor(joined: Joined, kind: 'lock' | 'read' | 'write' | 'permit', name: string) {
+    super(joined, kind, name);
+    this.token = joined.token;
+    this.owner = joined.owner;
   }
 
   release(): Promise<void> {
-    return traceRelease('postgres', this.name, this.token, () => this.leave());
+    return this.end();
   }
 
   toJSON(): { name: string; token: string; entry: string; held: boolean } {

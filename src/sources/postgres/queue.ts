@@ -62,3 +62,45 @@ export async function readQueue(pool: PgSourcePool, kind: SequencerKind, name: s
     synchronousStandbyNames: String(settings['synchronous_standby_names']),
   };
 }
+
+/** One entry of a read-write lock's queue: a PostgreSQL queue entry, reading or writing. */
+export interface PostgresRwQueueEntry extends PostgresQueueEntry {
+  readonly mode: 'read' | 'write';
+}
+
+/** One entry of a semaphore's queue: a holder's slot (null while it waits). */
+export interface PostgresPermitEntry extends PostgresQueueEntry {
+  readonly slot: number | null;
+}
+
+/**
+ * A read-write lock's or semaphore's queue: `holders` (one writer, the
+ * readers held together, or up to `permits` permits), in grant order, then
+ * `waiters` in the order they will be granted.
+ */
+export interface PostgresKindStatus<Entry extends PostgresQueueEntry> {
+  readonly name: string;
+  readonly holders: readonly Entry[];
+  readonly waiters: readonly Entry[];
+}
+
+const QUEUE_KIND = `SELECT entry_id, session_id, owner, token, mode, slot, permits FROM fencekeeper_lock_queue_kind($1, $2)`;
+
+/** A read-write queue ('rw') or a semaphore ('permit') for operators: one statement. */
+export async function readKindQueue(pool: PgSourcePool, kind: 'rw', name: string): Promise<PostgresKindStatus<PostgresRwQueueEntry>>;
+export async function readKindQueue(pool: PgSourcePool, kind: 'permit', name: string): Promise<PostgresKindStatus<PostgresPermitEntry>>;
+export async function readKindQueue(pool: PgSourcePool, kind: 'rw' | 'permit', name: string): Promise<PostgresKindStatus<PostgresRwQueueEntry | PostgresPermitEntry>> {
+  const rows = await queryRows(pool, 'fencekeeper_lock_queue_kind_v1', QUEUE_KIND, [kind, name]);
+  const entries = rows.map((row) => {
+    const token = bigintOf(row['token']);
+    const base = {
+      token: token ?? 0n,
+      owner: String(row['owner']),
+      waiting: token === null,
+      entry: bigintOf(row['entry_id']) as bigint,
+      session: bigintOf(row['session_id']) as bigint,
+    };
+    return Object.freeze(kind === 'rw' ? { ...base, mode: row['mode'] === 'write' ? ('write' as const) : ('read' as const) } : { ...base, slot: row['slot'] === null ? null : Number(row['slot']) });
+  });
+  return { name, holders: entries.filter((e) => !e.waiting), waiters: entries.filter((e) => e.waiting) };
+}

@@ -25,19 +25,25 @@
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { ClientClosedError, ListenUnavailableError, SessionExpiredError, type LossReason, type SourceIdentity } from '../../index.js';
-import { StepDownClock, publishSessionState } from '../../extend.js';
+import { StepDownClock, publishSessionState, publishSourceActivity } from '../../extend.js';
 import { bigintOf, queryRow, type PgNotification, type PgSourceClient, type PgSourcePool } from './client.js';
 
 /** What the session tells a waiting entry (the acquire that registered it). */
 export interface Waiter {
-  /** The entry was granted, with this token. */
-  granted(token: bigint): void;
+  /** The entry was granted, with this token (and, for a permit, its slot when the news carried it; null otherwise). */
+  granted(token: bigint, slot: number | null): void;
   /** The entry waits at the head of its queue; its holder's lease ends in `holderMs` (database clock; 0: no live holder). */
   head(holderMs: number): void;
   /** The entry no longer exists (reaped with an expired session). */
   gone(): void;
   /** The session ended: stop waiting with this error. */
   ended(error: Error): void;
+}
+
+/** A grant heard before its acquire followed the entry. */
+interface Granted {
+  readonly token: bigint;
+  readonly slot: number | null;
 }
 
 /** What a source counts, for tests and operators: cumulative since the source was made. */
@@ -60,6 +66,16 @@ export class Counters {
   claims = 0;
   reaps = 0;
   sessions = 0;
+
+  /** Count `n` of `activity` by `session`, and publish it on fencekeeper:source:activity (when subscribed). */
+  note(activity: 'renewal' | 'wakeup' | 'claim' | 'reap', session: bigint, n = 1): void {
+    if (n <= 0) return;
+    if (activity === 'renewal') this.renewals += n;
+    else if (activity === 'wakeup') this.wakeups += n;
+    else if (activity === 'claim') this.claims += n;
+    else this.reaps += n;
+    publishSourceActivity('postgres', sessionName(session), activity, n);
+  }
 
   snapshot(): PostgresSourceStats {
     return { renewals: this.renewals, wakeups: this.wakeups, claims: this.claims, reaps: this.reaps, sessions: this.sessions };
@@ -112,8 +128,8 @@ async function probeListen(pool: PgSourcePool, client: PgSourceClient, channel: 
   }
 }
 
-/** How fencekeeper:session:state names a session. */
-function sessionName(id: bigint): string {
+/** How fencekeeper:session:state (and :source:activity) names a session. */
+export function sessionName(id: bigint): string {
   return `session ${id}`;
 }
 
@@ -138,8 +154,8 @@ export class PgSession {
    * the enter's reply), or after it stopped following (a claim's reply came
    * first). Two generations, turned at every beat: nothing stays past two beats.
    */
-  #early = new Map<string, bigint>();
-  #earlier = new Map<string, bigint>();
+  #early = new Map<string, Granted>();
+  #earlier = new Map<string, Granted>();
   /** Leaves that failed (an unreachable database), by entry id or request key: retried at every beat until the session ends. */
   readonly #unleft = new Map<string, { readonly entry: string | null; readonly request: string }>();
   /** Further channels LISTENed on (observers), with who is told of a NOTIFY there. */
@@ -230,7 +246,7 @@ export class PgSession {
     const early = this.#early.get(entry) ?? this.#earlier.get(entry);
     if (early !== undefined) {
       this.unregister(entry);
-      waiter.granted(early);
+      waiter.granted(early.token, early.slot);
       return;
     }
     if (this.#endError !== null) {
@@ -324,19 +340,20 @@ export class PgSession {
       if (listeners !== undefined) for (const listener of [...listeners]) listener();
       return;
     }
-    if (message.payload === undefined) return;
-    const space = message.payload.indexOf(' ');
-    if (space < 0) return;
-    const entry = message.payload.slice(0, space);
-    const token = BigInt(message.payload.slice(space + 1));
-    this.#counters.wakeups++;
+    // "<entry> <token>", and " <slot>" for a permit (migration 013).
+    const parts = message.payload?.split(' ') ?? [];
+    if (parts.length < 2) return;
+    const entry = parts[0] as string;
+    const token = BigInt(parts[1] as string);
+    const slot = parts[2] === undefined ? null : Number(parts[2]);
+    this.#counters.note('wakeup', this.id);
     const waiter = this.#waiters.get(entry);
     if (waiter === undefined) {
-      this.#early.set(entry, token);
+      this.#early.set(entry, { token, slot });
       return;
     }
     this.#waiters.delete(entry);
-    waiter.granted(token);
+    waiter.granted(token, slot);
   };
 
   #dropClient(): void {
@@ -428,7 +445,7 @@ export class PgSession {
     }
     if (sentAt > this.#ackedSentAt) {
       this.#ackedSentAt = sentAt;
-      this.#counters.renewals++;
+      this.#counters.note('renewal', this.id);
       this.#armExpiry();
     }
     const ids = row['ids'] as string[];
@@ -444,7 +461,7 @@ export class PgSession {
       const token = tokens[i];
       if (token !== null && token !== undefined) {
         this.#waiters.delete(entry);
-        waiter.granted(BigInt(token));
+        waiter.granted(BigInt(token), null);
       } else if (heads[i] === true) {
         waiter.head(Number(holderMs[i]));
       }
@@ -463,7 +480,7 @@ export class PgSession {
     if (this.#endedReason !== null) return;
     queryRow(this.#pool, 'fencekeeper_lock_sweep_v1', SWEEP, [SWEEP_LIMIT]).then(
       (row) => {
-        this.#counters.reaps += Number(row['reaped'] ?? 0);
+        this.#counters.note('reap', this.id, Number(row['reaped'] ?? 0));
       },
       () => undefined,
     );

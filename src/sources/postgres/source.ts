@@ -13,15 +13,36 @@
  * for itself (with LISTEN), and every grant of the source hangs on it. The
  * queue and its tokens: migration 010 and ./join.ts.
  */
-import { ClientClosedError, type AcquireOptions, type CampaignOptions, type LockObserver, type LockSource, type SourceIdentity, type TryAcquireOptions } from '../../index.js';
+import {
+  ClientClosedError,
+  type AcquireOptions,
+  type CampaignOptions,
+  type FencingToken,
+  type LockObserver,
+  type LockSource,
+  type PermitOptions,
+  type SourceIdentity,
+  type SourceObserver,
+  type TryAcquireOptions,
+  type TryPermitOptions,
+} from '../../index.js';
 import { DEFAULT_OWNER, traceAcquire, traceCampaign } from '../../extend.js';
 import type { PgSourcePool } from './client.js';
 import { PgLeadership, type PostgresLeadership } from './election.js';
-import { checkName, checkPool, checkSourceOptions, type PostgresSourceOptions } from './input.js';
-import { joinAndWait, type JoinSource } from './join.js';
+import { checkName, checkPermits, checkPool, checkSourceOptions, type PostgresSourceOptions } from './input.js';
+import { joinAndWait, type JoinSource, type JoinTarget } from './join.js';
 import { PgLock, type PostgresLock } from './lock.js';
 import { PgQueueObserver } from './observer.js';
-import { readQueue, type PostgresLockStatus, type PostgresQueueEntry } from './queue.js';
+import { PgPermit, type PostgresPermit } from './permit.js';
+import {
+  readKindQueue,
+  readQueue,
+  type PostgresKindStatus,
+  type PostgresLockStatus,
+  type PostgresPermitEntry,
+  type PostgresQueueEntry,
+  type PostgresRwQueueEntry,
+} from './queue.js';
 import { Counters, PgSession, type PostgresSourceStats } from './session.js';
 
 /** The PostgreSQL source: every method of LockSource, with PostgreSQL's richer results, and close(). */
@@ -31,6 +52,34 @@ export interface PostgresSource extends LockSource {
   readonly leaseMs: number;
   acquireLock(name: string, options?: AcquireOptions): Promise<PostgresLock>;
   tryAcquireLock(name: string, options?: TryAcquireOptions): Promise<PostgresLock | null>;
+  /**
+   * A read lock (migration 013): held together with the name's other
+   * readers, never with its writer; arrival order, a waiting writer holding
+   * back every later reader. Its own queue, apart from the plain lock's
+   * (sequencer kind 'read'); readers held together carry tokens in any
+   * order, so check a fence with it without advancing it.
+   */
+  acquireReadLock(name: string, options?: AcquireOptions): Promise<PostgresLock>;
+  /** A read lock only if no writer holds or waits for the name; null otherwise, leaving no row. */
+  tryAcquireReadLock(name: string, options?: TryAcquireOptions): Promise<PostgresLock | null>;
+  /**
+   * The write lock of the read-write pair (sequencer kind 'write'): held
+   * alone, in arrival order; its token is larger than every grant of the
+   * name before it, read or write.
+   */
+  acquireWriteLock(name: string, options?: AcquireOptions): Promise<PostgresLock>;
+  /** The write lock only if nobody holds or waits for the name; null otherwise, leaving no row. */
+  tryAcquireWriteLock(name: string, options?: TryAcquireOptions): Promise<PostgresLock | null>;
+  /**
+   * One of `options.permits` permits (migration 013), in arrival order: at
+   * most that many held at once. Its token is taken when it claims its slot,
+   * so per slot tokens strictly increase; its sequencer is `{ kind:
+   * 'permit', name: '<name>#<slot>' }`. Another `permits` while the name is
+   * in use: PermitsMismatchError.
+   */
+  acquirePermit(name: string, options: PermitOptions): Promise<PostgresPermit>;
+  /** A permit only if nobody waits and a slot is free; null otherwise, leaving no row. */
+  tryAcquirePermit(name: string, options: TryPermitOptions): Promise<PostgresPermit | null>;
   /** Stand for election (the same fair queue, kind 'election'); resolves when elected. */
   campaign(name: string, options?: CampaignOptions): Promise<PostgresLeadership>;
   /** The lock's live holder and waiters, and the database's synchronous_commit / synchronous_standby_names. One statement. */
@@ -41,6 +90,16 @@ export interface PostgresSource extends LockSource {
    * queue's changes are NOTIFYd only while someone observes it.
    */
   observeLock(name: string): LockObserver<PostgresQueueEntry>;
+  /** A read-write lock's holders (one writer, or readers together) and waiters with their modes: one statement. */
+  rwLockStatus(name: string): Promise<PostgresKindStatus<PostgresRwQueueEntry>>;
+  /** A semaphore's holders with their slots, and its waiters: one statement. */
+  permitStatus(name: string): Promise<PostgresKindStatus<PostgresPermitEntry>>;
+  /**
+   * Who leads an election, without campaigning: current() answers from a
+   * cache a NOTIFY keeps fresh (as observeLock's), onChange when it may
+   * have changed, close() to stop.
+   */
+  observeLeader(name: string): PostgresLeaderObserver;
   /** The database's identity: kind 'postgres', id `<system identifier>-<database OID>`. */
   identity(): Promise<SourceIdentity>;
   /** Counters since the source was made (renewals, NOTIFY wake-ups, head waiters' claims, reaps, sessions). */
@@ -54,6 +113,21 @@ export interface PostgresSource extends LockSource {
   close(): Promise<void>;
   /** close(), for `await using source = postgresSource(pool)`. */
   [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** The current leader of a PostgreSQL election, as observers see it. */
+export interface PostgresLeaderInfo {
+  /** The leader's CampaignOptions.id. */
+  readonly id: string;
+  readonly epoch: FencingToken;
+  /** Its entry in fencekeeper_lock_entries. */
+  readonly entry: bigint;
+}
+
+/** An election watched from outside it (PostgresSource.observeLeader). */
+export interface PostgresLeaderObserver extends SourceObserver {
+  /** The current leader, from the cache while it is fresh; null when nobody leads. */
+  current(): Promise<PostgresLeaderInfo | null>;
 }
 
 class Source implements JoinSource {
@@ -111,6 +185,18 @@ class Source implements JoinSource {
   }
 }
 
+/** The one acquire of a lock, read lock or write lock: a traced join of `target`'s queue, granted as a PgLock of `kind`. */
+function lock(source: Source, target: JoinTarget, kind: 'lock' | 'read' | 'write', name: string, mode: 'wait' | 'try', options: unknown): Promise<PgLock | null> {
+  return traceAcquire('postgres', name, mode, () => joinAndWait(source, { target, name, mode, options, ownerField: 'owner', build: (joined) => new PgLock(joined, kind, name) }));
+}
+
+/** A permit's acquire: `permits` checked (before the name, as the other sources), then a traced join of the semaphore's queue. */
+async function permit(source: Source, name: string, mode: 'wait' | 'try', options: unknown): Promise<PgPermit | null> {
+  const permits = checkPermits(options);
+  return traceAcquire('postgres', name, mode, () =>
+    joinAndWait(source, { target: { kind: 'permit', permits }, name, mode, options, ownerField: 'owner', build: (joined) => new PgPermit(joined, name, permits) }));
+}
+
 /**
  * A LockSource over a pg.Pool (it keeps one of the pool's connections for
  * its heartbeat and LISTEN: the pool needs max >= 2). Tables and functions
@@ -126,15 +212,16 @@ export function postgresSource(pool: PgSourcePool, options?: PostgresSourceOptio
     kind: 'postgres' as const,
     description: `PostgreSQL, one ${leaseMs} ms session lease per source`,
     leaseMs,
-    acquireLock: (name: string, o?: AcquireOptions) =>
-      traceAcquire('postgres', name, 'wait', () =>
-        joinAndWait(source, { kind: 'lock', name, mode: 'wait', options: o, ownerField: 'owner', build: (s, entry, request, token, marginMs, owner) => new PgLock(s, name, entry, request, token, marginMs, owner) }) as Promise<PgLock>),
-    tryAcquireLock: (name: string, o?: TryAcquireOptions) =>
-      traceAcquire('postgres', name, 'try', () =>
-        joinAndWait(source, { kind: 'lock', name, mode: 'try', options: o, ownerField: 'owner', build: (s, entry, request, token, marginMs, owner) => new PgLock(s, name, entry, request, token, marginMs, owner) })),
+    acquireLock: (name: string, o?: AcquireOptions) => lock(source, { kind: 'lock' }, 'lock', name, 'wait', o) as Promise<PgLock>,
+    tryAcquireLock: (name: string, o?: TryAcquireOptions) => lock(source, { kind: 'lock' }, 'lock', name, 'try', o),
+    acquireReadLock: (name: string, o?: AcquireOptions) => lock(source, { kind: 'rw', mode: 'read' }, 'read', name, 'wait', o) as Promise<PgLock>,
+    tryAcquireReadLock: (name: string, o?: TryAcquireOptions) => lock(source, { kind: 'rw', mode: 'read' }, 'read', name, 'try', o),
+    acquireWriteLock: (name: string, o?: AcquireOptions) => lock(source, { kind: 'rw', mode: 'write' }, 'write', name, 'wait', o) as Promise<PgLock>,
+    tryAcquireWriteLock: (name: string, o?: TryAcquireOptions) => lock(source, { kind: 'rw', mode: 'write' }, 'write', name, 'try', o),
+    acquirePermit: (name: string, o: PermitOptions) => permit(source, name, 'wait', o) as Promise<PgPermit>,
+    tryAcquirePermit: (name: string, o: TryPermitOptions) => permit(source, name, 'try', o),
     campaign: (name: string, o?: CampaignOptions) =>
-      traceCampaign('postgres', name, () =>
-        joinAndWait(source, { kind: 'election', name, mode: 'wait', options: o, ownerField: 'id', build: (s, entry, request, epoch, marginMs, id) => new PgLeadership(s, name, entry, request, epoch, marginMs, id) }) as Promise<PgLeadership>),
+      traceCampaign('postgres', name, () => joinAndWait(source, { target: { kind: 'election' }, name, mode: 'wait', options: o, ownerField: 'id', build: (joined) => new PgLeadership(joined, name) }) as Promise<PgLeadership>),
     lockStatus: async (name: string) => {
       checkName(name);
       return readQueue(pool, 'lock', name);
@@ -148,6 +235,26 @@ export function postgresSource(pool: PgSourcePool, options?: PostgresSourceOptio
           return head !== undefined && !head.waiting ? head : null;
         },
         queue: () => queue.entries(),
+        onChange: (listener: () => void) => queue.onChange(listener),
+        close: () => queue.close(),
+      };
+    },
+    rwLockStatus: async (name: string) => {
+      checkName(name);
+      return readKindQueue(pool, 'rw', name);
+    },
+    permitStatus: async (name: string) => {
+      checkName(name);
+      return readKindQueue(pool, 'permit', name);
+    },
+    observeLeader: (name: string) => {
+      checkName(name);
+      const queue = new PgQueueObserver(source, 'election', name);
+      return {
+        current: async () => {
+          const head = (await queue.entries())[0];
+          return head === undefined || head.waiting ? null : { id: head.owner, epoch: head.token, entry: head.entry };
+        },
         onChange: (listener: () => void) => queue.onChange(listener),
         close: () => queue.close(),
       };
