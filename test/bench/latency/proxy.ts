@@ -16,6 +16,9 @@ export interface ProxyStats {
   readonly connections: number;
   readonly bytesC2s: number;
   readonly bytesS2c: number;
+  /** Reads, about the segments (or coalesced bursts) each way. */
+  readonly readsC2s: number;
+  readonly readsS2c: number;
   readonly flightsC2s: number;
   readonly flightsS2c: number;
   readonly lateUsMax: number;
@@ -59,6 +62,8 @@ function parseStats(text: string): ProxyStats {
     connections: get('connections'),
     bytesC2s: get('bytes_c2s'),
     bytesS2c: get('bytes_s2c'),
+    readsC2s: get('reads_c2s'),
+    readsS2c: get('reads_s2c'),
     flightsC2s: get('flights_c2s'),
     flightsS2c: get('flights_s2c'),
     lateUsMax: get('late_us_max'),
