@@ -17,9 +17,10 @@
 // docs/images/bench/latency-*.svg (ratio vs RTT per path, the aim as a dashed rule).
 // Asserts nothing.
 import { cpus, loadavg } from 'node:os';
-import { fileURLToPath } from 'node:url';
-import type { TopLevelSpec } from 'vega-lite';
-import { writeSvg } from '../lib/chart.js';
+import { writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { writeLatencyCharts, type LatencyCharts } from './charts.js';
 import { median } from './proxy.js';
 import { calibrate, startProxy } from './proxy.js';
 import { HEADER, measurePair, row, type PairResult, type PathPair } from './pairs.js';
@@ -32,7 +33,6 @@ const ROUNDS = Number(process.env['BENCH_ROUNDS'] ?? (QUICK ? 2 : 5));
 const BLOCK_MS = Number(process.env['BENCH_BLOCK_MS'] ?? (QUICK ? 150 : 400));
 const ONLY = new Set((process.env['BENCH_ONLY'] ?? 'postgres,s3,locks').split(','));
 const CHARTS = process.env['BENCH_CHARTS'] !== '0';
-const CHART_DIR = fileURLToPath(new URL('../../../docs/images/bench/', import.meta.url));
 
 const endpoints: Endpoints = {
   postgres: process.env['DATABASE_URL'] ?? 'postgres://root@127.0.0.1:5432/test',
@@ -123,39 +123,13 @@ for (const r of results.filter((x) => x.rttMs === 0.5 && x.concurrency === 1)) {
 }
 
 // --- charts: ratio vs RTT per path, at concurrency 1 and the usual one, the aim as a rule
-if (CHARTS) {
-  const subtitle = `npm run bench:latency${QUICK ? ' (quick)' : ''} · ${cpus().length} cores, load ${load()} · Node ${process.version}`;
-  for (const path of new Set(results.map((r) => r.path).filter((p) => !p.startsWith('bound')))) {
-    const points = results.filter((r) => r.path === path).map((r) => ({ series: `concurrency ${r.concurrency}`, x: r.rttMs, y: median(r.ratios) }));
-    const aim = aims.get(path)!;
-    const spec = {
-      $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-      title: { text: `${path}: fenced / baseline vs round trip`, subtitle },
-      width: 460,
-      height: 240,
-      background: 'white',
-      layer: [
-        {
-          data: { values: points },
-          mark: { type: 'line', point: true },
-          encoding: {
-            x: { field: 'x', type: 'quantitative', title: 'added round trip (ms)' },
-            y: { field: 'y', type: 'quantitative', title: 'fenced / baseline (ops/s)', scale: { domain: [0, 1.2] } },
-            color: { field: 'series', type: 'nominal', title: null },
-          },
-        },
-        {
-          data: { values: [{ y: aim, label: `aim ${aim}x at 0.5 ms, c=1` }] },
-          layer: [
-            { mark: { type: 'rule', strokeDash: [4, 4], color: '#444' }, encoding: { y: { field: 'y', type: 'quantitative' } } },
-            { mark: { type: 'text', align: 'left', dx: 4, dy: -6, color: '#444' }, encoding: { y: { field: 'y', type: 'quantitative' }, x: { datum: 0 }, text: { field: 'label' } } },
-          ],
-        },
-      ],
-    } as unknown as TopLevelSpec;
-    const slug = path.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '');
-    console.log(`wrote ${await writeSvg(`${CHART_DIR}latency-${slug}.svg`, spec)}`);
-  }
-}
+const charts: LatencyCharts = {
+  subtitle: `npm run bench:latency${QUICK ? ' (quick)' : ''} · ${cpus().length} cores, load ${load()} · Node ${process.version}`,
+  points: results.filter((r) => !r.path.startsWith('bound')).map((r) => ({ path: r.path, rttMs: r.rttMs, concurrency: r.concurrency, ratio: median(r.ratios), aim: aims.get(r.path)! })),
+};
+const saved = join(process.env['FK_STATE_DIR'] ?? tmpdir(), 'bench-latency.json');
+await writeFile(saved, JSON.stringify(charts, null, 1));
+console.log(`\nthe chart points: ${saved} (draw again: node node_modules/vite-node/vite-node.mjs test/bench/latency/redraw.ts ${saved})`);
+if (CHARTS) for (const f of await writeLatencyCharts(charts)) console.log(`wrote ${f}`);
 console.log(`\ndone in ${((performance.now() - started) / 1000).toFixed(0)} s; load ${load()}`);
 process.exit(0);
