@@ -233,10 +233,11 @@ function bindingLiterals(fencing: ResolvedFencing): string {
 
 /**
  * The advance and the savepoint in one message, inside a Kysely transaction
- * (after Kysely's own BEGIN). A stale token rejects with StaleRefusal; the
- * caller lets Kysely roll back, then calls `refusal.error(db)`.
+ * (after Kysely's own BEGIN), or with BEGIN in the same message (`begin`: on
+ * a connection outside a transaction, withFence on Kysely). A stale token
+ * rejects with StaleRefusal; the caller rolls back, then calls `refusal.error(db)`.
  */
-export async function openFencedKysely(trx: KyselyExecutor, resource: string, fencing: ResolvedFencing): Promise<void> {
+export async function openFencedKysely(trx: KyselyExecutor, resource: string, fencing: ResolvedFencing, begin = false): Promise<void> {
   if (checksOnly(fencing)) {
     try {
       await checkInTransaction(trx, resource, fencing);
@@ -249,7 +250,7 @@ export async function openFencedKysely(trx: KyselyExecutor, resource: string, fe
   }
   const [kind, lock, sourceKind, sourceId] = bindingLiterals(fencing).split(', ') as [string, string, string, string];
   try {
-    await sendKysely(trx, rawQuery(`${advanceOrRaise(quoteLiteral(resource), tokenLiteral(fencing.token), kind, lock, sourceKind, sourceId)}; ${OPEN_SAVEPOINT}`, []));
+    await sendKysely(trx, rawQuery(`${begin ? 'BEGIN; ' : ''}${advanceOrRaise(quoteLiteral(resource), tokenLiteral(fencing.token), kind, lock, sourceKind, sourceId)}; ${OPEN_SAVEPOINT}`, []));
   } catch (error) {
     if (isRefusalError(error)) throw new StaleRefusal(resource, fencing);
     throw error;

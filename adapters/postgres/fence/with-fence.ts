@@ -26,11 +26,15 @@ import { checkResource } from '../identifiers.js';
  *   the connection lost), the advance is applied again on its own and
  *   withFence rejects with CommitFailedError.
  *
- * On a pg.Pool this costs the round trips of a plain transaction: BEGIN, the
- * advance and a savepoint go as one message, and one message closes it.
+ * This costs the round trips of a plain transaction: BEGIN, the advance and
+ * a savepoint go as one message, and one message closes it (on a Kysely
+ * instance too: withFence then holds one connection, `db.connection()`,
+ * rather than sending Kysely's own BEGIN and COMMIT, two round trips more).
  *
  * `work` receives the transaction: a pg client inside BEGIN for a pg.Pool, or
- * the Kysely Transaction for a Kysely instance. Write through it, not through
+ * for a Kysely instance that connection's Kysely instance (the query API of a
+ * Transaction), which refuses queries once withFence has returned; in the
+ * check-only mode, a Kysely Transaction. Write through it, not through
  * the pool: a write on another connection is outside the fence. Do not end
  * the transaction yourself (COMMIT, ROLLBACK).
  *
@@ -127,7 +131,82 @@ async function fencePg<T>(pool: PgPool, resource: string, token: ResolvedFencing
   }
 }
 
+/**
+ * Kysely's own transaction API sends BEGIN and COMMIT as messages of their
+ * own, two round trips beyond a plain Kysely transaction (counted through a
+ * proxy: five against three). So where the instance offers `connection()`
+ * (Kysely 0.27 and 0.28 do), withFence holds one connection and writes the
+ * transaction itself, as on a pg.Pool: `BEGIN; <advance>; SAVEPOINT` in one
+ * message, the work, the close in one message. The work gets the
+ * connection's Kysely instance behind a plugin that refuses every query once
+ * the fenced transaction has ended (Kysely's Transaction refuses them too):
+ * the connection is back in the pool by then, another caller's. The
+ * check-only mode keeps Kysely's transaction (its check is a statement of
+ * its own, ./check.ts).
+ */
+interface KyselyConnections {
+  connection(): { execute<T>(callback: (db: KyselyOnConnection) => Promise<T>): Promise<T> };
+}
+
+/** Kysely<DB> bound to one connection: the part used here. */
+interface KyselyOnConnection extends KyselyExecutor {
+  withPlugin(plugin: {
+    transformQuery(args: { readonly node: unknown }): unknown;
+    transformResult(args: { readonly result: unknown }): Promise<unknown>;
+  }): unknown;
+}
+
+function hasConnections(db: KyselyDatabase): db is KyselyDatabase & KyselyConnections {
+  return typeof (db as Partial<KyselyConnections>).connection === 'function';
+}
+
 async function fenceKysely<T>(db: KyselyDatabase, resource: string, token: ResolvedFencing, work: (trx: unknown) => Promise<T>): Promise<WorkEnded<T>> {
+  if (!checksOnly(token) && hasConnections(db)) return fenceKyselyConnection(db, resource, token, work);
+  return fenceKyselyTransaction(db, resource, token, work);
+}
+
+async function fenceKyselyConnection<T>(db: KyselyDatabase & KyselyConnections, resource: string, token: ResolvedFencing, work: (trx: unknown) => Promise<T>): Promise<WorkEnded<T>> {
+  let refused: StaleRefusal | undefined;
+  const ended = await db.connection().execute(async (connection): Promise<WorkEnded<T> | undefined> => {
+    const send = sender(connection);
+    try {
+      await openFencedKysely(connection, resource, token, true);
+    } catch (error) {
+      // Refused or failed: the transaction is aborted (or the connection gone); leave it clean for the pool.
+      await send('ROLLBACK').catch(() => undefined);
+      if (error instanceof StaleRefusal) {
+        refused = error;
+        return undefined;
+      }
+      throw error;
+    }
+    let open = true;
+    const guarded = connection.withPlugin({
+      transformQuery: (args) => {
+        if (!open) throw new Error('fencekeeper: withFence\'s transaction has ended; this Kysely instance takes no more queries');
+        return args.node;
+      },
+      transformResult: async (args) => args.result,
+    });
+    try {
+      const result = await runWork(send, guarded, work);
+      // Left open (the work threw and the advance could not be kept alone): roll back before the pool gets it.
+      if (!transactionEnded(result)) await send('ROLLBACK').catch(() => undefined);
+      return result;
+    } finally {
+      open = false;
+    }
+  });
+  if (refused !== undefined) {
+    const stale = await refused.error(db);
+    published(stale, token);
+    throw stale;
+  }
+  if (ended === undefined) throw new Error('unreachable: the Kysely connection returned without running the work');
+  return ended;
+}
+
+async function fenceKyselyTransaction<T>(db: KyselyDatabase, resource: string, token: ResolvedFencing, work: (trx: unknown) => Promise<T>): Promise<WorkEnded<T>> {
   let ended = undefined as WorkEnded<T> | undefined;
   try {
     await db.transaction().execute(async (trx) => {

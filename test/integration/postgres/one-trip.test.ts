@@ -94,7 +94,7 @@ const PROBE = /^BEGIN; EXECUTE fencekeeper_fences_equal_[0-9a-f]+\(E'.*', \d+::i
 // The probe found no row: rolled back, and the open above in the same message.
 const MISSED = /^ROLLBACK; BEGIN; EXECUTE fencekeeper_fences_advance_[0-9a-f]+\(E'.*', \d+::int8, (NULL::text|E'.*'::text), .*\); SAVEPOINT fencekeeper_fenced$/s;
 const CLOSE = 'SET CONSTRAINTS ALL IMMEDIATE; RELEASE SAVEPOINT fencekeeper_fenced; COMMIT';
-const KYSELY_OPEN = /^INSERT INTO fencekeeper_fences AS f .*SELECT E'.*', CASE WHEN NOT EXISTS .*fencekeeper_fence_bindings.* THEN \d+::int8 END, NULL, now\(\).*; SAVEPOINT fencekeeper_fenced$/s;
+const KYSELY_BEGIN_OPEN = /^BEGIN; INSERT INTO fencekeeper_fences AS f .*SELECT E'.*', CASE WHEN NOT EXISTS .*fencekeeper_fence_bindings.* THEN \d+::int8 END, NULL, now\(\).*; SAVEPOINT fencekeeper_fenced$/s;
 // A mismatched binding aborted the open: the rollback, and the mark and the fence's binding read in one statement.
 const REFUSE = /^ROLLBACK; SELECT \(SELECT token::text FROM fencekeeper_fences WHERE resource = E'.*'\) AS token,.*LEFT JOIN fencekeeper_fence_bindings b ON b.resource = E'.*'$/s;
 const WORK = 'UPDATE docs SET body = body WHERE id = 1';
@@ -164,19 +164,32 @@ describe('round trips (pg.Pool; Kysely as far as its API allows)', () => {
     expect(await mark('trip:bound')).toBe(60n);
   });
 
-  it('withFence on Kysely: its own BEGIN, the advance with the savepoint, the work, the close, its own COMMIT', async () => {
+  it('withFence on Kysely: the round trips of a plain Kysely transaction (BEGIN with the advance and the savepoint, the work, the close)', async () => {
+    const plain = await messagesOf(() => kysely.transaction().execute((trx) => trx.updateTable('docs').set({ body: 'x' }).where('id', '=', 1).execute()));
+    expect(plain.sent).toEqual(['begin', expect.stringMatching(/^update "docs"/), 'commit']);
     const { sent, error } = await messagesOf(() => withFence(kysely, 'trip:kysely', 50n, (trx) => trx.updateTable('docs').set({ body: 'x' }).where('id', '=', 1).execute()));
     expect(error).toBeUndefined();
-    expect(sent).toEqual(['begin', expect.stringMatching(KYSELY_OPEN), expect.stringMatching(/^update "docs"/), CLOSE, 'commit']);
+    expect(sent).toEqual([expect.stringMatching(KYSELY_BEGIN_OPEN), expect.stringMatching(/^update "docs"/), CLOSE]);
+    expect(sent).toHaveLength(plain.sent.length);
     expect(await mark('trip:kysely')).toBe(50n);
-    // Stale: refused by the open (the work never runs), rolled back by Kysely, then the mark is read.
+    // Stale: refused by the open (the work never runs), rolled back, then the mark is read.
     let ran = false;
     const stale = await messagesOf(() => withFence(kysely, 'trip:kysely', 49n, async () => { ran = true; }));
     expect(stale.error).toBeInstanceOf(StaleTokenError);
     expect((stale.error as StaleTokenError).current).toBe(50n);
     expect(ran).toBe(false);
-    expect(stale.sent).toEqual(['begin', expect.stringMatching(KYSELY_OPEN), 'rollback', expect.stringMatching(/^SELECT \(SELECT token::text FROM fencekeeper_fences WHERE resource = \$1::text\) AS token,.*fencekeeper_fence_bindings/s)]);
+    expect(stale.sent).toEqual([expect.stringMatching(KYSELY_BEGIN_OPEN), 'ROLLBACK', expect.stringMatching(/^SELECT \(SELECT token::text FROM fencekeeper_fences WHERE resource = \$1::text\) AS token,.*fencekeeper_fence_bindings/s)]);
     expect(await mark('trip:kysely')).toBe(50n);
+  });
+
+  it('withFence on Kysely: the instance the work got refuses queries once the fenced transaction has ended (its connection is back in the pool)', async () => {
+    let kept: Kysely<TestDatabase> | undefined;
+    await withFence(kysely, 'trip:kysely-after', 5n, async (trx) => {
+      kept = trx as unknown as Kysely<TestDatabase>;
+    });
+    const late = await messagesOf(() => kept!.updateTable('docs').set({ body: 'late' }).where('id', '=', 1).execute());
+    expect(String(late.error)).toMatch(/withFence's transaction has ended/);
+    expect(late.sent).toEqual([]);
   });
 
   it('the token this process last admitted there: the probe (a row lock, no upsert), the work, the close', async () => {
