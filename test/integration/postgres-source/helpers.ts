@@ -1,8 +1,10 @@
 // Shared by the PostgreSQL source's tests: a migrated schema of the test
-// database per file, pools on it, and sources over those pools, all ended
-// after the file's tests.
+// database per file, pools on it, and sources over those pools, each ended
+// after the test that made it (the server's max_connections is shared by
+// every file running at once: a file keeping every test's pools open until
+// its end ran the server out of connections).
 import pg from 'pg';
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll, afterEach, beforeAll } from 'vitest';
 import { migrate, postgresSource, type PostgresSource, type PostgresSourceOptions } from '../../../adapters/postgres/index.js';
 import { DATABASE_URL, createSchema, dropSchema, newPool, uniqueName } from '../postgres/helpers.js';
 
@@ -12,9 +14,9 @@ export interface SourceSchema {
   readonly schema: string;
   /** On the schema, for the tests' own reads. */
   readonly admin: pg.Pool;
-  /** A new pool on the schema (ended after the file). */
+  /** A new pool on the schema (ended after the test). */
   pool(max?: number): pg.Pool;
-  /** A new source over a pool of its own (both ended after the file). */
+  /** A new source over a pool of its own (both ended after the test). */
   source(options?: PostgresSourceOptions, max?: number): PostgresSource;
   /** The entries of one name in fencekeeper_lock_entries, in queue order. */
   entries(name: string): Promise<{ id: string; token: string | null; session: string }[]>;
@@ -31,9 +33,13 @@ export function sourceSchema(prefix: string): SourceSchema {
     await createSchema(root, schema);
     await migrate(admin);
   });
+  const endAll = async (): Promise<void> => {
+    for (const source of sources.splice(0)) await source.close().catch(() => undefined);
+    for (const pool of pools.splice(0)) await pool.end().catch(() => undefined);
+  };
+  afterEach(endAll);
   afterAll(async () => {
-    for (const source of sources) await source.close().catch(() => undefined);
-    for (const pool of pools) await pool.end().catch(() => undefined);
+    await endAll();
     await admin.end();
     await dropSchema(root, schema);
     await root.end();
