@@ -68,6 +68,7 @@ do_start() {
 do_stop() {
   check_name "$1"
   fk_stop_pidfile "$(pid_file "$1")" "$(stats_file "$1")"
+  rm -f "$(stats_file "$1")" "$(stats_file "$1").tmp"
 }
 
 do_stats() {
