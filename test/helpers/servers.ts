@@ -148,8 +148,8 @@ export function serverEnvironment(servers: TestServers = testServers()): Record<
 
 /**
  * For a test file that injects ensemble faults: hold the ensemble for the
- * whole file (holdEnsembleForFaults) and wait until it is healthy before the
- * first test; after the last, run `cleanup`, restart whatever is down and
+ * whole file (holdEnsembleForFaults), start any node that is down and wait
+ * until it is healthy before the first test; after the last, run `cleanup`, restart whatever is down and
  * give the ensemble back. Register it before the file's own hooks, so its
  * afterAll runs last.
  */
@@ -157,7 +157,9 @@ export function useEnsembleForFaults(cleanup: () => Promise<void> = async () => 
   let release: (() => Promise<void>) | undefined;
   beforeAll(async () => {
     release = await holdEnsembleForFaults();
-    await waitEnsembleHealthy();
+    // Every node up, not only healthy: a run stopped before its restart left a node down, and
+    // killing the leader of the two left would leave no quorum (and the next test hanging).
+    await restoreEnsemble();
   }, 16 * 60_000);
   afterAll(async () => {
     try {
