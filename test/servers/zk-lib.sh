@@ -12,8 +12,13 @@ FK_ZK_CP=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar:/usr/sha
 FK_ZK_HEAP=${FK_ZK_HEAP:-256m}
 # checkIntervalMs: how often the server reaps empty containers and expired
 # TTL nodes (default 60 s, and a JVM flag, not a zoo.cfg key); 1 s makes
-# reaping testable.
-FK_ZK_JVM_FLAGS=${FK_ZK_JVM_FLAGS:--XX:+UseSerialGC -Xss512k -Djava.net.preferIPv4Stack=true -Dznode.container.checkIntervalMs=1000 -Dorg.slf4j.simpleLogger.defaultLogLevel=info -Dorg.slf4j.simpleLogger.showDateTime=true}
+# reaping testable. jute.maxbuffer 32 MiB: the server writes a session's
+# closeSession txn with every ephemeral path of the session in it, without
+# checking its size, but refuses to read a txn over jute.maxbuffer (1 MiB by
+# default) back from its log: after the scale bench's session of 100,000
+# locks (a 4.7 MB txn), a restarted node failed "Unreasonable length" and the
+# ensemble lost a member for good. Seen here, 2026-12-06.
+FK_ZK_JVM_FLAGS=${FK_ZK_JVM_FLAGS:--XX:+UseSerialGC -Xss512k -Djava.net.preferIPv4Stack=true -Dznode.container.checkIntervalMs=1000 -Djute.maxbuffer=33554432 -Dorg.slf4j.simpleLogger.defaultLogLevel=info -Dorg.slf4j.simpleLogger.showDateTime=true}
 
 fk_zk_require() {
   fk_ensure_packages "${FK_PKGS_ZK[@]}"
