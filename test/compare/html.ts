@@ -79,15 +79,22 @@ export function latencySpec(s: SourceReport): TopLevelSpec {
 export function latencyOverviewSpec(report: CompareReport): TopLevelSpec | null {
   const points = report.sources.flatMap((s) => percentilePoints(titleOf(s), s.latency.acquireMs ?? []));
   if (points.length === 0) return null;
-  return lineChartSpec(points, {
+  const spec = lineChartSpec(points, {
     title: 'Uncontended acquire, every source',
     subtitle: 'each acquire of the run by percentile; the sources one after the other on the same machine',
     xTitle: 'percentile of acquires',
     yTitle: 'acquire (ms, log)',
     yLog: true,
-    width: 560,
-    height: 260,
-  });
+    width: 700,
+    height: 300,
+  }) as TopLevelSpec & { mark: unknown; encoding: { color: Record<string, unknown> } };
+  // Hundreds of acquires per curve: a line without a symbol on each, the legend in
+  // the table's column order, its titles whole (Vega cuts labels at 160 px).
+  return {
+    ...spec,
+    mark: { type: 'line', strokeWidth: 2, interpolate: 'step-after' },
+    encoding: { ...spec.encoding, color: { ...spec.encoding.color, sort: report.sources.map(titleOf), legend: { labelLimit: 400, labelFontSize: 12, symbolType: 'stroke', symbolStrokeWidth: 3 } } },
+  } as TopLevelSpec;
 }
 
 function table(rows: readonly (readonly string[])[], numericFrom: number): string {
