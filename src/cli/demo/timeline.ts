@@ -131,6 +131,9 @@ export function timelineSvg(events: readonly TimelineEvent[], info: TimelineInfo
   const x = scale.x;
 
   const out: string[] = [];
+  // Labels that lines may cross (the expiry's dashed line, the pause band's edges) go on top, each with a halo.
+  const over: string[] = [];
+  const HALO = 'paint-order="stroke" stroke="white" stroke-width="4" stroke-linejoin="round"';
   const lanes: { actor: string; label: string; top: number; height: number }[] = [];
   let y = 86;
   for (const actor of ['A', 'service', 'B']) {
@@ -180,8 +183,8 @@ export function timelineSvg(events: readonly TimelineEvent[], info: TimelineInfo
     const seconds = (((resume ?? end) - pause) / 1000).toFixed(1);
     const label = `A frozen (SIGSTOP) ${seconds} s`;
     const cx = (x1 + x2) / 2;
-    out.push(`<rect x="${num(cx - textWidth(label) / 2 - 6)}" y="${rowY('A', 's3') - 11}" width="${num(textWidth(label) + 12)}" height="20" fill="white" stroke="#999" rx="3"/>`);
-    out.push(`<text x="${num(cx)}" y="${rowY('A', 's3') + 4}" font-size="12" text-anchor="middle" fill="#333">${label}</text>`);
+    over.push(`<rect x="${num(cx - textWidth(label) / 2 - 6)}" y="${rowY('A', 's3') - 11}" width="${num(textWidth(label) + 12)}" height="20" fill="white" stroke="#999" rx="3"/>`);
+    over.push(`<text x="${num(cx)}" y="${rowY('A', 's3') + 4}" font-size="12" text-anchor="middle" fill="#333">${label}</text>`);
   }
 
   // Grants: a solid bar while the holder holds the lock; for A, a dashed one from the moment the lock service ended its grant.
@@ -201,13 +204,13 @@ export function timelineSvg(events: readonly TimelineEvent[], info: TimelineInfo
       // Beside the bar: on its right if the plot has room there, else on its left.
       const text = actor === 'B' ? `${label}, writes, releases` : label;
       const right = x2 + 6 + textWidth(text) <= PLOT_END;
-      out.push(`<text x="${num(right ? x2 + 6 : x1 - 6)}" y="${barY + 13}" font-size="12" text-anchor="${right ? 'start' : 'end'}" fill="${COLOR[actor]}">${esc(text)}</text>`);
+      over.push(`<text x="${num(right ? x2 + 6 : x1 - 6)}" y="${barY + 13}" font-size="12" text-anchor="${right ? 'start' : 'end'}" fill="${COLOR[actor]}" ${HALO}>${esc(text)}</text>`);
     }
     if (lost !== undefined) {
       const stop = x(first('end', actor)?.at ?? end);
       out.push(`<rect class="lost" x="${num(x2)}" y="${barY}" width="${num(Math.max(stop - x2, 3))}" height="18" fill="none" stroke="${COLOR[actor]}" stroke-width="1.5" stroke-dasharray="5 3" rx="3"/>`);
       const note = 'lock gone, A does not know';
-      if (textWidth(note) < stop - x2 - 10) out.push(`<text x="${num(x2 + 6)}" y="${barY + 13}" font-size="12" fill="${COLOR[actor]}">${note}</text>`);
+      if (textWidth(note) < stop - x2 - 10) over.push(`<text x="${num(x2 + 6)}" y="${barY + 13}" font-size="12" fill="${COLOR[actor]}" ${HALO}>${note}</text>`);
     }
   }
 
@@ -222,11 +225,13 @@ export function timelineSvg(events: readonly TimelineEvent[], info: TimelineInfo
     const right = ex + 8 + textWidth(what) <= W - 16;
     const tx = right ? ex + 8 : ex - 8;
     const anchor = right ? 'start' : 'end';
-    out.push(
+    over.push(
       `<text x="${num(tx)}" y="${s.top + 19}" font-size="12" text-anchor="${anchor}" fill="${REFUSED}">${esc(what)}</text>`,
       `<text x="${num(tx)}" y="${s.top + 35}" font-size="11.5" text-anchor="${anchor}" fill="#555">${esc(when)}</text>`,
     );
   }
+
+  out.push(...over);
 
   // Writes, one row per resource; and what each holder's last writes came to, in the right margin.
   for (const actor of ['A', 'B']) {
@@ -280,13 +285,13 @@ export function timelineSvg(events: readonly TimelineEvent[], info: TimelineInfo
       rowY0 += 24;
     }
     items.push(shape(lx, rowY0), `<text x="${lx + 30}" y="${rowY0 + 4}" font-size="12" fill="#333">${esc(label)}</text>`);
-    lx += 30 + textWidth(label) + 16;
+    lx += 30 + textWidth(label) + 14;
   };
   item((lx, y) => `<rect x="${lx}" y="${y - 7}" width="24" height="14" fill="${COLOR.A}" rx="3"/>`, 'holds the lock');
   item((lx, y) => `<rect x="${lx}" y="${y - 7}" width="24" height="14" fill="none" stroke="${COLOR.A}" stroke-dasharray="5 3" rx="3"/>`, 'lock lost, still running');
   item((lx, y) => `<rect x="${lx}" y="${y - 7}" width="24" height="14" fill="url(#paused)" stroke="#999" stroke-dasharray="3 3"/>`, 'paused');
   item((lx, y) => `<line x1="${lx + 12}" y1="${y - 8}" x2="${lx + 12}" y2="${y + 8}" stroke="${REFUSED}" stroke-width="1.5" stroke-dasharray="6 4"/>`, 'lock service ends the grant');
-  item((lx, y) => mark(lx + 12, y, 'accepted'), 'write accepted');
+  item((lx, y) => mark(lx + 12, y, 'accepted'), 'accepted');
   item((lx, y) => mark(lx + 12, y, 'refused'), 'refused (stale token)');
   out.push(...items);
 
