@@ -184,7 +184,7 @@ options:
 exit codes: 0 printed (settle: recorded); 64 usage, or settle refused; 69 the
 database could not be reached or has no ledger (run 'fencekeeper migrate'); 70
 internal error`,
-  demo: `usage: fencekeeper demo [--unfenced] [--metrics] [--lock-service <url>]
+  demo: `usage: fencekeeper demo [--unfenced] [--metrics] [--lock-service <url>] [--timeline <file.svg>]
 
 Play the paused-holder story with real processes and real servers: holder A
 acquires jobs/reindex and writes to a PostgreSQL row, an S3 object and an
@@ -194,7 +194,10 @@ writes; A resumes and writes with its old token. Every resource refuses A.
 --unfenced makes the same writes without fencing. --metrics records
 fencekeeper's OpenTelemetry metrics in every process (holders and the HTTP
 service) and prints them at the end (needs @opentelemetry/api and
-@opentelemetry/sdk-metrics installed).
+@opentelemetry/sdk-metrics installed). The demo draws its timeline, at the
+times it recorded, as an SVG picture (the holders' lanes, the pause, the
+grant's end, each write accepted or refused) and prints where: --timeline
+names the file (default: one in the OS's temporary folder).
 
 The lock comes from --lock-service (or $FENCEKEEPER_LOCK_SERVICE): any URL
 'fencekeeper run --help' lists; by default the ZooKeeper of $ZOOKEEPER.

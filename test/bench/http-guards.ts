@@ -13,10 +13,13 @@
 // rounds alternate the routes' order; medians over rounds, and "vs bare" is
 // the median of the per-round ratios against the same framework's bare route.
 // The CPU column is the server process's CPU time per request (process.cpuUsage).
+// BENCH_CHART (default docs/images/bench/http-guards.svg; '' for none): the
+// req/s of every route as a bar chart, with the command, machine and load.
 import { fork, type ChildProcess } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
+import { barChartSpec, machineLine, writeSvg, type BarPoint } from './lib/chart.js';
 
 const TOKEN = '34';
 const FRAMEWORKS = ['express', 'fastify', 'hono', 'fetch'] as const;
@@ -132,5 +135,24 @@ async function measure(): Promise<void> {
     const pick = (k: 'rps' | 'cpu' | 'p99'): number => median(s.map((x) => x[k]));
     const ratio = (k: 'rps' | 'cpu'): number => median(s.map((x, i) => x[k] / bare[i]![k]));
     console.log(`${t.name.padEnd(18)} ${pick('rps').toFixed(0).padStart(7)} ${String(pick('p99')).padStart(7)}  ${ratio('rps').toFixed(3).padStart(13)}  ${pick('cpu').toFixed(1).padStart(17)}  ${ratio('cpu').toFixed(3).padStart(11)}`);
+  }
+  const chart = process.env.BENCH_CHART ?? fileURLToPath(new URL('../../docs/images/bench/http-guards.svg', import.meta.url));
+  if (chart !== '') {
+    // The same medians as the table: one group per framework, bare beside guarded.
+    const points: BarPoint[] = targets.map((t) => ({ group: t.framework, series: t.route === 'bare' ? 'bare' : 'fencing()', value: Math.round(median(samples.get(t.name)!.map((x) => x.rps))) }));
+    const written = await writeSvg(
+      chart,
+      barChartSpec(points, {
+        title: 'HTTP guards: the bare route vs fencing() with MemoryFenceStore',
+        subtitle: [
+          `test/bench/http-guards.ts: ${connections} connections, medians of ${rounds} x ${duration} s`,
+          `${await machineLine()} at the end`,
+        ],
+        yTitle: 'requests/s (median of rounds)',
+        width: 560,
+        height: 280,
+      }),
+    );
+    console.log(`chart: ${written}`);
   }
 }

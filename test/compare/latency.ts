@@ -16,6 +16,8 @@ export interface Latency {
   readonly cpuMsPerCycle: number;
   /** /proc/loadavg's 1-minute figure when the measurement ended. */
   readonly loadAverage: number;
+  /** Every acquire's time (ms, 3 decimals), sorted: the HTML page's latency chart (--html) draws them. */
+  readonly acquireMs?: readonly number[];
 }
 
 function quantile(sorted: readonly number[], q: number): number {
@@ -45,5 +47,6 @@ export async function measureLatency(source: LockSource, cycles: number, loadAve
     cyclesPerSecond: cycles / seconds,
     cpuMsPerCycle: (used.user + used.system) / 1000 / cycles,
     loadAverage: loadAverage(),
+    acquireMs: acquires.map((t) => Math.round(t * 1000) / 1000),
   };
 }

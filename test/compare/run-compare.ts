@@ -3,7 +3,7 @@
 // scenarios on the project's servers, counted; see compare.ts.
 //
 //   npm run compare -- [--trials N] [--source redis,redlock,etcd,zookeeper] [--json]
-//                      [--latency-cycles N] [--concurrency N] [--no-build]
+//                      [--latency-cycles N] [--concurrency N] [--no-build] [--html FILE]
 //
 //   --trials N          trials per failover, clock and pause scenario and source (default 20)
 //   --source LIST       a subset of the sources, comma-separated (default all four)
@@ -11,6 +11,7 @@
 //   --latency-cycles N  uncontended acquire/release cycles per source (default 200)
 //   --concurrency N     paused holders of one source at once (default 5)
 //   --no-build          do not rebuild dist/ first (the paused holders run the built package)
+//   --html FILE         also write the report as one self-contained HTML page (./html.ts)
 //
 // Servers: as in the test suite. Variables already set (FK_REDIS, FK_ETCD,
 // FK_ZK_ENSEMBLE, DATABASE_URL, S3_ENDPOINT...) are used as they are;
@@ -27,6 +28,7 @@ import { positive } from '../helpers/script-options.js';
 import setupServers from '../setup/global-setup.js';
 import { SOURCE_KINDS, runCompare, type SourceKind } from './compare.js';
 import { runFailures } from './evidence.js';
+import { writeHtml } from './html.js';
 import { renderReport, reportJson } from './table.js';
 
 function sourcesOf(text: string | undefined): SourceKind[] {
@@ -55,6 +57,7 @@ async function main(): Promise<number> {
       'latency-cycles': { type: 'string' },
       concurrency: { type: 'string' },
       'no-build': { type: 'boolean' },
+      html: { type: 'string' },
     },
   });
   const trials = positive('trials', values.trials, 20);
@@ -78,6 +81,7 @@ async function main(): Promise<number> {
     });
     if (json) process.stdout.write(`${reportJson(report)}\n`);
     else log(`\n${renderReport(report)}`);
+    if (values.html !== undefined) log(`\nHTML page: ${await writeHtml(values.html, report)}`);
     return runFailures(report).length === 0 ? 0 : 1;
   } finally {
     await release();

@@ -5,14 +5,15 @@ import type { CompareReport, SourceKind, SourceReport } from './compare.js';
 import { runFailures } from './evidence.js';
 import type { FaultScenario } from './trial.js';
 
-const TITLE: Record<SourceKind, string> = {
+/** A source's column title, in the text table and the HTML page. */
+export const TITLE: Record<SourceKind, string> = {
   redis: 'single Redis',
   redlock: 'Redlock over 5',
   etcd: 'etcd (3-node cluster)',
   zookeeper: 'ZooKeeper (3-node ensemble)',
 };
 
-type Row = readonly [scenario: string, row: string, count: string, trials: string];
+export type Row = readonly [scenario: string, row: string, count: string, trials: string];
 
 const triple = (w: { postgres: number; s3: number; http: number }): string => `${w.postgres}/${w.s3}/${w.http}`;
 const sum = (w: { postgres: number; s3: number; http: number }): number => w.postgres + w.s3 + w.http;
@@ -29,7 +30,8 @@ function faultRows(label: string, f: FaultScenario, secondRow: string): Row[] {
   ];
 }
 
-function rowsOf(s: SourceReport): Row[] {
+/** One source's table: scenario, row, count, trials (the text table and the HTML page print the same rows). */
+export function rowsOf(s: SourceReport): Row[] {
   const rows: Row[] = [...faultRows('failover', s.failover, 'second client granted the lock while the first held it (double grant)')];
   if (s.clock !== undefined) rows.push(...faultRows('clock', s.clock, 'double grant after the jump'));
   const p = s.paused;
@@ -54,6 +56,28 @@ function align(rows: readonly (readonly string[])[]): string[] {
   return rows.map((r) => r.map((cell, i) => (i === r.length - 1 ? cell : cell.padEnd(widths[i] ?? 0))).join('  ').trimEnd());
 }
 
+/** The seeds' table: a header row (blank, then one title per source), then one row per claim, one cell per source. */
+export function seedsTable(report: CompareReport): string[][] {
+  const cell = (s: SourceReport, pick: (s: SourceReport) => string): string => pick(s);
+  const line = (row: string, pick: (s: SourceReport) => string): string[] => [row, ...report.sources.map((s) => cell(s, pick))];
+  const of = (count: number, trials: number): string => `${count}/${trials}`;
+  return [
+    ['', ...report.sources.map((s) => TITLE[s.source])],
+    line('first holder still held when the second asked', (s) => of(s.failover.firstHeld, s.failover.trials)),
+    line('double grants at failover/restart', (s) => of(s.failover.doubleGrants, s.failover.trials)),
+    line('token regressions at failover/restart', (s) => of(s.failover.tokenRegressions, s.failover.trials)),
+    line('stale writes accepted by a fence after failover/restart', (s) => of(sum(s.failover.staleAccepted), 3 * s.failover.trials)),
+    line('clock jump: double grants', (s) => (s.clock === undefined ? 'not run' : of(s.clock.doubleGrants, s.clock.trials))),
+    line('clock jump: token regressions', (s) => (s.clock === undefined ? 'not run' : of(s.clock.tokenRegressions, s.clock.trials))),
+    line('clock jump: stale writes accepted by a fence', (s) => (s.clock === undefined ? 'not run' : of(sum(s.clock.staleAccepted), 3 * s.clock.trials))),
+    line('paused holder, no fencing: stale writes accepted', (s) => of(sum(s.paused.fencingOff), 3 * s.paused.trials)),
+    line('paused holder, fencing: stale writes accepted', (s) => of(sum(s.paused.fencingOn), 3 * s.paused.trials)),
+    line('acquire p50 / p99 (ms)', (s) => `${ms(s.latency.p50Ms)} / ${ms(s.latency.p99Ms)}`),
+    line('cycles/s', (s) => s.latency.cyclesPerSecond.toFixed(0)),
+    line('verdict', (s) => s.verdict.kind),
+  ];
+}
+
 export function renderReport(report: CompareReport): string {
   const out: string[] = [];
   out.push(`npm run compare: ${report.trials} trials per fault scenario and source, ${report.machine.cores} cores, load ${report.machine.loadBefore} before, ${report.machine.loadAfter} after, ${report.seconds.toFixed(0)} s`);
@@ -69,26 +93,7 @@ export function renderReport(report: CompareReport): string {
     out.push('', "The clock jump is simulated: the key's remaining TTL on one node cut to 5 ms (PEXPIRE), which is what a forward jump of that node's wall clock does to it; libfaketime recurses in clock_gettime with Debian's redis-server at start-up, and time namespaces do not shift the wall clock.");
   }
   out.push('', "The seeds' table, measured (count/trials; writes: trials x 3 resources):");
-  const cell = (s: SourceReport, pick: (s: SourceReport) => string): string => pick(s);
-  const line = (row: string, pick: (s: SourceReport) => string): string[] => [row, ...report.sources.map((s) => cell(s, pick))];
-  const of = (count: number, trials: number): string => `${count}/${trials}`;
-  out.push(
-    ...align([
-      ['', ...report.sources.map((s) => TITLE[s.source])],
-      line('first holder still held when the second asked', (s) => of(s.failover.firstHeld, s.failover.trials)),
-      line('double grants at failover/restart', (s) => of(s.failover.doubleGrants, s.failover.trials)),
-      line('token regressions at failover/restart', (s) => of(s.failover.tokenRegressions, s.failover.trials)),
-      line('stale writes accepted by a fence after failover/restart', (s) => of(sum(s.failover.staleAccepted), 3 * s.failover.trials)),
-      line('clock jump: double grants', (s) => (s.clock === undefined ? 'not run' : of(s.clock.doubleGrants, s.clock.trials))),
-      line('clock jump: token regressions', (s) => (s.clock === undefined ? 'not run' : of(s.clock.tokenRegressions, s.clock.trials))),
-      line('clock jump: stale writes accepted by a fence', (s) => (s.clock === undefined ? 'not run' : of(sum(s.clock.staleAccepted), 3 * s.clock.trials))),
-      line('paused holder, no fencing: stale writes accepted', (s) => of(sum(s.paused.fencingOff), 3 * s.paused.trials)),
-      line('paused holder, fencing: stale writes accepted', (s) => of(sum(s.paused.fencingOn), 3 * s.paused.trials)),
-      line('acquire p50 / p99 (ms)', (s) => `${ms(s.latency.p50Ms)} / ${ms(s.latency.p99Ms)}`),
-      line('cycles/s', (s) => s.latency.cyclesPerSecond.toFixed(0)),
-      line('verdict', (s) => s.verdict.kind),
-    ]).map((l) => `  ${l}`),
-  );
+  out.push(...align(seedsTable(report)).map((l) => `  ${l}`));
   for (const failure of runFailures(report)) out.push('', failure);
   if (report.errors > 0) out.push('', `${report.errors} trials failed and were run again (their errors: --json)`);
   return out.join('\n');

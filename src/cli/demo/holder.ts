@@ -54,6 +54,7 @@ async function main(): Promise<void> {
     await writeAll(resources, actor, lock.token);
   }
   await lock.end();
+  report({ event: 'released' });
   await locks.close().catch(() => undefined);
   await resources.close();
   if (metrics !== null) {

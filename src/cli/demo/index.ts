@@ -15,12 +15,16 @@
  * with B's data. DEMO_UNFENCED=1 (or --unfenced) performs the same writes
  * without fencing, to show the corruption the tokens prevent: it exits 1.
  */
+import { writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { parseToken } from '../../index.js';
 import { lockServiceFrom } from '../services/index.js';
 import { HolderProcess, type HolderMessage } from './holder-process.js';
 import { formatSeries, startDemoMetrics, type DemoMetrics, type DemoSeries } from './metrics.js';
 import { openDemoResources } from './resources.js';
 import { startService, type DemoService } from './service.js';
+import { timelineSvg, type TimelineEvent } from './timeline.js';
 
 interface Row {
   readonly at: number;
@@ -37,6 +41,8 @@ export interface DemoOptions {
   readonly print?: (line: string) => void;
   /** The lock service URL (--lock-service); default $FENCEKEEPER_LOCK_SERVICE, else the ZooKeeper of $ZOOKEEPER. */
   readonly lockService?: string;
+  /** Where to write the timeline's picture (SVG) (--timeline); default a file in the OS's temporary folder. The demo prints the path. */
+  readonly timeline?: string;
 }
 
 /** Who ends A's grant while it is frozen, and how, by the lock service's URL scheme. */
@@ -79,6 +85,11 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
   const rows: Row[] = [];
   const note = (actor: string, token: string, action: string, outcome: string, at = Date.now()): void => {
     rows.push({ at, actor, token, action, outcome });
+  };
+  // The same moments, at the same real times, for the timeline's picture.
+  const events: TimelineEvent[] = [];
+  const writes = (actor: string, messages: readonly HolderMessage[]): void => {
+    for (const w of messages) events.push({ kind: 'write', actor, at: w.at, resource: String(w.resource), outcome: String(w.outcome) });
   };
 
   print(`fencekeeper demo: a paused lock holder, against real servers${unfenced ? ' (UNFENCED: writes skip the token check)' : ''}`);
@@ -135,13 +146,16 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     const acquiredA = await a.next('acquired');
     const tokenA = acquiredA.token as string;
     note('A', tokenA, `acquire ${lockName} (session timeout ${String(acquiredA.sessionTimeoutMs)} ms)`, 'granted', acquiredA.at);
+    events.push({ kind: 'acquire', actor: 'A', at: acquiredA.at, token: tokenA });
     const checked = await a.next('checked');
     for (const w of a.messages.filter((m) => m.event === 'write')) note('A', tokenA, `write ${String(w.resource)}`, `${String(w.outcome)} (${String(w.detail)})`, w.at);
     note('A', tokenA, 'checks lock.held before its next write', String(checked.held), checked.at);
+    writes('A', a.messages.filter((m) => m.event === 'write'));
 
     // t1: the pause.
     a.child.kill('SIGSTOP');
     note('A', tokenA, 'SIGSTOP: frozen like a long GC pause', 'paused');
+    events.push({ kind: 'pause', actor: 'A', at: Date.now() });
 
     // t2: the lock service ends A's grant (a session expired, a key's TTL run out, a lease expired).
     const expiredBy = Date.now() + 30_000;
@@ -152,6 +166,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
       await new Promise((r) => setTimeout(r, 50));
     }
     note(expiry.actor, tokenA, expiry.what, 'lock free');
+    events.push({ kind: 'expire', actor: expiry.actor, at: Date.now(), what: expiry.what });
 
     // t3: B acquires with a larger token and writes.
     const b = new HolderProcess('B', { ...env, DEMO_PAUSE: '0' });
@@ -159,18 +174,25 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     const acquiredB = await b.next('acquired');
     const tokenB = acquiredB.token as string;
     note('B', tokenB, `acquire ${lockName}`, `granted (token ${BigInt(tokenB) > BigInt(tokenA) ? '>' : '<='} A's)`, acquiredB.at);
+    events.push({ kind: 'acquire', actor: 'B', at: acquiredB.at, token: tokenB });
     await b.next('done');
     for (const w of b.messages.filter((m) => m.event === 'write')) note('B', tokenB, `write ${String(w.resource)}`, `${String(w.outcome)} (${String(w.detail)})`, w.at);
     note('B', tokenB, `release ${lockName}`, 'released');
+    writes('B', b.messages.filter((m) => m.event === 'write'));
+    events.push({ kind: 'release', actor: 'B', at: (await b.next('released')).at });
 
     // t4: A resumes and writes with its old token, without checking again.
     a.child.kill('SIGCONT');
     note('A', tokenA, 'SIGCONT: resumes, still believing it holds the lock', 'running');
+    events.push({ kind: 'resume', actor: 'A', at: Date.now() });
     a.send('go');
     const resumed = await a.next('resumed');
     note('A', tokenA, 'reads lock.held (first thing after resuming)', `${String(resumed.held)}${resumed.reason ? ` (${String(resumed.reason)})` : ''}`, resumed.at);
+    const endA = await a.next('released');
     await a.next('done');
     const staleWrites = a.messages.filter((m) => m.event === 'write').slice(3);
+    writes('A', staleWrites);
+    events.push({ kind: 'end', actor: 'A', at: endA.at });
     for (const w of staleWrites) note('A', tokenA, `write ${String(w.resource)} with its old token`, `${String(w.outcome)} (${String(w.detail)})`, w.at);
 
     // What the resources hold now.
@@ -211,6 +233,11 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
         ? `PASS: every resource refused A's stale token ${tokenA} after B's ${tokenB}; the lock alone could not have stopped A.`
         : `FAIL: a stale write was accepted${unfenced ? ' (fencing disabled)' : ''}: a paused holder corrupted the data.`,
     );
+    const picture = options.timeline ?? join(tmpdir(), `fencekeeper-demo-${run}.svg`);
+    const when = new Date(start).toISOString().replace('T', ' ').replace(/\.\d+Z$/, ' UTC');
+    const subtitle = `${address.description}, session timeout ${sessionTimeoutMs} ms; PostgreSQL, S3 (Ceph RGW), HTTP (Express); recorded ${when}`;
+    await writeFile(picture, timelineSvg(events, { subtitle, unfenced }));
+    print(`timeline (SVG): ${picture}`);
     return ok ? 0 : 1;
   } finally {
     await metrics?.stop().catch(() => undefined);
