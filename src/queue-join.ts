@@ -81,22 +81,15 @@ export interface QueueJoinSteps<Joined, Wait, Claimed, Grant extends { readonly 
 export async function joinQueue<Joined, Wait, Claimed, Grant extends { readonly held: boolean }>(steps: QueueJoinSteps<Joined, Wait, Claimed, Grant>): Promise<Grant | null> {
   const { mode, signal, timeoutMs } = steps;
   let stopper = steps.stopperFirst === true || signal !== undefined || timeoutMs !== undefined ? new QueueStopper(steps.waits, steps.name, signal, timeoutMs) : null;
-  const stopperNow = (): QueueStopper => (stopper ??= new QueueStopper(steps.waits, steps.name, undefined, undefined));
   let joining: Promise<Joined | null> | null = null;
   let claiming: Promise<Claimed | null> | null = null;
-  let handedOver = false;
-  const handOver = (joined: Joined | null, claimed: Claimed | null): Grant => {
-    const grant = steps.build(joined, claimed);
-    handedOver = true;
-    noteGrant(steps.client, steps.kind, steps.name, grant);
-    return grant;
-  };
+  let grant: Grant | null = null;
   try {
     if (steps.shortcut !== undefined) {
-      const s = stopperNow();
-      claiming = steps.shortcut(s);
-      const claimed = await s.race(claiming);
-      if (claimed !== null) return handOver(null, claimed);
+      stopper ??= new QueueStopper(steps.waits, steps.name, undefined, undefined);
+      claiming = steps.shortcut(stopper);
+      const claimed = await stopper.race(claiming);
+      if (claimed !== null) return (grant = handOver(steps, null, claimed));
       claiming = null;
       if (mode === 'try') return null;
     }
@@ -111,30 +104,41 @@ export async function joinQueue<Joined, Wait, Claimed, Grant extends { readonly 
     else if (mode === 'try') return null;
     else {
       warnIfSelfWait(steps.client, steps.kind, steps.name);
-      outcome = await steps.waitForTurn(joined, place as Wait, stopperNow());
+      stopper ??= new QueueStopper(steps.waits, steps.name, undefined, undefined);
+      outcome = await steps.waitForTurn(joined, place as Wait, stopper);
     }
     if (outcome === 'turn') {
       const holding = steps.holdBack?.(joined) ?? null;
-      if (holding !== null) await stopperNow().race(holding);
+      if (holding !== null) {
+        stopper ??= new QueueStopper(steps.waits, steps.name, undefined, undefined);
+        await stopper.race(holding);
+      }
     }
-    if (stopper !== null) (stopper as QueueStopper).check();
+    if (stopper !== null) stopper.check();
     else {
       // What a stopper would have caught: the client ended as the turn arrived.
       const error = steps.ended?.() ?? null;
       if (error !== null) throw error;
     }
     if (outcome === 'gone') throw steps.lost(joined);
-    if (steps.claim === undefined) return handOver(joined, null);
-    const s = stopperNow();
-    claiming = steps.claim(joined, s, () => warnIfSelfWait(steps.client, steps.kind, steps.name));
-    const claimed = await s.race(claiming);
+    if (steps.claim === undefined) return (grant = handOver(steps, joined, null));
+    stopper ??= new QueueStopper(steps.waits, steps.name, undefined, undefined);
+    claiming = steps.claim(joined, stopper, () => warnIfSelfWait(steps.client, steps.kind, steps.name));
+    const claimed = await stopper.race(claiming);
     if (claimed === null) return null;
-    return handOver(joined, claimed);
+    return (grant = handOver(steps, joined, claimed));
   } finally {
     (stopper as QueueStopper | null)?.dispose();
-    if (!handedOver) {
+    if (grant === null) {
       if (joining !== null) await steps.abandon(joining);
       if (claiming !== null && steps.unclaim !== undefined) await steps.unclaim(claiming);
     }
   }
+}
+
+/** Build the grant and note it against its client (the self-wait warning): from here on it is the caller's. */
+function handOver<Joined, Wait, Claimed, Grant extends { readonly held: boolean }>(steps: QueueJoinSteps<Joined, Wait, Claimed, Grant>, joined: Joined | null, claimed: Claimed | null): Grant {
+  const grant = steps.build(joined, claimed);
+  noteGrant(steps.client, steps.kind, steps.name, grant);
+  return grant;
 }

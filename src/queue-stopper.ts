@@ -205,6 +205,7 @@ export class QueueStopper {
     if (this.#reason !== null) throw this.#reason;
   }
 
+  /** The wait is over, however it ended: leave the group, the signal's set and what follow() subscribed to. */
   dispose(): void {
     this.#group.delete(this);
     this.#unfollow?.();

@@ -21,8 +21,8 @@ import type { SequencerKind } from './sequencer.js';
 /** The code of the process warning a client waiting on a lock it holds itself emits (process.on('warning'): `warning.code`). */
 export const SELF_WAIT_WARNING = 'FENCEKEEPER_SELF_WAIT';
 
-/** What the registry needs of a grant: whether it still holds. */
-interface Grant {
+/** What the self-wait registry needs of a grant (noteGrant, forgetGrant): whether it still holds. */
+export interface SelfWaitGrant {
   readonly held: boolean;
 }
 
@@ -34,7 +34,7 @@ function familyOf(kind: SequencerKind): Family {
 }
 
 /** One name's live grants, knowing its map: the last one to leave removes it (a process naming ever new locks keeps no trail). */
-class NameGrants extends Set<Grant> {
+class NameGrants extends Set<SelfWaitGrant> {
   constructor(
     readonly byName: Map<string, NameGrants>,
     readonly name: string,
@@ -54,7 +54,7 @@ class ClientGrants {
 
 const byClient = new WeakMap<object, ClientGrants>();
 /** Each noted grant's set, so that forgetting it is one lookup. */
-const setOf = new WeakMap<Grant, NameGrants>();
+const setOf = new WeakMap<SelfWaitGrant, NameGrants>();
 
 /**
  * Note that `client` holds `grant` (of `kind` and `name`), until
@@ -62,7 +62,7 @@ const setOf = new WeakMap<Grant, NameGrants>();
  * warns (warnIfSelfWait). `client` is whatever object the source's grants
  * hang on (its client, its session).
  */
-export function noteGrant(client: object, kind: SequencerKind, name: string, grant: Grant): void {
+export function noteGrant(client: object, kind: SequencerKind, name: string, grant: SelfWaitGrant): void {
   let grants = byClient.get(client);
   if (grants === undefined) byClient.set(client, (grants = new ClientGrants()));
   const byName = grants[familyOf(kind)];
@@ -73,7 +73,7 @@ export function noteGrant(client: object, kind: SequencerKind, name: string, gra
 }
 
 /** The grant has left (released, resigned): it no longer counts (a no-op for a grant never noted). */
-export function forgetGrant(grant: Grant): void {
+export function forgetGrant(grant: SelfWaitGrant): void {
   const set = setOf.get(grant);
   if (set === undefined) return;
   set.delete(grant);

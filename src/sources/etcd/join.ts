@@ -167,14 +167,25 @@ class EtcdJoin<T extends { readonly held: boolean }> implements QueueJoinSteps<J
 
 const ignore = (): void => undefined;
 
-export async function joinAndWait<T extends { readonly held: boolean }>(etcd: EtcdClient, request: JoinRequest<T>): Promise<T | null> {
+/** Check every argument (a bad one rejects, nothing sent), then join and wait (null only in 'try' mode). */
+export function joinAndWait<T extends { readonly held: boolean }>(etcd: EtcdClient, request: JoinRequest<T>): Promise<T | null> {
+  let steps: EtcdJoin<T>;
+  try {
+    steps = checked(etcd, request);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+  return joinQueue(steps);
+}
+
+function checked<T extends { readonly held: boolean }>(etcd: EtcdClient, request: JoinRequest<T>): EtcdJoin<T> {
   const session = etcdSession(etcd);
   checkName(request.name);
   const options = checkWaitOptions(request.options, request.mode === 'wait', request.ownerField);
   // The lease is granted at least the TTL asked for: a margin that fits it fits the grant.
   if (options.safetyMarginMs !== undefined) safetyMargin(session.requestedTtlSeconds * 1000, options.safetyMarginMs);
   options.signal?.throwIfAborted();
-  return joinQueue(new EtcdJoin(etcd, request, session, options));
+  return new EtcdJoin(etcd, request, session, options);
 }
 
 /**

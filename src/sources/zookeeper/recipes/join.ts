@@ -175,7 +175,18 @@ class ZooKeeperJoin<T extends { readonly held: boolean }> implements QueueJoinSt
   }
 }
 
-export async function joinAndWait<T extends { readonly held: boolean }>(zk: ZooKeeperClient, join: Join<T>): Promise<T | null> {
+/** Check every argument (a bad one rejects, nothing sent), then join and wait (null only in 'try' mode). */
+export function joinAndWait<T extends { readonly held: boolean }>(zk: ZooKeeperClient, join: Join<T>): Promise<T | null> {
+  let steps: ZooKeeperJoin<T>;
+  try {
+    steps = checked(zk, join);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+  return joinQueue(steps);
+}
+
+function checked<T extends { readonly held: boolean }>(zk: ZooKeeperClient, join: Join<T>): ZooKeeperJoin<T> {
   const { root, name, options } = join;
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('options must be an object');
   const parent = queueParent(root, name);
@@ -190,7 +201,7 @@ export async function joinAndWait<T extends { readonly held: boolean }>(zk: ZooK
   signal?.throwIfAborted();
   if (zk.state === 'expired') throw new SessionExpiredError();
   if (zk.state === 'closed') throw new ClientClosedError();
-  return joinQueue(new ZooKeeperJoin(zk, join, parent, marginMs, acl, lockDelayMs));
+  return new ZooKeeperJoin(zk, join, parent, marginMs, acl, lockDelayMs);
 }
 
 /** The owner string as node data: the default one (most acquires) encoded once. */
