@@ -17,8 +17,17 @@
 export { StepDownClock, safetyMargin } from './step-down.js';
 export type { StepDownSource, Holding, HoldingOptions } from './step-down.js';
 
-// A fair queue's grant (held, signal, deadline, sequencer, leave) with a source's hooks
-export { QueueGrant } from './queue-grant.js';
+// A fair queue's grant (held, signal, deadline, sequencer, leave) with a source's hooks,
+// and the held lock and leadership written once over it
+export { QueueGrant, lockGrant, leadershipGrant } from './queue-grant.js';
+export type { QueueGrantClass, LockGrantMethods, LeadershipGrantMethods } from './queue-grant.js';
+// A fair queue's join (join, then wait on the predecessor) with a source's steps, and its stop
+export { joinQueue } from './queue-join.js';
+export type { QueueJoinSteps } from './queue-join.js';
+export { QueueStopper, WaitGroup } from './queue-stopper.js';
+// The self-wait warning: a client about to wait for a lock it holds itself
+export { SELF_WAIT_WARNING, noteGrant, forgetGrant, warnIfSelfWait } from './self-wait.js';
+export type { SelfWaitGrant } from './self-wait.js';
 // A fair queue's cached view (holder, entries, onChange) kept fresh by a source's watch
 export { QueueObserver } from './queue-observer.js';
 

@@ -17,6 +17,8 @@
  * A source subclasses this once, for the state its hooks keep, so a grant
  * is one object: no layer of delegation on the acquire/release path.
  */
+import { traceRelease } from './diagnostics.js';
+import { forgetGrant } from './self-wait.js';
 import type { Holding } from './step-down.js';
 import type { Sequencer, SequencerKind, SourceIdentity } from './sequencer.js';
 import { grantSequencer } from './source-identity.js';
@@ -26,19 +28,42 @@ import type { FencingToken } from './token.js';
 export abstract class QueueGrant<Op, Result> {
   readonly name: string;
   readonly #kind: SequencerKind;
+  /** The name the sequencer carries: the grant's, or a permit's slot (`<name>#<slot>`). */
+  readonly #sequencerName: string;
   /** The name LockLostError carries ('jobs/reindex', 'election primary'). */
   protected readonly lockLabel: string;
   readonly #token: FencingToken;
   #leaving: Promise<void> | null = null;
   #sequencer: Sequencer | null = null;
 
-  /** `kind`: a lock's grant or a leadership; `token`: our entry's order in the queue. */
-  protected constructor(kind: SequencerKind, name: string, token: FencingToken) {
+  /**
+   * `kind`: the grant's (a plain, read or write lock, a permit, a
+   * leadership); `token`: our entry's order in the queue (a permit's: its
+   * slot's); `sequencerName`: what the sequencer names, when not `name`
+   * (a permit's slot, `<name>#<slot>`).
+   */
+  protected constructor(kind: SequencerKind, name: string, token: FencingToken, sequencerName: string = name) {
     this.#kind = kind;
     this.name = name;
+    this.#sequencerName = sequencerName;
     // A plain lock by its name; the other kinds say which they are ('election primary', 'read jobs', 'permit pool#2').
-    this.lockLabel = kind === 'lock' ? name : `${kind} ${name}`;
+    this.lockLabel = kind === 'lock' ? name : `${kind} ${sequencerName}`;
     this.#token = token;
+  }
+
+  /** The grant's kind, as its sequencer carries it. */
+  protected get grantKind(): SequencerKind {
+    return this.#kind;
+  }
+
+  /** The grant's token (a lock's token, a leadership's epoch). */
+  protected get queueToken(): FencingToken {
+    return this.#token;
+  }
+
+  /** Where the grant's entry lives, for toJSON (`{ path }` of a node, `{ key }` of a key). */
+  protected entryJSON(): Record<string, string> {
+    return {};
   }
 
   /** The step-down holding behind `held` and `signal` (a source may make it on first use). */
@@ -63,7 +88,7 @@ export abstract class QueueGrant<Op, Result> {
 
   /** The grant's sequencer (our kind, name and token, the source's identity), made when first asked for. */
   get sequencer(): Sequencer {
-    return (this.#sequencer ??= grantSequencer(this.#kind, this.name, this.sourceIdentity(), this.#token));
+    return (this.#sequencer ??= grantSequencer(this.#kind, this.#sequencerName, this.sourceIdentity(), this.#token));
   }
 
   get signal(): AbortSignal {
@@ -94,8 +119,88 @@ export abstract class QueueGrant<Op, Result> {
   protected leave(): Promise<void> {
     if (this.#leaving === null) {
       this.released();
+      forgetGrant(this);
       this.#leaving = this.leaveEntry();
     }
     return this.#leaving;
   }
+}
+
+/** A QueueGrant subclass of a source (its entry hooks filled in), abstract or not: what the grant mixins extend. */
+// A mixin's base takes any constructor arguments (TypeScript's mixin rule).
+export type QueueGrantClass<Op, Result> = abstract new (...args: any[]) => QueueGrant<Op, Result>;
+
+/** What lockGrant adds to a source's queue grant: a Lock's token, release, fenced ops and JSON form. */
+export interface LockGrantMethods<Op, Result> {
+  /** The grant's fencing token: larger than every conflicting grant's before it. */
+  readonly token: FencingToken;
+  /** Give the lock back: the signal aborts at once (reason 'released'), then our entry leaves the queue. Idempotent. */
+  release(): Promise<void>;
+  /** Apply `ops` (the source's fenced write) only while the lock is held; LockLostError, nothing written, otherwise. */
+  ifHeld(ops: readonly Op[]): Promise<Result>;
+  /** The grant for a log: name, kind (when not a plain lock), token, where its entry lives, held. */
+  toJSON(): Record<string, unknown>;
+}
+
+/**
+ * The held lock of a queueing source, written once: mixed over the
+ * source's QueueGrant subclass (its entry hooks), so a grant stays one
+ * object. `source` names it in the release's tracing ('zookeeper', 'etcd').
+ * Serves every kind a lock has (plain, read, write, a permit's slot):
+ *
+ *   class HeldLock extends lockGrant('zookeeper', HeldNode) {}
+ */
+export function lockGrant<Op, Result, Base extends QueueGrantClass<Op, Result>>(source: string, base: Base): Base & (abstract new (...args: any[]) => LockGrantMethods<Op, Result>) {
+  abstract class HeldLock extends base implements LockGrantMethods<Op, Result> {
+    get token(): FencingToken {
+      return this.queueToken;
+    }
+
+    release(): Promise<void> {
+      return traceRelease(source, this.name, this.queueToken, () => this.leave());
+    }
+
+    ifHeld(ops: readonly Op[]): Promise<Result> {
+      return this.fenced('ifHeld', ops);
+    }
+
+    toJSON(): Record<string, unknown> {
+      const kind = this.grantKind;
+      return { name: this.name, ...(kind !== 'lock' && { kind }), token: this.queueToken.toString(), ...this.entryJSON(), held: this.held };
+    }
+  }
+  return HeldLock;
+}
+
+/** What leadershipGrant adds to a source's queue grant: a Leadership's epoch, resign and fenced ops. */
+export interface LeadershipGrantMethods<Op, Result> {
+  /** The leadership's epoch: larger than every earlier leader's. */
+  readonly epoch: FencingToken;
+  /** Hand leadership on: the signal aborts at once, then our entry leaves the queue. Idempotent. */
+  resign(): Promise<void>;
+  /** Apply `ops` only while this candidate leads; LockLostError, nothing written, otherwise. */
+  ifLeader(ops: readonly Op[]): Promise<Result>;
+}
+
+/**
+ * The leadership of a queueing source's election, written once: mixed over
+ * the source's QueueGrant subclass as lockGrant is.
+ *
+ *   class HeldLeadership extends leadershipGrant('etcd', HeldKey) { readonly id: string; ... }
+ */
+export function leadershipGrant<Op, Result, Base extends QueueGrantClass<Op, Result>>(source: string, base: Base): Base & (abstract new (...args: any[]) => LeadershipGrantMethods<Op, Result>) {
+  abstract class HeldLeadership extends base implements LeadershipGrantMethods<Op, Result> {
+    get epoch(): FencingToken {
+      return this.queueToken;
+    }
+
+    resign(): Promise<void> {
+      return traceRelease(source, this.name, this.queueToken, () => this.leave());
+    }
+
+    ifLeader(ops: readonly Op[]): Promise<Result> {
+      return this.fenced('ifLeader', ops);
+    }
+  }
+  return HeldLeadership;
 }

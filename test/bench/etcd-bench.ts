@@ -4,6 +4,11 @@
 //   FK_ETCD=http://127.0.0.1:2389 node node_modules/vite-node/vite-node.mjs test/bench/etcd-bench.ts
 //   FK_ETCD=http://127.0.0.1:2389 bash test/bench/plain.sh etcd-bench   (the built package under plain Node)
 //   env: BENCH_REPS (6), BENCH_SECONDS (3 per subject and rep)
+//   FK_BASELINE: the root of another build of the package (a checkout with dist/, e.g. the
+//   commit before a change, built in a worktree): its acquireLock joins as a fourth subject,
+//   `baseline`, in the same rotating blocks, and the run prints ours/baseline per rep, then
+//   both medians with their interquartile ranges (a regression: our median below the
+//   baseline's by more than their IQR).
 //
 // Within a rep the subjects take turns in blocks of 25 cycles (each on its
 // own client, all opened first), a different one first each block, until
@@ -61,6 +66,28 @@ const theirs: Subject = {
       acquire: async () => {
         lock = etcd.lock(`bench/${run}/theirs`);
         await lock.acquire();
+      },
+      release: () => lock!.release(),
+    };
+  },
+};
+
+const BASELINE = process.env.FK_BASELINE;
+interface BaselineEtcd {
+  acquireLock(etcd: Etcd3, name: string): Promise<{ release(): Promise<void> }>;
+  etcdSession(etcd: Etcd3, options?: { ttlSeconds?: number }): { lease(): Promise<unknown>; close(): Promise<void> };
+}
+/** The baseline's etcd entry (fencekeeper/etcd as that build has it). */
+const baseline = BASELINE === undefined ? undefined : ((await import(`${BASELINE.replace(/\/$/, '')}/dist/src/sources/etcd/index.js`)) as BaselineEtcd);
+
+const base: Subject = {
+  name: 'baseline',
+  async open(etcd) {
+    await baseline!.etcdSession(etcd, { ttlSeconds: 10 }).lease();
+    let lock: { release(): Promise<void> } | null = null;
+    return {
+      acquire: async () => {
+        lock = await baseline!.acquireLock(etcd, `bench/${run}/base`);
       },
       release: () => lock!.release(),
     };
@@ -154,7 +181,7 @@ async function measureRep(rep: number): Promise<Map<string, Figures>> {
     return figures;
   } finally {
     for (const r of running) {
-      await etcdSession(r.etcd).close();
+      await (r.subject === base ? baseline!.etcdSession(r.etcd) : etcdSession(r.etcd)).close();
       r.etcd.close();
     }
   }
@@ -162,7 +189,12 @@ async function measureRep(rep: number): Promise<Map<string, Figures>> {
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? Number.NaN;
 
-const subjects = [floor, ours, theirs];
+const subjects = baseline === undefined ? [floor, ours, theirs] : [floor, ours, theirs, base];
+const vsBaseline: number[] = [];
+const iqr = (xs: number[]): [number, number] => {
+  const s = [...xs].sort((a, b) => a - b);
+  return [s[Math.floor(s.length / 4)] ?? Number.NaN, s[Math.min(s.length - 1, Math.floor((3 * s.length) / 4))] ?? Number.NaN];
+};
 const results = new Map<string, Figures[]>(subjects.map((s) => [s.name, []]));
 const ratios = { floor: [] as number[], etcd3: [] as number[] };
 console.log(`etcd at ${host}; ${reps} reps x ${seconds} s per subject, in turns of ${BLOCK} cycles; load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
@@ -176,6 +208,10 @@ for (let rep = 0; rep < reps; rep++) {
   const o = figures.get('fencekeeper')!.cyclesPerSecond;
   ratios.floor.push(o / figures.get('raw floor')!.cyclesPerSecond);
   ratios.etcd3.push(o / figures.get('etcd3 Lock')!.cyclesPerSecond);
+  if (baseline !== undefined) {
+    vsBaseline.push(o / figures.get('baseline')!.cyclesPerSecond);
+    console.log(`  rep ${rep + 1} fencekeeper / baseline ${vsBaseline.at(-1)!.toFixed(3)}x`);
+  }
   console.log(`  rep ${rep + 1} fencekeeper / raw floor ${ratios.floor.at(-1)!.toFixed(2)}x, / etcd3 Lock ${ratios.etcd3.at(-1)!.toFixed(2)}x; load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 }
 console.log('medians:');
@@ -188,3 +224,16 @@ for (const subject of subjects) {
 }
 const o = med.get('fencekeeper')!.cyclesPerSecond;
 console.log(`fencekeeper / raw floor ${(o / med.get('raw floor')!.cyclesPerSecond).toFixed(2)}x (median of per-rep ratios ${median(ratios.floor).toFixed(2)}x); fencekeeper / etcd3 Lock ${(o / med.get('etcd3 Lock')!.cyclesPerSecond).toFixed(2)}x (${median(ratios.etcd3).toFixed(2)}x); load average after ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+if (baseline !== undefined) {
+  const ourCycles = results.get('fencekeeper')!.map((f) => f.cyclesPerSecond);
+  const baseCycles = results.get('baseline')!.map((f) => f.cyclesPerSecond);
+  const [oq1, oq3] = iqr(ourCycles);
+  const [bq1, bq3] = iqr(baseCycles);
+  const [rq1, rq3] = iqr(vsBaseline);
+  const gap = median(baseCycles) - median(ourCycles);
+  const spread = Math.max(oq3 - oq1, bq3 - bq1);
+  console.log(
+    `ours ${median(ourCycles).toFixed(0)} cycles/s [IQR ${oq1.toFixed(0)}..${oq3.toFixed(0)}] vs baseline (FK_BASELINE=${BASELINE}) ${median(baseCycles).toFixed(0)} [${bq1.toFixed(0)}..${bq3.toFixed(0)}]; ` +
+      `ours/baseline per rep: median ${median(vsBaseline).toFixed(3)}x [${rq1.toFixed(3)}, ${rq3.toFixed(3)}]; ${gap > spread ? 'REGRESSION: ours below the baseline by more than the IQR' : 'no regression (within the IQR)'}`,
+  );
+}

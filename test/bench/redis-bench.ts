@@ -5,7 +5,12 @@
 //   redlock loads as plain Node either way, so a vite-node run reads our side a few percent low)
 // Env: FK_REDIS, FK_REDLOCK (defaults: the test servers' ports), BENCH_CYCLES (cycles per
 // case per run, default 1500), BENCH_RUNS (default 3), BENCH_GROUPS ('one', 'five', or
-// both, the default).
+// both, the default). FK_BASELINE: the root of another build of the package (a checkout with
+// dist/, e.g. the commit before a change, built in a worktree): its acquireLock joins each
+// group as `baseline single` / `baseline Redlock`, in the same rotating blocks, and the run
+// ends with ours against it: the medians over runs with their interquartile ranges (a
+// regression: our median below the baseline's by more than their IQR), and the per-block
+// paired ratio.
 //
 // One client (or one set of five), acquire + release, one cycle at a time, uncontended:
 //   one node    raw floor (SET NX PX, then a compare-and-delete script), fencekeeper's
@@ -76,6 +81,21 @@ function ours(target: Redis | Redis[]): Case['cycle'] {
   };
 }
 
+type AcquireLock = typeof acquireLock;
+const BASELINE = process.env.FK_BASELINE;
+/** The baseline's Redis source (src/sources/redis of that build). */
+const baselineAcquire = BASELINE === undefined ? undefined : ((await import(`${BASELINE.replace(/\/$/, '')}/dist/src/sources/redis/index.js`)) as { acquireLock: AcquireLock }).acquireLock;
+
+function theirsBuild(target: Redis | Redis[]): Case['cycle'] {
+  return async (key) => {
+    const t0 = performance.now();
+    const lock = await baselineAcquire!(target, key, { ttlMs: TTL });
+    const acquired = performance.now() - t0;
+    await lock.release();
+    return acquired;
+  };
+}
+
 function peer(lib: { acquire(resources: string[], duration: number): Promise<{ release(): Promise<unknown> }> }): Case['cycle'] {
   return async (key) => {
     const t0 = performance.now();
@@ -105,6 +125,12 @@ const cases: Case[] = [
   { name: 'fencekeeper Redlock', group: 'five nodes', cycle: ours(five) },
   { name: 'redlock 5', group: 'five nodes', cycle: peer(new Redlock(five, settings)) },
   { name: 'sesame', group: 'five nodes', cycle: peer(new SesameRedlock(five, settings)) },
+  ...(baselineAcquire === undefined
+    ? []
+    : [
+        { name: 'baseline single', group: 'one node', cycle: theirsBuild(one) },
+        { name: 'baseline Redlock', group: 'five nodes', cycle: theirsBuild(five) },
+      ]),
 ].filter((c) => GROUPS.includes(c.group === 'one node' ? 'one' : 'five')) as Case[];
 const groups = (['one node', 'five nodes'] as const).filter((g) => cases.some((c) => c.group === g));
 
@@ -206,3 +232,28 @@ for (const group of groups) {
 console.log(`\nload average at the end ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
 one.disconnect();
 for (const c of five) c.disconnect();
+if (BASELINE !== undefined) {
+  const iqr = (xs: readonly number[]): string => {
+    const sorted = [...xs].sort((a, b) => a - b);
+    return `${quantile(sorted, 0.25).toFixed(0)}..${quantile(sorted, 0.75).toFixed(0)}`;
+  };
+  console.log(`\nours against the baseline (FK_BASELINE=${BASELINE}); load average ${loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+  for (const group of groups) {
+    const inGroup = cases.filter((c) => c.group === group);
+    const mine = inGroup.find((c) => c.name.startsWith('fencekeeper'))!;
+    const theirs = inGroup.find((c) => c.name.startsWith('baseline'))!;
+    const ourRuns = results.get(mine)!.map((f) => f.cyclesPerSecond);
+    const baseRuns = results.get(theirs)!.map((f) => f.cyclesPerSecond);
+    const spread = (xs: readonly number[]): number => {
+      const sorted = [...xs].sort((a, b) => a - b);
+      return quantile(sorted, 0.75) - quantile(sorted, 0.25);
+    };
+    const gap = median(baseRuns) - median(ourRuns);
+    const paired = blocks.get(theirs)!.map((b, i) => b.ms / (blocks.get(mine)![i] as Block).ms).sort((a, b) => a - b);
+    console.log(
+      `  ${group}: ours ${median(ourRuns).toFixed(0)} cycles/s [IQR ${iqr(ourRuns)}], baseline ${median(baseRuns).toFixed(0)} [${iqr(baseRuns)}]; ` +
+        `paired by block ours/baseline ${quantile(paired, 0.5).toFixed(3)}x [${quantile(paired, 0.25).toFixed(3)}, ${quantile(paired, 0.75).toFixed(3)}]; ` +
+        `${gap > Math.max(spread(ourRuns), spread(baseRuns)) ? 'REGRESSION: ours below the baseline by more than the IQR' : 'no regression (within the IQR)'}`,
+    );
+  }
+}

@@ -82,9 +82,10 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
       'traceAcquire', 'traceRelease', 'traceCampaign', 'traceAdmit', 'traceEffect', 'traceFencedWrite', 'traceWithFence',
       'traceS3Put', 'traceS3Delete', 'publishSessionState', 'publishSourceActivity', 'publishRefused', 'publishUnknownOutcome',
       'fenceAdvances', 'checkWaitOptions', 'fenceAdmits', 'markAfter', 'refuseCheckOnly',
+      'lockGrant', 'leadershipGrant', 'joinQueue', 'noteGrant', 'forgetGrant', 'warnIfSelfWait',
     ],
-    classes: ['StepDownClock', 'SourceIdentityCache', 'QueueGrant', 'QueueObserver'],
-    values: ['DEFAULT_OWNER', 'CHECK_ONLY_FIRST_MARK'],
+    classes: ['StepDownClock', 'SourceIdentityCache', 'QueueGrant', 'QueueObserver', 'QueueStopper', 'WaitGroup'],
+    values: ['DEFAULT_OWNER', 'CHECK_ONLY_FIRST_MARK', 'SELF_WAIT_WARNING'],
   },
   'fencekeeper/zookeeper': {
     functions: [

@@ -5,7 +5,7 @@
  * leader changes too; downstream systems fence on it as on a lock token.
  */
 import { type CampaignOptions, type FencingToken, type Leadership, type SourceObserver } from '../../index.js';
-import { traceCampaign, traceRelease } from '../../extend.js';
+import { leadershipGrant, traceCampaign } from '../../extend.js';
 import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
@@ -26,22 +26,12 @@ export interface EtcdLeadership extends Leadership {
   ifLeader(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']>;
 }
 
-class HeldLeadership extends HeldKey implements EtcdLeadership {
+class HeldLeadership extends leadershipGrant<EtcdRequestOp, EtcdTxnResponse['responses'], typeof HeldKey>('etcd', HeldKey) implements EtcdLeadership {
   readonly id: string;
-  readonly epoch: FencingToken;
 
   constructor(etcd: EtcdClient, lease: Lease, name: string, id: string, node: QueueKey, revision: bigint, marginMs: number) {
     super(etcd, lease, 'election', name, node, revision, marginMs);
     this.id = id;
-    this.epoch = node.token;
-  }
-
-  resign(): Promise<void> {
-    return traceRelease('etcd', this.name, this.epoch, () => this.leave());
-  }
-
-  ifLeader(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']> {
-    return this.fenced('ifLeader', ops);
   }
 }
 
@@ -51,7 +41,7 @@ export function campaign(etcd: EtcdClient, name: string, options: CampaignOption
     new HeldLeadership(etcd, lease, name, id, node, revision, marginMs);
   // A waiting join ends in a leadership or an error, never null.
   return traceCampaign('etcd', name, () =>
-    etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { root: ELECTIONS_ROOT, name, mode: 'wait', options, ownerField: 'id', build }), (leader) => leader.resign()) as Promise<HeldLeadership>);
+    etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { kind: 'election', root: ELECTIONS_ROOT, name, mode: 'wait', options, ownerField: 'id', build }), (leader) => leader.resign()) as Promise<HeldLeadership>);
 }
 
 /** The current leader of an etcd election, as observers see it: its id and epoch. */

@@ -26,9 +26,13 @@ export abstract class HeldKey extends QueueGrant<EtcdRequestOp, EtcdTxnResponse[
   readonly #lease: Lease;
   readonly #holding: Holding;
 
-  /** `kind`: a lock's grant or a leadership. `revision`: one at which our key was seen at the head. */
-  constructor(etcd: EtcdClient, lease: Lease, kind: SequencerKind, name: string, node: QueueKey, revision: bigint, marginMs: number) {
-    super(kind, name, node.token);
+  /**
+   * `kind`: a lock's grant (plain, read, write, a permit's) or a leadership.
+   * `revision`: one at which our key was seen at the head. `sequencerName`:
+   * a permit's slot (`<name>#<slot>`).
+   */
+  constructor(etcd: EtcdClient, lease: Lease, kind: SequencerKind, name: string, node: QueueKey, revision: bigint, marginMs: number, sequencerName: string = name) {
+    super(kind, name, node.token, sequencerName);
     this.#etcd = etcd;
     this.#node = node;
     this.#lease = lease;
@@ -43,6 +47,10 @@ export abstract class HeldKey extends QueueGrant<EtcdRequestOp, EtcdTxnResponse[
     setImmediate(() => {
       if (!holding.ended) watchOwnKey(etcd, node.key, revision, holding);
     });
+  }
+
+  protected override entryJSON(): Record<string, string> {
+    return { key: this.key };
   }
 
   protected holding(): Holding {

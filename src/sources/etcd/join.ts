@@ -1,18 +1,21 @@
 /**
- * Join a queue and wait for our turn: the acquire path shared by the lock
- * and the election. Every way out but a grant deletes our key before the
- * caller hears of it (a key put by a transaction whose reply was lost too:
- * its name is this join's own, so deleting it is always safe).
+ * Join a queue and wait for our turn: the core's fair-queue join
+ * (joinQueue of fencekeeper/extend) over etcd's keys under a prefix, for
+ * the lock, the read-write lock, the semaphore and the election. Every way
+ * out but a grant deletes our key before the caller hears of it (a key put
+ * by a transaction whose reply was lost too: its name is this join's own,
+ * so deleting it is always safe).
  */
-import { LockLostError, LockTimeoutError } from '../../index.js';
-import { DEFAULT_OWNER, safetyMargin } from '../../extend.js';
+import { LockLostError, type SequencerKind } from '../../index.js';
+import { DEFAULT_OWNER, WaitGroup, joinQueue, safetyMargin, type QueueJoinSteps, type QueueStopper } from '../../extend.js';
 import type { EtcdClient } from './client.js';
 import { checkName, checkWaitOptions } from './input.js';
 import { join, joinIfEmpty, leave, planJoin, untilLeaseEnds, waitForTurn, type JoinPlan, type Joined, type QueueKey } from './queue.js';
-import { etcdSession, type Lease } from './session.js';
-
+import { etcdSession, type EtcdSession, type Lease } from './session.js';
 
 export interface JoinRequest<T> {
+  /** The grant's kind (a plain, read or write lock, a permit, a leadership). */
+  readonly kind: SequencerKind;
   readonly root: string;
   readonly name: string;
   /** 'wait' for our turn, or 'try': take it only if the queue is empty (else null). */
@@ -32,8 +35,9 @@ export interface JoinRequest<T> {
   /**
    * At our turn: the key that is the grant (a semaphore's slot, claimed
    * with our queue key's deletion). Default: our queue key itself.
+   * `waiting()` is called before it waits for a slot (the self-wait warning).
    */
-  readonly claim?: (lease: Lease, joined: Joined, plan: JoinPlan, stop: Promise<never>, givenUp: () => boolean) => Promise<Claimed>;
+  readonly claim?: (lease: Lease, joined: Joined, plan: JoinPlan, stop: Promise<never>, givenUp: () => boolean, waiting: () => void) => Promise<Claimed>;
 }
 
 /** A granted key that is not our queue key (a semaphore's slot), and a revision at which it was seen. */
@@ -42,66 +46,146 @@ export interface Claimed {
   readonly revision: bigint;
 }
 
-export async function joinAndWait<T>(etcd: EtcdClient, request: JoinRequest<T>): Promise<T | null> {
-  const { root, name, mode } = request;
+/** Each client's waits: their timeouts share one timer. */
+const waitsOf = new WeakMap<EtcdClient, WaitGroup>();
+
+function waitsFor(etcd: EtcdClient): WaitGroup {
+  let waits = waitsOf.get(etcd);
+  if (waits === undefined) waitsOf.set(etcd, (waits = new WaitGroup()));
+  return waits;
+}
+
+/** One join's steps, and the state they share: the lease, the plan, the revision our turn was seen at. */
+class EtcdJoin<T extends { readonly held: boolean }> implements QueueJoinSteps<Joined, Joined, Claimed, T> {
+  readonly kind: SequencerKind;
+  readonly name: string;
+  readonly mode: 'wait' | 'try';
+  readonly client: EtcdClient;
+  readonly signal: AbortSignal | undefined;
+  readonly timeoutMs: number | undefined;
+  /** The lease's end stops the join: the stopper follows it from the start. */
+  readonly stopperFirst = true;
+  readonly #request: JoinRequest<T>;
+  readonly #session: EtcdSession;
+  readonly #owner: string;
+  readonly #safetyMarginMs: number | undefined;
+  #stopper: QueueStopper | null = null;
+  #lease: Lease | null = null;
+  #plan: JoinPlan | null = null;
+  #revision = 0n;
+  readonly shortcut?: QueueJoinSteps<Joined, Joined, Claimed, T>['shortcut'];
+  readonly claim?: QueueJoinSteps<Joined, Joined, Claimed, T>['claim'];
+  readonly #givenUp = (): boolean => this.#stopper?.isStopped === true;
+
+  constructor(etcd: EtcdClient, request: JoinRequest<T>, session: EtcdSession, options: { signal?: AbortSignal | undefined; timeoutMs?: number | undefined; owner?: string | undefined; safetyMarginMs?: number | undefined }) {
+    this.kind = request.kind;
+    this.name = request.name;
+    this.mode = request.mode;
+    this.client = etcd;
+    this.signal = options.signal;
+    this.timeoutMs = options.timeoutMs;
+    this.#request = request;
+    this.#session = session;
+    this.#owner = options.owner ?? DEFAULT_OWNER;
+    this.#safetyMarginMs = options.safetyMarginMs;
+    const { fastPath, claim } = request;
+    if (fastPath !== undefined) {
+      this.shortcut = async (stopper) => {
+        const lease = await this.#ready(stopper);
+        return fastPath(lease, this.#plan as JoinPlan, this.#givenUp);
+      };
+    }
+    if (claim !== undefined) {
+      this.claim = (joined, stopper, waiting) => claim(this.#lease as Lease, joined, this.#plan as JoinPlan, stopper.stopped, this.#givenUp, waiting);
+    }
+  }
+
+  get waits(): WaitGroup {
+    return waitsFor(this.client);
+  }
+
+  /** The lease (a live one as it is: a race with the stopper would cost an await on every acquire), and our plan on it. */
+  #ready(stopper: QueueStopper): Lease | Promise<Lease> {
+    if (this.#lease !== null) return this.#lease;
+    this.#stopper = stopper;
+    const live = this.#session.live;
+    return live !== null ? this.#use(live, stopper) : stopper.race(this.#session.lease()).then((lease) => this.#use(lease, stopper));
+  }
+
+  #use(lease: Lease, stopper: QueueStopper): Lease {
+    this.#lease = lease;
+    stopper.follow((stop) => lease.onEnd(stop));
+    const request = this.#request;
+    this.#plan = request.plan === undefined ? planJoin(lease, request.root, request.name, this.#owner) : request.plan(lease, this.#owner);
+    return lease;
+  }
+
+  enter(stopper: QueueStopper | null): Promise<Joined | null> {
+    const ready = this.#ready(stopper as QueueStopper);
+    return ready instanceof Promise ? ready.then((lease) => this.#join(lease)) : this.#join(ready);
+  }
+
+  #join(lease: Lease): Promise<Joined | null> {
+    const plan = this.#plan as JoinPlan;
+    return this.mode === 'try' ? joinIfEmpty(this.client, lease, plan, this.#givenUp) : join(this.client, lease, plan, this.#givenUp);
+  }
+
+  /** No predecessor (a try's join, or an empty queue): our turn now, without a wait to set up. */
+  place(joined: Joined): 'turn' | Joined {
+    this.#revision = joined.revision;
+    return joined.predecessor === null ? 'turn' : joined;
+  }
+
+  async waitForTurn(joined: Joined, _wait: Joined, stopper: QueueStopper): Promise<'turn' | 'gone'> {
+    const { outcome, revision } = await waitForTurn(this.client, this.#lease as Lease, joined, stopper.stopped, this.#givenUp);
+    this.#revision = revision;
+    return outcome;
+  }
+
+  lost(joined: Joined): Error {
+    return new LockLostError(this.name, 'node_deleted', `lock ${this.name}: our queue key ${joined.node.key} was deleted while waiting`);
+  }
+
+  build(joined: Joined | null, claimed: Claimed | null): T {
+    const lease = this.#lease as Lease;
+    const granted = claimed ?? { node: (joined as Joined).node, revision: this.#revision };
+    return this.#request.build(lease, granted.node, granted.revision, safetyMargin(lease.ttlMs, this.#safetyMarginMs), this.#owner);
+  }
+
+  abandon(joining: Promise<Joined | null>): Promise<void> {
+    const lease = this.#lease;
+    const plan = this.#plan;
+    if (lease === null || plan === null) return joining.then(ignore, ignore);
+    return abandon(this.client, lease, joining, plan);
+  }
+
+  unclaim(claiming: Promise<Claimed | null>): Promise<void> {
+    const lease = this.#lease;
+    return lease === null ? claiming.then(ignore, ignore) : unclaim(this.client, lease, claiming);
+  }
+}
+
+const ignore = (): void => undefined;
+
+/** Check every argument (a bad one rejects, nothing sent), then join and wait (null only in 'try' mode). */
+export function joinAndWait<T extends { readonly held: boolean }>(etcd: EtcdClient, request: JoinRequest<T>): Promise<T | null> {
+  let steps: EtcdJoin<T>;
+  try {
+    steps = checked(etcd, request);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+  return joinQueue(steps);
+}
+
+function checked<T extends { readonly held: boolean }>(etcd: EtcdClient, request: JoinRequest<T>): EtcdJoin<T> {
   const session = etcdSession(etcd);
-  checkName(name);
-  const options = checkWaitOptions(request.options, mode === 'wait', request.ownerField);
+  checkName(request.name);
+  const options = checkWaitOptions(request.options, request.mode === 'wait', request.ownerField);
   // The lease is granted at least the TTL asked for: a margin that fits it fits the grant.
   if (options.safetyMarginMs !== undefined) safetyMargin(session.requestedTtlSeconds * 1000, options.safetyMarginMs);
   options.signal?.throwIfAborted();
-  const owner = options.owner ?? DEFAULT_OWNER;
-
-  const stopper = new Stopper(name, options.signal, options.timeoutMs);
-  let leaseOf: Lease | null = null;
-  let plan: JoinPlan | null = null;
-  let joining: Promise<Joined | null> | null = null;
-  /** A grant's key other than our queue key, still to be handed over or deleted. */
-  let claiming: Promise<Claimed | null> | null = null;
-  let handedOver = false;
-  try {
-    // A live lease is taken as it is: a race with the stopper would cost an await on every acquire.
-    const lease = session.live ?? (await stopper.race(session.lease()));
-    leaseOf = lease;
-    stopper.watch(lease);
-    plan = request.plan === undefined ? planJoin(lease, root, name, owner) : request.plan(lease, owner);
-    const givenUp = (): boolean => stopper.isStopped;
-    if (request.fastPath !== undefined) {
-      claiming = request.fastPath(lease, plan, givenUp);
-      const claimed = await stopper.race(claiming);
-      if (claimed !== null) {
-        const holder = request.build(lease, claimed.node, claimed.revision, safetyMargin(lease.ttlMs, options.safetyMarginMs), owner);
-        handedOver = true;
-        return holder;
-      }
-      claiming = null;
-      if (mode === 'try') return null;
-    }
-    joining = mode === 'try' ? joinIfEmpty(etcd, lease, plan, givenUp) : join(etcd, lease, plan, givenUp);
-    const joined = await stopper.race(joining);
-    if (joined === null) return null;
-    // No predecessor (a try's join, or an empty queue): our turn now, without a wait to set up.
-    const { outcome, revision } = joined.predecessor === null ? { outcome: 'turn' as const, revision: joined.revision } : await waitForTurn(etcd, lease, joined, stopper.stopped, givenUp);
-    stopper.check();
-    if (outcome === 'gone') {
-      throw new LockLostError(name, 'node_deleted', `lock ${name}: our queue key ${joined.node.key} was deleted while waiting`);
-    }
-    let granted: Claimed = { node: joined.node, revision };
-    if (request.claim !== undefined) {
-      claiming = request.claim(lease, joined, plan, stopper.stopped, givenUp);
-      granted = (await stopper.race(claiming)) as Claimed;
-    }
-    const marginMs = safetyMargin(lease.ttlMs, options.safetyMarginMs);
-    const holder = request.build(lease, granted.node, granted.revision, marginMs, owner);
-    handedOver = true;
-    return holder;
-  } finally {
-    stopper.dispose();
-    if (!handedOver && leaseOf !== null) {
-      if (joining !== null && plan !== null) await abandon(etcd, leaseOf, joining, plan);
-      if (claiming !== null) await unclaim(etcd, leaseOf, claiming);
-    }
-  }
+  return new EtcdJoin(etcd, request, session, options);
 }
 
 /**
@@ -124,95 +208,4 @@ async function unclaim(etcd: EtcdClient, lease: Lease, claiming: Promise<Claimed
   const claimed = await untilLeaseEnds(claiming, lease).catch(() => undefined);
   if (claimed === undefined || claimed === null) return;
   await leave(etcd, lease, claimed.node).catch(() => undefined);
-}
-
-/** The longest delay setTimeout keeps. */
-const MAX_TIMER_MS = 0x7fffffff;
-
-/**
- * Everything that ends a wait early (the caller's signal, its timeout, the
- * lease's end), as the rejection of whatever is raced against it.
- */
-class Stopper {
-  #reason: unknown = null;
-  /** Rejects the pending race (a no-op once that has settled). */
-  #rejectRace: ((reason: unknown) => void) | null = null;
-  #stopped: Promise<never> | null = null;
-  #rejectStopped: ((reason: unknown) => void) | null = null;
-  readonly #signal: AbortSignal | undefined;
-  #timer: NodeJS.Timeout | null;
-  #unwatch: (() => void) | null = null;
-
-  constructor(name: string, signal: AbortSignal | undefined, timeoutMs: number | undefined) {
-    this.#signal = signal;
-    signal?.addEventListener('abort', this.#onAbort, { once: true });
-    this.#timer = timeoutMs === undefined ? null : this.#startTimer(name, timeoutMs);
-  }
-
-  #startTimer(name: string, timeoutMs: number): NodeJS.Timeout {
-    const timedOut = (): void => this.stop(new LockTimeoutError(name, timeoutMs));
-    return timeoutMs <= MAX_TIMER_MS ? setTimeout(timedOut, timeoutMs) : this.#longTimer(performance.now() + timeoutMs, timedOut);
-  }
-
-  /** A timeout longer than a timer keeps (setTimeout fires a longer one after 1 ms): armed again until `at`. */
-  #longTimer(at: number, timedOut: () => void): NodeJS.Timeout {
-    return setTimeout(() => {
-      const left = at - performance.now();
-      if (left <= 0) timedOut();
-      else this.#timer = this.#longTimer(at, timedOut);
-    }, Math.min(Math.max(1, Math.ceil(at - performance.now())), MAX_TIMER_MS));
-  }
-
-  readonly #onAbort = (): void => this.stop(this.#signal?.reason);
-
-  /**
-   * `work`'s outcome, or the stop's reason if the wait is stopped first: one
-   * promise (a Promise.race against a standing `stopped` costs three, and
-   * acquire is a hot path). `work` is left to settle on its own.
-   */
-  race<T>(work: Promise<T>): Promise<T> {
-    if (this.#reason !== null) {
-      work.catch(() => undefined);
-      return Promise.reject(this.#reason);
-    }
-    return new Promise<T>((resolve, reject) => {
-      this.#rejectRace = reject;
-      work.then(resolve, reject);
-    });
-  }
-
-  /** A promise that rejects when the wait is stopped (made when first asked for: only a waiter's turn needs one). */
-  get stopped(): Promise<never> {
-    if (this.#stopped === null) {
-      this.#stopped = this.#reason !== null ? Promise.reject(this.#reason) : new Promise<never>((_, reject) => (this.#rejectStopped = reject));
-      this.#stopped.catch(() => undefined);
-    }
-    return this.#stopped;
-  }
-
-  /** Stop when the lease ends too. */
-  watch(lease: Lease): void {
-    this.#unwatch = lease.onEnd((error) => this.stop(error));
-  }
-
-  stop(reason: unknown): void {
-    if (this.#reason !== null) return;
-    this.#reason = reason ?? new Error('stopped');
-    this.#rejectRace?.(this.#reason);
-    this.#rejectStopped?.(this.#reason);
-  }
-
-  get isStopped(): boolean {
-    return this.#reason !== null;
-  }
-
-  check(): void {
-    if (this.#reason !== null) throw this.#reason;
-  }
-
-  dispose(): void {
-    if (this.#timer) clearTimeout(this.#timer);
-    this.#signal?.removeEventListener('abort', this.#onAbort);
-    this.#unwatch?.();
-  }
 }

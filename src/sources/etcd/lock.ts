@@ -9,8 +9,8 @@
  *
  * Queue and token: ./queue.ts. The lease every grant hangs on: ./session.ts.
  */
-import { type AcquireOptions, type FencingToken, type Lock, type LockStatus, type LockObserver, type TryAcquireOptions } from '../../index.js';
-import { traceAcquire, traceRelease } from '../../extend.js';
+import { type AcquireOptions, type Lock, type LockStatus, type LockObserver, type TryAcquireOptions } from '../../index.js';
+import { lockGrant, traceAcquire } from '../../extend.js';
 import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkClient, checkName } from './input.js';
@@ -34,24 +34,10 @@ export interface EtcdLock extends Lock {
   ifHeld(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']>;
 }
 
-class HeldLock extends HeldKey implements EtcdLock {
-  readonly token: FencingToken;
-
-  constructor(etcd: EtcdClient, lease: Lease, name: string, node: QueueKey, revision: bigint, marginMs: number) {
-    super(etcd, lease, 'lock', name, node, revision, marginMs);
-    this.token = node.token;
-  }
-
-  release(): Promise<void> {
-    return traceRelease('etcd', this.name, this.token, () => this.leave());
-  }
-
-  ifHeld(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']> {
-    return this.fenced('ifHeld', ops);
-  }
-
-  toJSON(): { name: string; token: string; key: string; held: boolean } {
-    return { name: this.name, token: this.token.toString(), key: this.key, held: this.held };
+/** A held lock of any kind (plain, read, write): the core's held lock over our key. */
+export class HeldLock extends lockGrant<EtcdRequestOp, EtcdTxnResponse['responses'], typeof HeldKey>('etcd', HeldKey) implements EtcdLock {
+  constructor(etcd: EtcdClient, lease: Lease, name: string, node: QueueKey, revision: bigint, marginMs: number, kind: 'lock' | 'read' | 'write' = 'lock') {
+    super(etcd, lease, kind, name, node, revision, marginMs);
   }
 }
 
@@ -61,13 +47,13 @@ const leaveGrant = (lock: HeldLock): Promise<void> => lock.release();
 export function acquireLock(etcd: EtcdClient, name: string, options: AcquireOptions = {}): Promise<EtcdLock> {
   const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number): HeldLock => new HeldLock(etcd, lease, name, node, revision, marginMs);
   // A waiting join ends in a grant or an error, never null.
-  return traceAcquire('etcd', name, 'wait', () => etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { root: LOCKS_ROOT, name, mode: 'wait', options, ownerField: 'owner', build }), leaveGrant) as Promise<HeldLock>);
+  return traceAcquire('etcd', name, 'wait', () => etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'wait', options, ownerField: 'owner', build }), leaveGrant) as Promise<HeldLock>);
 }
 
 /** Take the lock if nobody holds it or waits for it; null otherwise (leaving nothing behind). */
 export function tryAcquireLock(etcd: EtcdClient, name: string, options: TryAcquireOptions = {}): Promise<EtcdLock | null> {
   const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number): HeldLock => new HeldLock(etcd, lease, name, node, revision, marginMs);
-  return traceAcquire('etcd', name, 'try', () => etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { root: LOCKS_ROOT, name, mode: 'try', options, ownerField: 'owner', build }), leaveGrant));
+  return traceAcquire('etcd', name, 'try', () => etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'try', options, ownerField: 'owner', build }), leaveGrant));
 }
 
 /** The lock's queue in grant order: the first entry holds, the rest wait. One range request. */

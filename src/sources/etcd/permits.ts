@@ -29,8 +29,8 @@
  * the name (two range comparisons): a caller with another `permits` is
  * refused with PermitsMismatchError while anyone holds or waits.
  */
-import { InvalidArgumentError, LockLostError, PermitsMismatchError, type FencingToken, type Permit, type PermitOptions, type Sequencer, type TryPermitOptions } from '../../index.js';
-import { grantSequencer, traceAcquire, traceRelease } from '../../extend.js';
+import { InvalidArgumentError, LockLostError, PermitsMismatchError, type FencingToken, type Permit, type PermitOptions, type TryPermitOptions } from '../../index.js';
+import { lockGrant, traceAcquire } from '../../extend.js';
 import { int64, type EtcdClient, type EtcdCompare, type EtcdKeyValue, type EtcdRequestOp, type EtcdTxnResponse } from './client.js';
 import { HeldKey } from './held-key.js';
 import { checkName } from './input.js';
@@ -55,34 +55,19 @@ export interface EtcdPermit extends Permit {
   ifHeld(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']>;
 }
 
-class HeldPermit extends HeldKey implements EtcdPermit {
-  readonly token: FencingToken;
+class HeldPermit extends lockGrant<EtcdRequestOp, EtcdTxnResponse['responses'], typeof HeldKey>('etcd', HeldKey) implements EtcdPermit {
   readonly slot: number;
   readonly permits: number;
-  #permitSequencer: Sequencer | null = null;
 
   constructor(etcd: EtcdClient, lease: Lease, name: string, slot: number, permits: number, node: QueueKey, revision: bigint, marginMs: number) {
-    super(etcd, lease, 'permit', name, node, revision, marginMs);
-    this.token = node.token;
+    // The sequencer (and a loss) names the slot, not the semaphore: each slot is fenced on its own.
+    super(etcd, lease, 'permit', name, node, revision, marginMs, `${name}#${slot}`);
     this.slot = slot;
     this.permits = permits;
   }
 
-  /** Names the slot, not the semaphore: each slot is fenced on its own. */
-  override get sequencer(): Sequencer {
-    return (this.#permitSequencer ??= grantSequencer('permit', `${this.name}#${this.slot}`, this.sourceIdentity(), this.token));
-  }
-
-  release(): Promise<void> {
-    return traceRelease('etcd', this.name, this.token, () => this.leave());
-  }
-
-  ifHeld(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']> {
-    return this.fenced('ifHeld', ops);
-  }
-
-  toJSON(): { name: string; slot: number; permits: number; token: string; key: string; held: boolean } {
-    return { name: this.name, slot: this.slot, permits: this.permits, token: this.token.toString(), key: this.key, held: this.held };
+  override toJSON(): Record<string, unknown> {
+    return { ...super.toJSON(), slot: this.slot, permits: this.permits };
   }
 }
 
@@ -204,7 +189,7 @@ async function takeIfFree(etcd: EtcdClient, lease: Lease, semaphore: Semaphore, 
  * ours and the slot absent). With every slot taken, watch the slot keys from
  * the revision read and try again when one is deleted.
  */
-async function claimAtHead(etcd: EtcdClient, lease: Lease, semaphore: Semaphore, joined: Joined, plan: JoinPlan, stop: Promise<never>, givenUp: () => boolean): Promise<Claimed> {
+async function claimAtHead(etcd: EtcdClient, lease: Lease, semaphore: Semaphore, joined: Joined, plan: JoinPlan, stop: Promise<never>, givenUp: () => boolean, waiting: () => void): Promise<Claimed> {
   const node = joined.node;
   const ours = { key: node.keyBytes, target: 'Create' as const, result: 'Equal' as const, create_revision: node.token.toString() };
   // The lowest slot first: a miss costs one more transaction, whose failure branch names a free slot.
@@ -236,6 +221,7 @@ async function claimAtHead(etcd: EtcdClient, lease: Lease, semaphore: Semaphore,
     if (rangeAt(response, 0).kvs.length === 0) throw new LockLostError(semaphore.name, 'node_deleted', `semaphore ${semaphore.name}: our queue key ${node.key} was deleted while waiting`);
     slot = freeIn(semaphore, taken);
     if (slot >= 0) continue;
+    waiting();
     slot = await slotDeleted(etcd, semaphore, revision, stop);
   }
 }
@@ -278,6 +264,7 @@ async function acquire(etcd: EtcdClient, name: string, wait: 'wait' | 'try', opt
     etcdSourceIds.afterGrant(
       etcd,
       joinAndWait(etcd, {
+        kind: 'permit',
         root: SEMAPHORES_ROOT,
         name,
         mode: wait,
@@ -286,7 +273,7 @@ async function acquire(etcd: EtcdClient, name: string, wait: 'wait' | 'try', opt
         build,
         plan: (lease, owner) => planJoinIn(lease, semaphore.queue, owner, semaphore.rule),
         fastPath: (lease, plan, givenUp) => takeIfFree(etcd, lease, semaphore, plan, givenUp),
-        claim: (lease, joined, plan, stop, givenUp) => claimAtHead(etcd, lease, semaphore, joined, plan, stop, givenUp),
+        claim: (lease, joined, plan, stop, givenUp, waiting) => claimAtHead(etcd, lease, semaphore, joined, plan, stop, givenUp, waiting),
       }),
       (permit) => permit.release(),
     ),

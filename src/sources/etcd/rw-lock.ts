@@ -33,13 +33,12 @@
  * together carry tokens in any order: a reader checks a fence without
  * advancing it.
  */
-import { type AcquireOptions, type FencingToken, type TryAcquireOptions } from '../../index.js';
-import { traceAcquire, traceRelease } from '../../extend.js';
-import { int64, type EtcdClient, type EtcdRequestOp, type EtcdTxnResponse } from './client.js';
-import { HeldKey } from './held-key.js';
+import { type AcquireOptions, type TryAcquireOptions } from '../../index.js';
+import { traceAcquire } from '../../extend.js';
+import { int64, type EtcdClient } from './client.js';
 import { checkClient, checkName } from './input.js';
 import { joinAndWait } from './join.js';
-import type { EtcdLock } from './lock.js';
+import { HeldLock, type EtcdLock } from './lock.js';
 import { look, planJoinIn, prefixRequests, queueRequests, rangeAt, readQueue, type EtcdQueueEntry, type JoinPlan, type JoinRule, type Look, type QueueKey, type QueueRequests } from './queue.js';
 import { repeated } from './retry.js';
 import type { Lease } from './session.js';
@@ -48,27 +47,6 @@ import { etcdSourceIds } from './source-id.js';
 export const RW_LOCKS_ROOT = 'fencekeeper/rwlocks/';
 
 type Mode = 'read' | 'write';
-
-class HeldRwLock extends HeldKey implements EtcdLock {
-  readonly token: FencingToken;
-
-  constructor(etcd: EtcdClient, lease: Lease, mode: Mode, name: string, node: QueueKey, revision: bigint, marginMs: number) {
-    super(etcd, lease, mode, name, node, revision, marginMs);
-    this.token = node.token;
-  }
-
-  release(): Promise<void> {
-    return traceRelease('etcd', this.name, this.token, () => this.leave());
-  }
-
-  ifHeld(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']> {
-    return this.fenced('ifHeld', ops);
-  }
-
-  toJSON(): { name: string; token: string; key: string; held: boolean } {
-    return { name: this.name, token: this.token.toString(), key: this.key, held: this.held };
-  }
-}
 
 /**
  * A reader's place: whether our key still exists, and the newest write key
@@ -123,13 +101,14 @@ function rulesOf(name: string): RwRules {
 async function acquire(etcd: EtcdClient, mode: Mode, name: string, wait: 'wait' | 'try', options: unknown): Promise<EtcdLock | null> {
   // Checked here, before rulesOf, so a bad name is refused (a rejection) before anything is cached or sent.
   checkName(name);
-  const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number): HeldRwLock => new HeldRwLock(etcd, lease, mode, name, node, revision, marginMs);
+  // A read or write lock is the plain lock's held lock of kind 'read' / 'write' (its sequencer's kind).
+  const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number): HeldLock => new HeldLock(etcd, lease, name, node, revision, marginMs, mode);
   const plan = (lease: Lease, owner: string): JoinPlan => {
     const rules = rulesOf(name);
     return planJoinIn(lease, rules.queue, owner, rules[mode]);
   };
   return traceAcquire('etcd', name, wait, () =>
-    etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { root: RW_LOCKS_ROOT, name, mode: wait, options, ownerField: 'owner', build, plan }), (lock) => lock.release()),
+    etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { kind: mode, root: RW_LOCKS_ROOT, name, mode: wait, options, ownerField: 'owner', build, plan }), (lock) => lock.release()),
   );
 }
 

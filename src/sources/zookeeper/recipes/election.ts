@@ -4,7 +4,8 @@
  * of its node, so every later leader's epoch is larger, across ZooKeeper
  * failovers too; downstream systems fence on it exactly as on a lock token.
  */
-import { traceCampaign, traceRelease } from '../../../diagnostics.js';
+import { traceCampaign } from '../../../diagnostics.js';
+import { leadershipGrant } from '../../../queue-grant.js';
 import type { Leadership } from '../../../lock.js';
 import type { SourceObserver } from '../../../lock-source.js';
 import type { ZooKeeperAcquireOptions, ZooKeeperCampaignOptions } from './acl-options.js';
@@ -33,22 +34,12 @@ export interface ZooKeeperLeadership extends Leadership {
   ifLeader(ops: readonly MultiOp[]): Promise<MultiResult[]>;
 }
 
-class HeldLeadership extends HeldNode implements ZooKeeperLeadership {
+class HeldLeadership extends leadershipGrant<MultiOp, MultiResult[], typeof HeldNode>('zookeeper', HeldNode) implements ZooKeeperLeadership {
   readonly id: string;
-  readonly epoch: FencingToken;
 
   constructor(zk: ZooKeeperClient, name: string, id: string, node: QueueNode, marginMs: number) {
     super(zk, 'election', name, node, marginMs);
     this.id = id;
-    this.epoch = node.token;
-  }
-
-  ifLeader(ops: readonly MultiOp[]): Promise<MultiResult[]> {
-    return this.fenced('ifLeader', ops);
-  }
-
-  resign(): Promise<void> {
-    return traceRelease('zookeeper', this.name, this.epoch, () => this.leave());
   }
 }
 
@@ -63,7 +54,7 @@ export async function campaign(zk: ZooKeeperClient, name: string, options: ZooKe
   };
   const build = (node: QueueNode, marginMs: number): HeldLeadership => new HeldLeadership(zk, name, id, node, marginMs);
   return traceCampaign('zookeeper', name, async () =>
-    (await zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { root: ELECTIONS_ROOT, name, mode: 'wait', options: acquire, build }), (leader) => leader.resign())) as HeldLeadership);
+    (await zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { kind: 'election', root: ELECTIONS_ROOT, name, mode: 'wait', options: acquire, build }), (leader) => leader.resign())) as HeldLeadership);
 }
 
 /** The current leader of an election, as observers see it: its id, epoch and node. */

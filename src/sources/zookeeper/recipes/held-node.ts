@@ -40,9 +40,9 @@ export abstract class HeldNode extends QueueGrant<MultiOp, MultiResult[]> implem
   /** When our node was found deleted, on the performance.now() clock. */
   #deletedTime = Infinity;
 
-  /** `kind`: a lock's grant or a leadership. */
-  constructor(zk: ZooKeeperClient, kind: SequencerKind, name: string, node: QueueNode, marginMs: number) {
-    super(kind, name, node.token);
+  /** `kind`: a lock's grant (plain, read, write, a permit's) or a leadership; `sequencerName`: a permit's slot (`<name>#<slot>`). */
+  constructor(zk: ZooKeeperClient, kind: SequencerKind, name: string, node: QueueNode, marginMs: number, sequencerName: string = name) {
+    super(kind, name, node.token, sequencerName);
     this.#zk = zk;
     this.#node = node;
     this.#marginMs = marginMs;
@@ -52,6 +52,10 @@ export abstract class HeldNode extends QueueGrant<MultiOp, MultiResult[]> implem
     watchOwnNode(zk, this);
     // Observed (fencekeeper/opentelemetry, a diagnostics subscriber): every grant is a holding from the start.
     if (holdingsObserved()) this.holding();
+  }
+
+  protected override entryJSON(): Record<string, string> {
+    return { path: this.path };
   }
 
   protected sourceIdentity(): SourceIdentity | undefined {

@@ -1,21 +1,28 @@
 /**
- * Join a queue and wait for our turn: the acquire path shared by the lock
- * and the election (an election is a lock that is held for longer). Any way
- * out other than a grant removes our node before the caller hears of it.
+ * Join a queue and wait for our turn: the core's fair-queue join
+ * (../../../queue-join.ts) over ZooKeeper's sequential nodes, for the lock,
+ * the read-write lock, the semaphore and the election. What only ZooKeeper
+ * has fills the core's named hooks: the parent's ACL check (confirmEntry)
+ * and lock-delay (holdBack). Any way out other than a grant removes our
+ * node before the caller hears of it.
  */
 import { ClientClosedError, InvalidArgumentError, LockLostError, SessionExpiredError } from '../../../errors.js';
 import { DEFAULT_OWNER } from '../../../lock.js';
+import { joinQueue, type QueueJoinSteps } from '../../../queue-join.js';
+import type { QueueStopper } from '../../../queue-stopper.js';
+import type { SequencerKind } from '../../../sequencer.js';
 import type { ZooKeeperAcquireOptions } from './acl-options.js';
 import { checkParent, isChecked, nodeAclFor, type NodeAcl } from './acl.js';
-import type { ClientState, ZooKeeperClient } from '../client.js';
+import type { ZooKeeperClient } from '../client.js';
 import { sessionMargin } from './holding.js';
 import { lockDelayOf, readAfter, readBefore, waitOutUnclean, type ArrivalReads } from './lock-delay.js';
 import { abandon, enqueue, waitForTurn, withoutStrays, type Enqueued, type QueueNode } from './queue.js';
-import { position as lockPosition, queueParent, type PositionOf } from './queue-order.js';
-import { Stopper } from './stopper.js';
-
+import { position as lockPosition, queueParent, type PositionOf, type TurnOutcome } from './queue-order.js';
+import { zookeeperWaits } from './waits.js';
 
 export interface Join<T> {
+  /** The grant's kind (a plain, read or write lock, a permit, a leadership). */
+  readonly kind: SequencerKind;
   /** The queue's root: the locks' or the elections'. */
   readonly root: string;
   readonly name: string;
@@ -46,14 +53,141 @@ export interface JoinClaim<T> {
    * Our node heads the queue: take what the grant needs and make its holder;
    * null in 'try' mode when that cannot be had at once. `listing`: the
    * parent's children as the join listed them, if that listing already made
-   * us the head (null: the turn came later, list again).
+   * us the head (null: the turn came later, list again). `waiting()` is
+   * called before it waits (the self-wait warning).
    */
-  take(node: QueueNode, marginMs: number, acl: NodeAcl | null, mode: 'wait' | 'try', stopper: Stopper, listing: readonly string[] | null): Promise<T | null>;
+  take(node: QueueNode, marginMs: number, acl: NodeAcl | null, mode: 'wait' | 'try', stopper: QueueStopper, listing: readonly string[] | null, waiting: () => void): Promise<T | null>;
 }
 
-export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promise<T | null> {
-  const { root, name, mode, options } = join;
-  const position = join.position ?? lockPosition;
+type Wait = Extract<TurnOutcome, { turn: false }>;
+
+/** One join's steps and the state they share (the lock-delay reads, the listing that made us the head). */
+class ZooKeeperJoin<T extends { readonly held: boolean }> implements QueueJoinSteps<Enqueued, Wait, T, T> {
+  readonly kind: SequencerKind;
+  readonly name: string;
+  readonly mode: 'wait' | 'try';
+  readonly client: ZooKeeperClient;
+  readonly signal: AbortSignal | undefined;
+  readonly timeoutMs: number | undefined;
+  readonly #join: Join<T>;
+  readonly #parent: string;
+  readonly #marginMs: number;
+  readonly #acl: NodeAcl | null;
+  readonly #lockDelayMs: number;
+  readonly #position: PositionOf;
+  #reads: ArrivalReads | null = null;
+  #seen: { predecessor: string } | undefined;
+  /** The join's listing, when it made us the head (a permit's claim needs no second one). */
+  #listing: readonly string[] | null = null;
+
+  constructor(zk: ZooKeeperClient, join: Join<T>, parent: string, marginMs: number, acl: NodeAcl | null, lockDelayMs: number) {
+    this.kind = join.kind;
+    this.name = join.name;
+    this.mode = join.mode;
+    this.client = zk;
+    this.signal = join.options.signal;
+    this.timeoutMs = join.options.timeoutMs;
+    this.#join = join;
+    this.#parent = parent;
+    this.#marginMs = marginMs;
+    this.#acl = acl;
+    this.#lockDelayMs = lockDelayMs;
+    this.#position = join.position ?? lockPosition;
+    if (join.claim !== undefined) {
+      this.claim = (joined, stopper, waiting) => this.#claim(join.claim as JoinClaim<T>, joined, stopper, waiting);
+      // A grant the claim made after the join gave up (a stop in the claim's last tick) goes back.
+      this.unclaim = (claiming) => claiming.then((grant) => (grant as { release?: () => Promise<void> } | null)?.release?.(), () => undefined);
+    }
+  }
+
+  get waits(): ReturnType<typeof zookeeperWaits> {
+    return zookeeperWaits(this.client);
+  }
+
+  claim?: QueueJoinSteps<Enqueued, Wait, T, T>['claim'];
+  unclaim?: QueueJoinSteps<Enqueued, Wait, T, T>['unclaim'];
+
+  enter(): Promise<Enqueued> {
+    const zk = this.client;
+    const parent = this.#parent;
+    // Lock-delay: the parent's stat just before our create and just after it, in the same write (./lock-delay.ts).
+    const before = this.#lockDelayMs > 0 ? readBefore(zk, parent) : null;
+    const joining = enqueue(zk, this.#join.root, parent, ownerBytes(this.#join.options.owner), this.#acl, this.#join.marker);
+    this.#join.claim?.start(parent);
+    if (before !== null) this.#reads = { before, after: readAfter(zk, parent) };
+    return joining;
+  }
+
+  /** The ACL hook: with an ACL, the parent is still the one whose ACL was checked; a claim's own check (a semaphore's size). */
+  confirmEntry(joined: Enqueued): Promise<void> | null {
+    const acl = this.#acl;
+    const claim = this.#join.claim;
+    if (acl === null && claim === undefined) return null;
+    return (async () => {
+      if (acl !== null) await confirmParent(this.client, this.#parent, acl, joined.parentCzxid);
+      if (claim !== undefined) await claim.joined(joined);
+    })();
+  }
+
+  place(joined: Enqueued): 'turn' | 'gone' | Wait {
+    const listing = withoutStrays(this.client, joined.node, joined.children);
+    const where = this.#position(listing, joined.node.child);
+    if (where === null) return 'gone';
+    if (where.turn) {
+      this.#listing = listing;
+      return 'turn';
+    }
+    return where;
+  }
+
+  waitForTurn(joined: Enqueued, where: Wait, stopper: QueueStopper): Promise<'turn' | 'gone'> {
+    if (this.#reads !== null) this.#seen = { predecessor: where.predecessor };
+    return waitForTurn(this.client, this.#parent, joined.node, where, stopper.stopped, this.#seen, this.#position);
+  }
+
+  /** The lock-delay hook: after an unclean release, wait it out before the grant. */
+  holdBack(joined: Enqueued): Promise<void> | null {
+    const reads = this.#reads;
+    return reads === null ? null : waitOutUnclean(this.client, joined.node, this.#lockDelayMs, this.#seen, reads);
+  }
+
+  ended(): unknown {
+    const state = this.client.state;
+    if (state === 'expired') return new SessionExpiredError();
+    if (state === 'closed') return new ClientClosedError();
+    return null;
+  }
+
+  lost(joined: Enqueued): Error {
+    return new LockLostError(this.name, 'node_deleted', `lock ${this.name}: our queue node ${joined.node.path} was deleted while waiting`);
+  }
+
+  #claim(claim: JoinClaim<T>, joined: Enqueued, stopper: QueueStopper, waiting: () => void): Promise<T | null> {
+    return claim.take(joined.node, this.#marginMs, this.#acl, this.mode, stopper, this.#listing, waiting);
+  }
+
+  build(joined: Enqueued | null, claimed: T | null): T {
+    return claimed ?? this.#join.build((joined as Enqueued).node, this.#marginMs);
+  }
+
+  abandon(joining: Promise<Enqueued | null>): Promise<void> {
+    return abandon(this.client, joining as Promise<Enqueued>);
+  }
+}
+
+/** Check every argument (a bad one rejects, nothing sent), then join and wait (null only in 'try' mode). */
+export function joinAndWait<T extends { readonly held: boolean }>(zk: ZooKeeperClient, join: Join<T>): Promise<T | null> {
+  let steps: ZooKeeperJoin<T>;
+  try {
+    steps = checked(zk, join);
+  } catch (error) {
+    return Promise.reject(error);
+  }
+  return joinQueue(steps);
+}
+
+function checked<T extends { readonly held: boolean }>(zk: ZooKeeperClient, join: Join<T>): ZooKeeperJoin<T> {
+  const { root, name, options } = join;
   if (options === null || typeof options !== 'object') throw new InvalidArgumentError('options must be an object');
   const parent = queueParent(root, name);
   const { signal, timeoutMs } = options;
@@ -67,67 +201,7 @@ export async function joinAndWait<T>(zk: ZooKeeperClient, join: Join<T>): Promis
   signal?.throwIfAborted();
   if (zk.state === 'expired') throw new SessionExpiredError();
   if (zk.state === 'closed') throw new ClientClosedError();
-
-  // Without a signal or a timeout, only the session's end can stop the join,
-  // and it fails the join's own requests: no Stopper until we must wait.
-  let stopper = signal === undefined && timeoutMs === undefined ? null : new Stopper(zk, name, signal, timeoutMs);
-
-  // Lock-delay: the parent's stat just before our create and just after it, in the same write (./lock-delay.ts).
-  const before = lockDelayMs > 0 ? readBefore(zk, parent) : null;
-  const joining = enqueue(zk, root, parent, ownerBytes(options.owner), acl, join.marker);
-  const claim = join.claim;
-  claim?.start(parent);
-  const reads: ArrivalReads | null = before === null ? null : { before, after: readAfter(zk, parent) };
-  let seen: { predecessor: string } | undefined;
-  let handedOver = false;
-  try {
-    const joined = stopper === null ? await joining : await Promise.race([joining, stopper.stopped]);
-    const node = joined.node;
-    if (acl !== null) {
-      const confirmed = confirmParent(zk, parent, acl, joined.parentCzxid);
-      await (stopper === null ? confirmed : Promise.race([confirmed, stopper.stopped]));
-    }
-    if (claim !== undefined) await (stopper === null ? claim.joined(joined) : Promise.race([claim.joined(joined), stopper.stopped]));
-    let outcome: 'turn' | 'gone' | 'busy';
-    const listing = withoutStrays(zk, node, joined.children);
-    const where = position(listing, node.child);
-    if (where === null) outcome = 'gone';
-    else if (where.turn) outcome = 'turn';
-    else if (mode === 'try') outcome = 'busy';
-    else {
-      stopper ??= new Stopper(zk, name, undefined, undefined);
-      if (reads !== null) seen = { predecessor: where.predecessor };
-      outcome = await waitForTurn(zk, parent, node, where, stopper.stopped, seen, position);
-    }
-    if (outcome === 'busy') return null;
-    if (outcome === 'turn' && reads !== null) {
-      stopper ??= new Stopper(zk, name, undefined, undefined);
-      await Promise.race([waitOutUnclean(zk, node, lockDelayMs, seen, reads), stopper.stopped]);
-    }
-    if (stopper !== null) stopper.check();
-    else {
-      // What a Stopper would have caught: the session ended as the grant arrived.
-      const state = zk.state as ClientState;
-      if (state === 'expired') throw new SessionExpiredError();
-      if (state === 'closed') throw new ClientClosedError();
-    }
-    if (outcome === 'gone') {
-      throw new LockLostError(name, 'node_deleted', `lock ${name}: our queue node ${node.path} was deleted while waiting`);
-    }
-    if (claim !== undefined) {
-      stopper ??= new Stopper(zk, name, undefined, undefined);
-      const claimed = await claim.take(node, marginMs, acl, mode, stopper, where?.turn === true ? listing : null);
-      if (claimed === null) return null;
-      handedOver = true;
-      return claimed;
-    }
-    const holder = join.build(node, marginMs);
-    handedOver = true;
-    return holder;
-  } finally {
-    stopper?.dispose();
-    if (!handedOver) await abandon(zk, joining);
-  }
+  return new ZooKeeperJoin(zk, join, parent, marginMs, acl, lockDelayMs);
 }
 
 /** The owner string as node data: the default one (most acquires) encoded once. */

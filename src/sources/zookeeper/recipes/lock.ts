@@ -9,12 +9,12 @@
  * lets the resource refuse a holder that did not stop in time. Queue and
  * token semantics: ./queue.ts. Holding and step-down: ./holding.ts.
  */
-import { traceAcquire, traceRelease } from '../../../diagnostics.js';
+import { traceAcquire } from '../../../diagnostics.js';
 import { isCode } from '../../../errors.js';
 import type { Lock } from '../../../lock.js';
 import type { ZooKeeperAcquireOptions, ZooKeeperTryAcquireOptions } from './acl-options.js';
 import type { LockObserver, LockStatus } from '../../../lock-source.js';
-import type { FencingToken } from '../../../token.js';
+import { lockGrant } from '../../../queue-grant.js';
 import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
 import { joinPath } from '../paths.js';
 import { listChildren } from './connection-loss.js';
@@ -42,24 +42,10 @@ export interface ZooKeeperLock extends Lock {
   ifHeld(ops: readonly MultiOp[]): Promise<MultiResult[]>;
 }
 
-class HeldLock extends HeldNode implements ZooKeeperLock {
-  readonly token: FencingToken;
-
-  constructor(zk: ZooKeeperClient, name: string, node: QueueNode, marginMs: number) {
-    super(zk, 'lock', name, node, marginMs);
-    this.token = node.token;
-  }
-
-  ifHeld(ops: readonly MultiOp[]): Promise<MultiResult[]> {
-    return this.fenced('ifHeld', ops);
-  }
-
-  release(): Promise<void> {
-    return traceRelease('zookeeper', this.name, this.token, () => this.leave());
-  }
-
-  toJSON(): { name: string; token: string; path: string; held: boolean } {
-    return { name: this.name, token: this.token.toString(), path: this.path, held: this.held };
+/** A held lock of any kind (plain, read, write): the core's held lock over our queue node. */
+export class HeldLock extends lockGrant<MultiOp, MultiResult[], typeof HeldNode>('zookeeper', HeldNode) implements ZooKeeperLock {
+  constructor(zk: ZooKeeperClient, name: string, node: QueueNode, marginMs: number, kind: 'lock' | 'read' | 'write' = 'lock') {
+    super(zk, kind, name, node, marginMs);
   }
 }
 
@@ -85,7 +71,7 @@ function builder(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquire
 export function acquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperAcquireOptions = {}): Promise<ZooKeeperLock> {
   const build = builder(zk, name, options);
   // In 'wait' mode the join never answers null.
-  return traceAcquire('zookeeper', name, 'wait', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'wait', options, build }), leaveGrant) as Promise<HeldLock>);
+  return traceAcquire('zookeeper', name, 'wait', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'wait', options, build }), leaveGrant) as Promise<HeldLock>);
 }
 
 /**
@@ -95,7 +81,7 @@ export function acquireLock(zk: ZooKeeperClient, name: string, options: ZooKeepe
  */
 export function tryAcquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquireOptions = {}): Promise<ZooKeeperLock | null> {
   const build = builder(zk, name, options);
-  return traceAcquire('zookeeper', name, 'try', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { root: LOCKS_ROOT, name, mode: 'try', options, build }), leaveGrant));
+  return traceAcquire('zookeeper', name, 'try', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'try', options, build }), leaveGrant));
 }
 
 /**

@@ -28,13 +28,12 @@
  * node_deleted). Our own-node watch skips the delete once it has seen our
  * node go; a session's expiry cannot cause this (an expired session sends nothing).
  */
-import { traceAcquire, traceRelease } from '../../../diagnostics.js';
+import { traceAcquire } from '../../../diagnostics.js';
 import { InvalidArgumentError } from '../../../errors.js';
 import { DEFAULT_OWNER, type Permit } from '../../../lock.js';
-import { assertLockName, type Sequencer } from '../../../sequencer.js';
-import { grantSequencer } from '../../../source-identity.js';
-import type { FencingToken } from '../../../token.js';
-import type { ZooKeeperClient } from '../client.js';
+import { lockGrant } from '../../../queue-grant.js';
+import { assertLockName } from '../../../sequencer.js';
+import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
 import type { ZooKeeperPermitOptions, ZooKeeperTryPermitOptions } from './acl-options.js';
 import { HeldNode } from './held-node.js';
 import { NODE_DELETED } from './holding.js';
@@ -54,23 +53,16 @@ export interface ZooKeeperPermit extends Permit {
   readonly path: string;
 }
 
-class HeldPermit extends HeldNode implements ZooKeeperPermit {
-  readonly token: FencingToken;
+class HeldPermit extends lockGrant<MultiOp, MultiResult[], typeof HeldNode>('zookeeper', HeldNode) implements ZooKeeperPermit {
   readonly slot: number;
   readonly permits: number;
-  #sequencer: Sequencer | null = null;
   #nodeGone = false;
 
   constructor(zk: ZooKeeperClient, name: string, permits: number, claimed: ClaimedSlot, marginMs: number) {
-    // As a 'lock' to the base, so a loss names the semaphore as it is; the sequencer carries the kind and the slot.
-    super(zk, 'lock', name, claimed.node, marginMs);
-    this.token = claimed.node.token;
+    // The sequencer (and a loss) names the slot: each slot is fenced on its own.
+    super(zk, 'permit', name, claimed.node, marginMs, `${name}#${claimed.slot}`);
     this.slot = claimed.slot;
     this.permits = permits;
-  }
-
-  override get sequencer(): Sequencer {
-    return (this.#sequencer ??= grantSequencer('permit', `${this.name}#${this.slot}`, this.sourceIdentity(), this.token));
   }
 
   override [NODE_DELETED](): void {
@@ -83,12 +75,8 @@ class HeldPermit extends HeldNode implements ZooKeeperPermit {
     return this.#nodeGone ? Promise.resolve() : super.leaveNode(zk, node);
   }
 
-  release(): Promise<void> {
-    return traceRelease('zookeeper', this.name, this.token, () => this.leave());
-  }
-
-  toJSON(): { name: string; slot: number; permits: number; token: string; path: string; held: boolean } {
-    return { name: this.name, slot: this.slot, permits: this.permits, token: this.token.toString(), path: this.path, held: this.held };
+  override toJSON(): Record<string, unknown> {
+    return { ...super.toJSON(), slot: this.slot, permits: this.permits };
   }
 }
 
@@ -115,7 +103,7 @@ function join(zk: ZooKeeperClient, name: string, mode: 'wait' | 'try', options: 
   }
   const owner = options.owner ?? DEFAULT_OWNER;
   const claim = new SlotClaim(zk, name, permits, typeof owner === 'string' ? owner : '', (claimed, marginMs) => new HeldPermit(zk, name, permits, claimed, marginMs));
-  const granting = joinAndWait(zk, { root: SEMAPHORES_ROOT, name, mode, options, build: unreachable, claim });
+  const granting = joinAndWait(zk, { kind: 'permit', root: SEMAPHORES_ROOT, name, mode, options, build: unreachable, claim });
   return zookeeperSourceIds.afterGrant(zk, granting, leaveGrant);
 }
 

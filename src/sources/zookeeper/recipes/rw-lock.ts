@@ -20,16 +20,12 @@
  * every writer's before it; readers held together carry theirs in any order,
  * so a reader checks a fence without advancing it.
  */
-import { traceAcquire, traceRelease } from '../../../diagnostics.js';
+import { traceAcquire } from '../../../diagnostics.js';
 import { InvalidArgumentError } from '../../../errors.js';
-import type { Sequencer } from '../../../sequencer.js';
-import { grantSequencer } from '../../../source-identity.js';
-import type { FencingToken } from '../../../token.js';
-import type { MultiOp, MultiResult, ZooKeeperClient } from '../client.js';
+import type { ZooKeeperClient } from '../client.js';
 import type { ZooKeeperRwAcquireOptions, ZooKeeperRwTryAcquireOptions } from './acl-options.js';
-import { HeldNode } from './held-node.js';
 import { joinAndWait } from './join.js';
-import type { ZooKeeperLock } from './lock.js';
+import { HeldLock, type ZooKeeperLock } from './lock.js';
 import type { QueueNode } from './queue.js';
 import { READ_MARKER, WRITE_MARKER, readerPosition, writerPosition } from './rw-order.js';
 import { zookeeperSourceIds } from './source-id.js';
@@ -38,46 +34,17 @@ export const RW_LOCKS_ROOT = '/fencekeeper/rwlocks';
 
 type RwKind = 'read' | 'write';
 
-/** A read or write lock granted by ZooKeeper: a ZooKeeperLock whose sequencer's kind is 'read' or 'write'. */
-class HeldRwLock extends HeldNode implements ZooKeeperLock {
-  readonly token: FencingToken;
-  readonly #kind: RwKind;
-  #sequencer: Sequencer | null = null;
+// A read or write lock is the plain lock's held lock of kind 'read' / 'write' (its sequencer's kind).
+const leaveGrant = (lock: HeldLock): Promise<void> => lock.release();
 
-  constructor(zk: ZooKeeperClient, kind: RwKind, name: string, node: QueueNode, marginMs: number) {
-    // As a 'lock' to the base, so a loss names the lock as it is (the base
-    // names any other kind an election); the sequencer carries the kind.
-    super(zk, 'lock', name, node, marginMs);
-    this.#kind = kind;
-    this.token = node.token;
-  }
-
-  override get sequencer(): Sequencer {
-    return (this.#sequencer ??= grantSequencer(this.#kind, this.name, this.sourceIdentity(), this.token));
-  }
-
-  ifHeld(ops: readonly MultiOp[]): Promise<MultiResult[]> {
-    return this.fenced('ifHeld', ops);
-  }
-
-  release(): Promise<void> {
-    return traceRelease('zookeeper', this.name, this.token, () => this.leave());
-  }
-
-  toJSON(): { name: string; kind: RwKind; token: string; path: string; held: boolean } {
-    return { name: this.name, kind: this.#kind, token: this.token.toString(), path: this.path, held: this.held };
-  }
-}
-
-const leaveGrant = (lock: HeldRwLock): Promise<void> => lock.release();
-
-function join(zk: ZooKeeperClient, kind: RwKind, name: string, mode: 'wait' | 'try', options: ZooKeeperRwAcquireOptions): Promise<HeldRwLock | null> {
+function join(zk: ZooKeeperClient, kind: RwKind, name: string, mode: 'wait' | 'try', options: ZooKeeperRwAcquireOptions): Promise<HeldLock | null> {
   // Lock-delay marks a release in the lock's parent (./lock-delay.ts): a plain lock's, refused here rather than ignored.
   if (options !== null && typeof options === 'object' && (options as { lockDelayMs?: unknown }).lockDelayMs !== undefined) {
     return Promise.reject(new InvalidArgumentError('lockDelayMs applies to plain locks (acquireLock) only, not to read or write locks'));
   }
-  const build = (node: QueueNode, marginMs: number): HeldRwLock => new HeldRwLock(zk, kind, name, node, marginMs);
+  const build = (node: QueueNode, marginMs: number): HeldLock => new HeldLock(zk, name, node, marginMs, kind);
   const granting = joinAndWait(zk, {
+    kind,
     root: RW_LOCKS_ROOT,
     name,
     mode,
@@ -97,7 +64,7 @@ function join(zk: ZooKeeperClient, kind: RwKind, name: string, mode: 'wait' | 't
  * any order, so check a fence with it without advancing the fence.
  */
 export function acquireReadLock(zk: ZooKeeperClient, name: string, options: ZooKeeperRwAcquireOptions = {}): Promise<ZooKeeperLock> {
-  return traceAcquire('zookeeper', name, 'wait', () => join(zk, 'read', name, 'wait', options) as Promise<HeldRwLock>);
+  return traceAcquire('zookeeper', name, 'wait', () => join(zk, 'read', name, 'wait', options) as Promise<HeldLock>);
 }
 
 /** The read lock of `name` if no writer holds or waits for it; null otherwise (leaving nothing behind). */
@@ -112,7 +79,7 @@ export function tryAcquireReadLock(zk: ZooKeeperClient, name: string, options: Z
  * advanced refuses every earlier holder.
  */
 export function acquireWriteLock(zk: ZooKeeperClient, name: string, options: ZooKeeperRwAcquireOptions = {}): Promise<ZooKeeperLock> {
-  return traceAcquire('zookeeper', name, 'wait', () => join(zk, 'write', name, 'wait', options) as Promise<HeldRwLock>);
+  return traceAcquire('zookeeper', name, 'wait', () => join(zk, 'write', name, 'wait', options) as Promise<HeldLock>);
 }
 
 /** The write lock of `name` if nobody holds or waits for it, reader or writer; null otherwise (leaving nothing behind). */

@@ -28,6 +28,7 @@
  * every later holder's token is larger, across crashes and session expiry.
  */
 import { ConnectionLossError, LockLostError, PermitsMismatchError, ProtocolError, ZooKeeperError, isCode } from '../../../errors.js';
+import type { QueueStopper } from '../../../queue-stopper.js';
 import type { ZooKeeperClient } from '../client.js';
 import { joinPath } from '../paths.js';
 import type { NodeAcl } from './acl.js';
@@ -35,7 +36,6 @@ import { listChildren, retryOnLoss, whileConnected } from './connection-loss.js'
 import { watchOwnNodeNow } from './holding.js';
 import type { JoinClaim } from './join.js';
 import { WaitingNode, dropOthers, leave, type Enqueued, type QueueNode } from './queue.js';
-import type { Stopper } from './stopper.js';
 
 const SLOT = 'slot-';
 const ignore = (): void => undefined;
@@ -125,7 +125,7 @@ export class SlotClaim<T> implements JoinClaim<T> {
    * watch the slots until one is released. While it waits, our queue node
    * is watched too: its deletion (an operator, a session expiring) ends the wait.
    */
-  async take(node: QueueNode, marginMs: number, acl: NodeAcl | null, mode: 'wait' | 'try', stopper: Stopper, listing: readonly string[] | null): Promise<T | null> {
+  async take(node: QueueNode, marginMs: number, acl: NodeAcl | null, mode: 'wait' | 'try', stopper: QueueStopper, listing: readonly string[] | null, waiting: () => void): Promise<T | null> {
     // Our queue node is watched only once we wait for a slot (a claim that goes out at once needs no watch).
     const self = new WaitingNode(node.path);
     let watching = false;
@@ -141,6 +141,7 @@ export class SlotClaim<T> implements JoinClaim<T> {
           if (mode === 'try') return null;
           if (!watching) {
             watching = true;
+            waiting();
             watchOwnNodeNow(this.#zk, self);
           }
           await Promise.race([this.#slotReleased(), self.deleted, stopper.stopped]);
@@ -195,7 +196,7 @@ export class SlotClaim<T> implements JoinClaim<T> {
    * caller gives up while it is in flight, it finishes in the background
    * and gives back whatever it took.
    */
-  async #claim(node: QueueNode, i: number, acl: NodeAcl | null, stopper: Stopper): Promise<Attempt> {
+  async #claim(node: QueueNode, i: number, acl: NodeAcl | null, stopper: QueueStopper): Promise<Attempt> {
     const path = joinPath(this.#parent, slotChild(i));
     const applying = this.#zk.multi([
       { op: 'create', path, data: `${node.guid} ${this.#owner}`, mode: 'ephemeral', ...(acl !== null && { acl: acl.acl }) },
