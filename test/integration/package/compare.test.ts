@@ -82,10 +82,11 @@ describe('npm run compare, short', () => {
     expect(table).toMatch(/simulated/);
     // PostgreSQL: an asynchronous replica loses the acknowledged grant (a double grant); a synchronous standby keeps it.
     const pg = by.postgres!;
-    expect(pg.failover.doubleGrants, 'postgres asynchronous failover: double grants').toBe(TRIALS);
+    // A double grant wherever the first holder still held when the second asked (and it did, at least once).
+    expect(pg.failover.firstHeld, 'postgres asynchronous: the first holder held on').toBeGreaterThan(0);
+    expect(pg.failover.doubleGrants, 'postgres asynchronous failover: double grants').toBe(pg.failover.firstHeld);
     expect(pg.syncFailover!.trials).toBe(TRIALS);
     expect(pg.syncFailover!.injected).toBe(TRIALS);
-    expect(pg.syncFailover!.firstHeld, 'postgres synchronous: the first holder held on').toBe(TRIALS);
     expect(pg.syncFailover!.doubleGrants, 'postgres synchronous failover: double grants').toBe(0);
     expect(pg.syncFailover!.tokenRegressions, 'postgres synchronous failover: token regressions').toBe(0);
     expect(pg.syncVerdict!.kind).toBe('correctness lock and election');
