@@ -23,7 +23,9 @@ const LOCK_SERVICE = `  --lock-service <url>       the lock service (default: $F
                              ZooKeeper of --zookeeper): zookeeper://h:2181[,h:2182][/chroot],
                              redis://[user@]h:6379[/db] (one Redis: the key's TTL is
                              --session-timeout), redlock://h1:6379,h2:6380,h3:6381 (Redlock),
-                             etcd://h1:2379[,h2:2379] (the lease's TTL is --session-timeout);
+                             etcd://h1:2379[,h2:2379] (the lease's TTL is --session-timeout),
+                             postgres://[user@]h:5432/db (postgresql:// too; the session
+                             lease is --session-timeout; tables from fencekeeper migrate);
                              a URL with a password only from $FENCEKEEPER_LOCK_SERVICE`;
 
 const STOPPING = `When the lock is lost while cmd runs, cmd's process group gets SIGTERM,

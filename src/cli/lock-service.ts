@@ -56,6 +56,7 @@ export interface HoldOptions {
 
 export interface QueueEntry {
   readonly role: 'holder' | 'waiter';
+  /** 0n for a waiter of a source that takes the token only when it grants (PostgreSQL): `status` shows '-'. */
   readonly token: FencingToken;
   readonly owner: string;
   /** What holds the entry alive, as the source names it (ZooKeeper: the session, 0x-hex). */
@@ -107,6 +108,13 @@ export interface LockService {
    * means reading again.
    */
   watchQueue?(name: string, onChange: (event: QueueEvent) => void, signal: AbortSignal): Promise<void>;
+  /**
+   * What the service says about how durable a grant is, as settings by
+   * name (PostgreSQL: synchronous_commit and synchronous_standby_names, which
+   * decide whether a failover can lose an acknowledged grant). Absent where
+   * the source reports nothing of the kind.
+   */
+  durability?(name: string): Promise<Readonly<Record<string, string>>>;
   close(): Promise<void>;
 }
 

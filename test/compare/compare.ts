@@ -10,6 +10,9 @@
 //              paused holder (single Redis, Redlock)
 //   etcd       leader kill, paused holder
 //   ZooKeeper  leader kill, paused holder
+//   PostgreSQL asynchronous and synchronous failover on a primary/replica
+//              pair of its own (test/servers/pg-replica.sh, no turn: nobody
+//              else breaks it), withLease, paused holder (./postgres.ts)
 // Within a chain the fault trials run one after the other (each breaks and
 // restores the chain's servers); the paused-holder trials run concurrently.
 import { readFileSync } from 'node:fs';
@@ -41,8 +44,17 @@ import { faultsNotVerified, scenariosIncomplete } from './evidence.js';
 import { Resources } from './resources.js';
 import { runTrials, type FaultScenario, type FaultTrial } from './trial.js';
 import { verdictOf, type Verdict } from './verdict.js';
+import { PG_ASYNC_FAILOVER, PG_SYNC_FAILOVER, openPgForLatency, pgFailoverTrial, postgresUnderTest } from './postgres.js';
+import { acquirePgCluster, pgReplicaCtl, type PgCluster } from './postgres-cluster.js';
+import { runLease, type LeaseScenario } from './postgres-lease.js';
 
-export const SOURCE_KINDS = ['redis', 'redlock', 'etcd', 'zookeeper'] as const;
+export const SOURCE_KINDS = ['redis', 'redlock', 'etcd', 'zookeeper', 'postgres'] as const;
+
+/**
+ * The PostgreSQL column's failover trials (each rebuilds the replica with
+ * pg_basebackup and waits out a lease): at most this many, printed.
+ */
+export const PG_MAX_TRIALS = 4;
 export type SourceKind = (typeof SOURCE_KINDS)[number];
 
 export interface CompareOptions {
@@ -64,6 +76,14 @@ export interface SourceReport {
   /** Redlock only: its nodes' clocks matter to the lock. */
   readonly clock?: FaultScenario;
   readonly paused: PausedScenario;
+  /** PostgreSQL only: the same failover with a synchronous standby. */
+  readonly syncFailover?: FaultScenario;
+  /** PostgreSQL only: the paused holder against withLease. */
+  readonly lease?: LeaseScenario;
+  /** PostgreSQL only: the verdict with the synchronous standby. */
+  readonly syncVerdict?: Verdict;
+  /** Trials asked of this source's scenarios (fewer than the run's for PostgreSQL). */
+  readonly trialsAsked: number;
   readonly latency: Latency;
   readonly verdict: Verdict;
 }
@@ -89,14 +109,25 @@ const DEPLOYMENT: Record<SourceKind, string> = {
   redlock: '5 independent nodes (FK_REDLOCK), quorum counter token',
   etcd: '3-node cluster (FK_ETCD_CLUSTER); pause scenario: the single node (FK_ETCD)',
   zookeeper: '3-node ensemble (FK_ZK_ENSEMBLE); pause scenario: the standalone server (FK_ZK_STANDALONE)',
+  postgres: 'primary + streaming replica of its own (test/servers/pg-replica.sh, PostgreSQL 15); pause and withLease scenarios: the shared test database (DATABASE_URL)',
 };
 
-const PAUSED: Record<SourceKind, SourceUnderTest> = { redis: REDIS, redlock: REDLOCK, etcd: ETCD, zookeeper: ZOOKEEPER };
+const PAUSED: Record<SourceKind, SourceUnderTest> = {
+  redis: REDIS,
+  redlock: REDLOCK,
+  etcd: ETCD,
+  zookeeper: ZOOKEEPER,
+  get postgres() {
+    return postgresUnderTest(environmentServers().databaseUrl);
+  },
+};
 
 /** The failover deployment of a source as a LockSource, for the latency figures. */
-async function openForLatency(kind: SourceKind): Promise<{ source: LockSource; close(): Promise<void> }> {
+async function openForLatency(kind: SourceKind, pg: PgCluster | undefined): Promise<{ source: LockSource; close(): Promise<void> }> {
   const servers = environmentServers();
   switch (kind) {
+    case 'postgres':
+      return openPgForLatency(pg as PgCluster);
     case 'redis': {
       const client = redisClient(servers.redisPair[0]);
       return { source: redisSource(client, { ttlMs: 10_000 }), close: async () => client.disconnect() };
@@ -129,6 +160,7 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
   const loadBefore = loadAverage();
   const resources = await Resources.open();
   const turns: { redis?: Turn; etcd?: Turn; zookeeper?: Turn } = {};
+  let pgCluster: PgCluster | undefined;
   const giveBack = async (which: keyof typeof turns): Promise<void> => {
     const turn = turns[which];
     delete turns[which];
@@ -139,10 +171,14 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
     if (wanted.has('redis') || wanted.has('redlock')) turns.redis = await holdRedis();
     if (wanted.has('etcd')) turns.etcd = await holdEtcd();
     if (wanted.has('zookeeper')) turns.zookeeper = await holdEnsemble();
+    if (wanted.has('postgres')) {
+      log('starting the PostgreSQL primary and its streaming replica (test/servers/pg-replica.sh)');
+      pgCluster = await acquirePgCluster();
+    }
 
     const latency = new Map<SourceKind, Latency>();
     for (const kind of options.sources) {
-      const { source, close } = await openForLatency(kind);
+      const { source, close } = await openForLatency(kind, pgCluster);
       try {
         latency.set(kind, await measureLatency(source, options.latencyCycles, load1));
       } finally {
@@ -167,7 +203,7 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
       await etcdCtl('wait-healthy', '60');
     };
 
-    const reports = new Map<SourceKind, Omit<SourceReport, 'verdict' | 'latency' | 'deployment' | 'source'>>();
+    const reports = new Map<SourceKind, Omit<SourceReport, 'verdict' | 'latency' | 'deployment' | 'source' | 'trialsAsked'>>();
     const redisChain = async (): Promise<void> => {
       try {
         if (wanted.has('redis')) {
@@ -204,7 +240,19 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
       leaderKillChain('etcd', async () => new EtcdPair(), ETCD_FAILOVER, (pair) => etcdFailoverTrial(pair, resources), healEtcd);
     const zookeeperChain = (): Promise<void> =>
       leaderKillChain('zookeeper', () => ZooKeeperPair.open(), ZOOKEEPER_FAILOVER, (pair) => zookeeperFailoverTrial(pair, resources), restoreEnsemble);
-    const chains = await Promise.allSettled([redisChain(), etcdChain(), zookeeperChain()]);
+    const pgTrials = Math.min(trials, PG_MAX_TRIALS);
+    const postgresChain = async (): Promise<void> => {
+      if (!wanted.has('postgres')) return;
+      const cluster = pgCluster as PgCluster;
+      const resetPg = (): Promise<string> => pgReplicaCtl('reset');
+      log(`postgres: ${pgTrials} trials per failover scenario (at most ${PG_MAX_TRIALS}: each rebuilds the replica), ${trials} paused-holder trials`);
+      const failover = await runTrials(PG_ASYNC_FAILOVER, pgTrials, () => pgFailoverTrial(cluster, 'async', resources), resetPg, log);
+      const syncFailover = await runTrials(PG_SYNC_FAILOVER, pgTrials, () => pgFailoverTrial(cluster, 'sync', resources), resetPg, log);
+      log(`postgres withLease: ${pgTrials} trials`);
+      const lease = await runLease(environmentServers().databaseUrl, pgTrials, log);
+      reports.set('postgres', { failover, syncFailover, lease, paused: await paused('postgres') });
+    };
+    const chains = await Promise.allSettled([redisChain(), etcdChain(), zookeeperChain(), postgresChain()]);
     const failed = chains.flatMap((c) => (c.status === 'rejected' ? [c.reason as unknown] : []));
     if (failed.length > 0) throw new AggregateError(failed, failed.map((e) => (e instanceof Error ? e.message : String(e))).join('\n'));
 
@@ -212,11 +260,29 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
       const r = reports.get(kind);
       if (r === undefined) throw new Error(`no report for ${kind}`);
       const l = latency.get(kind) as Latency;
-      return { source: kind, deployment: DEPLOYMENT[kind], ...r, latency: l, verdict: verdictOf(r) };
+      const syncVerdict = r.syncFailover === undefined ? undefined : verdictOf({ failover: r.syncFailover, paused: r.paused });
+      return { source: kind, deployment: DEPLOYMENT[kind], ...r, ...(syncVerdict !== undefined && { syncVerdict }), trialsAsked: kind === 'postgres' ? pgTrials : trials, latency: l, verdict: verdictOf(r) };
     });
-    const notVerified = faultsNotVerified(sources);
-    const incomplete = scenariosIncomplete(sources, trials);
-    const errors = sources.reduce((n, s) => n + s.failover.errors.length + (s.clock?.errors.length ?? 0) + s.paused.errors.length, 0);
+    // PostgreSQL's failovers and withLease ask fewer trials (pgTrials); its paused holder the run's.
+    const syncCounts = sources.flatMap((s) => (s.syncFailover === undefined ? [] : [{ source: `${s.source} synchronous`, failover: s.syncFailover, paused: s.paused }]));
+    const notVerified = [...new Set(faultsNotVerified([...sources, ...syncCounts]))];
+    const incomplete = [
+      ...scenariosIncomplete(sources.filter((s) => s.source !== 'postgres'), trials),
+      ...sources.flatMap((s) =>
+        s.source !== 'postgres'
+          ? []
+          : [
+              ...(s.failover.trials < pgTrials ? ['postgres failover'] : []),
+              ...((s.syncFailover?.trials ?? 0) < pgTrials ? ['postgres synchronous failover'] : []),
+              ...((s.lease?.trials ?? 0) < pgTrials ? ['postgres withLease'] : []),
+              ...(s.paused.trials < trials ? ['postgres paused'] : []),
+            ],
+      ),
+    ];
+    const errors = sources.reduce(
+      (n, s) => n + s.failover.errors.length + (s.clock?.errors.length ?? 0) + s.paused.errors.length + (s.syncFailover?.errors.length ?? 0) + (s.lease?.errors.length ?? 0),
+      0,
+    );
     return {
       trials,
       machine: { cores: cpus().length, loadBefore, loadAfter: loadAverage() },
@@ -228,6 +294,7 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
     };
   } finally {
     for (const which of ['redis', 'etcd', 'zookeeper'] as const) await giveBack(which).catch((e: unknown) => log(`giving back the ${which} turn failed: ${String(e)}`));
+    await pgCluster?.release().catch((e: unknown) => log(`releasing the PostgreSQL pair failed: ${String(e)}`));
     await resources.close();
   }
 }

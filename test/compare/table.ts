@@ -11,6 +11,7 @@ export const TITLE: Record<SourceKind, string> = {
   redlock: 'Redlock over 5',
   etcd: 'etcd (3-node cluster)',
   zookeeper: 'ZooKeeper (3-node ensemble)',
+  postgres: 'PostgreSQL (primary + replica)',
 };
 
 export type Row = readonly [scenario: string, row: string, count: string, trials: string];
@@ -32,7 +33,8 @@ function faultRows(label: string, f: FaultScenario, secondRow: string): Row[] {
 
 /** One source's table: scenario, row, count, trials (the text table and the HTML page print the same rows). */
 export function rowsOf(s: SourceReport): Row[] {
-  const rows: Row[] = [...faultRows('failover', s.failover, 'second client granted the lock while the first held it (double grant)')];
+  const rows: Row[] = [...faultRows(s.syncFailover === undefined ? 'failover' : 'async failover', s.failover, 'second client granted the lock while the first held it (double grant)')];
+  if (s.syncFailover !== undefined) rows.push(...faultRows('sync failover', s.syncFailover, 'second client granted the lock while the first held it (double grant)'));
   if (s.clock !== undefined) rows.push(...faultRows('clock', s.clock, 'double grant after the jump'));
   const p = s.paused;
   const n = String(p.trials);
@@ -43,6 +45,16 @@ export function rowsOf(s: SourceReport): Row[] {
     ['', 'stale write accepted, fencing off: PG / S3 / HTTP', triple(p.fencingOff), n],
     ['', 'stale write accepted, fencing on: PG / S3 / HTTP', triple(p.fencingOn), n],
   );
+  const w = s.lease;
+  if (w !== undefined) {
+    const m = String(w.trials);
+    rows.push(
+      ['withLease', 'paused between writes: held === true at its first check after SIGCONT', String(w.heldAfterResume), m],
+      ['', 'paused between writes: withLease committed after SIGCONT (stale write accepted)', String(w.outsideCommitted), m],
+      ['', 'paused inside withLease: successor granted within lease + 2 s', String(w.grantedWithinBound), m],
+      ['', 'paused inside withLease: a write of the paused transaction committed', String(w.insideCommitted), m],
+    );
+  }
   const l = s.latency;
   rows.push(
     ['latency', 'uncontended acquire p50 / p99 (ms)', `${ms(l.p50Ms)} / ${ms(l.p99Ms)}`, String(l.cycles)],
@@ -67,11 +79,14 @@ export function seedsTable(report: CompareReport): string[][] {
     line('double grants at failover/restart', (s) => of(s.failover.doubleGrants, s.failover.trials)),
     line('token regressions at failover/restart', (s) => of(s.failover.tokenRegressions, s.failover.trials)),
     line('stale writes accepted by a fence after failover/restart', (s) => of(sum(s.failover.staleAccepted), 3 * s.failover.trials)),
+    line('synchronous failover: double grants', (s) => (s.syncFailover === undefined ? 'not run' : of(s.syncFailover.doubleGrants, s.syncFailover.trials))),
+    line('synchronous failover: token regressions', (s) => (s.syncFailover === undefined ? 'not run' : of(s.syncFailover.tokenRegressions, s.syncFailover.trials))),
     line('clock jump: double grants', (s) => (s.clock === undefined ? 'not run' : of(s.clock.doubleGrants, s.clock.trials))),
     line('clock jump: token regressions', (s) => (s.clock === undefined ? 'not run' : of(s.clock.tokenRegressions, s.clock.trials))),
     line('clock jump: stale writes accepted by a fence', (s) => (s.clock === undefined ? 'not run' : of(sum(s.clock.staleAccepted), 3 * s.clock.trials))),
     line('paused holder, no fencing: stale writes accepted', (s) => of(sum(s.paused.fencingOff), 3 * s.paused.trials)),
     line('paused holder, fencing: stale writes accepted', (s) => of(sum(s.paused.fencingOn), 3 * s.paused.trials)),
+    line('paused holder, withLease: stale commits', (s) => (s.lease === undefined ? 'not run' : of(s.lease.outsideCommitted + s.lease.insideCommitted, 2 * s.lease.trials))),
     line('acquire p50 / p99 (ms)', (s) => `${ms(s.latency.p50Ms)} / ${ms(s.latency.p99Ms)}`),
     line('cycles/s', (s) => s.latency.cyclesPerSecond.toFixed(0)),
     line('verdict', (s) => s.verdict.kind),
@@ -84,13 +99,23 @@ export function renderReport(report: CompareReport): string {
   for (const s of report.sources) {
     out.push('', `${TITLE[s.source]}: ${s.deployment}`);
     out.push(...align([['scenario', 'row', 'count', 'trials'], ...rowsOf(s)]).map((l) => `  ${l}`));
-    out.push(`  failover: ${s.failover.fault}`);
+    if (s.syncFailover !== undefined) {
+      out.push(`  async failover: ${s.failover.fault}`, `  sync failover: ${s.syncFailover.fault}`);
+      out.push(`  failover trials: ${s.failover.trials} asynchronous, ${s.syncFailover.trials} synchronous (at most ${s.trialsAsked} for this column: each rebuilds the replica with pg_basebackup)`);
+    } else {
+      out.push(`  failover: ${s.failover.fault}`);
+    }
     if (s.clock !== undefined) out.push(`  clock: ${s.clock.fault}`);
+    if (s.lease !== undefined) out.push(`  withLease: ${s.lease.fault}`);
     out.push(`  paused: ${s.paused.fault}`);
-    out.push(`  verdict: ${s.verdict.line}`);
+    out.push(`  verdict${s.syncVerdict === undefined ? '' : ' (asynchronous replica)'}: ${s.verdict.line}`);
+    if (s.syncVerdict !== undefined) out.push(`  verdict (synchronous standby): ${s.syncVerdict.line}`);
   }
   if (report.sources.some((s) => s.clock !== undefined)) {
     out.push('', "The clock jump is simulated: the key's remaining TTL on one node cut to 5 ms (PEXPIRE), which is what a forward jump of that node's wall clock does to it; libfaketime recurses in clock_gettime with Debian's redis-server at start-up, and time namespaces do not shift the wall clock.");
+  }
+  if (report.sources.some((s) => s.syncFailover !== undefined)) {
+    out.push('', "PostgreSQL's tokens come from a sequence, which WAL-logs 32 values ahead of the one handed out: a replica that lost the last grant usually holds values beyond its token, so the lost grant shows as a double grant with a larger token; its token repeats when that grant's nextval was the one that logged the next batch (about one grant in 32, and the first after each checkpoint).");
   }
   out.push('', "The seeds' table, measured (count/trials; writes: trials x 3 resources):");
   out.push(...align(seedsTable(report)).map((l) => `  ${l}`));

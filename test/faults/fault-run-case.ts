@@ -6,7 +6,8 @@
 //   - cut (RST) a worker's connections to the source's servers,
 //   - inject the source's own faults (source-faults.ts): the ZooKeeper or
 //     etcd leader killed, the Redis primary failed over to its replica in
-//     sync and held back, a Redlock node restarted and one paused,
+//     sync and held back, a Redlock node restarted and one paused, the
+//     PostgreSQL primary of the checker's own cluster crashed and restarted,
 //   - hold one PostgreSQL, one S3 and one HTTP write in flight, then reset
 //     its connection,
 // and random faults after that until the budget is spent. Each of these is
@@ -30,6 +31,7 @@ const SOURCE_FAULTS: Readonly<Record<SourceKind, readonly { kind: string; varian
   etcd: [{ kind: 'kill-leader' }],
   redis: [{ kind: 'failover' }, { kind: 'failover', variant: 'replica held back' }],
   redlock: [{ kind: 'node-restart' }, { kind: 'node-pause' }],
+  postgres: [{ kind: 'node-restart' }],
 };
 
 export function describeFaultRun(kind: SourceKind): void {

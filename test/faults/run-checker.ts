@@ -7,7 +7,7 @@
 // holds but the source's tokens were not (the report lists the regressions:
 // a single Redis whose failover lost INCRs of its counter); 1 otherwise.
 //
-//   npm run faults -- [--source zookeeper|redis|redlock|etcd] \
+//   npm run faults -- [--source zookeeper|redis|redlock|etcd|postgres] \
 //     [--workers 8] [--ops 400] [--duration 600] [--session-ms 2000] \
 //     [--http-store memory|postgres] [--no-random] [--no-build] [--no-http-cuts]
 //
@@ -21,6 +21,9 @@
 //                      redlock    the five FK_REDLOCK nodes; one restarted from its AOF,
 //                                 or one paused, at a time (never a majority)
 //                      etcd       the 3-node FK_ETCD_CLUSTER; leader SIGKILL + restart
+//                      postgres   postgresSource on a cluster of the checker's own
+//                                 (test/servers/pg-replica.sh, port 55451); its primary
+//                                 SIGKILLed and restarted (crash recovery)
 //                    Holder pauses, TCP cuts and partitions of the workers'
 //                    connections, and held-then-reset resource writes, for every source.
 //   --workers N      worker processes (default 8)

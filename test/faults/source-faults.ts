@@ -19,6 +19,12 @@
 //              primary sent in its socket buffer and hands it over on SIGCONT.)
 //   redlock    restart one of the five nodes from its AOF (redis.sh restart N),
 //              SIGSTOP one for a while; one node at a time, never a majority.
+//   postgres   postgresSource on a PostgreSQL cluster the checker owns
+//              (test/servers/pg-replica.sh on ports 55451/55452, apart from
+//              the compare's pair and never the shared server): its primary
+//              SIGKILLed (postmaster and backends) and started again, crash
+//              recovery and all. Connection cuts and paused holders come
+//              from the harness, as for every source.
 // A fault is recorded only after the script reported it done, with what it
 // changed (the pid before and after, the counter on either side of a
 // failover); one that cannot be injected returns why, and the harness
@@ -27,6 +33,10 @@
 // Plain Node (no 'vitest' import): run-checker.ts uses it too. The scripts'
 // paths come from the environment the global setup fills in.
 import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { migrate } from '../../adapters/postgres/index.js';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { lockKeys } from '../../src/sources/redis/scripts.js';
@@ -37,7 +47,7 @@ import type { FaultKind, FaultRecord } from './checker.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
 import { FloatingAddress } from './floating-address.js';
 
-export const SOURCE_KINDS = ['zookeeper', 'redis', 'redlock', 'etcd'] as const;
+export const SOURCE_KINDS = ['zookeeper', 'redis', 'redlock', 'etcd', 'postgres'] as const;
 export type SourceKind = (typeof SOURCE_KINDS)[number];
 
 export function isSourceKind(text: string): text is SourceKind {
@@ -141,7 +151,78 @@ export function sourceControl(kind: SourceKind, env: NodeJS.ProcessEnv = process
     case 'redis':
     case 'redlock':
       return redisControl(kind, runner(scriptPath('redisCtl', env)));
+    case 'postgres':
+      return postgresControl();
   }
+}
+
+// --- PostgreSQL -----------------------------------------------------------------------
+
+/** The checker's own cluster: pg-replica.sh on its own ports (the compare's pair is 55441). */
+const PG_CHECKER_PORT = 55451;
+
+function postgresControl(): SourceControl {
+  const script = fileURLToPath(new URL('../servers/pg-replica.sh', import.meta.url));
+  const base = runner(script);
+  const ctl = (...args: string[]): Promise<{ stdout: string; stderr: string }> => {
+    process.env.FK_PG_REPLICA_PORT = String(PG_CHECKER_PORT);
+    return base(...args);
+  };
+  const primary = `127.0.0.1:${PG_CHECKER_PORT}`;
+  const postmasterPid = async (): Promise<number | null> => {
+    const client = new pg.Client({ connectionString: `postgres://root@${primary}/test`, connectionTimeoutMillis: 2000 });
+    client.on('error', () => undefined);
+    try {
+      await client.connect();
+      // The postmaster is the parent of every backend.
+      const { rows } = await client.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE backend_type = $1 LIMIT 1', ['checkpointer']);
+      const child = rows[0]?.pid;
+      if (child === undefined) return null;
+      const stat = readFileSync(`/proc/${child}/stat`, 'utf8');
+      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    } catch {
+      return null;
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  };
+  const restartPrimary: ServerFault = {
+    kind: 'node-restart',
+    name: 'a crash and restart of the PostgreSQL primary',
+    async inject(ctx) {
+      const before = await postmasterPid();
+      if (before === null) return 'the primary did not answer before the fault';
+      const killed = Number((await ctl('kill-primary')).stdout.split('\n').at(-1));
+      if (killed !== before) return `the script killed pid ${killed}, not the postmaster ${before}`;
+      await ctx.wait(random(300, 1000));
+      await ctl('restart-primary');
+      const after = await postmasterPid();
+      if (after === null || after === before) return `the primary answers with postmaster ${String(after)} after the restart`;
+      ctx.record({ kind: 'node-restart', target: `postgres primary ${primary}`, at: Date.now(), detail: `SIGKILL of postmaster ${before} and its backends, started again (crash recovery) as ${after}` });
+      ctx.log(`postgres primary restarted (postmaster ${before} -> ${after})`);
+      return null;
+    },
+  };
+  return {
+    kind: 'postgres',
+    async hold() {
+      // A cluster of this run's own: nobody else breaks it, so the turn is only its start and stop.
+      await ctl('acquire');
+      const pool = new pg.Pool({ connectionString: `postgres://root@${primary}/test`, max: 1 });
+      try {
+        await migrate(pool);
+      } finally {
+        await pool.end();
+      }
+      return async () => {
+        await ctl('reset').catch(() => undefined);
+        await ctl('release');
+      };
+    },
+    async faults() {
+      return { kind: 'postgres', endpoints: [primary], required: [restartPrimary], random: [restartPrimary], close: async () => undefined };
+    },
+  };
 }
 
 // --- ZooKeeper ----------------------------------------------------------------------

@@ -43,6 +43,7 @@ function source(kind: SourceKind, bad: number, p50: number, samples: boolean): S
     source: kind,
     deployment: `${kind} deployment`,
     ...r,
+    trialsAsked: 4,
     latency: { cycles: 40, p50Ms: p50, p99Ms: p50 * 2.5, cyclesPerSecond: 1000 / p50, cpuMsPerCycle: 0.1, loadAverage: 1.5, ...(samples ? { acquireMs } : {}) },
     verdict: verdictOf(r),
   };

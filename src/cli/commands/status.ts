@@ -44,8 +44,9 @@ export async function status(argv: readonly string[]): Promise<number> {
   interruption.signal.addEventListener('abort', onInterrupt, { once: true });
   try {
     const entries = await service.queue(name);
-    if (json) out(JSON.stringify({ lock: name, queue: entries.map(entryJson) }));
-    else for (const line of table(name, entries)) out(line);
+    const durability = await service.durability?.(name);
+    if (json) out(JSON.stringify({ lock: name, queue: entries.map(entryJson), ...(durability !== undefined && { durability }) }));
+    else for (const line of [...table(name, entries), ...(durability === undefined ? [] : durabilityLines(durability))]) out(line);
     return ExitCode.ok;
   } catch (error) {
     if (interruption.by === null) throw error;
@@ -58,13 +59,34 @@ export async function status(argv: readonly string[]): Promise<number> {
   }
 }
 
-function entryJson(e: QueueEntry): Record<string, string> {
-  return { role: e.role, token: formatToken(e.token), owner: e.owner, session: e.session, node: e.node };
+/** A waiter of a source that takes the token at the grant (PostgreSQL) has none yet: shown as '-' (null in JSON). */
+function tokenOf(e: QueueEntry): string | null {
+  return e.role === 'waiter' && e.token === 0n ? null : formatToken(e.token);
+}
+
+function entryJson(e: QueueEntry): Record<string, string | null> {
+  return { role: e.role, token: tokenOf(e), owner: e.owner, session: e.session, node: e.node };
+}
+
+/**
+ * The service's durability settings, and what they mean for a grant: with
+ * no synchronous standby (or synchronous_commit below remote_write for other
+ * writers), a failover can lose acknowledged grants.
+ */
+function durabilityLines(settings: Readonly<Record<string, string>>): string[] {
+  const shown = Object.entries(settings).map(([k, v]) => `${k}=${v === '' ? "''" : v}`).join(', ');
+  const standbys = settings['synchronous_standby_names'];
+  if (standbys === undefined) return [`durability: ${shown}`];
+  const meaning =
+    standbys === ''
+      ? 'no synchronous standby: a grant is acknowledged once on the primary\'s disk, so a failover to a replica can lose acknowledged grants: a double grant, a repeated token'
+      : 'a grant is acknowledged once a synchronous standby has it too: a failover to that standby keeps it';
+  return [`durability: ${shown} (${meaning})`];
 }
 
 function table(name: string, entries: readonly QueueEntry[]): string[] {
   if (entries.length === 0) return [`${name}: free (no holder, no waiters)`];
-  const rows = entries.map((e, i) => [String(i), e.role, formatToken(e.token), e.owner, e.session]);
+  const rows = entries.map((e, i) => [String(i), e.role, tokenOf(e) ?? '-', e.owner, e.session]);
   const header = ['#', 'role', 'token', 'owner', 'session'];
   const widths = header.map((h, c) => Math.max(h.length, ...rows.map((r) => (r[c] as string).length)));
   const line = (r: string[]): string => r.map((v, c) => v.padEnd(widths[c] as number)).join('  ').trimEnd();

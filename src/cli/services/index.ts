@@ -8,6 +8,7 @@ import type { LockServiceAddress, LockServiceKind } from '../lock-service.js';
 import { ETCD_SERVICE } from './etcd.js';
 import { ZOOKEEPER_OPTIONS, ZOOKEEPER_SERVICE, zookeeperAddress } from './zookeeper.js';
 import { REDIS_SERVICE, REDLOCK_SERVICE } from './redis.js';
+import { POSTGRES_SERVICE, POSTGRESQL_SERVICE } from './postgres.js';
 
 /** The flags every command that talks to the lock service accepts (node:util parseArgs form). */
 export const LOCK_SERVICE_OPTIONS = {
@@ -23,6 +24,8 @@ export const LOCK_SERVICES: Readonly<Record<string, LockServiceKind>> = Object.f
   redis: REDIS_SERVICE,
   redlock: REDLOCK_SERVICE,
   etcd: ETCD_SERVICE,
+  postgres: POSTGRES_SERVICE,
+  postgresql: POSTGRESQL_SERVICE,
 });
 
 /**

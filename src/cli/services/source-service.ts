@@ -21,6 +21,8 @@ export interface ServiceParts<Entry extends LockStatusEntry> {
   /** The queue in grant order (holder first) as the commands show it. */
   entries(queue: readonly Entry[]): QueueEntry[];
   readonly watchQueue?: LockService['watchQueue'];
+  /** The durability settings a source's lockStatus reports beside the queue (LockService.durability), by name. */
+  durability?(status: LockStatus<Entry>): Readonly<Record<string, string>>;
   close(): Promise<void>;
 }
 
@@ -55,6 +57,15 @@ export function serviceOf<Entry extends LockStatusEntry>(parts: ServiceParts<Ent
       }
     },
     ...(parts.watchQueue !== undefined && { watchQueue: parts.watchQueue }),
+    ...(parts.durability !== undefined && {
+      durability: async (name: string) => {
+        try {
+          return (parts.durability as NonNullable<ServiceParts<Entry>['durability']>)((await source.lockStatus(name)) as LockStatus<Entry>);
+        } catch (error) {
+          throw parts.unreachable(error);
+        }
+      },
+    }),
     close: () => parts.close(),
   };
 }

@@ -12,6 +12,8 @@
 //   - fencing on: 0 stale writes accepted wherever the tokens rose
 //   - fencing off: the paused holder's stale write accepted by every
 //     resource, for every source
+//   - PostgreSQL: the asynchronous failover double-grants, the synchronous
+//     one does not; withLease commits nothing of a paused holder
 // The run takes the Redis, etcd and ensemble fault turns itself (other files
 // that break those servers wait, and it waits for them).
 import { describe, expect, it } from 'vitest';
@@ -78,5 +80,20 @@ describe('npm run compare, short', () => {
     expect(by.redlock!.clock!.doubleGrants).toBeGreaterThan(0);
     expect(by.redlock!.clock!.tokenRegressions).toBe(0);
     expect(table).toMatch(/simulated/);
+    // PostgreSQL: an asynchronous replica loses the acknowledged grant (a double grant); a synchronous standby keeps it.
+    const pg = by.postgres!;
+    // A double grant wherever the first holder still held when the second asked (and it did, at least once).
+    expect(pg.failover.firstHeld, 'postgres asynchronous: the first holder held on').toBeGreaterThan(0);
+    expect(pg.failover.doubleGrants, 'postgres asynchronous failover: double grants').toBe(pg.failover.firstHeld);
+    expect(pg.syncFailover!.trials).toBe(TRIALS);
+    expect(pg.syncFailover!.injected).toBe(TRIALS);
+    expect(pg.syncFailover!.doubleGrants, 'postgres synchronous failover: double grants').toBe(0);
+    expect(pg.syncFailover!.tokenRegressions, 'postgres synchronous failover: token regressions').toBe(0);
+    expect(pg.syncVerdict!.kind).toBe('correctness lock and election');
+    // withLease: nothing of a paused holder commits, and a holder paused inside it does not block the takeover.
+    expect(pg.lease!.trials).toBe(TRIALS);
+    expect(pg.lease!.outsideCommitted + pg.lease!.insideCommitted).toBe(0);
+    expect(pg.lease!.grantedWithinBound).toBe(TRIALS);
+    expect(table).toMatch(/PostgreSQL \(primary \+ replica\)/);
   }, 16 * 60_000);
 });
