@@ -53,7 +53,10 @@ export async function heapAt(family: SourceFamily, locks: number, o: { pgSchemaN
     const s1 = await readServer(family, o.pgSchemaName);
     for (let i = 0; i < locks; i += BATCH) {
       const batch = names.slice(i, i + BATCH);
-      waiting.push(...batch.map((n) => waiter.source.acquireLock(n)));
+      const asked = batch.map((n) => waiter.source.acquireLock(n));
+      // Awaited below; a point given up (its session lost) must not leave unhandled rejections.
+      for (const a of asked) a.catch(() => undefined);
+      waiting.push(...asked);
       // Queued once the batch's last name lists a waiter (one connection sends in order).
       const last = batch[batch.length - 1]!;
       if (waiter.source.lockStatus !== undefined) {

@@ -21,7 +21,7 @@
 // every family's latest results (./charts.ts). Asserts nothing.
 import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
-import { writeFile, mkdir } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { FAMILIES, DEPLOYMENT, pgSchema, type SourceFamily } from './sources.js';
 import { handoffAt } from './handoff.js';
@@ -35,6 +35,7 @@ const quick = args.includes('--quick');
 const family = args.find((a) => !a.startsWith('--')) ?? '';
 const only = new Set((args.find((a) => a.startsWith('--sections='))?.slice(11) ?? 'handoff,contended,heap').split(','));
 const BUDGET_S = Number(process.env['SCALE_BUDGET_S'] ?? 540);
+const POINT_TIMEOUT_S = Number(process.env['SCALE_POINT_TIMEOUT_S'] ?? 240);
 const started = performance.now();
 const elapsedS = (): number => (performance.now() - started) / 1000;
 const load = (): number => Number(loadavg()[0]!.toFixed(2));
@@ -46,17 +47,26 @@ if (![...FAMILIES, 'stores'].includes(family)) {
   process.exit(64);
 }
 
+// A point given up (see point()) may still reject later, its session lost: logged, not fatal.
+process.on('unhandledRejection', (e) => console.error(`(after a point was given up) ${String(e)}`));
 const results: FamilyResults = { family, quick, at: new Date().toISOString(), cores: cpus().length, loads: [load()], handoff: [], contended: [], heap: [], stores: [], skipped: [] };
 
 /** One measured point; a failure (a server timing out under the machine's load) is printed and recorded, and the run goes on. */
 async function point<T>(what: string, run: () => Promise<T>): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
   try {
-    return await run();
+    // A point that hangs (a server stalled under the machine's load) is given up after POINT_TIMEOUT_S, said so, and the run goes on.
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`did not finish within ${POINT_TIMEOUT_S} s`)), POINT_TIMEOUT_S * 1000);
+    });
+    return await Promise.race([run(), timeout]);
   } catch (e) {
     const why = `failed: ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)} (load ${load()})`;
     results.skipped.push(`${what}: ${why}`);
     console.log(`${what} ${why}`);
     return undefined;
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -113,7 +123,10 @@ async function sourceFamily(fam: SourceFamily): Promise<void> {
         // Time grows about linearly with L: skip a size whose projection passes the budget.
         const projected = lastL === 0 ? 0 : (lastSeconds * l) / lastL;
         if (elapsedS() + projected > BUDGET_S) {
-          const why = `projected ${projected.toFixed(0)} s (${lastSeconds.toFixed(0)} s at ${lastL} x ${l / lastL}) would pass the family's ${BUDGET_S} s budget at ${elapsedS().toFixed(0)} s elapsed`;
+          const why =
+            lastL === 0
+              ? `the family's ${BUDGET_S} s budget was spent (${elapsedS().toFixed(0)} s elapsed) before this size: run --sections=heap`
+              : `projected ${projected.toFixed(0)} s (${lastSeconds.toFixed(0)} s at ${lastL} x ${l / lastL}) would pass the family's ${BUDGET_S} s budget at ${elapsedS().toFixed(0)} s elapsed`;
           results.skipped.push(`heap ${l}: ${why}`);
           console.log(`${String(l).padEnd(9)}skipped: ${why}`);
           continue;
@@ -170,6 +183,18 @@ results.loads.push(load());
 results.seconds = Math.round(elapsedS());
 const file = fileURLToPath(new URL(`${RESULTS_DIR}/${family}${quick ? '.quick' : ''}.json`, `file://${process.cwd()}/`));
 await mkdir(fileURLToPath(new URL(`${RESULTS_DIR}/`, `file://${process.cwd()}/`)), { recursive: true });
+// A run of some sections only (--sections=heap) keeps the other sections of the family's last results.
+if (args.some((a) => a.startsWith('--sections='))) {
+  const previous = (await readFile(file, 'utf8').then((t) => JSON.parse(t) as FamilyResults).catch(() => undefined));
+  if (previous !== undefined) {
+    for (const section of ['handoff', 'contended', 'heap'] as const) if (!only.has(section)) (results[section] as unknown[]) = previous[section];
+    results.skipped = [...previous.skipped.filter((s) => !only.has(s.split(' ')[0]!)), ...results.skipped];
+    results.loads = [...previous.loads, ...results.loads];
+    results.at = `${previous.at}; ${[...only].join(',')} ${results.at}`;
+  }
+}
 await writeFile(file, JSON.stringify(results, null, 1) + '\n');
 const charts = await drawCharts(quick);
 console.log(`\n${family}: ${results.seconds} s, load ${results.loads.join(' -> ')} on ${cpus().length} cores; results ${file.replace(process.cwd() + '/', '')}; charts ${charts.join(' ')}`);
+// A point given up may leave its sources' sockets open: they must not keep the process.
+process.exit(0);
