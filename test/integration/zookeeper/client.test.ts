@@ -450,6 +450,26 @@ describe('watches', () => {
     expect(spy.events).toEqual([{ type: 'dataChanged', path: `${base}/twice` }]);
   });
 
+  it('two watchers on one path of one kind fire once each, a third on another kind too', async () => {
+    const zk = await connect();
+    await zk.create(`${base}/two`);
+    const first = watcherSpy<WatchEvent>();
+    const second = watcherSpy<WatchEvent>();
+    const exist = watcherSpy<WatchEvent>();
+    await zk.getData(`${base}/two`, { watch: first.fn });
+    await zk.getData(`${base}/two`, { watch: second.fn });
+    await zk.getData(`${base}/two`, { watch: first.fn });
+    await zk.exists(`${base}/two`, { watch: exist.fn });
+    await zk.setData(`${base}/two`, 'x');
+    await zk.sync(base);
+    const event = { type: 'dataChanged', path: `${base}/two` };
+    expect([first.events, second.events, exist.events]).toEqual([[event], [event], [event]]);
+    // Fired watches are gone: a second change reaches nobody.
+    await zk.setData(`${base}/two`, 'y');
+    await zk.sync(base);
+    expect([first.events.length, second.events.length, exist.events.length]).toEqual([1, 1, 1]);
+  });
+
   it('a watcher that throws does not break the client', async () => {
     const zk = await connect();
     await zk.create(`${base}/t`);

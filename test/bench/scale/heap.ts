@@ -1,0 +1,90 @@
+// Client heap per held lock and per waiting acquire, at L locks, as the ZooKeeper
+// lock-throughput bench defines it: one source (session) takes L locks of distinct
+// names, then a second source of the same family in the same process asks for each
+// of them (one waiter per lock). heapUsed after two forced GCs (--expose-gc), before,
+// with the holds and with the waiters: the deltas over L. What the server holds is
+// read at the same three moments (./sources.ts readServer), its deltas over L too.
+// Afterwards the holds are released, every waiter must be granted, and releases.
+import { performance } from 'node:perf_hooks';
+import type { Lock } from '../../../src/lock.js';
+import { openSource, readServer, type SourceFamily } from './sources.js';
+
+export interface HeapPoint {
+  readonly locks: number;
+  readonly heldBytes: number;
+  readonly waitingBytes: number;
+  readonly serverHeldBytes: number;
+  readonly serverWaitingBytes: number;
+  readonly serverWhat: string;
+  readonly serverDetail: string;
+  readonly seconds: number;
+}
+
+declare const gc: (() => void) | undefined;
+const BATCH = 500;
+
+function heapUsed(): number {
+  if (typeof gc !== 'function') throw new Error('run with node --expose-gc');
+  gc();
+  gc();
+  return process.memoryUsage().heapUsed;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+export async function heapAt(family: SourceFamily, locks: number, o: { pgSchemaName?: string | undefined }): Promise<HeapPoint> {
+  const started = performance.now();
+  const holder = await openSource(family, { pgSchemaName: o.pgSchemaName, pgMax: 4 });
+  const waiter = await openSource(family, { pgSchemaName: o.pgSchemaName, pgMax: 4 });
+  const tag = `scale/heap/${family}/${locks}/${Date.now().toString(36)}`;
+  const names = Array.from({ length: locks }, (_, i) => `${tag}/${i}`);
+  const held: Lock[] = [];
+  const waiting: Promise<Lock>[] = [];
+  try {
+    // Every path once first (ZooKeeper makes the parent containers on the first acquire), then a clean take.
+    await holder.source.acquireLock(`${tag}/warm`).then((l) => l.release());
+    await waiter.source.acquireLock(`${tag}/warm`).then((l) => l.release());
+    await sleep(100);
+    const before = heapUsed();
+    const s0 = await readServer(family, o.pgSchemaName);
+    for (let i = 0; i < locks; i += BATCH) held.push(...(await Promise.all(names.slice(i, i + BATCH).map((n) => holder.source.acquireLock(n)))));
+    await sleep(200); // follow-up requests of a grant (ZooKeeper's own-node watch) go out on a later turn
+    const withHeld = heapUsed();
+    const s1 = await readServer(family, o.pgSchemaName);
+    for (let i = 0; i < locks; i += BATCH) {
+      const batch = names.slice(i, i + BATCH);
+      const asked = batch.map((n) => waiter.source.acquireLock(n));
+      // Awaited below; a point given up (its session lost) must not leave unhandled rejections.
+      for (const a of asked) a.catch(() => undefined);
+      waiting.push(...asked);
+      // Queued once the batch's last name lists a waiter (one connection sends in order).
+      const last = batch[batch.length - 1]!;
+      if (waiter.source.lockStatus !== undefined) {
+        for (let tries = 0; tries < 500; tries++) {
+          const st = await waiter.source.lockStatus(last);
+          if (st.waiters.length > 0) break;
+          await sleep(5);
+        }
+      }
+    }
+    await sleep(1000); // the last waiters' watches / subscriptions settle
+    const withWaiters = heapUsed();
+    const s2 = await readServer(family, o.pgSchemaName);
+    for (let i = 0; i < held.length; i += BATCH) await Promise.all(held.slice(i, i + BATCH).map((l) => l.release()));
+    const granted = await Promise.all(waiting);
+    for (let i = 0; i < granted.length; i += BATCH) await Promise.all(granted.slice(i, i + BATCH).map((l) => l.release()));
+    return {
+      locks,
+      heldBytes: (withHeld - before) / locks,
+      waitingBytes: (withWaiters - withHeld) / locks,
+      serverHeldBytes: (s1.bytes - s0.bytes) / locks,
+      serverWaitingBytes: (s2.bytes - s1.bytes) / locks,
+      serverWhat: s2.what,
+      serverDetail: `${s0.detail} -> ${s1.detail} -> ${s2.detail}`,
+      seconds: (performance.now() - started) / 1000,
+    };
+  } finally {
+    await holder.close();
+    await waiter.close();
+  }
+}

@@ -1,0 +1,200 @@
+// The scale bench (issue #35): how each token source's cost grows with the work.
+//   npm run bench:scale -- <family> [--quick]      family: zookeeper etcd redis redlock postgres stores
+// (bash test/bench/scale.sh: builds, transpiles this folder into dist/test/bench/, runs it
+// under plain Node with --expose-gc). Servers from the environment (. /work/srv/env style):
+// FK_ZK_ENSEMBLE, FK_ETCD_CLUSTER, FK_REDIS, FK_REDLOCK, DATABASE_URL.
+//
+// A source family prints, each figure beside its baseline or bound of the same run and
+// the machine's load (1-minute average) when it was taken:
+//   handoff    p50/p99 of release() -> next grant vs waiters on one lock (1, 10, 100,
+//              1,000), against the 1-waiter p50 (the aim: flat within 1.5x) and the
+//              source's round trip (./handoff.ts)
+//   contended  grants/s vs processes looping on one lock (1..32), against 1 process (./contended.ts)
+//   heap       client heap per held lock and per waiting acquire at 1,000 / 10,000 /
+//              100,000 locks, and what the server holds per lock (./heap.ts); a size
+//              whose projected time would take the family past its 10-minute budget is
+//              skipped, saying so
+// `stores` prints admissions/s vs resources (1..10,000) for MemoryFenceStore,
+// PostgresFenceStore and RedisFenceStore, each beside its one-round-trip floor (./stores.ts).
+// --quick: fewer and smaller points (a minute or two). Each run writes its figures to
+// test/bench/scale/results/<family>.json and redraws docs/images/bench/scale-*.svg from
+// every family's latest results (./charts.ts). Asserts nothing.
+import { cpus, loadavg } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { FAMILIES, DEPLOYMENT, pgSchema, type SourceFamily } from './sources.js';
+import { handoffAt } from './handoff.js';
+import { heapAt } from './heap.js';
+import { contendedAt, pgFreeConnections, PG_CHILD_POOL } from './contended.js';
+import { openStore, storeAt, STORES, type StorePoint } from './stores.js';
+import { drawCharts, RESULTS_DIR, type FamilyResults } from './charts.js';
+
+const args = process.argv.slice(2);
+const quick = args.includes('--quick');
+const family = args.find((a) => !a.startsWith('--')) ?? '';
+const only = new Set((args.find((a) => a.startsWith('--sections='))?.slice(11) ?? 'handoff,contended,heap').split(','));
+const BUDGET_S = Number(process.env['SCALE_BUDGET_S'] ?? 540);
+const POINT_TIMEOUT_S = Number(process.env['SCALE_POINT_TIMEOUT_S'] ?? 240);
+const started = performance.now();
+const elapsedS = (): number => (performance.now() - started) / 1000;
+const load = (): number => Number(loadavg()[0]!.toFixed(2));
+const f = (x: number, d = 2): string => (Number.isFinite(x) ? x.toFixed(d) : String(x));
+const kb = (b: number): string => `${(b / 1024).toFixed(2)} KB`;
+
+if (![...FAMILIES, 'stores'].includes(family)) {
+  console.error(`usage: npm run bench:scale -- <${[...FAMILIES, 'stores'].join('|')}> [--quick] [--sections=handoff,contended,heap]`);
+  process.exit(64);
+}
+
+// A point given up (see point()) may still reject later, its session lost: logged, not fatal.
+process.on('unhandledRejection', (e) => console.error(`(after a point was given up) ${String(e)}`));
+const results: FamilyResults = { family, quick, at: new Date().toISOString(), cores: cpus().length, loads: [load()], handoff: [], contended: [], heap: [], stores: [], skipped: [] };
+
+/** One measured point; a failure (a server timing out under the machine's load) is printed and recorded, and the run goes on. */
+async function point<T>(what: string, run: () => Promise<T>): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    // A point that hangs (a server stalled under the machine's load) is given up after POINT_TIMEOUT_S, said so, and the run goes on.
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`did not finish within ${POINT_TIMEOUT_S} s`)), POINT_TIMEOUT_S * 1000);
+    });
+    return await Promise.race([run(), timeout]);
+  } catch (e) {
+    const why = `failed: ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)} (load ${load()})`;
+    results.skipped.push(`${what}: ${why}`);
+    console.log(`${what} ${why}`);
+    return undefined;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function sourceFamily(fam: SourceFamily): Promise<void> {
+  console.log(`scale: ${fam}, ${DEPLOYMENT[fam]}${quick ? ' (quick)' : ''}; ${cpus().length} cores, load ${load()}`);
+  const pg = fam === 'postgres' ? await pgSchema() : undefined;
+  const o = { pgSchemaName: pg?.schema };
+  try {
+    if (only.has('handoff')) {
+      const ns = quick ? [1, 10, 100] : [1, 10, 100, 1000];
+      const handoffs = quick ? 100 : 300;
+      console.log(`\nhandoff: N waiters on one lock (N+1 contenders looping over up to 8 sessions), release() -> next grant, ${handoffs} grants after one full turn`);
+      console.log('waiters  p50 ms   p99 ms   p50/p50(1)  p50/rtt  grants/s  rtt ms  out-of-order  load');
+      for (const n of ns) {
+        const p = await point(`handoff ${n}`, () => handoffAt(fam, n, handoffs, { pgSchemaName: o.pgSchemaName, sessions: 8 }));
+        if (p === undefined) continue;
+        results.handoff.push({ ...p, load: load() });
+        const base = results.handoff[0]!.p50;
+        console.log(`${String(n).padEnd(9)}${f(p.p50, 3).padEnd(9)}${f(p.p99, 3).padEnd(9)}${f(p.p50 / base).padEnd(12)}${f(p.p50 / p.rttMs, 1).padEnd(9)}${f(p.grantsPerSecond, 0).padEnd(10)}${f(p.rttMs, 3).padEnd(8)}${String(p.outOfOrder).padEnd(14)}${load()}`);
+      }
+      const last = results.handoff[results.handoff.length - 1];
+      if (last !== undefined) console.log(`  aim (queueing sources): p50 at ${last.waiters} waiters within 1.5x of 1 waiter: ${f(last.p50 / results.handoff[0]!.p50)}x`);
+      console.log('  out-of-order: grants whose join ticket (taken just before acquireLock) is older than the previous grant\'s; joins sent on several sessions at once may reach the server in another order, so a FIFO source shows a few, never many');
+    }
+    if (only.has('contended')) {
+      const ps = quick ? [1, 2, 4] : [1, 2, 4, 8, 16, 32];
+      const runMs = quick ? 1500 : 3000;
+      console.log(`\ncontended: P processes (own source each) looping acquire+release on one lock for ${runMs} ms`);
+      console.log('procs  grants/s  vs 1 proc  per-process min..max grants  load');
+      for (const n of ps) {
+        if (fam === 'postgres') {
+          const c = await pgFreeConnections();
+          // Each child holds its pool (PG_CHILD_POOL) at most; keep 10 free for everyone else on the machine.
+          if (n * PG_CHILD_POOL > c.free - 10) {
+            const why = `${n} processes x ${PG_CHILD_POOL} connections > ${c.free} free of max_connections ${c.max} (${c.open} open) minus 10 kept free`;
+            results.skipped.push(`contended ${n}: ${why}`);
+            console.log(`${String(n).padEnd(7)}skipped: ${why}`);
+            continue;
+          }
+        }
+        const p = await point(`contended ${n}`, () => contendedAt(fam, n, runMs, o));
+        if (p === undefined) continue;
+        results.contended.push({ ...p, load: load() });
+        console.log(`${String(n).padEnd(7)}${f(p.grantsPerSecond, 0).padEnd(10)}${f(p.grantsPerSecond / results.contended[0]!.grantsPerSecond).padEnd(11)}${`${p.perProcessMin}..${p.perProcessMax}`.padEnd(29)}${load()}`);
+      }
+    }
+    if (only.has('heap')) {
+      const ls = quick ? [1000] : [1000, 10_000, 100_000];
+      console.log('\nheap: L locks held by one source, then one waiting acquire per lock from a second source in the same process (heapUsed after GC)');
+      console.log('locks    per held   per waiting  server/held  server/waiting  seconds  load   server read');
+      let lastSeconds = 0;
+      let lastL = 0;
+      for (const l of ls) {
+        // Time grows about linearly with L: skip a size whose projection passes the budget.
+        const projected = lastL === 0 ? 0 : (lastSeconds * l) / lastL;
+        if (elapsedS() + projected > BUDGET_S) {
+          const why =
+            lastL === 0
+              ? `the family's ${BUDGET_S} s budget was spent (${elapsedS().toFixed(0)} s elapsed) before this size: run --sections=heap`
+              : `projected ${projected.toFixed(0)} s (${lastSeconds.toFixed(0)} s at ${lastL} x ${l / lastL}) would pass the family's ${BUDGET_S} s budget at ${elapsedS().toFixed(0)} s elapsed`;
+          results.skipped.push(`heap ${l}: ${why}`);
+          console.log(`${String(l).padEnd(9)}skipped: ${why}`);
+          continue;
+        }
+        const p = await point(`heap ${l}`, () => heapAt(fam, l, o));
+        if (p === undefined) continue;
+        results.heap.push({ ...p, load: load() });
+        lastSeconds = p.seconds;
+        lastL = l;
+        console.log(
+          `${String(l).padEnd(9)}${kb(p.heldBytes).padEnd(11)}${kb(p.waitingBytes).padEnd(13)}${kb(p.serverHeldBytes).padEnd(13)}${kb(p.serverWaitingBytes).padEnd(16)}${f(p.seconds, 0).padEnd(9)}${String(load()).padEnd(7)}${p.serverWhat} (${p.serverDetail})`,
+        );
+      }
+      if (fam === 'zookeeper') {
+        const top = results.heap[results.heap.length - 1];
+        if (top !== undefined) console.log(`  aims at 100,000 (ZooKeeper): <= 2 KB per waiting acquire, <= 0.75 KB per held lock; at ${top.locks}: ${kb(top.waitingBytes)}, ${kb(top.heldBytes)}`);
+      }
+    }
+  } finally {
+    await pg?.drop();
+  }
+}
+
+async function storesFamily(): Promise<void> {
+  const rs = quick ? [1, 100] : [1, 10, 100, 1000, 10_000];
+  const concurrency = 16;
+  const blockMs = quick ? 500 : 1000;
+  const rounds = quick ? 1 : 3;
+  console.log(`scale: fence stores, ${concurrency} loops admitting token 1 to one of R resources at random and committing (${rounds} x ${blockMs} ms, median); ${cpus().length} cores, load ${load()}`);
+  console.log('store      resources  admissions/s  floor/s  store/floor  vs R=1  load    (floor: memory an awaited no-op, postgres SELECT 1, redis PING)');
+  const pg = await pgSchema();
+  try {
+    for (const name of STORES) {
+      const opened = openStore(name, pg.schema, concurrency);
+      try {
+        for (const r of rs) {
+          const p: StorePoint = await storeAt(opened, name, r, { concurrency, blockMs, rounds, tag: `scale/${Date.now().toString(36)}` });
+          results.stores.push({ ...p, load: load() });
+          const one = results.stores.find((s) => s.store === name && s.resources === rs[0])!;
+          console.log(`${name.padEnd(11)}${String(r).padEnd(11)}${f(p.admissionsPerSecond, 0).padEnd(14)}${f(p.floorPerSecond, 0).padEnd(9)}${f(p.admissionsPerSecond / p.floorPerSecond).padEnd(13)}${f(p.admissionsPerSecond / one.admissionsPerSecond).padEnd(8)}${load()}`);
+        }
+      } finally {
+        await opened.close();
+      }
+    }
+  } finally {
+    await pg.drop();
+  }
+}
+
+if (family === 'stores') await storesFamily();
+else await sourceFamily(family as SourceFamily);
+results.loads.push(load());
+results.seconds = Math.round(elapsedS());
+const file = fileURLToPath(new URL(`${RESULTS_DIR}/${family}${quick ? '.quick' : ''}.json`, `file://${process.cwd()}/`));
+await mkdir(fileURLToPath(new URL(`${RESULTS_DIR}/`, `file://${process.cwd()}/`)), { recursive: true });
+// A run of some sections only (--sections=heap) keeps the other sections of the family's last results.
+if (args.some((a) => a.startsWith('--sections='))) {
+  const previous = (await readFile(file, 'utf8').then((t) => JSON.parse(t) as FamilyResults).catch(() => undefined));
+  if (previous !== undefined) {
+    for (const section of ['handoff', 'contended', 'heap'] as const) if (!only.has(section)) (results[section] as unknown[]) = previous[section];
+    results.skipped = [...previous.skipped.filter((s) => !only.has(s.split(' ')[0]!)), ...results.skipped];
+    results.loads = [...previous.loads, ...results.loads];
+    results.at = `${previous.at}; ${[...only].join(',')} ${results.at}`;
+  }
+}
+await writeFile(file, JSON.stringify(results, null, 1) + '\n');
+const charts = await drawCharts(quick);
+console.log(`\n${family}: ${results.seconds} s, load ${results.loads.join(' -> ')} on ${cpus().length} cores; results ${file.replace(process.cwd() + '/', '')}; charts ${charts.join(' ')}`);
+// A point given up may leave its sources' sockets open: they must not keep the process.
+process.exit(0);
