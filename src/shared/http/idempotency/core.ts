@@ -10,7 +10,7 @@ import { InvalidArgumentError, type IdempotencyClaim, type IdempotencyStore, typ
 import { FIELD_NAME, REPEATED, type HeaderValue } from '../header.js';
 import type { Problem } from '../problem.js';
 import { storeFailure, type HttpAdapter } from '../store-failure.js';
-import { parseIdempotencyKey } from './key.js';
+import { isKeyList, parseIdempotencyKey } from './key.js';
 
 const debug = debuglog('fencekeeper');
 
@@ -100,7 +100,7 @@ export function scopedKey<R>(settings: IdempotencySettings<R>, text: HeaderValue
     if (settings.required) return { status: 400, code: 'IDEMPOTENCY_KEY_MISSING', detail: 'this request needs an Idempotency-Key header: a unique key (a UUID) per operation, the same on every retry of it' };
     return NO_KEY;
   }
-  if (text === REPEATED) return { status: 400, code: 'IDEMPOTENCY_KEY_REPEATED', detail: 'the Idempotency-Key header must appear once' };
+  if (text === REPEATED || isKeyList(text)) return { status: 400, code: 'IDEMPOTENCY_KEY_REPEATED', detail: 'the Idempotency-Key header must appear once' };
   const parsed = parseIdempotencyKey(text);
   if (!parsed.ok) return { status: 400, code: 'IDEMPOTENCY_KEY_INVALID', detail: parsed.reason };
   let scope = '';
