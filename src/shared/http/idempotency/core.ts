@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto';
 import { debuglog } from 'node:util';
 import { InvalidArgumentError, type IdempotencyClaim, type IdempotencyStore, type StoredResponse } from '../../../index.js';
-import { FIELD_NAME, REPEATED, type HeaderValue } from '../header.js';
+import { FIELD_NAME, REPEATED, nodeHeader, type HeaderValue } from '../header.js';
 import type { Problem } from '../problem.js';
 import { storeFailure, type HttpAdapter } from '../store-failure.js';
 import { isKeyList, parseIdempotencyKey } from './key.js';
@@ -93,6 +93,11 @@ export interface ScopedKey {
 
 /** Pass the request through untouched: it carries no key and the route does not require one. */
 export const NO_KEY: unique symbol = Symbol('no key');
+
+/** scopedKey() of a Node request, its header read from the raw header list (the Express middleware's and the Fastify plugin's first step). */
+export function nodeScopedKey<R>(settings: IdempotencySettings<R>, raw: Parameters<typeof nodeHeader>[0], req: R): ScopedKey | typeof NO_KEY | Problem {
+  return scopedKey(settings, nodeHeader(raw, IDEMPOTENCY_HEADER), req);
+}
 
 /** The key and scope of a request, NO_KEY, or the 400/500 answer for a missing, repeated or malformed key or a broken scope(). */
 export function scopedKey<R>(settings: IdempotencySettings<R>, text: HeaderValue, req: R): ScopedKey | typeof NO_KEY | Problem {
