@@ -10,9 +10,7 @@ import { Readable } from 'node:stream';
 import fp from 'fastify-plugin';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { IdempotencyClaim } from '../../src/index.js';
-import { nodeHeader } from '../../src/shared/http/header.js';
 import {
-  IDEMPOTENCY_HEADER,
   NO_KEY,
   UNREADABLE_BODY,
   fingerprint,
@@ -21,7 +19,7 @@ import {
   idempotencySettings,
   keep,
   lookUp,
-  scopedKey,
+  nodeScopedKey,
   throughFence,
   tooLarge,
   type IdempotencyGuardOptions,
@@ -48,7 +46,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (instance, o
   const states = new WeakMap<FastifyRequest, State>();
 
   instance.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
-    const key = scopedKey(settings, nodeHeader(request.raw, IDEMPOTENCY_HEADER), request);
+    const key = nodeScopedKey(settings, request.raw, request);
     if (key === NO_KEY) return undefined;
     if ('status' in key) return replyProblem(reply, key);
     states.set(request, { key, body: EMPTY });

@@ -6,8 +6,8 @@ import type { FencingContext } from '../../src/shared/http/exchange.js';
 import { fenceFetch } from '../../src/shared/http/fetch-fencing.js';
 import { fencingSettings, resourceOf, type FencingGuardOptions } from '../../src/shared/http/fencing-core.js';
 import { fetchHeader, presentedToken } from '../../src/shared/http/header.js';
-import { idempotencySettings, type IdempotencyGuardOptions } from '../../src/shared/http/idempotency/core.js';
-import { fetchKeyHeader, idempotentFetch } from '../../src/shared/http/idempotency/fetch.js';
+import { IDEMPOTENCY_HEADER, idempotencySettings, type IdempotencyGuardOptions } from '../../src/shared/http/idempotency/core.js';
+import { idempotentFetch } from '../../src/shared/http/idempotency/fetch.js';
 import { problemResponse } from '../../src/shared/http/problem.js';
 
 /**
@@ -46,7 +46,7 @@ export function withFencing<Transaction = undefined>(options: FetchFencingOption
   if (typeof handler !== 'function') throw new InvalidArgumentError('withFencing(): the handler must be a function');
   const header = settings.header;
   return async function fenced(request: Request): Promise<Response> {
-    const parsed = presentedToken(fetchHeader(request.headers, header, true), header);
+    const parsed = presentedToken(fetchHeader(request.headers, header), header);
     if ('status' in parsed) return problemResponse(parsed);
     const resource = resourceOf(settings, request);
     if (typeof resource !== 'string') return problemResponse(resource);
@@ -83,6 +83,6 @@ export function withIdempotency<Context = undefined>(
   const settings = idempotencySettings<Request>('fetch', options, 'withIdempotency()');
   if (typeof handler !== 'function') throw new InvalidArgumentError('withIdempotency(): the handler must be a function');
   return function idempotent(request: Request, context: Context): Promise<Response> {
-    return idempotentFetch(settings, request, request, fetchKeyHeader(request.headers), context, (handed) => handler(handed, context));
+    return idempotentFetch(settings, request, request, fetchHeader(request.headers, IDEMPOTENCY_HEADER), context, (handed) => handler(handed, context));
   };
 }

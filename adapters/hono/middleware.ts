@@ -12,7 +12,7 @@ import { fenceFetch, watchSignal, type WatchGone } from '../../src/shared/http/f
 import { fencingSettings, resourceOf, type FencingGuardOptions } from '../../src/shared/http/fencing-core.js';
 import { fetchHeader, presentedToken, singleHeader, type HeaderValue } from '../../src/shared/http/header.js';
 import { IDEMPOTENCY_HEADER, idempotencySettings, type IdempotencyGuardOptions } from '../../src/shared/http/idempotency/core.js';
-import { fetchKeyHeader, idempotentFetch } from '../../src/shared/http/idempotency/fetch.js';
+import { idempotentFetch } from '../../src/shared/http/idempotency/fetch.js';
 import { problemResponse } from '../../src/shared/http/problem.js';
 
 /**
@@ -63,7 +63,7 @@ function watchGone(c: Context): WatchGone {
 
 function header(c: Context, name: string): HeaderValue {
   const raw = rawHeaders(c);
-  return raw !== undefined ? singleHeader(raw, name) : fetchHeader(c.req.raw.headers, name, true);
+  return raw !== undefined ? singleHeader(raw, name) : fetchHeader(c.req.raw.headers, name);
 }
 
 /**
@@ -109,7 +109,7 @@ export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler 
   const settings = idempotencySettings<Context>('hono', options);
   return async function idempotencyMiddleware(c, next) {
     const raw = rawHeaders(c);
-    const text = raw !== undefined ? singleHeader(raw, IDEMPOTENCY_HEADER) : fetchKeyHeader(c.req.raw.headers);
+    const text = raw !== undefined ? singleHeader(raw, IDEMPOTENCY_HEADER) : fetchHeader(c.req.raw.headers, IDEMPOTENCY_HEADER);
     let request = c.req.raw;
     if (request.bodyUsed) {
       // A validator before this middleware has read the body through c.req: its cached bytes.

@@ -8,7 +8,11 @@
 //   npm run build && node node_modules/vite-node/vite-node.mjs test/bench/http-guards.ts
 //
 // BENCH_DURATION (s per measurement, default 2), BENCH_ROUNDS (default 5),
-// BENCH_CONNECTIONS (default 32). The servers run in a child process (the
+// BENCH_CONNECTIONS (default 32). FK_BASELINE=<a checkout with dist/> adds,
+// per framework, a third route guarded by that build's guards (e.g. main's,
+// built in a scratch directory), measured in the same run: the before and
+// after of a change side by side. BENCH_CPU_PROF=<dir>: the server process
+// writes a V8 CPU profile (node --cpu-prof) there. The servers run in a child process (the
 // built package, dist/) so that they and autocannon do not share one core;
 // rounds alternate the routes' order; medians over rounds, and "vs bare" is
 // the median of the per-round ratios against the same framework's bare route.
@@ -18,7 +22,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import { cpus, loadavg } from 'node:os';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { barChartSpec, machineLine, writeSvg, type BarPoint } from './lib/chart.js';
 
 const TOKEN = '34';
@@ -28,12 +32,20 @@ type Framework = (typeof FRAMEWORKS)[number];
 if (process.argv.includes('--serve')) await serve();
 else await measure();
 
+/** The guards of one build (a dist/ directory's adapters), by framework. */
+async function guardsOf(dist: string) {
+  return {
+    express: await import(`${dist}express/index.js`),
+    fastify: await import(`${dist}fastify/index.js`),
+    hono: await import(`${dist}hono/index.js`),
+    fetch: await import(`${dist}fetch/index.js`),
+  };
+}
+
 async function serve(): Promise<void> {
-  const dist = new URL('../../dist/adapters/', import.meta.url).href;
-  const expressGuards = await import(`${dist}express/index.js`);
-  const fastifyGuards = await import(`${dist}fastify/index.js`);
-  const honoGuards = await import(`${dist}hono/index.js`);
-  const fetchGuards = await import(`${dist}fetch/index.js`);
+  const builds: [string, Awaited<ReturnType<typeof guardsOf>>][] = [['guarded', await guardsOf(new URL('../../dist/adapters/', import.meta.url).href)]];
+  const baseline = process.env.FK_BASELINE;
+  if (baseline !== undefined && baseline !== '') builds.push(['baseline', await guardsOf(pathToFileURL(`${baseline}/dist/adapters/`).href)]);
   const { default: express } = await import('express');
   const { default: Fastify } = await import('fastify');
   const { Hono } = await import('hono');
@@ -44,34 +56,39 @@ async function serve(): Promise<void> {
   e.disable('x-powered-by');
   e.disable('etag');
   e.get('/bare', (_req, res) => void res.end());
-  e.get('/guarded', expressGuards.fencing({ store: new expressGuards.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { end(): void }) => void res.end());
+  for (const [route, g] of builds) e.get(`/${route}`, g.express.fencing({ store: new g.express.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { end(): void }) => void res.end());
   ports.express = await new Promise<number>((resolve) => {
     const server = e.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
   });
 
   const f = Fastify();
   f.get('/bare', async (_request, reply) => reply.send());
-  await f.register(async (scope) => {
-    await scope.register(fastifyGuards.fencing, { store: new fastifyGuards.MemoryFenceStore(), resource: 'bench' });
-    scope.get('/guarded', async (_request, reply) => reply.send());
-  });
+  for (const [route, g] of builds) {
+    await f.register(async (scope) => {
+      await scope.register(g.fastify.fencing, { store: new g.fastify.MemoryFenceStore(), resource: 'bench' });
+      scope.get(`/${route}`, async (_request, reply) => reply.send());
+    });
+  }
   await f.listen({ port: 0, host: '127.0.0.1' });
   ports.fastify = (f.server.address() as AddressInfo).port;
 
   const h = new Hono();
   h.get('/bare', (c) => c.body(null));
-  h.get('/guarded', honoGuards.fencing({ store: new honoGuards.MemoryFenceStore(), resource: 'bench' }), (c) => c.body(null));
+  for (const [route, g] of builds) h.get(`/${route}`, g.hono.fencing({ store: new g.hono.MemoryFenceStore(), resource: 'bench' }), (c) => c.body(null));
   ports.hono = await new Promise<number>((resolve) => {
     honoServe({ fetch: h.fetch, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
   });
 
-  const guarded = fetchGuards.withFencing({ store: new fetchGuards.MemoryFenceStore(), resource: 'bench' }, () => new Response(null));
-  const plain = (request: Request): Response | Promise<Response> => (new URL(request.url).pathname === '/guarded' ? guarded(request) : new Response(null));
+  const fetchRoutes = new Map(builds.map(([route, g]) => [`/${route}`, g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, () => new Response(null))]));
+  const plain = (request: Request): Response | Promise<Response> => {
+    const guarded = fetchRoutes.get(new URL(request.url).pathname);
+    return guarded === undefined ? new Response(null) : guarded(request);
+  };
   ports.fetch = await new Promise<number>((resolve) => {
     honoServe({ fetch: plain, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
   });
 
-  process.send!({ ports });
+  process.send!({ ports, routes: ['bare', ...builds.map(([route]) => route)] });
   process.on('message', (message) => {
     if (message === 'cpu') {
       const { user, system } = process.cpuUsage();
@@ -89,9 +106,12 @@ async function measure(): Promise<void> {
   const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
   const connections = Number(process.env.BENCH_CONNECTIONS ?? 32);
   const viteNode = fileURLToPath(new URL('../../node_modules/vite-node/vite-node.mjs', import.meta.url));
-  const child: ChildProcess = fork(viteNode, [fileURLToPath(import.meta.url), '--', '--serve'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  const { ports } = await new Promise<{ ports: Record<Framework, number> }>((resolve, reject) => {
-    child.once('message', (m) => resolve(m as { ports: Record<Framework, number> }));
+  // BENCH_CPU_PROF=<dir>: the server process writes a V8 CPU profile there when it exits.
+  const profile = process.env.BENCH_CPU_PROF;
+  const execArgv = profile === undefined || profile === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`];
+  const child: ChildProcess = fork(viteNode, [fileURLToPath(import.meta.url), '--', '--serve'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv });
+  const { ports, routes } = await new Promise<{ ports: Record<Framework, number>; routes: string[] }>((resolve, reject) => {
+    child.once('message', (m) => resolve(m as { ports: Record<Framework, number>; routes: string[] }));
     child.once('exit', (code) => reject(new Error(`server exited (${code})`)));
   });
   const cpu = (): Promise<number> =>
@@ -105,10 +125,11 @@ async function measure(): Promise<void> {
       child.on('message', on);
       child.send('cpu');
     });
-  const targets = FRAMEWORKS.flatMap((framework) => (['bare', 'guarded'] as const).map((route) => ({ framework, route, name: `${framework} ${route}` })));
+  const targets = FRAMEWORKS.flatMap((framework) => routes.map((route) => ({ framework, route, name: `${framework} ${route}` })));
   const run = (t: (typeof targets)[number], seconds: number) =>
     autocannon({ url: `http://127.0.0.1:${ports[t.framework]}/${t.route}`, headers: { 'fencing-token': TOKEN }, connections, duration: seconds });
 
+  const loadBefore = loadavg().map((l) => l.toFixed(2)).join(' ');
   for (const t of targets) await run(t, 1); // warm up
   const samples = new Map(targets.map((t) => [t.name, [] as { rps: number; cpu: number; p99: number }[]]));
   for (let round = 0; round < rounds; round++) {
@@ -121,25 +142,32 @@ async function measure(): Promise<void> {
     }
   }
   child.disconnect();
-  const median = (values: number[]): number => {
+  const quantile = (values: number[], q: number): number => {
     const sorted = [...values].sort((x, y) => x - y);
-    const mid = sorted.length >> 1;
-    return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+    const at = (sorted.length - 1) * q;
+    const lo = Math.floor(at);
+    return sorted[lo]! + (sorted[Math.min(lo + 1, sorted.length - 1)]! - sorted[lo]!) * (at - lo);
   };
-  console.log(`node ${process.version}, ${connections} connections, ${rounds} rounds of ${duration} s per route, medians over rounds`);
-  console.log(`${cpus().length} CPUs, load average ${loadavg().map((l) => l.toFixed(2)).join(' ')} (at the end)`);
-  console.log(`${'route'.padEnd(18)}   req/s  p99 ms  req/s vs bare  server CPU µs/req  CPU vs bare`);
+  const median = (values: number[]): number => quantile(values, 0.5);
+  const iqr = (values: number[], digits: number): string => `${quantile(values, 0.25).toFixed(digits)}..${quantile(values, 0.75).toFixed(digits)}`;
+  console.log(`node ${process.version}, ${connections} connections, ${rounds} rounds of ${duration} s per route (order reversed every other round), medians over rounds [IQR]`);
+  console.log(`${cpus().length} CPUs, load average ${loadBefore} (before), ${loadavg().map((l) => l.toFixed(2)).join(' ')} (after)`);
+  if (routes.includes('baseline')) console.log(`baseline: ${process.env.FK_BASELINE}/dist (guarded = this checkout's dist)`);
+  console.log(`${'route'.padEnd(18)}   req/s  p99 ms  req/s vs bare [IQR]       server CPU µs/req [IQR]   CPU vs bare`);
   for (const t of targets) {
     const s = samples.get(t.name)!;
     const bare = samples.get(`${t.framework} bare`)!;
     const pick = (k: 'rps' | 'cpu' | 'p99'): number => median(s.map((x) => x[k]));
-    const ratio = (k: 'rps' | 'cpu'): number => median(s.map((x, i) => x[k] / bare[i]![k]));
-    console.log(`${t.name.padEnd(18)} ${pick('rps').toFixed(0).padStart(7)} ${String(pick('p99')).padStart(7)}  ${ratio('rps').toFixed(3).padStart(13)}  ${pick('cpu').toFixed(1).padStart(17)}  ${ratio('cpu').toFixed(3).padStart(11)}`);
+    const ratios = (k: 'rps' | 'cpu'): number[] => s.map((x, i) => x[k] / bare[i]![k]);
+    const cpuAll = s.map((x) => x.cpu);
+    console.log(
+      `${t.name.padEnd(18)} ${pick('rps').toFixed(0).padStart(7)} ${String(pick('p99')).padStart(7)}  ${median(ratios('rps')).toFixed(3).padStart(6)} [${iqr(ratios('rps'), 3)}]  ${pick('cpu').toFixed(1).padStart(7)} [${iqr(cpuAll, 1)}]  ${median(ratios('cpu')).toFixed(3).padStart(11)}`,
+    );
   }
   const chart = process.env.BENCH_CHART ?? fileURLToPath(new URL('../../docs/images/bench/http-guards.svg', import.meta.url));
   if (chart !== '') {
     // The same medians as the table: one group per framework, bare beside guarded.
-    const points: BarPoint[] = targets.map((t) => ({ group: t.framework, series: t.route === 'bare' ? 'bare' : 'fencing()', value: Math.round(median(samples.get(t.name)!.map((x) => x.rps))) }));
+    const points: BarPoint[] = targets.map((t) => ({ group: t.framework, series: t.route === 'bare' ? 'bare' : t.route === 'guarded' ? 'fencing()' : `fencing() (${t.route})`, value: Math.round(median(samples.get(t.name)!.map((x) => x.rps))) }));
     const written = await writeSvg(
       chart,
       barChartSpec(points, {

@@ -132,7 +132,7 @@ const CONTRACT: Record<string, { functions: string[]; classes: string[]; values:
     values: ['REPLAYED_HEADERS'],
   },
   'fencekeeper/hono': {
-    functions: ['fencing', 'idempotency', 'fencingHeaders', 'fencedFetch', 'verifyHolder'],
+    functions: ['fencing', 'idempotency', 'verifyHolder'],
     classes: ['MemoryFenceStore', 'MemoryIdempotencyStore'],
     values: ['REPLAYED_HEADERS'],
   },

@@ -61,10 +61,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { debuglog } from 'node:util';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import { InvalidArgumentError, type IdempotencyClaim } from '../../../src/index.js';
-import { nodeHeader } from '../../../src/shared/http/header.js';
 import { writeProblem } from '../../../src/shared/http/problem.js';
 import {
-  IDEMPOTENCY_HEADER,
   NO_KEY,
   UNREADABLE_BODY,
   fingerprint,
@@ -72,7 +70,7 @@ import {
   idempotencySettings,
   keep,
   lookUp,
-  scopedKey,
+  nodeScopedKey,
   throughFence,
   tooLarge,
   type IdempotencyGuardOptions,
@@ -116,7 +114,7 @@ export function idempotency(options: IdempotencyOptions): RequestHandler {
   const settings = idempotencySettings<Request>('express', options);
 
   return function idempotencyMiddleware(req: Request, res: Response, next: NextFunction): void {
-    const key = scopedKey(settings, nodeHeader(req, IDEMPOTENCY_HEADER), req);
+    const key = nodeScopedKey(settings, req, req);
     if (key === NO_KEY) return next();
     if ('status' in key) return writeProblem(res, key);
     handle(settings, req, res, next, key).catch((error: unknown) => {

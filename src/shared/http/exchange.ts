@@ -7,6 +7,7 @@
 // Fastify), fetch-guard.ts for the Fetch API (Fetch, Hono).
 import { debuglog } from 'node:util';
 import { FenceReleasedError, type FenceAdmission, type FenceStore, type FencingToken } from '../../index.js';
+import { WHEN_ABANDONED } from './memory-fence-store.js';
 import type { Problem } from './problem.js';
 import { WaitForGraph, type FenceKey } from './wait-for.js';
 
@@ -70,6 +71,8 @@ export abstract class Fencing implements FencingContext {
   #timer: NodeJS.Timeout | undefined = undefined;
   /** Recorded in the wait-for graph as a holder (only requests that nest). */
   #inGraph = false;
+  /** MemoryFenceStore's word for a wait given up (WHEN_ABANDONED), while the store waits. */
+  #onAbandon: ((reason: unknown) => void) | undefined = undefined;
 
   constructor(request: object, store: FenceStore<unknown>, resource: string, token: FencingToken, outer: Fencing | undefined, maxHoldMs: number) {
     this.#request = request;
@@ -94,6 +97,13 @@ export abstract class Fencing implements FencingContext {
   protected abstract answerExpired(problem: Problem): void;
   /** Nothing is held any more (an override must call super). */
   protected finished(): void {}
+
+  /** For MemoryFenceStore (WHEN_ABANDONED): the reason if the wait was given up already, else `abandoned` is called once it is. */
+  [WHEN_ABANDONED](abandoned: (reason: unknown) => void): unknown {
+    if (this.#reason !== undefined) return this.#reason;
+    this.#onAbandon = abandoned;
+    return undefined;
+  }
 
   get signal(): AbortSignal {
     let controller = this.#controller;
@@ -135,11 +145,13 @@ export abstract class Fencing implements FencingContext {
 
   /** The store answered (or the wait was abandoned). */
   leaveWait(): void {
+    this.#onAbandon = undefined;
     if (this.#outer !== undefined) graph.stopWaiting(this.#request);
   }
 
   /** Keep the admission until the response ends, for maxHoldMs at most. */
   hold(admission: FenceAdmission<unknown>): void {
+    this.#onAbandon = undefined; // the wait is over
     this.#state = 'held';
     this.#admission = admission;
     this.previous = admission.previous;
@@ -224,6 +236,11 @@ export abstract class Fencing implements FencingContext {
   #abort(reason: unknown): void {
     if (this.#reason !== undefined) return;
     this.#reason = reason;
+    const abandoned = this.#onAbandon;
+    if (abandoned !== undefined) {
+      this.#onAbandon = undefined;
+      abandoned(reason);
+    }
     this.#controller?.abort(reason);
   }
 

@@ -46,16 +46,14 @@ export function nodeHeader(req: { readonly rawHeaders?: readonly string[]; reado
 }
 
 /**
- * A header's only value from a Fetch API Headers object, which joins the
- * occurrences of a repeated header with ", " and so keeps no count: a value
- * holding a comma is taken as repeated when `commaMeansRepeated` (the
- * fencing header, whose valid values hold none). An adapter that has the
- * raw header list (Node's rawHeaders) reads that instead.
+ * A header's value from a Fetch API Headers object, which joins the
+ * occurrences of a repeated header with ", " and so keeps no count: the
+ * parse of the value tells a list (a comma where the header's syntax has
+ * none) as repeated, the same for every guard. An adapter that has the raw
+ * header list (Node's rawHeaders) reads that instead.
  */
-export function fetchHeader(headers: Headers, name: string, commaMeansRepeated: boolean): HeaderValue {
-  const value = headers.get(name);
-  if (value === null) return undefined;
-  return commaMeansRepeated && value.includes(',') ? REPEATED : value;
+export function fetchHeader(headers: Headers, name: string): HeaderValue {
+  return headers.get(name) ?? undefined;
 }
 
 /** What the fencing header presented: the token, and the sequencer when it was one. */
@@ -67,7 +65,10 @@ export interface PresentedToken {
 /** The fencing header's token, or the 428/400 answer for a missing, repeated or malformed one. */
 export function presentedToken(text: HeaderValue, header: string): PresentedToken | Problem {
   if (text === undefined) return { status: 428, code: 'MISSING_TOKEN', detail: `this request needs a fencing token in the ${header} header` };
-  if (text === REPEATED) return { status: 400, code: 'REPEATED_TOKEN', detail: `the ${header} header must appear once` };
+  // A comma: a list, which is what repeated lines are (RFC 9110 section 5.3
+  // lets any hop join them into one), and no valid value holds one. So every
+  // guard answers alike, whether it sees the lines (Node) or their join (Fetch).
+  if (text === REPEATED || text.includes(',')) return { status: 400, code: 'REPEATED_TOKEN', detail: `the ${header} header must appear once` };
   // A bare token (decimal) or a sequencer (the token with its lock: SEQUENCER_FORMAT).
   try {
     const presented = parseFencing(text);

@@ -7,10 +7,10 @@
 import { createHash } from 'node:crypto';
 import { debuglog } from 'node:util';
 import { InvalidArgumentError, type IdempotencyClaim, type IdempotencyStore, type StoredResponse } from '../../../index.js';
-import { FIELD_NAME, REPEATED, type HeaderValue } from '../header.js';
+import { FIELD_NAME, REPEATED, nodeHeader, type HeaderValue } from '../header.js';
 import type { Problem } from '../problem.js';
 import { storeFailure, type HttpAdapter } from '../store-failure.js';
-import { parseIdempotencyKey } from './key.js';
+import { isKeyList, parseIdempotencyKey } from './key.js';
 
 const debug = debuglog('fencekeeper');
 
@@ -94,13 +94,18 @@ export interface ScopedKey {
 /** Pass the request through untouched: it carries no key and the route does not require one. */
 export const NO_KEY: unique symbol = Symbol('no key');
 
+/** scopedKey() of a Node request, its header read from the raw header list (the Express middleware's and the Fastify plugin's first step). */
+export function nodeScopedKey<R>(settings: IdempotencySettings<R>, raw: Parameters<typeof nodeHeader>[0], req: R): ScopedKey | typeof NO_KEY | Problem {
+  return scopedKey(settings, nodeHeader(raw, IDEMPOTENCY_HEADER), req);
+}
+
 /** The key and scope of a request, NO_KEY, or the 400/500 answer for a missing, repeated or malformed key or a broken scope(). */
 export function scopedKey<R>(settings: IdempotencySettings<R>, text: HeaderValue, req: R): ScopedKey | typeof NO_KEY | Problem {
   if (text === undefined) {
     if (settings.required) return { status: 400, code: 'IDEMPOTENCY_KEY_MISSING', detail: 'this request needs an Idempotency-Key header: a unique key (a UUID) per operation, the same on every retry of it' };
     return NO_KEY;
   }
-  if (text === REPEATED) return { status: 400, code: 'IDEMPOTENCY_KEY_REPEATED', detail: 'the Idempotency-Key header must appear once' };
+  if (text === REPEATED || isKeyList(text)) return { status: 400, code: 'IDEMPOTENCY_KEY_REPEATED', detail: 'the Idempotency-Key header must appear once' };
   const parsed = parseIdempotencyKey(text);
   if (!parsed.ok) return { status: 400, code: 'IDEMPOTENCY_KEY_INVALID', detail: parsed.reason };
   let scope = '';

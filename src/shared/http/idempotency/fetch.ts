@@ -8,7 +8,6 @@
 // replay answers 409 IDEMPOTENT_RESPONSE_NOT_KEPT).
 import type { IdempotencyClaim, StoredResponse } from '../../../index.js';
 import type { HeaderValue } from '../header.js';
-import { REPEATED } from '../header.js';
 import { problemResponse } from '../problem.js';
 import {
   NO_KEY,
@@ -26,18 +25,6 @@ import {
 
 /** Statuses whose response has no body (a Response refuses one). */
 const NULL_BODY = new Set([101, 103, 204, 205, 304]);
-
-/**
- * The Idempotency-Key header from a Fetch API Headers object: it joins a
- * repeated header's values with ", ". A key that does not parse as one
- * value but holds a comma is taken as repeated; an adapter with Node's
- * rawHeaders reads those instead.
- */
-export function fetchKeyHeader(headers: Headers): HeaderValue {
-  const value = headers.get('idempotency-key');
-  if (value === null) return undefined;
-  return value.includes(',') && !/^\s*"(?:[^"\\]|\\.)*"\s*(?:;[^,]*)?$/.test(value) ? REPEATED : value;
-}
 
 /**
  * Run `handler` once per Idempotency-Key: the stored answer, a problem

@@ -24,6 +24,16 @@ const UNQUOTED = /^[A-Za-z0-9._~:+/=-]+$/;
 // Section 3.1.2: parameters, each `;` *SP key [ "=" bare-item ].
 const PARAMETER = /^;\x20*[a-z*][a-z0-9_\-.*]*(?:=(?:-?[0-9]{1,15}(?:\.[0-9]{1,3})?|"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*"|[A-Za-z*][!#$%&'*+\-.^_`|~0-9A-Za-z:/]*|:[A-Za-z0-9+/=]*:|\?[01]))?/;
 
+/**
+ * The value is a list of keys, as repeated header lines joined by a hop (RFC
+ * 9110 section 5.3) or by the Fetch API's Headers: a comma outside one quoted
+ * key and its parameters. The caller answers it as a repeated header, so
+ * every guard answers alike whether it sees the lines or their join.
+ */
+export function isKeyList(value: string): boolean {
+  return value.includes(',') && !/^\s*"(?:[^"\\]|\\.)*"\s*(?:;[^,]*)?$/.test(value);
+}
+
 /** The key a header value carries, or why it carries none. */
 export function parseIdempotencyKey(value: string): ParsedKey {
   // Leading and trailing spaces are discarded (section 4.2); Node's parser
