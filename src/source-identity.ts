@@ -60,8 +60,12 @@ export class SourceIdentityCache<Client extends object, Setting = undefined> {
    * client's first grant, the grant once the identity is read too. If that
    * read fails, the grant is given back (`leave`) and the acquire rejects
    * with the read's error: a grant without its sequencer is never handed out.
+   * `options` are the acquire's: when their `signal` aborted while the
+   * identity was read (the grant itself was decided before), the grant is
+   * given back too and the acquire rejects with the signal's reason, as the
+   * contract promises for a grant that arrives after its signal aborted.
    */
-  afterGrant<T>(client: Client, granting: Promise<T | null>, leave: (grant: T) => Promise<void>, ...setting: Setting extends undefined ? [] : [Setting]): Promise<T | null> {
+  afterGrant<T>(client: Client, granting: Promise<T | null>, leave: (grant: T) => Promise<void>, options: unknown, ...setting: Setting extends undefined ? [] : [Setting]): Promise<T | null> {
     if (this.#known.has(client)) return granting;
     return granting.then(async (grant) => {
       if (grant === null) return null;
@@ -71,9 +75,21 @@ export class SourceIdentityCache<Client extends object, Setting = undefined> {
         await leave(grant).catch(() => undefined);
         throw error;
       }
+      const signal = signalOf(options);
+      if (signal?.aborted === true) {
+        await leave(grant).catch(() => undefined);
+        throw signal.reason;
+      }
       return grant;
     });
   }
+}
+
+/** The acquire options' `signal`, if they carry one (the options were checked by the acquire already). */
+function signalOf(options: unknown): AbortSignal | undefined {
+  if (options === null || typeof options !== 'object') return undefined;
+  const signal = (options as { readonly signal?: unknown }).signal;
+  return signal instanceof AbortSignal ? signal : undefined;
 }
 
 /**

@@ -47,11 +47,11 @@ describe('SourceIdentityCache', () => {
       throw new Error('identity unreadable');
     });
     const left: string[] = [];
-    const granted = cache.afterGrant({}, Promise.resolve('grant-1'), async (grant) => void left.push(grant));
+    const granted = cache.afterGrant({}, Promise.resolve('grant-1'), async (grant) => void left.push(grant), {});
     await expect(granted).rejects.toThrow('identity unreadable');
     expect(left).toEqual(['grant-1']);
     // A busy try (null) needs no identity and asks for none.
-    await expect(cache.afterGrant({}, Promise.resolve(null), async () => undefined)).resolves.toBeNull();
+    await expect(cache.afterGrant({}, Promise.resolve(null), async () => undefined, {})).resolves.toBeNull();
   });
 
   it('afterGrant on a client whose identity is known hands the grant promise back as it is (no extra step)', async () => {
@@ -59,7 +59,25 @@ describe('SourceIdentityCache', () => {
     const client = {};
     await cache.of(client);
     const granting = Promise.resolve('grant');
-    expect(cache.afterGrant(client, granting, async () => undefined)).toBe(granting);
+    expect(cache.afterGrant(client, granting, async () => undefined, {})).toBe(granting);
+  });
+
+  it('afterGrant: a grant decided before the signal aborted, whose identity read ended after, is given back and the acquire rejects with the reason', async () => {
+    // The window `fencekeeper run` hung in: the server granted, the first grant's
+    // identity read was in flight, and the operator's SIGTERM aborted the signal.
+    let answer!: () => void;
+    const cache = new SourceIdentityCache<object>(() => new Promise((resolve) => (answer = () => resolve(identity))));
+    const controller = new AbortController();
+    const left: string[] = [];
+    const granted = cache.afterGrant({}, Promise.resolve('grant-1'), async (grant) => void left.push(grant), { signal: controller.signal });
+    await new Promise((r) => setImmediate(r));
+    controller.abort(new Error('interrupted by SIGTERM'));
+    answer();
+    await expect(granted).rejects.toThrow('interrupted by SIGTERM');
+    expect(left).toEqual(['grant-1']);
+    // Not aborted: the grant is handed out once the identity is known.
+    const again = new SourceIdentityCache<object>(async () => identity);
+    await expect(again.afterGrant({}, Promise.resolve('grant-2'), async () => undefined, { signal: new AbortController().signal })).resolves.toBe('grant-2');
   });
 
   it('learn keeps an identity a reply carried, and never replaces a known one', () => {

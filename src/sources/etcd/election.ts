@@ -41,7 +41,7 @@ export function campaign(etcd: EtcdClient, name: string, options: CampaignOption
     new HeldLeadership(etcd, lease, name, id, node, revision, marginMs);
   // A waiting join ends in a leadership or an error, never null.
   return traceCampaign('etcd', name, () =>
-    etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { kind: 'election', root: ELECTIONS_ROOT, name, mode: 'wait', options, ownerField: 'id', build }), (leader) => leader.resign()) as Promise<HeldLeadership>);
+    etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { kind: 'election', root: ELECTIONS_ROOT, name, mode: 'wait', options, ownerField: 'id', build }), (leader) => leader.resign(), options) as Promise<HeldLeadership>);
 }
 
 /** The current leader of an etcd election, as observers see it: its id and epoch. */

@@ -47,13 +47,13 @@ const leaveGrant = (lock: HeldLock): Promise<void> => lock.release();
 export function acquireLock(etcd: EtcdClient, name: string, options: AcquireOptions = {}): Promise<EtcdLock> {
   const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number): HeldLock => new HeldLock(etcd, lease, name, node, revision, marginMs);
   // A waiting join ends in a grant or an error, never null.
-  return traceAcquire('etcd', name, 'wait', () => etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'wait', options, ownerField: 'owner', build }), leaveGrant) as Promise<HeldLock>);
+  return traceAcquire('etcd', name, 'wait', () => etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'wait', options, ownerField: 'owner', build }), leaveGrant, options) as Promise<HeldLock>);
 }
 
 /** Take the lock if nobody holds it or waits for it; null otherwise (leaving nothing behind). */
 export function tryAcquireLock(etcd: EtcdClient, name: string, options: TryAcquireOptions = {}): Promise<EtcdLock | null> {
   const build = (lease: Lease, node: QueueKey, revision: bigint, marginMs: number): HeldLock => new HeldLock(etcd, lease, name, node, revision, marginMs);
-  return traceAcquire('etcd', name, 'try', () => etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'try', options, ownerField: 'owner', build }), leaveGrant));
+  return traceAcquire('etcd', name, 'try', () => etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'try', options, ownerField: 'owner', build }), leaveGrant, options));
 }
 
 /** The lock's queue in grant order: the first entry holds, the rest wait. One range request. */

@@ -276,6 +276,7 @@ async function acquire(etcd: EtcdClient, name: string, wait: 'wait' | 'try', opt
         claim: (lease, joined, plan, stop, givenUp, waiting) => claimAtHead(etcd, lease, semaphore, joined, plan, stop, givenUp, waiting),
       }),
       (permit) => permit.release(),
+      options,
     ),
   );
 }

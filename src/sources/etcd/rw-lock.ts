@@ -108,7 +108,7 @@ async function acquire(etcd: EtcdClient, mode: Mode, name: string, wait: 'wait' 
     return planJoinIn(lease, rules.queue, owner, rules[mode]);
   };
   return traceAcquire('etcd', name, wait, () =>
-    etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { kind: mode, root: RW_LOCKS_ROOT, name, mode: wait, options, ownerField: 'owner', build, plan }), (lock) => lock.release()),
+    etcdSourceIds.afterGrant(etcd, joinAndWait(etcd, { kind: mode, root: RW_LOCKS_ROOT, name, mode: wait, options, ownerField: 'owner', build, plan }), (lock) => lock.release(), options),
   );
 }
 

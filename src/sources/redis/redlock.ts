@@ -288,5 +288,5 @@ export async function acquireRedlock(target: readonly RedisClient[], name: strin
     });
   };
 
-  return redlockSourceIds.afterGrant(clients, acquireLoop(clients, name, options, mode, attempt, (lock) => lock.release()), (lock) => lock.release(), nodeTimeoutMs);
+  return redlockSourceIds.afterGrant(clients, acquireLoop(clients, name, options, mode, attempt, (lock) => lock.release()), (lock) => lock.release(), options, nodeTimeoutMs);
 }

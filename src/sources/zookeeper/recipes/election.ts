@@ -54,7 +54,7 @@ export async function campaign(zk: ZooKeeperClient, name: string, options: ZooKe
   };
   const build = (node: QueueNode, marginMs: number): HeldLeadership => new HeldLeadership(zk, name, id, node, marginMs);
   return traceCampaign('zookeeper', name, async () =>
-    (await zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { kind: 'election', root: ELECTIONS_ROOT, name, mode: 'wait', options: acquire, build }), (leader) => leader.resign())) as HeldLeadership);
+    (await zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { kind: 'election', root: ELECTIONS_ROOT, name, mode: 'wait', options: acquire, build }), (leader) => leader.resign(), acquire)) as HeldLeadership);
 }
 
 /** The current leader of an election, as observers see it: its id, epoch and node. */

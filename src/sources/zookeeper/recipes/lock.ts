@@ -71,7 +71,7 @@ function builder(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquire
 export function acquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperAcquireOptions = {}): Promise<ZooKeeperLock> {
   const build = builder(zk, name, options);
   // In 'wait' mode the join never answers null.
-  return traceAcquire('zookeeper', name, 'wait', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'wait', options, build }), leaveGrant) as Promise<HeldLock>);
+  return traceAcquire('zookeeper', name, 'wait', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'wait', options, build }), leaveGrant, options) as Promise<HeldLock>);
 }
 
 /**
@@ -81,7 +81,7 @@ export function acquireLock(zk: ZooKeeperClient, name: string, options: ZooKeepe
  */
 export function tryAcquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquireOptions = {}): Promise<ZooKeeperLock | null> {
   const build = builder(zk, name, options);
-  return traceAcquire('zookeeper', name, 'try', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'try', options, build }), leaveGrant));
+  return traceAcquire('zookeeper', name, 'try', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'try', options, build }), leaveGrant, options));
 }
 
 /**

@@ -104,7 +104,7 @@ function join(zk: ZooKeeperClient, name: string, mode: 'wait' | 'try', options: 
   const owner = options.owner ?? DEFAULT_OWNER;
   const claim = new SlotClaim(zk, name, permits, typeof owner === 'string' ? owner : '', (claimed, marginMs) => new HeldPermit(zk, name, permits, claimed, marginMs));
   const granting = joinAndWait(zk, { kind: 'permit', root: SEMAPHORES_ROOT, name, mode, options, build: unreachable, claim });
-  return zookeeperSourceIds.afterGrant(zk, granting, leaveGrant);
+  return zookeeperSourceIds.afterGrant(zk, granting, leaveGrant, options);
 }
 
 /**

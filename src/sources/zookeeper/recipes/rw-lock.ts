@@ -53,7 +53,7 @@ function join(zk: ZooKeeperClient, kind: RwKind, name: string, mode: 'wait' | 't
     marker: kind === 'read' ? READ_MARKER : WRITE_MARKER,
     position: kind === 'read' ? readerPosition : writerPosition,
   });
-  return zookeeperSourceIds.afterGrant(zk, granting, leaveGrant);
+  return zookeeperSourceIds.afterGrant(zk, granting, leaveGrant, options);
 }
 
 /**
