@@ -22,7 +22,7 @@ export interface EtcdLeadership extends Leadership {
   /** Our key (its create revision is the epoch). */
   readonly key: string;
   readonly lease: bigint;
-  /** Apply `ops` only while this candidate leads: as EtcdLock.ifHeld (./fenced-txn.ts). */
+  /** Apply `ops` (etcd txn operations) only while this candidate leads: one txn comparing our key's create revision; LockLostError, nothing written, once it does not. */
   ifLeader(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']>;
 }
 

@@ -29,7 +29,8 @@ export interface EtcdLock extends Lock {
   /**
    * Apply `ops` (etcd txn operations) only while this lock is held: one txn
    * comparing our key's create revision. Resolves to their responses;
-   * LockLostError (LOCK_LOST), nothing written, when not held. See ./fenced-txn.ts.
+   * LockLostError (LOCK_LOST), nothing written, when not held (by our clock,
+   * before any request, or by the compare). Use it for state kept in etcd itself.
    */
   ifHeld(ops: readonly EtcdRequestOp[]): Promise<EtcdTxnResponse['responses']>;
 }

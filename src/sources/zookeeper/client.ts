@@ -87,7 +87,7 @@ export interface ConnectOptions {
   readonly connectTimeoutMs?: number;
   /** Opens the byte stream to a server (default: plain TCP). See Connector for how its errors count. */
   readonly connector?: Connector;
-  /** Speak TLS to the servers' secure client port (see ./tls.ts). Not together with `connector`. */
+  /** Speak TLS to the servers' secure client port (their `secureClientPort`), verifying the host against `ca`; a certificate that fails it ends the first connect (TLS_FAILED). Not together with `connector`. */
   readonly tls?: TlsOptions;
   /**
    * The ACL the lock and election recipes give each lock's container and its

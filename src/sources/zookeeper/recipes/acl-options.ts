@@ -21,7 +21,7 @@ export interface AclOption {
   readonly acl?: readonly ACL[];
 }
 
-/** lockDelayMs: ./lock-delay.ts (locks only; an election ignores it). */
+/** acquireLock's options over ZooKeeper: the common ones (timeoutMs, signal, safetyMarginMs, owner), the `acl` and `lockDelayMs` (locks only; an election ignores it). */
 export type ZooKeeperAcquireOptions = AcquireOptions & AclOption & LockDelayOption;
 /** tryAcquireLock's options over ZooKeeper: the common ones, the `acl` and `lockDelayMs`. */
 export type ZooKeeperTryAcquireOptions = TryAcquireOptions & AclOption & LockDelayOption;

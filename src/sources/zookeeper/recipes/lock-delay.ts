@@ -84,7 +84,10 @@ export interface LockDelayOption {
   /**
    * After a holder's session expired (or its node was deleted) instead of
    * being released, wait this long before the next grant resolves. Every
-   * participant of the lock must pass it (see ./lock-delay.ts). Default: off.
+   * participant of the lock must pass it: only such a participant marks its
+   * releases as clean, and an unmarked release counts as unclean. It narrows
+   * the window in which a paused holder's late write lands; it does not
+   * close it (fence what can be fenced). Default: off.
    */
   readonly lockDelayMs?: number;
 }

@@ -37,7 +37,8 @@ export interface ZooKeeperLock extends Lock {
    * held, in one multi with a check of our queue node: all or nothing, and
    * nothing once the node is gone. Resolves to the ops' results; refused
    * with LockLostError (LOCK_LOST), writing nothing, when the lock is not
-   * held (by our clock, before any I/O, or by the server). See ./fenced-multi.ts.
+   * held (by our clock, before any I/O, or by the server). Use it for state
+   * kept in ZooKeeper itself.
    */
   ifHeld(ops: readonly MultiOp[]): Promise<MultiResult[]>;
 }
@@ -66,7 +67,9 @@ function builder(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquire
 /**
  * Wait for the lock (fair: in the order of arrival) and return it. With
  * `lockDelayMs`, a grant that follows an unclean end (the previous holder's
- * session expired, its node was deleted) waits that long first (./lock-delay.ts).
+ * session expired, its node was deleted) waits that long first, so a
+ * resource that cannot check tokens is not written while the old holder may
+ * still finish a write; every participant of the lock must pass the same option.
  */
 export function acquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperAcquireOptions = {}): Promise<ZooKeeperLock> {
   const build = builder(zk, name, options);
