@@ -342,7 +342,14 @@ describe('the CLI', () => {
       expect(await codeOf(tryAcquireLock(mallory, name))).toBe('ZK_NOAUTH');
     } finally {
       run.child.kill('SIGTERM');
-      await within(run.done, 30_000, 'the CLI run ending');
+      // 'exit' is the CLI's own end; 'close' (run.done) also waits for every
+      // process holding its output pipes, the command included: told apart, a
+      // hang here says which of them stayed.
+      let exited = false;
+      void run.exited.then(() => (exited = true));
+      await within(run.done, 30_000, 'the CLI run ending').catch((error: Error) => {
+        throw new Error(`${error.message} (the CLI process ${exited ? 'had exited: its command, which shares its output pipes, was still running' : 'was still running'}; stderr: ${run.stderr()})`);
+      });
     }
     const refused = await within(cli(['run', name, '--zookeeper', server, '--', 'true'], { ...CLEAN, ZOOKEEPER_ACL: 'creator' }).done, 30_000, 'the CLI without credentials');
     expect(refused.code).toBe(64);
