@@ -18,7 +18,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { LockLostError, LockTimeoutError, PermitsMismatchError, SessionExpiredError } from '../../index.js';
-import { DEFAULT_OWNER, safetyMargin } from '../../extend.js';
+import { DEFAULT_OWNER, noteGrant, safetyMargin, warnIfSelfWait, type SelfWaitGrant } from '../../extend.js';
+import type { SequencerKind } from '../../index.js';
 import { bigintOf, queryRow, type PgSourcePool } from './client.js';
 import { checkName, checkWaitOptions } from './input.js';
 import type { Counters, PgSession, Waiter } from './session.js';
@@ -66,6 +67,18 @@ export interface JoinRequest<T> {
   /** 'owner' for a lock, 'id' for a campaign. */
   readonly ownerField: 'owner' | 'id';
   readonly build: (joined: Joined) => T;
+}
+
+/** The grant's kind as its sequencer names it: what the self-wait warning keys a name by. */
+function grantKind(target: JoinTarget): SequencerKind {
+  return target.kind === 'rw' ? target.mode : target.kind;
+}
+
+/** Hand the grant out, noted against its source (a later wait of the same source on the name warns FENCEKEEPER_SELF_WAIT). */
+function handOver<T>(source: JoinSource, request: JoinRequest<T>, joined: Joined): T {
+  const grant = request.build(joined);
+  noteGrant(source, grantKind(request.target), request.name, grant as unknown as SelfWaitGrant);
+  return grant;
 }
 
 const ENTER = `SELECT status, entry_id::text AS entry_id, token::text AS token, head, holder_ms::text AS holder_ms, reaped FROM fencekeeper_lock_enter($1, $2, $3, $4, $5, $6)`;
@@ -133,8 +146,10 @@ async function join<T>(source: JoinSource, request: JoinRequest<T>, owner: strin
           stopper.check();
         }
         const slot = row['slot'] === null || row['slot'] === undefined ? null : Number(row['slot']);
-        return request.build({ session, entry, request: key, token, slot, marginMs, owner });
+        return handOver(source, request, { session, entry, request: key, token, slot, marginMs, owner });
       }
+      // Queued: a source that holds this name itself now waits for itself (two tasks sharing it, or a bug).
+      warnIfSelfWait(source, grantKind(target), name);
       const granted = await waitForGrant(source, session, name, entry, key, row['head'] === true, Number(row['holder_ms']), stopper);
       let slot = granted.slot;
       if (target.kind === 'permit' && slot === null) {
@@ -146,7 +161,7 @@ async function join<T>(source: JoinSource, request: JoinRequest<T>, owner: strin
           throw error;
         }
       }
-      return request.build({ session, entry, request: key, token: granted.token, slot, marginMs, owner });
+      return handOver(source, request, { session, entry, request: key, token: granted.token, slot, marginMs, owner });
     }
   } finally {
     stopper.dispose();
