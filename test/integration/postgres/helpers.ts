@@ -118,8 +118,23 @@ export async function createSchema(admin: pg.Pool, schema: string): Promise<void
   await admin.query(`CREATE SCHEMA ${schema}`);
 }
 
+/**
+ * Drop a test's schema with everything in it. DROP SCHEMA ... CASCADE locks
+ * every object of the schema; a file running at the same time in another
+ * schema can lock shared catalog rows in the other order (seen: 'deadlock
+ * detected' from a clean-clone run), and PostgreSQL then aborts one of the
+ * two: the drop is tried again, a few times.
+ */
 export async function dropSchema(admin: pg.Pool, schema: string): Promise<void> {
-  await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      return;
+    } catch (error) {
+      if ((error as { code?: string }).code !== '40P01' || attempt >= 5) throw error;
+      await new Promise((r) => setTimeout(r, 50 * attempt));
+    }
+  }
 }
 
 /** A suite's own schema (migratedSchema). */
