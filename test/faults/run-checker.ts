@@ -22,7 +22,7 @@
 //                                 or one paused, at a time (never a majority)
 //                      etcd       the 3-node FK_ETCD_CLUSTER; leader SIGKILL + restart
 //                      postgres   postgresSource on a cluster of the checker's own
-//                                 (test/servers/pg-replica.sh, port 55451); its primary
+//                                 (test/servers/pg-replica.sh, port 25451); its primary
 //                                 SIGKILLed and restarted (crash recovery)
 //                    Holder pauses, TCP cuts and partitions of the workers'
 //                    connections, and held-then-reset resource writes, for every source.

@@ -20,7 +20,7 @@
 //   redlock    restart one of the five nodes from its AOF (redis.sh restart N),
 //              SIGSTOP one for a while; one node at a time, never a majority.
 //   postgres   postgresSource on a PostgreSQL cluster the checker owns
-//              (test/servers/pg-replica.sh on ports 55451/55452, apart from
+//              (test/servers/pg-replica.sh on ports 25451/25452, apart from
 //              the compare's pair and never the shared server): its primary
 //              SIGKILLed (postmaster and backends) and started again, crash
 //              recovery and all. Connection cuts and paused holders come
@@ -158,8 +158,8 @@ export function sourceControl(kind: SourceKind, env: NodeJS.ProcessEnv = process
 
 // --- PostgreSQL -----------------------------------------------------------------------
 
-/** The checker's own cluster: pg-replica.sh on its own ports (the compare's pair is 55441). */
-const PG_CHECKER_PORT = 55451;
+/** The checker's own cluster: pg-replica.sh on its own ports (the compare's pair is 25441). */
+const PG_CHECKER_PORT = 25451;
 
 function postgresControl(): SourceControl {
   const script = fileURLToPath(new URL('../servers/pg-replica.sh', import.meta.url));

@@ -21,14 +21,17 @@
 # start and acquire print FK_PG_PRIMARY_URL, FK_PG_REPLICA_URL, FK_PG_REPLICA_PRIMARY_PORT,
 # FK_PG_REPLICA_CTL.
 #
-# env: FK_STATE_DIR (/tmp/fencekeeper-test) FK_PG_REPLICA_PORT (55441; the replica: +1)
+# env: FK_STATE_DIR (/tmp/fencekeeper-test) FK_PG_REPLICA_PORT (25441; the replica: +1)
 set -euo pipefail
 FK_SCRIPT=pg-replica
 FK_CTL_NAME=FK_PG_REPLICA_CTL
 . "$(dirname "$0")/lib.sh"
 
 BIN=/usr/lib/postgresql/15/bin
-P1=${FK_PG_REPLICA_PORT:-55441}
+# Below the kernel's ephemeral range (32768-60999 here): a port in it can be
+# taken by any outgoing connection of a busy test run (seen: the replica's
+# 55442 was in use in a clean-clone run).
+P1=${FK_PG_REPLICA_PORT:-25441}
 P2=$((P1 + 1))
 D=$FK_STATE_DIR/pg-replica-$P1
 PRIMARY=$D/primary
