@@ -2,7 +2,7 @@
 // relative link of README.md and docs/*.md lands on a file the package ships
 // (package.json "files") and, for an #anchor, on a heading of that page;
 // every guide in docs/ can be reached from the README; and docs/errors.md
-// lists exactly the error codes of src/errors.ts, so a new code without a row
+// lists exactly the error codes of src/errors/base.ts, so a new code without a row
 // (or a row for a code that is gone) fails here.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -26,10 +26,10 @@ const read = (path: string): string => readFileSync(`${ROOT}${path}`, 'utf8');
 
 const pending = pendingGuide(pkg.exports);
 
-/** The string literals of `export type <name> = ...;` in src/errors.ts. */
+/** The string literals of `export type <name> = ...;` in src/errors/base.ts. */
 function codesOf(source: string, name: string): string[] {
   const at = source.indexOf(`export type ${name} =`);
-  if (at < 0) throw new Error(`src/errors.ts has no type ${name}`);
+  if (at < 0) throw new Error(`src/errors/base.ts has no type ${name}`);
   const body = source.slice(at, source.indexOf(';', at)).replace(/\/\/.*$/gm, '');
   return [...body.matchAll(/'([A-Z0-9_]+)'/g)].map((m) => m[1] as string);
 }
@@ -47,8 +47,8 @@ function documentedCodes(page: string): string[] {
 }
 
 describe('the documentation pages', () => {
-  it('docs/errors.md lists every error code of src/errors.ts, once, and no other', () => {
-    const source = read('src/errors.ts');
+  it('docs/errors.md lists every error code of src/errors/base.ts, once, and no other', () => {
+    const source = read('src/errors/base.ts');
     const codes = [...codesOf(source, 'ErrorCode'), ...codesOf(source, 'ZooKeeperErrorCode')];
     expect(codes.length).toBeGreaterThan(40);
     const documented = documentedCodes(read('docs/errors.md'));

@@ -89,7 +89,8 @@ function imports(file: string): Edge[] {
 const all = [...files('src'), ...files('adapters')];
 const edges = all.flatMap(imports);
 const inside = (path: string, dir: string): boolean => path.startsWith(`${dir}/`);
-const isCore = (path: string): boolean => path.startsWith('src/') && !path.slice(4).includes('/');
+/** A file of the core: directly in src/, or in src/errors/ (the errors by domain, re-exported by src/errors.ts). */
+const isCore = (path: string): boolean => (path.startsWith('src/') && !path.slice(4).includes('/')) || inside(path, 'src/errors');
 /** The folder of a source or an adapter ('src/sources/etcd', 'adapters/s3'), else null. */
 const unit = (path: string): string | null => /^(src\/sources\/[^/]+|adapters\/[^/]+)\//.exec(path)?.[1] ?? null;
 const sharedOf = (folder: string): string[] => Object.values(SHARED).filter((s) => s.members.includes(folder)).map((s) => s.folder);
@@ -110,6 +111,11 @@ describe('layers', () => {
 
   it('the core imports no source, adapter, CLI or test kit', () => {
     expect(edges.filter((e) => isCore(e.from) && !isCore(e.to))).toEqual([]);
+  });
+
+  it('the errors import nothing but each other: they are the bottom of the core, imported by everything', () => {
+    expect(edges.filter((e) => (inside(e.from, 'src/errors') || e.from === 'src/errors.ts') && !inside(e.to, 'src/errors'))).toEqual([]);
+    expect(edges.some((e) => e.from === 'src/errors/locks.ts' && e.to === 'src/errors/base.ts')).toBe(true);
   });
 
   it('a source imports only the core, its own folder and its family\'s shared folder', () => {
