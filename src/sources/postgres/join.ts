@@ -34,6 +34,8 @@ export interface JoinSource {
   readonly waits: WaitGroup;
   /** The live session, opening one if there is none. */
   session(): Promise<PgSession>;
+  /** The live session as it is, or null (none yet, ended, the source closed): session() then. */
+  live(): PgSession | null;
   /** The error a join rejects with once the source is closed (null while it is open). */
   closedError(): Error | null;
 }
@@ -95,6 +97,18 @@ const CLAIM_RETRY_MS = 200;
 /** The longest delay setTimeout keeps. */
 const MAX_TIMER_MS = 0x7fffffff;
 
+/**
+ * A request key for one enter: unique among the keys of the session it is
+ * sent with (fencekeeper_lock_leave looks an entry up by session and key),
+ * which a counter is, behind a prefix drawn once per process so keys of
+ * different processes differ in the table. No random bytes per acquire.
+ */
+const KEY_PREFIX = randomBytes(9).toString('base64url');
+let keys = 0;
+function requestKey(): string {
+  return `${KEY_PREFIX}${(keys++).toString(36)}`;
+}
+
 /** The grant's kind as its sequencer names it: what the self-wait warning keys a name by. */
 function grantKind(target: JoinTarget): SequencerKind {
   return target.kind === 'rw' ? target.mode : target.kind;
@@ -152,48 +166,61 @@ class PgJoin<T extends { readonly held: boolean }> implements Steps<T> {
     return this.#slot === null ? this.#slotClaim : undefined;
   }
 
-  /** The session, then the enter statement; one retry when our session turns out to have expired (the next is a new one). */
-  async enter(stopper: QueueStopper | null): Promise<Entered | null> {
+  /**
+   * The session (the live one as it is: an await on every acquire would cost
+   * a turn of the event loop), then the enter statement; one retry when our
+   * session turns out to have expired (the next is a new one).
+   */
+  enter(stopper: QueueStopper | null): Promise<Entered | null> {
+    const live = this.client.live();
+    return live !== null ? this.#enterOn(live, stopper, 0) : this.#enterOnNew(stopper, 0);
+  }
+
+  #enterOnNew(stopper: QueueStopper | null, attempt: number): Promise<Entered | null> {
+    const opening = this.client.session();
+    return (stopper === null ? opening : stopper.race(opening)).then((session) => this.#enterOn(session, stopper, attempt));
+  }
+
+  #enterOn(session: PgSession, stopper: QueueStopper | null, attempt: number): Promise<Entered | null> {
     const source = this.client;
     const { target, name, mode } = this.#request;
-    for (let attempt = 0; ; attempt++) {
-      const session = await (stopper === null ? source.session() : stopper.race(source.session()));
-      const key = randomBytes(12).toString('base64url');
-      this.#session = session;
-      this.#key = key;
-      this.#pending = true;
-      const row =
-        target.kind === 'lock' || target.kind === 'election'
-          ? await queryRow(source.pool, 'fencekeeper_lock_enter_v1', ENTER, [session.idText, target.kind, name, this.#owner, mode === 'wait', key])
-          : await queryRow(source.pool, 'fencekeeper_lock_enter_kind_v1', ENTER_KIND, [
-              session.idText,
-              target.kind,
-              name,
-              this.#owner,
-              mode === 'wait',
-              key,
-              target.kind === 'rw' ? target.mode : null,
-              target.kind === 'permit' ? target.permits : null,
-            ]);
+    const key = requestKey();
+    this.#session = session;
+    this.#key = key;
+    this.#pending = true;
+    const entering =
+      target.kind === 'lock' || target.kind === 'election'
+        ? queryRow(source.pool, 'fencekeeper_lock_enter_v1', ENTER, [session.idText, target.kind, name, this.#owner, mode === 'wait', key])
+        : queryRow(source.pool, 'fencekeeper_lock_enter_kind_v1', ENTER_KIND, [
+            session.idText,
+            target.kind,
+            name,
+            this.#owner,
+            mode === 'wait',
+            key,
+            target.kind === 'rw' ? target.mode : null,
+            target.kind === 'permit' ? target.permits : null,
+          ]);
+    return entering.then((row) => {
       this.#pending = false;
-      source.counters.note('reap', session.id, Number(row['reaped'] ?? 0));
+      const reaped = row['reaped'];
+      if (reaped !== 0 && reaped !== null && reaped !== undefined) source.counters.note('reap', session.id, Number(reaped));
       const status = row['status'];
-      if (status === 'expired') {
-        session.expiredSeen();
-        // A stopped join does not open a new session only to leave it.
-        if (attempt === 0 && stopper?.isStopped !== true) continue;
-        throw new SessionExpiredError(`lock ${name}: the PostgreSQL session expired before the queue could be joined`);
-      }
-      if (status === 'busy') return null;
-      if (status === 'mismatch' && target.kind === 'permit') throw new PermitsMismatchError(name, target.permits, Number(row['permits_in_use']));
-      const entry = String(row['entry_id']);
       if (status === 'granted') {
         this.#token = bigintOf(row['token']) as bigint;
-        this.#slot = row['slot'] === null || row['slot'] === undefined ? null : Number(row['slot']);
-        return { session, entry, key, granted: true, head: false, holderMs: 0 };
+        const slot = row['slot'];
+        this.#slot = slot === null || slot === undefined ? null : Number(slot);
+        return { session, entry: row['entry_id'] as string, key, granted: true, head: false, holderMs: 0 };
       }
-      return { session, entry, key, granted: false, head: row['head'] === true, holderMs: Number(row['holder_ms']) };
-    }
+      if (status === 'waiting') return { session, entry: row['entry_id'] as string, key, granted: false, head: row['head'] === true, holderMs: Number(row['holder_ms']) };
+      if (status === 'busy') return null;
+      if (status === 'mismatch' && target.kind === 'permit') throw new PermitsMismatchError(name, target.permits, Number(row['permits_in_use']));
+      if (status !== 'expired') throw new Error(`unreachable: fencekeeper_lock_enter answered ${String(status)}`);
+      session.expiredSeen();
+      // A stopped join does not open a new session only to leave it.
+      if (attempt === 0 && stopper?.isStopped !== true) return this.#enterOnNew(stopper, 1);
+      throw new SessionExpiredError(`lock ${name}: the PostgreSQL session expired before the queue could be joined`);
+    });
   }
 
   /** Granted at the enter: our turn; queued: wait (the entry says whether we head the queue, and the holder's lease left). */

@@ -150,6 +150,11 @@ class Source implements JoinSource {
     return this.#closedError;
   }
 
+  live(): PgSession | null {
+    const live = this.#session;
+    return live !== null && live.endedReason === null && this.#closedError === null ? live : null;
+  }
+
   session(): Promise<PgSession> {
     if (this.#closedError !== null) return Promise.reject(new ClientClosedError('the PostgreSQL source was closed'));
     const live = this.#session;
