@@ -3,6 +3,9 @@
 //   floor       the same two statements (fencekeeper_lock_enter, _leave) sent
 //               by a bare pg client on one connection: what the source adds
 //               on top is its own JavaScript
+//   pool floor  the same two statements sent through pool.query of a pg.Pool
+//               (as the source sends them): what pg.Pool's per-query
+//               checkout, release and idle timer add to the floor
 //   advisory    pg_advisory_lock + pg_advisory_unlock on one connection: the
 //               cheapest lock PostgreSQL has (no token, no queue, no lease)
 //   baseline    (with FK_BASELINE) the source of another build, as `source`
@@ -69,6 +72,10 @@ try {
   const ENTER = `SELECT status, entry_id::text AS entry_id, token::text AS token, head, holder_ms::text AS holder_ms, reaped FROM fencekeeper_lock_enter($1, $2, $3, $4, $5, $6)`;
   const LEAVE = `SELECT fencekeeper_lock_leave($1, $2, $3)::text AS granted`;
   const advisory = await pool(1).connect();
+  const pooled = pool(3);
+  const pooledSession = (
+    await pooled.query<{ id: string }>(`SELECT session_id::text AS id FROM fencekeeper_lock_session_open($1, 'bench', 600000)`, [`fencekeeper_bench_${randomBytes(6).toString('hex')}`])
+  ).rows[0]!.id;
 
   const variants: Record<string, () => Promise<void>> = {
     source: async () => {
@@ -79,6 +86,11 @@ try {
       const key = randomBytes(12).toString('base64url');
       const entered = await bare.query<{ entry_id: string }>({ name: 'bench_enter', text: ENTER, values: [session, 'lock', 'bench/floor', 'bench', true, key] });
       await bare.query({ name: 'bench_leave', text: LEAVE, values: [session, entered.rows[0]!.entry_id, key] });
+    },
+    'pool floor': async () => {
+      const key = randomBytes(12).toString('base64url');
+      const entered = await pooled.query<{ entry_id: string }>({ name: 'bench_enter', text: ENTER, values: [pooledSession, 'lock', 'bench/pooled', 'bench', true, key] });
+      await pooled.query({ name: 'bench_leave', text: LEAVE, values: [pooledSession, entered.rows[0]!.entry_id, key] });
     },
     advisory: async () => {
       await advisory.query({ name: 'bench_adv_lock', text: 'SELECT pg_advisory_lock(4242)' });
@@ -122,11 +134,15 @@ try {
   console.log(`acquire+release, one loop, median of ${ROUNDS} blocks of ${BLOCK_MS} ms (client CPU: this process's user+system per cycle):`);
   console.log(`  postgresSource      ${m('source').toFixed(0)} cycles/s [IQR ${sq1.toFixed(0)}..${sq3.toFixed(0)}]   client CPU ${c('source').toFixed(0)} µs/cycle`);
   console.log(`  floor (bare pg)     ${m('floor').toFixed(0)} cycles/s   client CPU ${c('floor').toFixed(0)} µs/cycle   source/floor ${(m('source') / m('floor')).toFixed(2)}x`);
+  console.log(`  pool floor          ${m('pool floor').toFixed(0)} cycles/s   client CPU ${c('pool floor').toFixed(0)} µs/cycle   source/pool floor ${(m('source') / m('pool floor')).toFixed(2)}x`);
   console.log(`  advisory lock       ${m('advisory').toFixed(0)} cycles/s   client CPU ${c('advisory').toFixed(0)} µs/cycle   source/advisory ${(m('source') / m('advisory')).toFixed(2)}x`);
   // The same-run bound: with equal round trips, a cycle of the source costs the floor's plus its own extra client CPU;
   // on cores PostgreSQL shares, that extra is time the server does not get either.
   const extra = c('source') - c('floor');
-  console.log(`  the source's own client CPU: ${extra.toFixed(0)} µs/cycle over the floor's ${c('floor').toFixed(0)} (${((extra / c('floor')) * 100).toFixed(0)}% more)`);
+  console.log(
+    `  the source's client CPU: ${extra.toFixed(0)} µs/cycle over the floor's ${c('floor').toFixed(0)} (${((extra / c('floor')) * 100).toFixed(0)}% more), ` +
+      `of which pg.Pool's per-query work (pool floor - floor) ${(c('pool floor') - c('floor')).toFixed(0)}, the source's own ${(c('source') - c('pool floor')).toFixed(0)}`,
+  );
   if (baselineSource !== undefined) {
     const [bq1, bq3] = iqr(rates['baseline']!);
     const [rq1, rq3] = iqr(vsBaseline);
