@@ -19,4 +19,8 @@ shift
 npm run build >/dev/null
 mkdir -p dist/test/bench
 node_modules/.bin/esbuild "test/bench/$name.ts" --format=esm --platform=node --log-level=warning --outfile="dist/test/bench/$name.mjs"
+# The bench's own helpers beside it (./closed-loop.js ...), transpiled the same way.
+for helper in $(grep -oE "from '\./[A-Za-z0-9_-]+\.js'" "test/bench/$name.ts" | sed -E "s/from '\.\/(.*)\.js'/\1/"); do
+  node_modules/.bin/esbuild "test/bench/$helper.ts" --format=esm --platform=node --log-level=warning --outfile="dist/test/bench/$helper.js"
+done
 exec node "dist/test/bench/$name.mjs" "$@"

@@ -60,16 +60,24 @@ export type Row = Record<string, unknown>;
  * Send one statement (prepared once per connection under `name`) and answer
  * its first row; a missing migration becomes SchemaMissingError.
  */
-export async function queryRow(db: { query(config: PgSourceQuery): Promise<PgSourceResult> }, name: string, text: string, values: unknown[]): Promise<Row> {
-  let result: PgSourceResult;
+export function queryRow(db: { query(config: PgSourceQuery): Promise<PgSourceResult> }, name: string, text: string, values: unknown[]): Promise<Row> {
+  // One .then, not an async function's await: this runs twice per acquire + release cycle.
+  let sent: Promise<PgSourceResult>;
   try {
-    result = await db.query({ name, text, values });
+    sent = db.query({ name, text, values });
   } catch (error) {
-    throw schemaMissing(error) ?? error;
+    return Promise.reject(schemaMissing(error) ?? error);
   }
-  const row = result.rows[0];
-  if (row === undefined || row === null || typeof row !== 'object') throw new Error(`unreachable: ${name} answered no row`);
-  return row as Row;
+  return sent.then(
+    (result) => {
+      const row = result.rows[0];
+      if (row === undefined || row === null || typeof row !== 'object') throw new Error(`unreachable: ${name} answered no row`);
+      return row as Row;
+    },
+    (error: unknown) => {
+      throw schemaMissing(error) ?? error;
+    },
+  );
 }
 
 /** Every row of a statement's answer (missing migration: SchemaMissingError). */

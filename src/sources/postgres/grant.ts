@@ -13,12 +13,11 @@ import type { Joined } from './join.js';
 import type { PgSession } from './session.js';
 
 export abstract class PgEntry extends QueueGrant<never, never> {
-  /** Our entry in fencekeeper_lock_entries (the row withLease share-locks). */
-  readonly entry: bigint;
   /** The session the entry hangs on (fencekeeper_lock_sessions). */
   readonly session: bigint;
   readonly #session: PgSession;
   readonly #entryText: string;
+  #entry: bigint | undefined;
   readonly #request: string;
   readonly #holding: Holding;
   readonly #token: FencingToken;
@@ -31,9 +30,13 @@ export abstract class PgEntry extends QueueGrant<never, never> {
     this.#session = session;
     this.#entryText = joined.entry;
     this.#request = joined.request;
-    this.entry = BigInt(joined.entry);
     this.session = session.id;
-    this.#holding = session.clock.hold({ lock: this.lockLabel, marginMs: joined.marginMs, token, deadline: () => session.deadline });
+    this.#holding = session.clock.hold({ lock: this.lockLabel, marginMs: joined.marginMs, token, deadline: session.deadlineOf });
+  }
+
+  /** Our entry in fencekeeper_lock_entries (the row withLease share-locks); parsed when first read, not on every acquire. */
+  get entry(): bigint {
+    return (this.#entry ??= BigInt(this.#entryText));
   }
 
   /** Leave the queue (release, resign), traced as every source's release. */

@@ -231,6 +231,9 @@ export class PgSession {
     return this.#ackedSentAt + this.leaseMs;
   }
 
+  /** `deadline` as the function every holding of the session reads: one per session, not a closure per grant. */
+  readonly deadlineOf = (): number => this.#ackedSentAt + this.leaseMs;
+
   /** Null while the session lives; else why it ended. */
   get endedReason(): LossReason | null {
     return this.#endedReason;
@@ -268,14 +271,16 @@ export class PgSession {
    * the session lives (else the entry would block its lock until the
    * session ends); once the session has ended, the lease has taken it.
    */
-  async leave(entry: string | null, request: string): Promise<void> {
+  leave(entry: string | null, request: string): Promise<void> {
     if (entry !== null) this.unregister(entry);
-    try {
-      await queryRow(this.#pool, 'fencekeeper_lock_leave_v1', LEAVE, [this.idText, entry, request]);
-      this.#unleft.delete(request);
-    } catch {
-      if (this.#endedReason === null) this.#unleft.set(request, { entry, request });
-    }
+    return queryRow(this.#pool, 'fencekeeper_lock_leave_v1', LEAVE, [this.idText, entry, request]).then(
+      () => {
+        if (this.#unleft.size > 0) this.#unleft.delete(request);
+      },
+      () => {
+        if (this.#endedReason === null) this.#unleft.set(request, { entry, request });
+      },
+    );
   }
 
   /**

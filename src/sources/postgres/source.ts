@@ -26,7 +26,7 @@ import {
   type TryAcquireOptions,
   type TryPermitOptions,
 } from '../../index.js';
-import { DEFAULT_OWNER, traceAcquire, traceCampaign } from '../../extend.js';
+import { DEFAULT_OWNER, WaitGroup, traceAcquire, traceCampaign } from '../../extend.js';
 import type { PgSourcePool } from './client.js';
 import { PgLeadership, type PostgresLeadership } from './election.js';
 import { checkName, checkPermits, checkPool, checkSourceOptions, type PostgresSourceOptions } from './input.js';
@@ -134,9 +134,11 @@ class Source implements JoinSource {
   readonly pool: PgSourcePool;
   readonly leaseMs: number;
   readonly counters = new Counters();
+  /** Every join's wait on this source: one timer for their timeouts; close() stops them all. */
+  readonly waits = new WaitGroup();
   #session: PgSession | null = null;
   #opening: Promise<PgSession> | null = null;
-  #closed = false;
+  #closedError: ClientClosedError | null = null;
   #closing: Promise<void> | null = null;
 
   constructor(pool: PgSourcePool, leaseMs: number) {
@@ -144,8 +146,17 @@ class Source implements JoinSource {
     this.leaseMs = leaseMs;
   }
 
+  closedError(): ClientClosedError | null {
+    return this.#closedError;
+  }
+
+  live(): PgSession | null {
+    const live = this.#session;
+    return live !== null && live.endedReason === null && this.#closedError === null ? live : null;
+  }
+
   session(): Promise<PgSession> {
-    if (this.#closed) return Promise.reject(new ClientClosedError('the PostgreSQL source was closed'));
+    if (this.#closedError !== null) return Promise.reject(new ClientClosedError('the PostgreSQL source was closed'));
     const live = this.#session;
     if (live !== null && live.endedReason === null) return Promise.resolve(live);
     if (this.#opening === null) {
@@ -154,7 +165,7 @@ class Source implements JoinSource {
       }).then(
         (session) => {
           this.#opening = null;
-          if (this.#closed) {
+          if (this.#closedError !== null) {
             void session.close();
             throw new ClientClosedError('the PostgreSQL source was closed');
           }
@@ -173,7 +184,10 @@ class Source implements JoinSource {
 
   close(): Promise<void> {
     if (this.#closing === null) {
-      this.#closed = true;
+      const error = new ClientClosedError('the PostgreSQL source was closed');
+      this.#closedError = error;
+      // A join between its steps (entering, looking up a slot) stops now too, and deletes what it put.
+      this.waits.stopAll(error);
       const opening = this.#opening;
       this.#closing = (async () => {
         const session = this.#session ?? (await opening?.catch(() => null)) ?? null;
