@@ -52,21 +52,31 @@ describe('postgresSource diagnostics', () => {
     // Renewals: a third of the lease apart; a couple of beats on a loaded machine.
     await until(() => total('renewal', waiterSession) >= 2, 'two renewals published');
     expect(total('renewal', waiterSession)).toBeLessThanOrEqual(waiterSource.stats().renewals);
-    // A holder whose session the database counts as expired: the head waiter claims at the lease end and reaps it.
-    const crashed = db.source({ leaseMs: 900 }, 2);
+    // A holder whose session ends in the database while a waiter heads its
+    // queue: the waiter claims at the lease end and reaps it. Nothing else
+    // may hand the name on first, or the claim is not what the test sees:
+    // the 900 ms sources' sweeps (every 5 leases) are stopped, and the two
+    // sources here have 60 s leases (a heartbeat every 20 s, a sweep every
+    // 5 minutes). Seen under load: a sweep reaped first, claims 0.
+    await holderSource.close();
+    await waiterSource.close();
+    const crashed = db.source({ leaseMs: 60_000 }, 2);
+    const claimer = db.source({ leaseMs: 60_000 }, 2);
     const other = uniqueName('pgdiag/reap');
     const stale = await crashed.acquireLock(other);
-    const waiting = waiterSource.acquireLock(other);
-    await until(async () => (await db.entries(other)).length === 2, 'the waiter queued');
-    // The crashed holder's session ends in the database (as a process frozen past its lease would find it).
-    await db.admin.query(`UPDATE fencekeeper_lock_sessions SET expires_at = clock_timestamp() - interval '1 second' WHERE id = $1`, [stale.session.toString()]);
+    // The crashed holder's lease cut to 1 s on the database's clock before the
+    // waiter joins (as a process frozen past its lease would find it): the
+    // waiter's enter hears the lease end and arms its claim for then.
+    await db.admin.query(`UPDATE fencekeeper_lock_sessions SET expires_at = clock_timestamp() + interval '1 second' WHERE id = $1`, [stale.session.toString()]);
+    const waiting = claimer.acquireLock(other);
     const next = await within(waiting, 15_000, 'the waiter to be granted after the reap');
     expect(next.token > stale.token).toBe(true);
+    const claimerSession = next.session;
     await next.release();
-    const reaped = total('reap');
-    expect(reaped).toBeGreaterThanOrEqual(1);
-    expect(total('claim', waiterSession)).toBe(waiterSource.stats().claims);
-    expect(waiterSource.stats().claims).toBeGreaterThanOrEqual(1);
+    expect(claimer.stats().claims).toBeGreaterThanOrEqual(1);
+    expect(total('claim', claimerSession)).toBe(claimer.stats().claims);
+    expect(total('reap', claimerSession)).toBeGreaterThanOrEqual(1);
+    expect(total('reap')).toBe([holderSource, waiterSource, crashed, claimer].reduce((n, s) => n + s.stats().reaps, 0));
     const after = await sdk.collect();
     const grew = (activity: keyof typeof start): number => sum(after, METRICS.sourceActivity, { [ATTR.source]: 'postgres', [ATTR.activity]: activity }) - start[activity];
     expect(grew('wakeup')).toBe(total('wakeup'));
