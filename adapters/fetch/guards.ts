@@ -56,14 +56,20 @@ export function withFencing<Transaction = undefined>(
   // `env`: what the server passes beside the request; @hono/node-server's
   // ({ incoming, outgoing }) lets the guard watch the Node response instead
   // of the request's signal, which costs a full Request there.
-  return async function fenced(request: Request, env?: unknown): Promise<Response> {
-    const outgoing = nodeServerResponse(env);
-    const raw = outgoing === undefined ? undefined : (env as { incoming?: { rawHeaders?: unknown } }).incoming?.rawHeaders;
-    const parsed = presentedToken(Array.isArray(raw) ? singleHeader(raw as string[], header) : fetchHeader(request.headers, header), header);
-    if ('status' in parsed) return problemResponse(parsed);
-    const resource = resourceOf(settings, request);
-    if (typeof resource !== 'string') return problemResponse(resource);
-    return fenceFetch(settings, request, request, resource, parsed.token, parsed.presented, (fencing: FencingContext<Transaction>) => handler(request, fencing), outgoing);
+  // Not async: fenceFetch's promise is handed back as it is (an async wrapper
+  // would add a promise and its ticks to every request).
+  return function fenced(request: Request, env?: unknown): Promise<Response> {
+    try {
+      const outgoing = nodeServerResponse(env);
+      const raw = outgoing === undefined ? undefined : (env as { incoming?: { rawHeaders?: unknown } }).incoming?.rawHeaders;
+      const parsed = presentedToken(Array.isArray(raw) ? singleHeader(raw as string[], header) : fetchHeader(request.headers, header), header);
+      if ('status' in parsed) return Promise.resolve(problemResponse(parsed));
+      const resource = resourceOf(settings, request);
+      if (typeof resource !== 'string') return Promise.resolve(problemResponse(resource));
+      return fenceFetch(settings, request, request, resource, parsed.token, parsed.presented, (fencing: FencingContext<Transaction>) => handler(request, fencing), outgoing);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   };
 }
 
