@@ -218,13 +218,14 @@ async function measure(): Promise<void> {
   const chart = process.env.BENCH_CHART ?? fileURLToPath(new URL('../../docs/images/bench/http-guards.svg', import.meta.url));
   if (chart !== '') {
     // The same medians as the table: one group per framework, bare beside guarded.
-    const points: BarPoint[] = targets.map((t) => ({ group: t.framework, series: t.route === 'bare' ? 'bare' : t.route === 'bound' ? 'bare + admit by hand' : t.route === 'guarded' ? 'fencing()' : `fencing() (${t.route})`, value: Math.round(median(samples.get(t.name)!.map((x) => x.rps))) }));
+    const points: BarPoint[] = targets.map((t) => ({ group: t.framework, series: t.route === 'bare' ? 'bare' : t.route === 'bound' ? 'by hand' : t.route === 'guarded' ? 'fencing()' : t.route, value: Math.round(median(samples.get(t.name)!.map((x) => x.rps))) }));
     const written = await writeSvg(
       chart,
       barChartSpec(points, {
         title: 'HTTP guards: the bare route vs fencing() with MemoryFenceStore',
         subtitle: [
           `test/bench/http-guards.ts: ${connections} connections, medians of ${rounds} x ${duration} s`,
+          `by hand: bare + the token parsed + MemoryFenceStore admit/commit${routes.includes('baseline') ? '; baseline: FK_BASELINE\'s build' : ''}`,
           `${await machineLine()} at the end`,
         ],
         yTitle: 'requests/s (median of rounds)',
