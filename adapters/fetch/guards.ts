@@ -3,9 +3,9 @@
 // Cloudflare Workers, Node behind an adapter such as @hono/node-server).
 import { InvalidArgumentError, type FenceStore } from '../../src/index.js';
 import type { FencingContext } from '../../src/shared/http/exchange.js';
-import { fenceFetch } from '../../src/shared/http/fetch-fencing.js';
+import { fenceFetch, nodeServerResponse } from '../../src/shared/http/fetch-fencing.js';
 import { fencingSettings, resourceOf, type FencingGuardOptions } from '../../src/shared/http/fencing-core.js';
-import { fetchHeader, presentedToken } from '../../src/shared/http/header.js';
+import { fetchHeader, presentedToken, singleHeader } from '../../src/shared/http/header.js';
 import { IDEMPOTENCY_HEADER, idempotencySettings, type IdempotencyGuardOptions } from '../../src/shared/http/idempotency/core.js';
 import { idempotentFetch } from '../../src/shared/http/idempotency/fetch.js';
 import { problemResponse } from '../../src/shared/http/problem.js';
@@ -38,19 +38,38 @@ export type FencedFetchHandler<Transaction = undefined> = (request: Request, fen
  * SEQUENCER_MISMATCH, 503 verify or the store failed, 500 SCHEMA_MISSING.
  * Past maxHoldMs: 503 FENCE_HOLD_EXPIRED if the handler has not returned,
  * else the body is broken off; `fencing.signal` aborts either way, and when
- * the request's own signal aborts (the client left). A handler that throws
- * has its admission aborted and the error thrown on.
+ * the client leaves (the admission is then aborted, or the wait for it
+ * given up). The returned function takes the server's second argument too:
+ * on @hono/node-server (`serve({ fetch: guarded })` passes it) the guard
+ * watches the Node response and reads Node's raw headers, sparing the full
+ * Request that reading `request.signal` or `request.headers` builds there;
+ * elsewhere it watches the request's signal. A handler that throws has its
+ * admission aborted and the error thrown on.
  */
-export function withFencing<Transaction = undefined>(options: FetchFencingOptions<Transaction>, handler: FencedFetchHandler<Transaction>): (request: Request) => Promise<Response> {
+export function withFencing<Transaction = undefined>(
+  options: FetchFencingOptions<Transaction>,
+  handler: FencedFetchHandler<Transaction>,
+): (request: Request, env?: unknown) => Promise<Response> {
   const settings = fencingSettings<Request>('fetch', options as FencingGuardOptions<unknown, Request>, 'withFencing()');
   if (typeof handler !== 'function') throw new InvalidArgumentError('withFencing(): the handler must be a function');
   const header = settings.header;
-  return async function fenced(request: Request): Promise<Response> {
-    const parsed = presentedToken(fetchHeader(request.headers, header), header);
-    if ('status' in parsed) return problemResponse(parsed);
-    const resource = resourceOf(settings, request);
-    if (typeof resource !== 'string') return problemResponse(resource);
-    return fenceFetch(settings, request, request, resource, parsed.token, parsed.presented, (fencing: FencingContext<Transaction>) => handler(request, fencing));
+  // `env`: what the server passes beside the request; @hono/node-server's
+  // ({ incoming, outgoing }) lets the guard watch the Node response instead
+  // of the request's signal, which costs a full Request there.
+  // Not async: fenceFetch's promise is handed back as it is (an async wrapper
+  // would add a promise and its ticks to every request).
+  return function fenced(request: Request, env?: unknown): Promise<Response> {
+    try {
+      const outgoing = nodeServerResponse(env);
+      const raw = outgoing === undefined ? undefined : (env as { incoming?: { rawHeaders?: unknown } }).incoming?.rawHeaders;
+      const parsed = presentedToken(Array.isArray(raw) ? singleHeader(raw as string[], header) : fetchHeader(request.headers, header), header);
+      if ('status' in parsed) return Promise.resolve(problemResponse(parsed));
+      const resource = resourceOf(settings, request);
+      if (typeof resource !== 'string') return Promise.resolve(problemResponse(resource));
+      return fenceFetch(settings, request, request, resource, parsed.token, parsed.presented, (fencing: FencingContext<Transaction>) => handler(request, fencing), outgoing);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   };
 }
 

@@ -7,8 +7,7 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import type { FenceStore } from '../../src/index.js';
 import type { FencingContext } from '../../src/shared/http/exchange.js';
-import { ServerResponse } from 'node:http';
-import { fenceFetch, watchSignal, type WatchGone } from '../../src/shared/http/fetch-fencing.js';
+import { fenceFetch, nodeServerResponse } from '../../src/shared/http/fetch-fencing.js';
 import { fencingSettings, resourceOf, type FencingGuardOptions } from '../../src/shared/http/fencing-core.js';
 import { fetchHeader, presentedToken, singleHeader, type HeaderValue } from '../../src/shared/http/header.js';
 import { IDEMPOTENCY_HEADER, idempotencySettings, type IdempotencyGuardOptions } from '../../src/shared/http/idempotency/core.js';
@@ -44,23 +43,6 @@ function rawHeaders(c: Context): readonly string[] | undefined {
   return Array.isArray(incoming?.rawHeaders) ? (incoming.rawHeaders as string[]) : undefined;
 }
 
-/**
- * Under @hono/node-server, the client leaving is the Node response's 'close'
- * before it finished (reading c.req.raw.signal there would build the full
- * Request, the guard's largest cost); elsewhere the request's signal.
- */
-function watchGone(c: Context): WatchGone {
-  const outgoing = (c.env as { outgoing?: unknown } | undefined)?.outgoing;
-  if (!(outgoing instanceof ServerResponse)) return watchSignal;
-  return (_request, gone) => {
-    const onClose = (): void => {
-      if (!outgoing.writableFinished) gone();
-    };
-    outgoing.once('close', onClose);
-    return () => outgoing.off('close', onClose);
-  };
-}
-
 function header(c: Context, name: string): HeaderValue {
   const raw = rawHeaders(c);
   return raw !== undefined ? singleHeader(raw, name) : fetchHeader(c.req.raw.headers, name);
@@ -88,7 +70,7 @@ export function fencing<Transaction = undefined>(options: HonoFencingOptions<Tra
       c.set('fencing', admitted);
       await next();
       return c.res;
-    }, watchGone(c as unknown as Context));
+    }, nodeServerResponse(c.env));
     if (!ran) return response;
     // Unchanged (no body to hold): setting c.res again would only copy it.
     if (response !== c.res) c.res = response;

@@ -2,8 +2,12 @@
 // run: for Express 5, Fastify 5, Hono (over @hono/node-server) and the Fetch
 // guard (a plain Fetch handler over @hono/node-server), the bare route vs the
 // same empty handler behind the fencing guard with MemoryFenceStore (one
-// resource, one token: every request admitted and committed). Not in the
-// suite: a script that prints figures, nothing here asserts on time.
+// resource, one token: every request admitted and committed). Beside them a
+// "bound" route: the bare handler doing by hand the least any guard must do
+// (read the header from the framework's request, parse the token,
+// MemoryFenceStore admit, answer, commit), so the gap to bare splits into
+// the store's share (bound vs bare) and the guard's own (guarded vs bound).
+// Not in the suite: a script that prints figures, nothing here asserts on time.
 //
 //   npm run build && node node_modules/vite-node/vite-node.mjs test/bench/http-guards.ts
 //
@@ -44,6 +48,12 @@ async function guardsOf(dist: string) {
 
 async function serve(): Promise<void> {
   const builds: [string, Awaited<ReturnType<typeof guardsOf>>][] = [['guarded', await guardsOf(new URL('../../dist/adapters/', import.meta.url).href)]];
+  const { parseFencing } = (await import(new URL('../../dist/src/index.js', import.meta.url).href)) as typeof import('../../src/index.js');
+  const { MemoryFenceStore } = builds[0]![1].fetch as typeof import('../../adapters/fetch/index.js');
+  // The bound routes: one store per framework, the same resource and token as the guards'.
+  const boundStore = { express: new MemoryFenceStore(), fastify: new MemoryFenceStore(), hono: new MemoryFenceStore(), fetch: new MemoryFenceStore() };
+  type NodeHeaders = { headers: Record<string, string | string[] | undefined> };
+  const tokenOf = (req: NodeHeaders): bigint | import('../../src/index.js').Sequencer => parseFencing(req.headers['fencing-token'] as string);
   const baseline = process.env.FK_BASELINE;
   if (baseline !== undefined && baseline !== '') builds.push(['baseline', await guardsOf(pathToFileURL(`${baseline}/dist/adapters/`).href)]);
   const { default: express } = await import('express');
@@ -56,6 +66,12 @@ async function serve(): Promise<void> {
   e.disable('x-powered-by');
   e.disable('etag');
   e.get('/bare', (_req, res) => void res.end());
+  e.get('/bound', (req, res) => {
+    void boundStore.express.admit('bench', tokenOf(req)).then((admission) => {
+      res.end();
+      void admission.commit();
+    });
+  });
   for (const [route, g] of builds) e.get(`/${route}`, g.express.fencing({ store: new g.express.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { end(): void }) => void res.end());
   ports.express = await new Promise<number>((resolve) => {
     const server = e.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
@@ -63,6 +79,11 @@ async function serve(): Promise<void> {
 
   const f = Fastify();
   f.get('/bare', async (_request, reply) => reply.send());
+  f.get('/bound', async (request, reply) => {
+    const admission = await boundStore.fastify.admit('bench', tokenOf(request));
+    void admission.commit();
+    return reply.send();
+  });
   for (const [route, g] of builds) {
     await f.register(async (scope) => {
       await scope.register(g.fastify.fencing, { store: new g.fastify.MemoryFenceStore(), resource: 'bench' });
@@ -74,21 +95,34 @@ async function serve(): Promise<void> {
 
   const h = new Hono();
   h.get('/bare', (c) => c.body(null));
+  // Node's headers (c.env.incoming), as the guard reads Node's rawHeaders: c.req.header() would build a Headers.
+  h.get('/bound', async (c) => {
+    const admission = await boundStore.hono.admit('bench', tokenOf((c.env as { incoming: NodeHeaders }).incoming));
+    void admission.commit();
+    return c.body(null);
+  });
   for (const [route, g] of builds) h.get(`/${route}`, g.hono.fencing({ store: new g.hono.MemoryFenceStore(), resource: 'bench' }), (c) => c.body(null));
   ports.hono = await new Promise<number>((resolve) => {
     honoServe({ fetch: h.fetch, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
   });
 
   const fetchRoutes = new Map(builds.map(([route, g]) => [`/${route}`, g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, () => new Response(null))]));
-  const plain = (request: Request): Response | Promise<Response> => {
+  fetchRoutes.set('/bound', (_request: Request, env?: unknown) =>
+    boundStore.fetch.admit('bench', tokenOf((env as { incoming: NodeHeaders }).incoming)).then((admission) => {
+      void admission.commit();
+      return new Response(null);
+    }),
+  );
+  // The server's second argument passed on, as serve({ fetch: guarded }) would.
+  const plain = (request: Request, env: unknown): Response | Promise<Response> => {
     const guarded = fetchRoutes.get(new URL(request.url).pathname);
-    return guarded === undefined ? new Response(null) : guarded(request);
+    return guarded === undefined ? new Response(null) : guarded(request, env);
   };
   ports.fetch = await new Promise<number>((resolve) => {
     honoServe({ fetch: plain, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
   });
 
-  process.send!({ ports, routes: ['bare', ...builds.map(([route]) => route)] });
+  process.send!({ ports, routes: ['bare', 'bound', ...builds.map(([route]) => route)] });
   process.on('message', (message) => {
     if (message === 'cpu') {
       const { user, system } = process.cpuUsage();
@@ -164,16 +198,34 @@ async function measure(): Promise<void> {
       `${t.name.padEnd(18)} ${pick('rps').toFixed(0).padStart(7)} ${String(pick('p99')).padStart(7)}  ${median(ratios('rps')).toFixed(3).padStart(6)} [${iqr(ratios('rps'), 3)}]  ${pick('cpu').toFixed(1).padStart(7)} [${iqr(cpuAll, 1)}]  ${median(ratios('cpu')).toFixed(3).padStart(11)}`,
     );
   }
+  // The gap to bare, split: what the least possible guard costs (bound: the
+  // header, the parse, a MemoryFenceStore admit and commit, by hand in the
+  // route) and what the guard adds on top of that (guarded vs bound).
+  console.log('');
+  console.log('where the gap goes: ratios are medians of per-round ratios (req/s); CPU µs/req medians; shares of the CPU gap guarded - bare');
+  console.log(`${'framework'.padEnd(10)} ${'guarded/bare'.padStart(12)} ${'bound/bare'.padStart(11)} ${'guarded/bound'.padStart(14)}   ${'CPU bare'.padStart(8)} ${'bound'.padStart(7)} ${'guarded'.padStart(8)}   store's share (bound-bare)   guard's own (guarded-bound)`);
+  for (const framework of FRAMEWORKS) {
+    const of = (route: string) => samples.get(`${framework} ${route}`)!;
+    const ratio = (a: string, b: string): number => median(of(a).map((x, i) => x.rps / of(b)[i]!.rps));
+    const cpuOf = (route: string): number => median(of(route).map((x) => x.cpu));
+    const [bare, bound, guarded] = [cpuOf('bare'), cpuOf('bound'), cpuOf('guarded')];
+    const gap = guarded - bare;
+    const share = (us: number): string => `${us.toFixed(1).padStart(6)} µs (${((100 * us) / gap).toFixed(0).padStart(3)}%)`;
+    console.log(
+      `${framework.padEnd(10)} ${ratio('guarded', 'bare').toFixed(3).padStart(12)} ${ratio('bound', 'bare').toFixed(3).padStart(11)} ${ratio('guarded', 'bound').toFixed(3).padStart(14)}   ${bare.toFixed(1).padStart(8)} ${bound.toFixed(1).padStart(7)} ${guarded.toFixed(1).padStart(8)}   ${share(bound - bare).padEnd(26)} ${share(guarded - bound)}`,
+    );
+  }
   const chart = process.env.BENCH_CHART ?? fileURLToPath(new URL('../../docs/images/bench/http-guards.svg', import.meta.url));
   if (chart !== '') {
     // The same medians as the table: one group per framework, bare beside guarded.
-    const points: BarPoint[] = targets.map((t) => ({ group: t.framework, series: t.route === 'bare' ? 'bare' : t.route === 'guarded' ? 'fencing()' : `fencing() (${t.route})`, value: Math.round(median(samples.get(t.name)!.map((x) => x.rps))) }));
+    const points: BarPoint[] = targets.map((t) => ({ group: t.framework, series: t.route === 'bare' ? 'bare' : t.route === 'bound' ? 'by hand' : t.route === 'guarded' ? 'fencing()' : t.route, value: Math.round(median(samples.get(t.name)!.map((x) => x.rps))) }));
     const written = await writeSvg(
       chart,
       barChartSpec(points, {
         title: 'HTTP guards: the bare route vs fencing() with MemoryFenceStore',
         subtitle: [
           `test/bench/http-guards.ts: ${connections} connections, medians of ${rounds} x ${duration} s`,
+          `by hand: bare + the token parsed + MemoryFenceStore admit/commit${routes.includes('baseline') ? '; baseline: FK_BASELINE\'s build' : ''}`,
           `${await machineLine()} at the end`,
         ],
         yTitle: 'requests/s (median of rounds)',

@@ -10,6 +10,7 @@ import { FenceReleasedError, type FenceAdmission, type FenceStore, type FencingT
 import { WHEN_ABANDONED } from './memory-fence-store.js';
 import type { Problem } from './problem.js';
 import { WaitForGraph, type FenceKey } from './wait-for.js';
+import { holdClock, type Hold } from './hold-clock.js';
 
 const debug = debuglog('fencekeeper');
 
@@ -68,7 +69,8 @@ export abstract class Fencing implements FencingContext {
   #controller: AbortController | undefined = undefined;
   /** Why the signal aborts, once it must (kept for a signal made later). */
   #reason: unknown = undefined;
-  #timer: NodeJS.Timeout | undefined = undefined;
+  /** maxHoldMs's watch over the admission while it is held (see hold-clock.ts). */
+  #hold: Hold | undefined = undefined;
   /** Recorded in the wait-for graph as a holder (only requests that nest). */
   #inGraph = false;
   /** MemoryFenceStore's word for a wait given up (WHEN_ABANDONED), while the store waits. */
@@ -156,11 +158,9 @@ export abstract class Fencing implements FencingContext {
     this.#admission = admission;
     this.previous = admission.previous;
     this.transaction = admission.transaction;
-    // setTimeout runs on libuv's monotonic clock: a wall-clock step neither
-    // fires it early nor holds it back. Unref'd: a held fence does not keep
-    // the process alive; cleared in #finish() on every other path.
-    this.#timer = setTimeout(Fencing.#expire, this.#maxHoldMs, this);
-    this.#timer.unref();
+    // On a monotonic clock, shared by every hold of the same maxHoldMs (see
+    // hold-clock.ts): cleared in #finish() on every other path.
+    this.#hold = holdClock(this.#maxHoldMs).start(Fencing.#expire as (arg: object) => void, this);
   }
 
   /**
@@ -180,7 +180,7 @@ export abstract class Fencing implements FencingContext {
   }
 
   static #expire(this: void, f: Fencing): void {
-    f.#timer = undefined;
+    f.#hold = undefined;
     f.#expired();
   }
 
@@ -248,9 +248,9 @@ export abstract class Fencing implements FencingContext {
   #finish(): void {
     this.#state = 'done';
     this.#admission = undefined;
-    if (this.#timer !== undefined) {
-      clearTimeout(this.#timer);
-      this.#timer = undefined;
+    if (this.#hold !== undefined) {
+      this.#hold.end();
+      this.#hold = undefined;
     }
     if (this.#inGraph) {
       this.#inGraph = false;
