@@ -154,7 +154,10 @@ class QueueJoin<Joined, Wait, Claimed, Grant extends { readonly held: boolean }>
       const confirming = steps.confirmEntry?.(joined) ?? null;
       if (confirming !== null) await (stopper === null ? confirming : stopper.race(confirming));
       const place = steps.place(joined);
-      if (place === 'turn' || place === 'gone') return await this.#fromTurn(joined, place as 'turn' | 'gone');
+      if (place === 'turn' || place === 'gone') {
+        const granting = this.#fromTurn(joined, place as 'turn' | 'gone');
+        return granting instanceof Promise ? await granting : granting;
+      }
       if (steps.mode === 'try') return null;
       warnIfSelfWait(steps.client, steps.kind, steps.name);
       if (steps.awaitTurn === undefined) return await this.#fromTurn(joined, await steps.waitForTurn(joined, place as Wait, this.#stopperNow()));
@@ -210,13 +213,21 @@ class QueueJoin<Joined, Wait, Claimed, Grant extends { readonly held: boolean }>
     }
   }
 
-  /** Our turn came (or our entry went): lock-delay's hold-back, a stop that came meanwhile, the claim, the grant. */
-  async #fromTurn(joined: Joined, outcome: 'turn' | 'gone'): Promise<Grant | null> {
-    const steps = this.#steps;
+  /**
+   * Our turn came (or our entry went): lock-delay's hold-back, a stop that
+   * came meanwhile, the claim, the grant. Without a hold-back or a claim (an
+   * uncontended lock) the grant is returned as it is, without a promise.
+   */
+  #fromTurn(joined: Joined, outcome: 'turn' | 'gone'): Grant | null | Promise<Grant | null> {
     if (outcome === 'turn') {
-      const holding = steps.holdBack?.(joined) ?? null;
-      if (holding !== null) await this.#stopperNow().race(holding);
+      const holding = this.#steps.holdBack?.(joined) ?? null;
+      if (holding !== null) return this.#stopperNow().race(holding).then(() => this.#afterHoldBack(joined, outcome));
     }
+    return this.#afterHoldBack(joined, outcome);
+  }
+
+  #afterHoldBack(joined: Joined, outcome: 'turn' | 'gone'): Grant | null | Promise<Grant | null> {
+    const steps = this.#steps;
     const stopper = this.#stopper;
     if (stopper !== null) stopper.check();
     else {
@@ -226,9 +237,14 @@ class QueueJoin<Joined, Wait, Claimed, Grant extends { readonly held: boolean }>
     }
     if (outcome === 'gone') throw steps.lost(joined);
     if (steps.claim === undefined) return (this.#grant = handOver(steps, joined, null));
-    const claimStopper = this.#stopperNow();
-    this.#claiming = steps.claim(joined, claimStopper, () => warnIfSelfWait(steps.client, steps.kind, steps.name));
-    const claimed = await claimStopper.race(this.#claiming);
+    return this.#claim(joined);
+  }
+
+  async #claim(joined: Joined): Promise<Grant | null> {
+    const steps = this.#steps;
+    const stopper = this.#stopperNow();
+    this.#claiming = (steps.claim as NonNullable<typeof steps.claim>)(joined, stopper, () => warnIfSelfWait(steps.client, steps.kind, steps.name));
+    const claimed = await stopper.race(this.#claiming);
     if (claimed === null) return null;
     return (this.#grant = handOver(steps, joined, claimed));
   }
