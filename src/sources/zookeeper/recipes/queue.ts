@@ -61,6 +61,29 @@ export interface QueueNode {
   readonly uncertain: boolean;
 }
 
+/**
+ * Our queue node as the join made it. Its child name and guid are read off
+ * its path when asked for (both are in it: `<parent>/<guid><marker><seq>`),
+ * not kept: every held lock and waiting acquire keeps its node, and the two
+ * strings cost some 90 bytes each.
+ */
+class JoinedNode implements QueueNode {
+  constructor(
+    readonly path: string,
+    readonly parent: string,
+    readonly token: FencingToken,
+    readonly uncertain: boolean,
+  ) {}
+
+  get child(): string {
+    return this.path.slice(this.parent.length + 1);
+  }
+
+  get guid(): string {
+    return guidOf(this.child);
+  }
+}
+
 /** A node in the queue as others see it: the holder (the first entry), a waiter, a leader. */
 export interface QueueEntry extends LockStatusEntry {
   /** Full path of the node. */
@@ -146,7 +169,7 @@ export function enqueue(zk: ZooKeeperClient, root: string, parent: string, data:
   const listed = zk.getChildren(parent);
   return created.then(
     ({ path, stat }) => {
-      const node: QueueNode = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain: false };
+      const node: QueueNode = new JoinedNode(path, parent, stat.czxid, false);
       return listed.then(
         (children) => ({ node, children }),
         (error: unknown) => listAfterLoss(zk, node, error),
@@ -174,7 +197,7 @@ async function enqueueWithAcl(zk: ZooKeeperClient, root: string, parent: string,
   let node: QueueNode;
   try {
     const { path, stat } = await created;
-    node = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain: false };
+    node = new JoinedNode(path, parent, stat.czxid, false);
   } catch (error) {
     listed.catch(ignore);
     return enqueueAfter(zk, root, parent, data, guid, prefix, error, acl);
@@ -225,7 +248,7 @@ async function enqueueAfter(
     let node: QueueNode;
     try {
       const { path, stat } = await created;
-      node = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain };
+      node = new JoinedNode(path, parent, stat.czxid, uncertain);
     } catch (failed) {
       listed.catch(ignore);
       error = failed;
@@ -252,7 +275,7 @@ async function adopt(zk: ZooKeeperClient, parent: string, guid: string): Promise
   const path = joinPath(parent, child);
   const stat = await retryOnLoss(() => zk.exists(path));
   if (stat === null || stat.ephemeralOwner !== zk.sessionId) return null;
-  return { path, parent, child, token: stat.czxid, guid, uncertain: true };
+  return new JoinedNode(path, parent, stat.czxid, true);
 }
 
 /**
