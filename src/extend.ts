@@ -23,8 +23,9 @@ export { QueueGrant, lockGrant, leadershipGrant } from './queue-grant.js';
 export type { QueueGrantClass, LockGrantMethods, LeadershipGrantMethods } from './queue-grant.js';
 // A fair queue's join (join, then wait on the predecessor) with a source's steps, and its stop
 export { joinQueue } from './queue-join.js';
-export type { QueueJoinSteps } from './queue-join.js';
+export type { QueueJoinSteps, QueueTurn } from './queue-join.js';
 export { QueueStopper, WaitGroup } from './queue-stopper.js';
+export type { StopReceiver } from './queue-stopper.js';
 // The self-wait warning: a client about to wait for a lock it holds itself
 export { SELF_WAIT_WARNING, noteGrant, forgetGrant, warnIfSelfWait } from './self-wait.js';
 export type { SelfWaitGrant } from './self-wait.js';

@@ -96,6 +96,14 @@ function onSignal(signal: AbortSignal, stopper: QueueStopper): void {
   set.add(stopper);
 }
 
+/** An object told of a wait's stop (QueueStopper.tell): a closure's job without a closure per wait. */
+export interface StopReceiver {
+  /** The wait was stopped with `reason` (called once). */
+  stopped(reason: unknown): void;
+}
+
+type StopListener = ((reason: unknown) => void) | StopReceiver;
+
 /**
  * One wait's stop: rejects whatever is raced against it with the first
  * reason that arrives (the caller's abort reason, LockTimeoutError, or what
@@ -107,7 +115,9 @@ export class QueueStopper {
   #reason: unknown = null;
   #stopped: Promise<never> | null = null;
   #rejectStopped: ((reason: unknown) => void) | null = null;
-  readonly #listeners = new Set<(reason: unknown) => void>();
+  // Made on the first listener, and one listener is kept as it is: a waiting
+  // acquire has at most one, and an empty Set costs some 130 bytes per wait.
+  #listeners: StopListener | Set<StopListener> | null = null;
   readonly #group: WaitGroup;
   readonly #name: string;
   readonly #signal: AbortSignal | undefined;
@@ -148,15 +158,14 @@ export class QueueStopper {
       return Promise.reject(this.#reason);
     }
     return new Promise<T>((resolve, reject) => {
-      const listeners = this.#listeners;
-      listeners.add(reject);
+      this.#listen(reject);
       work.then(
         (value) => {
-          listeners.delete(reject);
+          this.#unlisten(reject);
           resolve(value);
         },
         (error: unknown) => {
-          listeners.delete(reject);
+          this.#unlisten(reject);
           reject(error);
         },
       );
@@ -169,8 +178,37 @@ export class QueueStopper {
       listener(this.#reason);
       return () => undefined;
     }
-    this.#listeners.add(listener);
-    return () => void this.#listeners.delete(listener);
+    this.#listen(listener);
+    return () => this.#unlisten(listener);
+  }
+
+  /**
+   * Tell `receiver` of the stop (receiver.stopped(reason), at once if stopped
+   * already): onStop for an object, without a closure per wait. A waiting
+   * acquire's waiter listens so (thousands may wait at once). Undone by
+   * forget(receiver).
+   */
+  tell(receiver: StopReceiver): void {
+    if (this.#reason !== null) receiver.stopped(this.#reason);
+    else this.#listen(receiver);
+  }
+
+  /** Stop telling `receiver` (see tell). */
+  forget(receiver: StopReceiver): void {
+    this.#unlisten(receiver);
+  }
+
+  #listen(listener: StopListener): void {
+    const listeners = this.#listeners;
+    if (listeners === null) this.#listeners = listener;
+    else if (listeners instanceof Set) listeners.add(listener);
+    else if (listeners !== listener) this.#listeners = new Set([listeners, listener]);
+  }
+
+  #unlisten(listener: StopListener): void {
+    const listeners = this.#listeners;
+    if (listeners === listener) this.#listeners = null;
+    else if (listeners instanceof Set) listeners.delete(listener);
   }
 
   /**
@@ -187,8 +225,13 @@ export class QueueStopper {
     if (this.#reason !== null) return;
     this.#reason = reason ?? new Error('stopped');
     this.#rejectStopped?.(this.#reason);
-    for (const listener of [...this.#listeners]) listener(this.#reason);
-    this.#listeners.clear();
+    const listeners = this.#listeners;
+    this.#listeners = null;
+    if (listeners === null) return;
+    for (const listener of listeners instanceof Set ? [...listeners] : [listeners]) {
+      if (typeof listener === 'function') listener(this.#reason);
+      else listener.stopped(this.#reason);
+    }
   }
 
   /** The caller's timeout ran out (called by the group's timer). */

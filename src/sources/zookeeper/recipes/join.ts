@@ -8,7 +8,7 @@
  */
 import { ClientClosedError, InvalidArgumentError, LockLostError, SessionExpiredError } from '../../../errors.js';
 import { DEFAULT_OWNER } from '../../../lock.js';
-import { joinQueue, type QueueJoinSteps } from '../../../queue-join.js';
+import { joinQueue, type QueueJoinSteps, type QueueTurn } from '../../../queue-join.js';
 import type { QueueStopper } from '../../../queue-stopper.js';
 import type { SequencerKind } from '../../../sequencer.js';
 import type { ZooKeeperAcquireOptions } from './acl-options.js';
@@ -16,7 +16,7 @@ import { checkParent, isChecked, nodeAclFor, type NodeAcl } from './acl.js';
 import type { ZooKeeperClient } from '../client.js';
 import { sessionMargin } from './holding.js';
 import { lockDelayOf, readAfter, readBefore, waitOutUnclean, type ArrivalReads } from './lock-delay.js';
-import { abandon, enqueue, waitForTurn, withoutStrays, type Enqueued, type QueueNode } from './queue.js';
+import { abandon, awaitTurn, enqueue, withoutStrays, type Enqueued, type QueueNode } from './queue.js';
 import { position as lockPosition, queueParent, type PositionOf, type TurnOutcome } from './queue-order.js';
 import { zookeeperWaits } from './waits.js';
 
@@ -29,8 +29,12 @@ export interface Join<T> {
   /** 'wait' for our turn, or 'try': take the turn only if it is ours at once (else null). */
   readonly mode: 'wait' | 'try';
   readonly options: ZooKeeperAcquireOptions;
-  /** Make the holder of our node, with the safety margin already checked. */
-  readonly build: (node: QueueNode, marginMs: number) => T;
+  /**
+   * Make the holder of our node, with the safety margin already checked
+   * (`zk` and this join passed too, so a recipe can pass one function for
+   * every acquire rather than a closure each: a waiting acquire keeps it).
+   */
+  readonly build: (node: QueueNode, marginMs: number, zk: ZooKeeperClient, join: Join<T>) => T;
   /** What separates our node's guid from its sequence (default '-lock-'; a read-write lock's '-read-' / '-write-'). */
   readonly marker?: string;
   /** Where our node stands in a listing (default: a lock's, the lowest holds and each waits for its predecessor). */
@@ -61,38 +65,32 @@ export interface JoinClaim<T> {
 
 type Wait = Extract<TurnOutcome, { turn: false }>;
 
-/** One join's steps and the state they share (the lock-delay reads, the listing that made us the head). */
+const NO_CHILDREN: string[] = [];
+
+/**
+ * One join's steps and the state they share (the lock-delay reads, the
+ * listing that made us the head). A waiting acquire keeps it: what the
+ * steps' shape asks for is read from the join (getters), not copied.
+ */
 class ZooKeeperJoin<T extends { readonly held: boolean }> implements QueueJoinSteps<Enqueued, Wait, T, T> {
-  readonly kind: SequencerKind;
-  readonly name: string;
-  readonly mode: 'wait' | 'try';
   readonly client: ZooKeeperClient;
-  readonly signal: AbortSignal | undefined;
-  readonly timeoutMs: number | undefined;
   readonly #join: Join<T>;
   readonly #parent: string;
   readonly #marginMs: number;
   readonly #acl: NodeAcl | null;
   readonly #lockDelayMs: number;
-  readonly #position: PositionOf;
   #reads: ArrivalReads | null = null;
   #seen: { predecessor: string } | undefined;
   /** The join's listing, when it made us the head (a permit's claim needs no second one). */
   #listing: readonly string[] | null = null;
 
   constructor(zk: ZooKeeperClient, join: Join<T>, parent: string, marginMs: number, acl: NodeAcl | null, lockDelayMs: number) {
-    this.kind = join.kind;
-    this.name = join.name;
-    this.mode = join.mode;
     this.client = zk;
-    this.signal = join.options.signal;
-    this.timeoutMs = join.options.timeoutMs;
     this.#join = join;
     this.#parent = parent;
     this.#marginMs = marginMs;
     this.#acl = acl;
     this.#lockDelayMs = lockDelayMs;
-    this.#position = join.position ?? lockPosition;
     if (join.claim !== undefined) {
       this.claim = (joined, stopper, waiting) => this.#claim(join.claim as JoinClaim<T>, joined, stopper, waiting);
       // A grant the claim made after the join gave up (a stop in the claim's last tick) goes back.
@@ -100,12 +98,37 @@ class ZooKeeperJoin<T extends { readonly held: boolean }> implements QueueJoinSt
     }
   }
 
+  get kind(): SequencerKind {
+    return this.#join.kind;
+  }
+
+  get name(): string {
+    return this.#join.name;
+  }
+
+  get mode(): 'wait' | 'try' {
+    return this.#join.mode;
+  }
+
+  get signal(): AbortSignal | undefined {
+    return this.#join.options.signal;
+  }
+
+  get timeoutMs(): number | undefined {
+    return this.#join.options.timeoutMs;
+  }
+
   get waits(): ReturnType<typeof zookeeperWaits> {
     return zookeeperWaits(this.client);
   }
 
-  claim?: QueueJoinSteps<Enqueued, Wait, T, T>['claim'];
-  unclaim?: QueueJoinSteps<Enqueued, Wait, T, T>['unclaim'];
+  // Declared, not defined: a plain lock's join has no claim and no slot for one.
+  declare claim?: QueueJoinSteps<Enqueued, Wait, T, T>['claim'];
+  declare unclaim?: QueueJoinSteps<Enqueued, Wait, T, T>['unclaim'];
+
+  get #position(): PositionOf {
+    return this.#join.position ?? lockPosition;
+  }
 
   enter(): Promise<Enqueued> {
     const zk = this.client;
@@ -140,9 +163,17 @@ class ZooKeeperJoin<T extends { readonly held: boolean }> implements QueueJoinSt
     return where;
   }
 
+  /** Never called: awaitTurn is (the core prefers it). Kept for the steps' shape. */
   waitForTurn(joined: Enqueued, where: Wait, stopper: QueueStopper): Promise<'turn' | 'gone'> {
+    return new Promise((resolve, reject) => this.awaitTurn(joined, where, stopper, { arrived: resolve, failed: reject }));
+  }
+
+  /** Wait without a promise (./queue.ts awaitTurn): thousands of acquires may wait on one client. */
+  awaitTurn(joined: Enqueued, where: Wait, stopper: QueueStopper, turn: QueueTurn): void {
     if (this.#reads !== null) this.#seen = { predecessor: where.predecessor };
-    return waitForTurn(this.client, this.#parent, joined.node, where, stopper.stopped, this.#seen, this.#position);
+    // The join's listing is not read again once we wait: a waiting acquire does not keep it.
+    joined.children = NO_CHILDREN;
+    awaitTurn(this.client, joined.node, where, stopper, turn, this.#seen, this.#position);
   }
 
   /** The lock-delay hook: after an unclean release, wait it out before the grant. */
@@ -167,7 +198,7 @@ class ZooKeeperJoin<T extends { readonly held: boolean }> implements QueueJoinSt
   }
 
   build(joined: Enqueued | null, claimed: T | null): T {
-    return claimed ?? this.#join.build((joined as Enqueued).node, this.#marginMs);
+    return claimed ?? this.#join.build((joined as Enqueued).node, this.#marginMs, this.client, this.#join);
   }
 
   abandon(joining: Promise<Enqueued | null>): Promise<void> {

@@ -59,10 +59,17 @@ class DelayedLock extends HeldLock {
   }
 }
 
-/** The holder of our node, made once joinAndWait has validated the options (lockDelayMs 0 is off). */
-function builder(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquireOptions): (node: QueueNode, marginMs: number) => HeldLock {
-  return (node, marginMs) => (options.lockDelayMs ? new DelayedLock(zk, name, node, marginMs) : new HeldLock(zk, name, node, marginMs));
+/**
+ * The holder of our node, made once joinAndWait has validated the options
+ * (lockDelayMs 0 is off). One function for every acquire, not a closure
+ * each: a waiting acquire keeps it.
+ */
+function buildLock(node: QueueNode, marginMs: number, zk: ZooKeeperClient, join: { readonly name: string; readonly options: ZooKeeperTryAcquireOptions }): HeldLock {
+  return join.options.lockDelayMs ? new DelayedLock(zk, join.name, node, marginMs) : new HeldLock(zk, join.name, node, marginMs);
 }
+
+/** The options of an acquire that passes none: one object, never written to, for every such acquire. */
+const NO_OPTIONS: ZooKeeperTryAcquireOptions = Object.freeze({});
 
 /**
  * Wait for the lock (fair: in the order of arrival) and return it. With
@@ -71,8 +78,8 @@ function builder(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquire
  * resource that cannot check tokens is not written while the old holder may
  * still finish a write; every participant of the lock must pass the same option.
  */
-export function acquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperAcquireOptions = {}): Promise<ZooKeeperLock> {
-  const build = builder(zk, name, options);
+export function acquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperAcquireOptions = NO_OPTIONS): Promise<ZooKeeperLock> {
+  const build = buildLock;
   // In 'wait' mode the join never answers null.
   return traceAcquire('zookeeper', name, 'wait', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'wait', options, build }), leaveGrant, options) as Promise<HeldLock>);
 }
@@ -82,8 +89,8 @@ export function acquireLock(zk: ZooKeeperClient, name: string, options: ZooKeepe
  * nothing behind). With `lockDelayMs`, a free lock whose previous holder
  * ended uncleanly is taken after that delay (our node keeps its place meanwhile).
  */
-export function tryAcquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquireOptions = {}): Promise<ZooKeeperLock | null> {
-  const build = builder(zk, name, options);
+export function tryAcquireLock(zk: ZooKeeperClient, name: string, options: ZooKeeperTryAcquireOptions = NO_OPTIONS): Promise<ZooKeeperLock | null> {
+  const build = buildLock;
   return traceAcquire('zookeeper', name, 'try', () => zookeeperSourceIds.afterGrant(zk, joinAndWait(zk, { kind: 'lock', root: LOCKS_ROOT, name, mode: 'try', options, build }), leaveGrant, options));
 }
 

@@ -22,9 +22,11 @@ import type { ZooKeeperClient } from '../client.js';
 import { joinPath } from '../paths.js';
 import { listChildren, retryOnLoss, whileConnected } from './connection-loss.js';
 import { NODE_DELETED, NODE_DONE, watchOwnNodeNow, type OwnNode } from './holding.js';
-import { MARKER, guidOf, position, type PositionOf } from './queue-order.js';
+import { MARKER, guidOf, position, type PositionOf, type TurnOutcome } from './queue-order.js';
 import { checkParent, isChecked, madeParent, refusedParent, type NodeAcl } from './acl.js';
 import type { WatchEvent } from '../watches.js';
+import type { QueueTurn } from '../../../queue-join.js';
+import type { QueueStopper, StopReceiver } from '../../../queue-stopper.js';
 
 /**
  * Each join gets its own guid, so a lost create2 reply can be matched to its
@@ -57,6 +59,29 @@ export interface QueueNode {
    * every other node carrying its guid while waiting and when leaving.
    */
   readonly uncertain: boolean;
+}
+
+/**
+ * Our queue node as the join made it. Its child name and guid are read off
+ * its path when asked for (both are in it: `<parent>/<guid><marker><seq>`),
+ * not kept: every held lock and waiting acquire keeps its node, and the two
+ * strings cost some 90 bytes each.
+ */
+class JoinedNode implements QueueNode {
+  constructor(
+    readonly path: string,
+    readonly parent: string,
+    readonly token: FencingToken,
+    readonly uncertain: boolean,
+  ) {}
+
+  get child(): string {
+    return this.path.slice(this.parent.length + 1);
+  }
+
+  get guid(): string {
+    return guidOf(this.child);
+  }
 }
 
 /** A node in the queue as others see it: the holder (the first entry), a waiter, a leader. */
@@ -103,8 +128,12 @@ async function ensureParents(zk: ZooKeeperClient, path: string, root: string, ac
 
 export interface Enqueued {
   readonly node: QueueNode;
-  /** The parent's children as listed right after our create (same socket write). */
-  readonly children: string[];
+  /**
+   * The parent's children as listed right after our create (same socket
+   * write). Emptied once the join waits (./join.ts): nothing reads it
+   * later, and a waiting acquire should not keep the listing.
+   */
+  children: string[];
   /**
    * With an ACL: the parent's czxid from that listing (undefined when the
    * listing was made again after a loss), to tell whether the parent is
@@ -140,7 +169,7 @@ export function enqueue(zk: ZooKeeperClient, root: string, parent: string, data:
   const listed = zk.getChildren(parent);
   return created.then(
     ({ path, stat }) => {
-      const node: QueueNode = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain: false };
+      const node: QueueNode = new JoinedNode(path, parent, stat.czxid, false);
       return listed.then(
         (children) => ({ node, children }),
         (error: unknown) => listAfterLoss(zk, node, error),
@@ -168,7 +197,7 @@ async function enqueueWithAcl(zk: ZooKeeperClient, root: string, parent: string,
   let node: QueueNode;
   try {
     const { path, stat } = await created;
-    node = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain: false };
+    node = new JoinedNode(path, parent, stat.czxid, false);
   } catch (error) {
     listed.catch(ignore);
     return enqueueAfter(zk, root, parent, data, guid, prefix, error, acl);
@@ -219,7 +248,7 @@ async function enqueueAfter(
     let node: QueueNode;
     try {
       const { path, stat } = await created;
-      node = { path, parent, child: path.slice(parent.length + 1), token: stat.czxid, guid, uncertain };
+      node = new JoinedNode(path, parent, stat.czxid, uncertain);
     } catch (failed) {
       listed.catch(ignore);
       error = failed;
@@ -246,7 +275,7 @@ async function adopt(zk: ZooKeeperClient, parent: string, guid: string): Promise
   const path = joinPath(parent, child);
   const stat = await retryOnLoss(() => zk.exists(path));
   if (stat === null || stat.ephemeralOwner !== zk.sessionId) return null;
-  return { path, parent, child, token: stat.czxid, guid, uncertain: true };
+  return new JoinedNode(path, parent, stat.czxid, true);
 }
 
 /**
@@ -313,10 +342,11 @@ export function leave(zk: ZooKeeperClient, path: string): Promise<void> {
 }
 
 /**
- * Wait until our node is the lowest, starting behind `predecessor`, with
- * `ahead` nodes before ours (from the listing the join made). Each round
- * watches only the predecessor (exists with a watch; if it is already gone,
- * look again at once), so a release wakes one waiter, not the queue.
+ * Wait until our node is the lowest, starting behind `start.predecessor`,
+ * with `start.ahead` nodes before ours (from the listing the join made), and
+ * tell `turn` how the wait ended. Each round watches only the predecessor
+ * (exists with a watch; if it is already gone, look again at once), so a
+ * release wakes one waiter, not the queue.
  *
  * When the predecessor goes, the waiter lists again rather than assuming it
  * is next (the predecessor may have been a waiter that gave up), except
@@ -328,58 +358,148 @@ export function leave(zk: ZooKeeperClient, path: string): Promise<void> {
  * write that carries the predecessor's watch), and that watch then serves
  * the holding as well.
  *
- * `stop` is a promise that rejects when the caller gives up (abort,
- * timeout, session loss); the caller then removes our node. `seen`, if
- * given, is kept pointing at the predecessor of the latest round.
- * `positionOf` reads our place from a listing: the node we wait for and how
- * many nodes up to it are ahead (a lock's `position`; a reader of a
- * read-write lock waits for the nearest write node before it, ./rw-order.ts).
+ * The stopper (abort, timeout, session end) ends the wait with its reason;
+ * the join then removes our node. `seen`, if given, is kept pointing at the
+ * predecessor of the latest round. `positionOf` reads our place from a
+ * listing: the node we wait for and how many nodes up to it are ahead (a
+ * lock's `position`; a reader of a read-write lock waits for the nearest
+ * write node before it, ./rw-order.ts).
  */
-export async function waitForTurn(
+export function awaitTurn(
   zk: ZooKeeperClient,
-  parent: string,
   node: QueueNode,
   start: { readonly predecessor: string; readonly ahead: number },
-  stop: Promise<never>,
+  stopper: QueueStopper,
+  turn: QueueTurn,
   seen?: { predecessor: string },
   positionOf: PositionOf = position,
-): Promise<'turn' | 'gone'> {
-  const self = new WaitingNode(node.path);
-  watchOwnNodeNow(zk, self);
-  try {
-    let { predecessor, ahead } = start;
-    for (;;) {
-      // For lock-delay (./lock-delay.ts): the last predecessor we waited behind.
-      if (seen !== undefined) seen.predecessor = predecessor;
-      const gone = await Promise.race([predecessorGone(zk, joinPath(parent, predecessor)), self.deleted, stop]);
-      if (self.isDeleted) return 'gone';
-      if (gone && ahead === 1) return 'turn';
-      const listing = await Promise.race([listChildren(zk, parent), stop]);
-      const where = positionOf(withoutStrays(zk, node, listing), node.child);
-      if (where === null) return 'gone';
-      if (where.turn) return 'turn';
-      ({ predecessor, ahead } = where);
-    }
-  } finally {
-    self.done = true;
-  }
+): void {
+  new TurnWaiter(zk, node, start.ahead, turn, seen, positionOf).start(stopper, start.predecessor);
 }
 
 /**
- * Resolves when the predecessor is gone (true: its exists answered null, or
- * its watch fired for a deletion) or something else happened to it (false:
- * its data changed, the session is in trouble): then look again.
+ * One waiting acquire, as a state object its callbacks resume (the exists
+ * reply, the predecessor's watch, a listing, our node's deletion, the
+ * stop): while thousands of acquires wait on one client, each keeps this
+ * object, its watch closure and the client's watch entries, and no
+ * suspended async function, race or promise chain.
  */
-function predecessorGone(zk: ZooKeeperClient, path: string): Promise<boolean> {
-  return new Promise<boolean>((resolve) => {
-    const watch = (event: WatchEvent): void => resolve(event.type === 'deleted');
-    retryOnLoss(() => zk.exists(path, { watch })).then(
+class TurnWaiter implements OwnNode, StopReceiver {
+  readonly #zk: ZooKeeperClient;
+  readonly #node: QueueNode;
+  readonly #seen: { predecessor: string } | undefined;
+  readonly #positionOf: PositionOf;
+  /** Told once, then null: the wait is over (and its watches' late calls find nothing to do). */
+  #turn: QueueTurn | null;
+  /** How many nodes are ahead of ours, as the latest listing showed. */
+  #ahead: number;
+  /** The predecessor's path while its exists or watch is awaited, else null. */
+  #watching: string | null = null;
+  /** The predecessor's watch: one per waiter, for all its rounds. */
+  readonly #watch = (event: WatchEvent): void => {
+    if (this.#turn === null || event.path !== this.#watching) return;
+    this.#watching = null;
+    this.#predecessorLeft(event.type === 'deleted');
+  };
+
+  constructor(zk: ZooKeeperClient, node: QueueNode, ahead: number, turn: QueueTurn, seen: { predecessor: string } | undefined, positionOf: PositionOf) {
+    this.#zk = zk;
+    this.#node = node;
+    this.#turn = turn;
+    this.#seen = seen;
+    this.#positionOf = positionOf;
+    this.#ahead = ahead;
+  }
+
+  get path(): string {
+    return this.#node.path;
+  }
+
+  /**
+   * Listen for the stop, then watch our node and the predecessor (in one
+   * write). The stopper keeps the waiter until it is disposed (the join's
+   * end): a stop after the wait ended finds it over.
+   */
+  start(stopper: QueueStopper, predecessor: string): void {
+    stopper.tell(this);
+    if (this.#turn === null) return; // stopped already
+    watchOwnNodeNow(this.#zk, this);
+    this.#watchPredecessor(predecessor);
+  }
+
+  /** The stop (abort, timeout, session end): the wait ends with its reason. */
+  stopped(reason: unknown): void {
+    this.#end()?.failed(reason);
+  }
+
+  get [NODE_DONE](): boolean {
+    return this.#turn === null;
+  }
+
+  /** Our own node was deleted (its watch, ./holding.ts): the wait ends, 'gone'. */
+  [NODE_DELETED](): void {
+    this.#end()?.arrived('gone');
+  }
+
+  #end(): QueueTurn | null {
+    const turn = this.#turn;
+    this.#turn = null;
+    this.#watching = null;
+    return turn;
+  }
+
+  #watchPredecessor(predecessor: string): void {
+    // For lock-delay (./lock-delay.ts): the last predecessor we waited behind.
+    if (this.#seen !== undefined) this.#seen.predecessor = predecessor;
+    const path = joinPath(this.#node.parent, predecessor);
+    this.#watching = path;
+    this.#exists(path);
+  }
+
+  /** exists with the watch, sent again across connection losses (a read). */
+  #exists(path: string): void {
+    this.#zk.exists(path, { watch: this.#watch }).then(
       (stat) => {
-        if (stat === null) resolve(true);
+        if (stat !== null || this.#watching !== path || this.#turn === null) return;
+        this.#watching = null;
+        this.#predecessorLeft(true);
       },
-      () => resolve(false), // session trouble: the listing reports it
+      (error: unknown) => {
+        if (this.#watching !== path || this.#turn === null) return;
+        if (error instanceof ConnectionLossError) return this.#exists(path);
+        // Session trouble: the listing reports it.
+        this.#watching = null;
+        this.#predecessorLeft(false);
+      },
     );
-  });
+  }
+
+  /** The predecessor is gone (true: deleted), or something else happened to it (false: its data changed, a failed exists): look again. */
+  #predecessorLeft(gone: boolean): void {
+    if (gone && this.#ahead === 1) {
+      this.#end()?.arrived('turn');
+      return;
+    }
+    listChildren(this.#zk, this.#node.parent).then(
+      (listing) => {
+        if (this.#turn === null) return;
+        let where: TurnOutcome | null;
+        try {
+          where = this.#positionOf(withoutStrays(this.#zk, this.#node, listing), this.#node.child);
+        } catch (error) {
+          this.#end()?.failed(error);
+          return;
+        }
+        if (where === null) this.#end()?.arrived('gone');
+        else if (where.turn) this.#end()?.arrived('turn');
+        else {
+          this.#ahead = where.ahead;
+          this.#watchPredecessor(where.predecessor);
+        }
+      },
+      (error: unknown) => this.#end()?.failed(error),
+    );
+  }
 }
 
 /** A waiter's own node, for its watch (./holding.ts): its deletion ends the wait. */

@@ -27,6 +27,7 @@ import type { ZooKeeperRwAcquireOptions, ZooKeeperRwTryAcquireOptions } from './
 import { joinAndWait } from './join.js';
 import { HeldLock, type ZooKeeperLock } from './lock.js';
 import type { QueueNode } from './queue.js';
+import type { SequencerKind } from '../../../sequencer.js';
 import { READ_MARKER, WRITE_MARKER, readerPosition, writerPosition } from './rw-order.js';
 import { zookeeperSourceIds } from './source-id.js';
 
@@ -37,19 +38,23 @@ type RwKind = 'read' | 'write';
 // A read or write lock is the plain lock's held lock of kind 'read' / 'write' (its sequencer's kind).
 const leaveGrant = (lock: HeldLock): Promise<void> => lock.release();
 
+/** The holder of a read or write lock's node: one function for every acquire (a waiting acquire keeps it). */
+function buildRwLock(node: QueueNode, marginMs: number, zk: ZooKeeperClient, join: { readonly kind: SequencerKind; readonly name: string }): HeldLock {
+  return new HeldLock(zk, join.name, node, marginMs, join.kind as RwKind);
+}
+
 function join(zk: ZooKeeperClient, kind: RwKind, name: string, mode: 'wait' | 'try', options: ZooKeeperRwAcquireOptions): Promise<HeldLock | null> {
   // Lock-delay marks a release in the lock's parent (./lock-delay.ts): a plain lock's, refused here rather than ignored.
   if (options !== null && typeof options === 'object' && (options as { lockDelayMs?: unknown }).lockDelayMs !== undefined) {
     return Promise.reject(new InvalidArgumentError('lockDelayMs applies to plain locks (acquireLock) only, not to read or write locks'));
   }
-  const build = (node: QueueNode, marginMs: number): HeldLock => new HeldLock(zk, name, node, marginMs, kind);
   const granting = joinAndWait(zk, {
     kind,
     root: RW_LOCKS_ROOT,
     name,
     mode,
     options,
-    build,
+    build: buildRwLock,
     marker: kind === 'read' ? READ_MARKER : WRITE_MARKER,
     position: kind === 'read' ? readerPosition : writerPosition,
   });
