@@ -28,7 +28,7 @@ export { QueueStopper, WaitGroup } from './queue-stopper.js';
 export type { StopReceiver } from './queue-stopper.js';
 // The self-wait warning: a client about to wait for a lock it holds itself
 export { SELF_WAIT_WARNING, noteGrant, forgetGrant, warnIfSelfWait } from './self-wait.js';
-export type { SelfWaitGrant } from './self-wait.js';
+export type { SelfWaitGrant, SelfWaitNames } from './self-wait.js';
 // A fair queue's cached view (holder, entries, onChange) kept fresh by a source's watch
 export { QueueObserver } from './queue-observer.js';
 

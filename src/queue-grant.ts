@@ -18,7 +18,7 @@
  * is one object: no layer of delegation on the acquire/release path.
  */
 import { traceRelease } from './diagnostics.js';
-import { forgetGrant } from './self-wait.js';
+import { forgetGrant, type SelfWaitNames } from './self-wait.js';
 import type { Holding } from './step-down.js';
 import type { Sequencer, SequencerKind, SourceIdentity } from './sequencer.js';
 import { grantSequencer } from './source-identity.js';
@@ -35,6 +35,10 @@ export abstract class QueueGrant<Op, Result> {
   readonly #token: FencingToken;
   #leaving: Promise<void> | null = null;
   #sequencer: Sequencer | null = null;
+  /** Where the self-wait registry noted this grant (noteGrant fills it in, forgetGrant reads it); declared here so every grant keeps one shape. Not for applications. */
+  selfWaitIn: SelfWaitNames | null = null;
+  /** The name the self-wait registry noted this grant under (with selfWaitIn). Not for applications. */
+  selfWaitName: string | null = null;
 
   /**
    * `kind`: the grant's (a plain, read or write lock, a permit, a

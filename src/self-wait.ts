@@ -21,10 +21,26 @@ import type { SequencerKind } from './sequencer.js';
 /** The code of the process warning a client waiting on a lock it holds itself emits (process.on('warning'): `warning.code`). */
 export const SELF_WAIT_WARNING = 'FENCEKEEPER_SELF_WAIT';
 
-/** What the self-wait registry needs of a grant (noteGrant, forgetGrant): whether it still holds. */
+/**
+ * What the self-wait registry needs of a grant (noteGrant, forgetGrant):
+ * whether it still holds, and two fields noteGrant fills in so forgetting
+ * the grant needs no lookup table of its own. A grant class declares both
+ * (initialised to null) so its objects keep one shape.
+ */
 export interface SelfWaitGrant {
   readonly held: boolean;
+  /** Where noteGrant recorded the grant: its client's names of its family. Null until noted, and again once forgotten. */
+  selfWaitIn?: SelfWaitNames | null;
+  /** The name noteGrant recorded the grant under. */
+  selfWaitName?: string | null;
 }
+
+/**
+ * One client's live grants of one family, by name: the grant itself while
+ * one holds the name (the common case, no collection per held lock), a list
+ * while several do.
+ */
+export type SelfWaitNames = Map<string, SelfWaitGrant | SelfWaitGrant[]>;
 
 /** Which names of one client wait for each other: a read and a write of one name do. */
 type Family = 'lock' | 'rw' | 'permit' | 'election';
@@ -33,28 +49,16 @@ function familyOf(kind: SequencerKind): Family {
   return kind === 'read' || kind === 'write' ? 'rw' : kind;
 }
 
-/** One name's live grants, knowing its map: the last one to leave removes it (a process naming ever new locks keeps no trail). */
-class NameGrants extends Set<SelfWaitGrant> {
-  constructor(
-    readonly byName: Map<string, NameGrants>,
-    readonly name: string,
-  ) {
-    super();
-  }
-}
-
 /** One client's live grants by family and name, and the names it was warned about. */
 class ClientGrants {
-  readonly lock = new Map<string, NameGrants>();
-  readonly rw = new Map<string, NameGrants>();
-  readonly permit = new Map<string, NameGrants>();
-  readonly election = new Map<string, NameGrants>();
+  readonly lock: SelfWaitNames = new Map();
+  readonly rw: SelfWaitNames = new Map();
+  readonly permit: SelfWaitNames = new Map();
+  readonly election: SelfWaitNames = new Map();
   readonly warned = new Set<string>();
 }
 
 const byClient = new WeakMap<object, ClientGrants>();
-/** Each noted grant's set, so that forgetting it is one lookup. */
-const setOf = new WeakMap<SelfWaitGrant, NameGrants>();
 
 /**
  * Note that `client` holds `grant` (of `kind` and `name`), until
@@ -65,20 +69,31 @@ const setOf = new WeakMap<SelfWaitGrant, NameGrants>();
 export function noteGrant(client: object, kind: SequencerKind, name: string, grant: SelfWaitGrant): void {
   let grants = byClient.get(client);
   if (grants === undefined) byClient.set(client, (grants = new ClientGrants()));
-  const byName = grants[familyOf(kind)];
-  let set = byName.get(name);
-  if (set === undefined) byName.set(name, (set = new NameGrants(byName, name)));
-  set.add(grant);
-  setOf.set(grant, set);
+  const names = grants[familyOf(kind)];
+  const noted = names.get(name);
+  if (noted === undefined) names.set(name, grant);
+  else if (Array.isArray(noted)) noted.push(grant);
+  else names.set(name, [noted, grant]);
+  grant.selfWaitIn = names;
+  grant.selfWaitName = name;
 }
 
 /** The grant has left (released, resigned): it no longer counts (a no-op for a grant never noted). */
 export function forgetGrant(grant: SelfWaitGrant): void {
-  const set = setOf.get(grant);
-  if (set === undefined) return;
-  set.delete(grant);
-  setOf.delete(grant);
-  if (set.size === 0) set.byName.delete(set.name);
+  const names = grant.selfWaitIn;
+  const name = grant.selfWaitName;
+  if (names === undefined || names === null || name === undefined || name === null) return;
+  grant.selfWaitIn = null;
+  grant.selfWaitName = null;
+  const noted = names.get(name);
+  if (noted === grant) names.delete(name);
+  else if (Array.isArray(noted)) {
+    const at = noted.indexOf(grant);
+    if (at >= 0) noted.splice(at, 1);
+    // The last one to leave removes the name: a process naming ever new locks keeps no trail.
+    if (noted.length === 1) names.set(name, noted[0] as SelfWaitGrant);
+    else if (noted.length === 0) names.delete(name);
+  }
 }
 
 /**
@@ -90,15 +105,9 @@ export function warnIfSelfWait(client: object, kind: SequencerKind, name: string
   const grants = byClient.get(client);
   if (grants === undefined) return false;
   const family = familyOf(kind);
-  const set = grants[family].get(name);
-  if (set === undefined || set.size === 0) return false;
-  let holds = false;
-  for (const grant of set) {
-    if (grant.held) {
-      holds = true;
-      break;
-    }
-  }
+  const noted = grants[family].get(name);
+  if (noted === undefined) return false;
+  const holds = Array.isArray(noted) ? noted.some((grant) => grant.held) : noted.held;
   const key = `${family}\0${name}`;
   if (!holds || grants.warned.has(key)) return false;
   grants.warned.add(key);
