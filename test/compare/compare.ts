@@ -4,17 +4,23 @@
 //
 // Order: take the fault turns of the Redis set, the etcd cluster and the
 // ZooKeeper ensemble (one at a time, always in this order); measure latency,
-// source after source; then three chains at once, one per server set, each
-// giving its turn back when it ends:
-//   Redis      single-Redis failover, Redlock restart, Redlock clock jump,
-//              paused holder (single Redis, Redlock)
-//   etcd       leader kill, paused holder
-//   ZooKeeper  leader kill, paused holder
-//   PostgreSQL asynchronous and synchronous failover on a primary/replica
-//              pair of its own (test/servers/pg-replica.sh, no turn: nobody
-//              else breaks it), withLease, paused holder (./postgres.ts)
+// source after source; then, all at once, chains that touch disjoint servers,
+// each giving its turn back when it ends:
+//   Redis pair  single-Redis failover (the primary/replica pair)
+//   Redlock     paused holder (needs all five nodes), restart, clock jump
+//               (the Redis turn is given back once both Redis chains end)
+//   etcd        leader kill
+//   ZooKeeper   leader kill
+//   PostgreSQL  asynchronous and synchronous failover on a primary/replica
+//               pair of its own (test/servers/pg-replica.sh, no turn: nobody
+//               else breaks it) (./postgres.ts)
+//   paused      the paused holders of single Redis, etcd, ZooKeeper (their
+//               single nodes and the standalone server, which no fault
+//               touches), PostgreSQL's withLease and paused holder (the
+//               shared database), one scenario after the other
 // Within a chain the fault trials run one after the other (each breaks and
-// restores the chain's servers); the paused-holder trials run concurrently.
+// restores the chain's servers); a scenario's paused-holder trials run
+// concurrently. Every part is timed (CompareReport.sections).
 import { readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { Etcd3 } from 'etcd3';
