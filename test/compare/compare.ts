@@ -4,17 +4,23 @@
 //
 // Order: take the fault turns of the Redis set, the etcd cluster and the
 // ZooKeeper ensemble (one at a time, always in this order); measure latency,
-// source after source; then three chains at once, one per server set, each
-// giving its turn back when it ends:
-//   Redis      single-Redis failover, Redlock restart, Redlock clock jump,
-//              paused holder (single Redis, Redlock)
-//   etcd       leader kill, paused holder
-//   ZooKeeper  leader kill, paused holder
-//   PostgreSQL asynchronous and synchronous failover on a primary/replica
-//              pair of its own (test/servers/pg-replica.sh, no turn: nobody
-//              else breaks it), withLease, paused holder (./postgres.ts)
+// source after source; then, all at once, chains that touch disjoint servers,
+// each giving its turn back when it ends:
+//   Redis pair  single-Redis failover (the primary/replica pair)
+//   Redlock     paused holder (needs all five nodes), restart, clock jump
+//               (the Redis turn is given back once both Redis chains end)
+//   etcd        leader kill
+//   ZooKeeper   leader kill
+//   PostgreSQL  asynchronous and synchronous failover on a primary/replica
+//               pair of its own (test/servers/pg-replica.sh, no turn: nobody
+//               else breaks it) (./postgres.ts)
+//   paused      the paused holders of single Redis, etcd, ZooKeeper (their
+//               single nodes and the standalone server, which no fault
+//               touches), PostgreSQL's withLease and paused holder (the
+//               shared database), one scenario after the other
 // Within a chain the fault trials run one after the other (each breaks and
-// restores the chain's servers); the paused-holder trials run concurrently.
+// restores the chain's servers); a scenario's paused-holder trials run
+// concurrently. Every part is timed (CompareReport.sections).
 import { readFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { Etcd3 } from 'etcd3';
@@ -99,6 +105,23 @@ export interface CompareReport {
   readonly errors: number;
   /** "source scenario" for every scenario that ran fewer trials than asked (too many failed): the run then fails. */
   readonly incomplete: readonly string[];
+  /** Wall time of each part of the run, in the order they ended (several run at once: startS says when each began). */
+  readonly sections?: readonly Section[];
+}
+
+/** One timed part of a run. */
+export interface Section {
+  readonly name: string;
+  /** Seconds after runCompare began. */
+  readonly startS: number;
+  readonly seconds: number;
+}
+
+/** Every promise settled; then the first rejection's reasons together, if any. */
+async function settledAll(work: readonly Promise<unknown>[]): Promise<void> {
+  const settled = await Promise.allSettled(work);
+  const failed = settled.flatMap((c) => (c.status === 'rejected' ? [c.reason as unknown] : []));
+  if (failed.length > 0) throw new AggregateError(failed, failed.map((e) => (e instanceof Error ? e.message : String(e))).join('\n'));
 }
 
 export const loadAverage = (): string => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
@@ -160,6 +183,7 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
   const loadBefore = loadAverage();
   const resources = await Resources.open();
   const turns: { redis?: Turn; etcd?: Turn; zookeeper?: Turn } = {};
+  const sections: Section[] = [];
   let pgCluster: PgCluster | undefined;
   const giveBack = async (which: keyof typeof turns): Promise<void> => {
     const turn = turns[which];
@@ -188,49 +212,72 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
       log(`latency ${kind}: p50 ${l.p50Ms.toFixed(2)} ms, p99 ${l.p99Ms.toFixed(2)} ms, ${l.cyclesPerSecond.toFixed(0)} cycles/s`);
     }
 
-    const paused = (kind: SourceKind): Promise<PausedScenario> => {
-      log(`paused holder ${kind}: ${trials} trials, ${options.pausedConcurrency} at a time`);
-      return runPaused(PAUSED[kind], DEPLOYMENT[kind], trials, options.pausedConcurrency, resources, log);
+    const timed = async <T>(name: string, work: () => Promise<T>): Promise<T> => {
+      const t0 = performance.now();
+      try {
+        return await work();
+      } finally {
+        const seconds = (performance.now() - t0) / 1000;
+        sections.push({ name, startS: (t0 - started) / 1000, seconds });
+        log(`${name}: done in ${seconds.toFixed(0)} s (load ${loadAverage()})`);
+      }
     };
-    const trialsOf = (label: string, fault: string, trial: (i: number) => Promise<FaultTrial>, recover: () => Promise<unknown>): Promise<FaultScenario> => {
-      log(`${label}: ${trials} trials`);
-      return runTrials(fault, trials, trial, recover, log);
+    const paused = (kind: SourceKind): Promise<PausedScenario> =>
+      timed(`paused holder ${kind}`, () => {
+        log(`paused holder ${kind}: ${trials} trials, ${options.pausedConcurrency} at a time`);
+        return runPaused(PAUSED[kind], DEPLOYMENT[kind], trials, options.pausedConcurrency, resources, log);
+      });
+    const trialsOf = (label: string, fault: string, count: number, trial: (i: number) => Promise<FaultTrial>, recover: () => Promise<unknown>): Promise<FaultScenario> =>
+      timed(label, () => {
+        log(`${label}: ${count} trials`);
+        return runTrials(fault, count, trial, recover, log);
+      });
+    // After a trial that failed half-way, put back only what its chain breaks
+    // (the pair's and Redlock's trials run at once, on disjoint nodes).
+    const healPair = (): Promise<string> => redisCtl('pair-reset');
+    const healRedlock = async (): Promise<void> => {
+      for (const node of ['1', '2', '3', '4', '5']) await redisCtl('restart', node);
     };
-    // After a trial that failed half-way: every node up again (the pair re-created if it is not in sync).
-    const healRedis = (): Promise<string> => redisCtl('heal');
     const healEtcd = async (): Promise<void> => {
       await etcdCtl('heal');
       await etcdCtl('wait-healthy', '60');
     };
 
-    const reports = new Map<SourceKind, Omit<SourceReport, 'verdict' | 'latency' | 'deployment' | 'source' | 'trialsAsked'>>();
+    const failovers = new Map<SourceKind, FaultScenario>();
+    const clocks = new Map<SourceKind, FaultScenario>();
+    const pauses = new Map<SourceKind, PausedScenario>();
+    let syncFailover: FaultScenario | undefined;
+    let lease: LeaseScenario | undefined;
+
+    // The Redis set: the primary/replica pair and Redlock's five nodes are
+    // disjoint, so the pair's failovers run beside Redlock's chain; the turn
+    // is given back once both are done.
+    const redisPairChain = async (): Promise<void> => {
+      if (wanted.has('redis')) failovers.set('redis', await trialsOf('redis failover', REDIS_FAILOVER, trials, () => redisFailoverTrial(resources), healPair));
+    };
+    // Redlock's paused holder needs all five nodes, which its fault trials kill: before them.
+    const redlockChain = async (): Promise<void> => {
+      if (!wanted.has('redlock')) return;
+      pauses.set('redlock', await paused('redlock'));
+      failovers.set('redlock', await trialsOf('redlock restart', REDLOCK_RESTART, trials, (i) => redlockRestartTrial(resources, i), healRedlock));
+      clocks.set('redlock', await trialsOf('redlock clock', REDLOCK_CLOCK, trials, (i) => redlockClockTrial(resources, i), healRedlock));
+    };
     const redisChain = async (): Promise<void> => {
       try {
-        if (wanted.has('redis')) {
-          const failover = await trialsOf('redis failover', REDIS_FAILOVER, () => redisFailoverTrial(resources), healRedis);
-          reports.set('redis', { failover, paused: await paused('redis') });
-        }
-        if (wanted.has('redlock')) {
-          const failover = await trialsOf('redlock restart', REDLOCK_RESTART, (i) => redlockRestartTrial(resources, i), healRedis);
-          const clock = await trialsOf('redlock clock', REDLOCK_CLOCK, (i) => redlockClockTrial(resources, i), healRedis);
-          reports.set('redlock', { failover, clock, paused: await paused('redlock') });
-        }
+        await settledAll([redisPairChain(), redlockChain()]);
       } finally {
         await giveBack('redis');
       }
     };
     // A cluster's chain: its leader-kill trials on one pair of clients, closed
-    // before the turn is given back, then the paused holder (which takes no turn).
+    // before the turn is given back.
     const leaderKillChain = async <P extends { close(): Promise<void> }>(
       kind: 'etcd' | 'zookeeper', open: () => Promise<P>, fault: string, trial: (pair: P) => Promise<FaultTrial>, recover: () => Promise<unknown>,
     ): Promise<void> => {
       if (!wanted.has(kind)) return;
       const pair = await open();
       try {
-        const failover = await trialsOf(`${kind} leader kill`, fault, () => trial(pair), recover);
-        await pair.close();
-        await giveBack(kind);
-        reports.set(kind, { failover, paused: await paused(kind) });
+        failovers.set(kind, await trialsOf(`${kind} leader kill`, fault, trials, () => trial(pair), recover));
       } finally {
         await pair.close();
         await giveBack(kind);
@@ -244,17 +291,41 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
     const postgresChain = async (): Promise<void> => {
       if (!wanted.has('postgres')) return;
       const cluster = pgCluster as PgCluster;
-      const resetPg = (): Promise<string> => pgReplicaCtl('reset');
+      // A failed trial leaves the pair as it was: the next trial rebuilds the replica first.
+      const resetPg = (): Promise<string> => pgReplicaCtl('reset-primary');
       log(`postgres: ${pgTrials} trials per failover scenario (at most ${PG_MAX_TRIALS}: each rebuilds the replica), ${trials} paused-holder trials`);
-      const failover = await runTrials(PG_ASYNC_FAILOVER, pgTrials, () => pgFailoverTrial(cluster, 'async', resources), resetPg, log);
-      const syncFailover = await runTrials(PG_SYNC_FAILOVER, pgTrials, () => pgFailoverTrial(cluster, 'sync', resources), resetPg, log);
-      log(`postgres withLease: ${pgTrials} trials`);
-      const lease = await runLease(environmentServers().databaseUrl, pgTrials, log);
-      reports.set('postgres', { failover, syncFailover, lease, paused: await paused('postgres') });
+      failovers.set('postgres', await trialsOf('postgres async failover', PG_ASYNC_FAILOVER, pgTrials, () => pgFailoverTrial(cluster, 'async', resources), resetPg));
+      syncFailover = await trialsOf('postgres sync failover', PG_SYNC_FAILOVER, pgTrials, () => pgFailoverTrial(cluster, 'sync', resources), resetPg);
     };
-    const chains = await Promise.allSettled([redisChain(), etcdChain(), zookeeperChain(), postgresChain()]);
-    const failed = chains.flatMap((c) => (c.status === 'rejected' ? [c.reason as unknown] : []));
-    if (failed.length > 0) throw new AggregateError(failed, failed.map((e) => (e instanceof Error ? e.message : String(e))).join('\n'));
+    // The paused holders of the single Redis, etcd, ZooKeeper and PostgreSQL
+    // run on servers no fault trial touches (the single Redis node, the single
+    // etcd node, the standalone ZooKeeper, the shared database): one after the
+    // other, beside the fault chains.
+    const pausedLane = async (): Promise<void> => {
+      for (const kind of ['redis', 'etcd', 'zookeeper'] as const) if (wanted.has(kind)) pauses.set(kind, await paused(kind));
+      if (!wanted.has('postgres')) return;
+      lease = await timed('postgres withLease', () => {
+        log(`postgres withLease: ${pgTrials} trials`);
+        return runLease(environmentServers().databaseUrl, pgTrials, log);
+      });
+      pauses.set('postgres', await paused('postgres'));
+    };
+    await timed('fault chains and paused holders', () => settledAll([redisChain(), etcdChain(), zookeeperChain(), postgresChain(), pausedLane()]));
+
+    const reports = new Map<SourceKind, Omit<SourceReport, 'verdict' | 'latency' | 'deployment' | 'source' | 'trialsAsked'>>();
+    for (const kind of options.sources) {
+      const failover = failovers.get(kind);
+      const pausedScenario = pauses.get(kind);
+      if (failover === undefined || pausedScenario === undefined) continue;
+      const clock = clocks.get(kind);
+      reports.set(kind, {
+        failover,
+        paused: pausedScenario,
+        ...(clock !== undefined && { clock }),
+        ...(kind === 'postgres' && syncFailover !== undefined && { syncFailover }),
+        ...(kind === 'postgres' && lease !== undefined && { lease }),
+      });
+    }
 
     const sources: SourceReport[] = options.sources.map((kind) => {
       const r = reports.get(kind);
@@ -291,6 +362,7 @@ export async function runCompare(options: CompareOptions): Promise<CompareReport
       notVerified,
       errors,
       incomplete,
+      sections,
     };
   } finally {
     for (const which of ['redis', 'etcd', 'zookeeper'] as const) await giveBack(which).catch((e: unknown) => log(`giving back the ${which} turn failed: ${String(e)}`));

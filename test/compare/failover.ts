@@ -34,6 +34,12 @@ export function redisClient(url: string): Redis {
 // Long enough that the first holder still holds when the second is granted
 // (nothing here waits for a TTL to run out).
 const REDIS_TTL_MS = 10_000;
+// Not the default (a twentieth of the TTL, 500 ms): at load 50 on 2 cores a
+// round trip to the healthy primary outlasted it in 13 trials of one run
+// ("did not answer EVALSHA within 500 ms"), each failing the trial before
+// its fault. A fifth of the TTL, as the CLI's single Redis takes; nothing
+// the trial counts waits on it.
+const REDIS_NODE_TIMEOUT_MS = 2_000;
 
 export const REDIS_FAILOVER =
   'primary/replica pair: replica SIGSTOPped and its link dropped (CLIENT KILL TYPE replica: replication held back), lock taken on the primary, primary SIGKILLed, replica resumed and promoted';
@@ -47,7 +53,7 @@ export async function redisFailoverTrial(resources: Resources): Promise<FaultTri
   const [lockKey, counterKey] = lockKeys(name);
   let paused = false;
   try {
-    const before = redisSource(primary, { ttlMs: REDIS_TTL_MS });
+    const before = redisSource(primary, { ttlMs: REDIS_TTL_MS, nodeTimeoutMs: REDIS_NODE_TIMEOUT_MS });
     // A few grants that did reach the replica: its counter is where the primary's was.
     for (let i = 0; i < 3; i++) await (await before.acquireLock(name, { owner: 'earlier' })).release();
     const acked = Number(await primary.call('WAIT', ['1', '5000']));
@@ -67,7 +73,7 @@ export async function redisFailoverTrial(resources: Resources): Promise<FaultTri
     // The evidence: the new primary never saw the first grant (no key, an older counter).
     const [key, counter] = (await replica.call('MGET', [lockKey, counterKey])) as [string | null, string | null];
     const missing = redisFailoverMissing({ replicasDropped: dropped, promotedKey: key, promotedCounter: counter, firstToken: first.token });
-    const rest = await secondHolder(first, redisSource(replica, { ttlMs: REDIS_TTL_MS }), name, resources);
+    const rest = await secondHolder(first, redisSource(replica, { ttlMs: REDIS_TTL_MS, nodeTimeoutMs: REDIS_NODE_TIMEOUT_MS }), name, resources);
     return { missing, ...rest };
   } finally {
     if (paused) await redisCtl('resume', 'replica').catch(() => {});

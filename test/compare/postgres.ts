@@ -98,7 +98,10 @@ export async function pgFailoverTrial(cluster: PgCluster, mode: 'async' | 'sync'
   } finally {
     await proxy.close();
     await Promise.all([closeQuietly(firstSource, firstPool), closeQuietly(secondSource, secondPool)]);
-    await pgReplicaCtl('reset');
+    // The primary back, the promoted replica stopped; the next trial (and the
+    // pair's release) starts from there: the next trial rebuilds the replica
+    // first, so rebuilding it here too would be a pg_basebackup for nothing.
+    await pgReplicaCtl('reset-primary');
   }
 }
 

@@ -26,7 +26,7 @@ import { parseArgs } from 'node:util';
 import type { TestProject } from 'vitest/node';
 import { positive } from '../helpers/script-options.js';
 import setupServers from '../setup/global-setup.js';
-import { SOURCE_KINDS, runCompare, type SourceKind } from './compare.js';
+import { SOURCE_KINDS, loadAverage, runCompare, type SourceKind } from './compare.js';
 import { runFailures } from './evidence.js';
 import { writeHtml } from './html.js';
 import { renderReport, reportJson } from './table.js';
@@ -66,12 +66,21 @@ async function main(): Promise<number> {
   const log = (line: string): void => {
     (json ? process.stderr : process.stdout).write(`${line}\n`);
   };
+  const started = performance.now();
+  const since = (t: number): string => `${((performance.now() - t) / 1000).toFixed(0)} s`;
+  const times: string[] = [];
   if (values['no-build'] !== true) {
     log('building dist/ (the paused holders run the built package)');
+    const t = performance.now();
     await build();
+    times.push(`build ${since(t)}`);
   }
+  const serversStarted = performance.now();
   const release = await setupServers({ provide: () => undefined } as unknown as TestProject);
+  times.push(`servers ${since(serversStarted)}`);
+  let compareStarted = performance.now();
   try {
+    compareStarted = performance.now();
     const report = await runCompare({
       trials,
       sources,
@@ -84,7 +93,11 @@ async function main(): Promise<number> {
     if (values.html !== undefined) log(`\nHTML page: ${await writeHtml(values.html, report)}`);
     return runFailures(report).length === 0 ? 0 : 1;
   } finally {
+    times.push(`comparison ${since(compareStarted)}`);
+    const releaseStarted = performance.now();
     await release();
+    times.push(`servers' release ${since(releaseStarted)}`);
+    log(`\ntotal ${since(started)} (${times.join(', ')}; load now ${loadAverage()})`);
   }
 }
 

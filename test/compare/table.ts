@@ -119,6 +119,11 @@ export function renderReport(report: CompareReport): string {
   }
   out.push('', "The seeds' table, measured (count/trials; writes: trials x 3 resources):");
   out.push(...align(seedsTable(report)).map((l) => `  ${l}`));
+  if (report.sections !== undefined && report.sections.length > 0) {
+    out.push('', 'Time per part (from the start of the comparison; the fault chains and the paused holders run at once):');
+    const sorted = [...report.sections].sort((a, b) => a.startS - b.startS);
+    out.push(...align(sorted.map((x) => [x.name, `from ${x.startS.toFixed(0)} s`, `${x.seconds.toFixed(0)} s`])).map((l) => `  ${l}`));
+  }
   for (const failure of runFailures(report)) out.push('', failure);
   if (report.errors > 0) out.push('', `${report.errors} trials failed and were run again (their errors: --json)`);
   return out.join('\n');

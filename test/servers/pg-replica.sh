@@ -18,6 +18,9 @@
 #        pg-replica.sh sync on|off       synchronous_standby_names = 'replica1' or ''
 #        pg-replica.sh reset             after a failover: replica dropped, primary up, replica
 #                                         rebuilt streaming directly, asynchronous
+#        pg-replica.sh reset-primary     after a failover whose next step rebuilds the replica
+#                                         anyway (rebuild-replica): replica stopped, primary up,
+#                                         asynchronous; no pg_basebackup
 # start and acquire print FK_PG_PRIMARY_URL, FK_PG_REPLICA_URL, FK_PG_REPLICA_PRIMARY_PORT,
 # FK_PG_REPLICA_CTL.
 #
@@ -139,6 +142,12 @@ reset() {
   rebuild_replica "$P1"
 }
 
+reset_primary() {
+  stop_cluster "$REPLICA" immediate
+  postmaster_pid "$PRIMARY" >/dev/null || start_cluster "$PRIMARY" "$P1"
+  set_sync off
+}
+
 do_start() {
   mkdir -p "$D"
   [ -f "$PRIMARY/PG_VERSION" ] || init_primary
@@ -161,7 +170,7 @@ do_acquire() {
   fk_add_user "$D"
 }
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 
 case "${1:-}" in
   rebuild-replica) fk_locked "pg-replica-$P1" rebuild_replica "${2:-$P1}" ;;
@@ -171,5 +180,6 @@ case "${1:-}" in
   promote) fk_locked "pg-replica-$P1" promote ;;
   sync) fk_locked "pg-replica-$P1" set_sync "${2:?on or off}" ;;
   reset) fk_locked "pg-replica-$P1" reset ;;
+  reset-primary) fk_locked "pg-replica-$P1" reset_primary ;;
   *) fk_main "pg-replica-$P1" "$@" ;;
 esac
