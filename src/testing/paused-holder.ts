@@ -164,7 +164,10 @@ class Holder implements HolderProcess {
     child.stdout?.setEncoding('utf8').on('data', (text: string) => (this.#stdout += text));
     child.stderr?.setEncoding('utf8').on('data', (text: string) => (this.#stderr += text));
     this.exited = new Promise((resolve) => {
-      child.once('exit', (code, signal) => {
+      // 'close', not 'exit': the child's stdio is read to its end first, so an
+      // error that quotes its stderr (a holder that exited before it held)
+      // has what it wrote, not an empty string.
+      child.once('close', (code, signal) => {
         this.#exit = { code, signal };
         this.#wake();
         resolve(this.#exit);
