@@ -18,10 +18,14 @@ export interface HeapPoint {
   readonly serverWhat: string;
   readonly serverDetail: string;
   readonly seconds: number;
+  /** Seconds spent taking the holds, queueing the waiters, and handing every lock on (release, grant, release). */
+  readonly phases: { readonly hold: number; readonly wait: number; readonly drain: number };
 }
 
 declare const gc: (() => void) | undefined;
-const BATCH = 500;
+// Holds and waiting acquires are asked in batches of BATCH at once (pipelined on the
+// source's connections), the next batch once the last one answered.
+const BATCH = 2000;
 
 function heapUsed(): number {
   if (typeof gc !== 'function') throw new Error('run with node --expose-gc');
@@ -47,29 +51,30 @@ export async function heapAt(family: SourceFamily, locks: number, o: { pgSchemaN
     await sleep(100);
     const before = heapUsed();
     const s0 = await readServer(family, o.pgSchemaName);
+    const t0 = performance.now();
     for (let i = 0; i < locks; i += BATCH) held.push(...(await Promise.all(names.slice(i, i + BATCH).map((n) => holder.source.acquireLock(n)))));
     await sleep(200); // follow-up requests of a grant (ZooKeeper's own-node watch) go out on a later turn
     const withHeld = heapUsed();
     const s1 = await readServer(family, o.pgSchemaName);
+    const t1 = performance.now();
     for (let i = 0; i < locks; i += BATCH) {
       const batch = names.slice(i, i + BATCH);
       const asked = batch.map((n) => waiter.source.acquireLock(n));
       // Awaited below; a point given up (its session lost) must not leave unhandled rejections.
       for (const a of asked) a.catch(() => undefined);
       waiting.push(...asked);
-      // Queued once the batch's last name lists a waiter (one connection sends in order).
+      // Queued once the batch's last name lists a waiter (one connection sends in order):
+      // the next batch goes out then, so at most one batch is in flight.
       const last = batch[batch.length - 1]!;
-      if (waiter.source.lockStatus !== undefined) {
-        for (let tries = 0; tries < 500; tries++) {
-          const st = await waiter.source.lockStatus(last);
-          if (st.waiters.length > 0) break;
-          await sleep(5);
-        }
+      for (let tries = 0; tries < 2000; tries++) {
+        if ((await waiter.queued(last)) > 1) break;
+        await sleep(5);
       }
     }
     await sleep(1000); // the last waiters' watches / subscriptions settle
     const withWaiters = heapUsed();
     const s2 = await readServer(family, o.pgSchemaName);
+    const t2 = performance.now();
     for (let i = 0; i < held.length; i += BATCH) await Promise.all(held.slice(i, i + BATCH).map((l) => l.release()));
     const granted = await Promise.all(waiting);
     for (let i = 0; i < granted.length; i += BATCH) await Promise.all(granted.slice(i, i + BATCH).map((l) => l.release()));
@@ -82,6 +87,7 @@ export async function heapAt(family: SourceFamily, locks: number, o: { pgSchemaN
       serverWhat: s2.what,
       serverDetail: `${s0.detail} -> ${s1.detail} -> ${s2.detail}`,
       seconds: (performance.now() - started) / 1000,
+      phases: { hold: (t1 - t0) / 1000, wait: (t2 - t1) / 1000, drain: (performance.now() - t2) / 1000 },
     };
   } finally {
     await holder.close();
