@@ -13,7 +13,8 @@
 # locks must not land on servers other runs share (a shared ZooKeeper with a 256 MB
 # heap ran out of it). The family's deployment: a 3-node ZooKeeper ensemble with
 # FK_SCALE_ZK_HEAP (2g) per node, a 3-node etcd cluster (fsync on), Redis single and
-# five Redlock nodes, a PostgreSQL cluster of its own (FK_PG_CLUSTER fkscale).
+# five Redlock nodes, a PostgreSQL cluster of its own (FK_PG_CLUSTER fkscale<base>: made once by
+# pg_createcluster, started and stopped by each run).
 #   FK_SCALE_SERVERS=env        use the servers the environment names instead
 #   FK_SCALE_PORT_BASE (23000)  ports base+280.. ZooKeeper, base+389.. etcd,
 #                               base+432 PostgreSQL, base+690.. Redis
@@ -34,7 +35,7 @@ zk() { FK_ZK_ENS_CLIENT_BASE=$((B + 280)) FK_ZK_ENS_SECURE_BASE=$((B + 290)) FK_
 etcd() { FK_ETCD_PORT=$((B + 389)) FK_ETCD_PEER_PORT=$((B + 489)) FK_ETCD_CLUSTER_BASE=$((B + 390)) \
   FK_ETCD_CLUSTER_PEER_BASE=$((B + 490)) bash $S/etcd.sh "$1"; }
 redis() { FK_REDIS_BASE=$((B + 690)) bash $S/redis.sh "$1"; }
-pgsql() { FK_PG_PORT=$((B + 432)) FK_PG_CLUSTER=fkscale bash $S/postgres.sh "$1"; }
+pgsql() { FK_PG_PORT=$((B + 432)) FK_PG_CLUSTER=fkscale$B bash $S/postgres.sh "$1"; }
 servers_of() {
   case $1 in
     zookeeper) echo zk ;; etcd) echo etcd ;; redis | redlock) echo redis ;; postgres) echo pgsql ;; stores) echo "pgsql redis" ;;

@@ -35,8 +35,12 @@ const args = process.argv.slice(2);
 const quick = args.includes('--quick');
 const family = args.find((a) => !a.startsWith('--')) ?? '';
 const only = new Set((args.find((a) => a.startsWith('--sections='))?.slice(11) ?? 'handoff,contended,heap').split(','));
-const BUDGET_S = Number(process.env['SCALE_BUDGET_S'] ?? 540);
-const POINT_TIMEOUT_S = Number(process.env['SCALE_POINT_TIMEOUT_S'] ?? 240);
+// The family's 10 minutes: the heap section goes first and may spend HEAP_BUDGET_S (its
+// 100,000 point is the one that takes time), the handoff and contended points what is left
+// of BUDGET_S; a point that would start past it is skipped, saying so.
+const BUDGET_S = Number(process.env['SCALE_BUDGET_S'] ?? 570);
+const HEAP_BUDGET_S = Number(process.env['SCALE_HEAP_BUDGET_S'] ?? 380);
+const POINT_TIMEOUT_S = Number(process.env['SCALE_POINT_TIMEOUT_S'] ?? 180);
 const started = performance.now();
 const elapsedS = (): number => (performance.now() - started) / 1000;
 const load = (): number => Number(loadavg()[0]!.toFixed(2));
@@ -53,12 +57,18 @@ process.on('unhandledRejection', (e) => console.error(`(after a point was given 
 const results: FamilyResults = { family, quick, at: new Date().toISOString(), cores: cpus().length, loads: [load()], handoff: [], contended: [], heap: [], stores: [], skipped: [] };
 
 /** One measured point; a failure (a server timing out under the machine's load) is printed and recorded, and the run goes on. */
-async function point<T>(what: string, run: () => Promise<T>): Promise<T | undefined> {
+async function point<T>(what: string, run: () => Promise<T>, timeoutS = POINT_TIMEOUT_S): Promise<T | undefined> {
   let timer: NodeJS.Timeout | undefined;
+  if (elapsedS() > BUDGET_S) {
+    const why = `skipped: the family's ${BUDGET_S} s budget was spent (${elapsedS().toFixed(0)} s elapsed)`;
+    results.skipped.push(`${what}: ${why}`);
+    console.log(`${what} ${why}`);
+    return undefined;
+  }
   try {
     // A point that hangs (a server stalled under the machine's load) is given up after POINT_TIMEOUT_S, said so, and the run goes on.
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`did not finish within ${POINT_TIMEOUT_S} s`)), POINT_TIMEOUT_S * 1000);
+      timer = setTimeout(() => reject(new Error(`did not finish within ${timeoutS.toFixed(0)} s`)), timeoutS * 1000);
     });
     return await Promise.race([run(), timeout]);
   } catch (e) {
@@ -76,9 +86,41 @@ async function sourceFamily(fam: SourceFamily): Promise<void> {
   const pg = fam === 'postgres' ? await pgSchema() : undefined;
   const o = { pgSchemaName: pg?.schema };
   try {
+    if (only.has('heap')) {
+      const ls = process.env['SCALE_HEAP_SIZES']?.split(',').map(Number) ?? (quick ? [1000] : [1000, 10_000, 100_000]);
+      console.log('\nheap: L locks held by one source, then one waiting acquire per lock from a second source in the same process (heapUsed after GC)');
+      console.log('locks    per held   per waiting  server/held  server/waiting  seconds (hold/wait/drain)  load   server read');
+      let lastSeconds = 0;
+      let lastL = 0;
+      for (const l of ls) {
+        // Time grows about linearly with L: skip a size whose projection passes the budget.
+        const projected = lastL === 0 ? 0 : (lastSeconds * l) / lastL;
+        if (elapsedS() + projected > HEAP_BUDGET_S) {
+          const why =
+            lastL === 0
+              ? `the heap section's ${HEAP_BUDGET_S} s budget was spent (${elapsedS().toFixed(0)} s elapsed) before this size`
+              : `projected ${projected.toFixed(0)} s (${lastSeconds.toFixed(0)} s at ${lastL} x ${l / lastL}) would pass the heap section's ${HEAP_BUDGET_S} s budget at ${elapsedS().toFixed(0)} s elapsed`;
+          results.skipped.push(`heap ${l}: ${why}`);
+          console.log(`${String(l).padEnd(9)}skipped: ${why}`);
+          continue;
+        }
+        const p = await point(`heap ${l}`, () => heapAt(fam, l, o), Math.max(30, HEAP_BUDGET_S - elapsedS() + 60));
+        if (p === undefined) continue;
+        results.heap.push({ ...p, load: load() });
+        lastSeconds = p.seconds;
+        lastL = l;
+        console.log(
+          `${String(l).padEnd(9)}${kb(p.heldBytes).padEnd(11)}${kb(p.waitingBytes).padEnd(13)}${kb(p.serverHeldBytes).padEnd(13)}${kb(p.serverWaitingBytes).padEnd(16)}${`${f(p.seconds, 0)} (${f(p.phases.hold, 0)}/${f(p.phases.wait, 0)}/${f(p.phases.drain, 0)})`.padEnd(26)}${String(load()).padEnd(7)}${p.serverWhat} (${p.serverDetail})`,
+        );
+      }
+      if (fam === 'zookeeper') {
+        const top = results.heap[results.heap.length - 1];
+        if (top !== undefined) console.log(`  aims at 100,000 (ZooKeeper): <= 2 KB per waiting acquire, <= 0.75 KB per held lock; at ${top.locks}: ${kb(top.waitingBytes)}, ${kb(top.heldBytes)}`);
+      }
+    }
     if (only.has('handoff')) {
       const ns = process.env['SCALE_HANDOFF_WAITERS']?.split(',').map(Number) ?? (quick ? [1, 10, 100] : [1, 10, 100, 1000]);
-      const handoffs = quick ? 100 : 300;
+      const handoffs = quick ? 100 : 200;
       console.log(`\nhandoff: N waiters on one lock (N+1 contenders over up to 8 sessions), release() -> next grant, ${handoffs} grants per point`);
       console.log('  refilled: the released contender joins again only after the next grant, the next release waits until the queue is N deep again (the handoff alone)');
       console.log('  rejoin:   every granted contender releases and joins again at once (the handoff beside a concurrent re-join; the first N+1 grants not counted)');
@@ -130,38 +172,6 @@ async function sourceFamily(fam: SourceFamily): Promise<void> {
         if (p === undefined) continue;
         results.contended.push({ ...p, load: load() });
         console.log(`${String(n).padEnd(7)}${f(p.grantsPerSecond, 0).padEnd(10)}${f(p.grantsPerSecond / results.contended[0]!.grantsPerSecond).padEnd(11)}${`${p.perProcessMin}..${p.perProcessMax}`.padEnd(29)}${load()}`);
-      }
-    }
-    if (only.has('heap')) {
-      const ls = process.env['SCALE_HEAP_SIZES']?.split(',').map(Number) ?? (quick ? [1000] : [1000, 10_000, 100_000]);
-      console.log('\nheap: L locks held by one source, then one waiting acquire per lock from a second source in the same process (heapUsed after GC)');
-      console.log('locks    per held   per waiting  server/held  server/waiting  seconds (hold/wait/drain)  load   server read');
-      let lastSeconds = 0;
-      let lastL = 0;
-      for (const l of ls) {
-        // Time grows about linearly with L: skip a size whose projection passes the budget.
-        const projected = lastL === 0 ? 0 : (lastSeconds * l) / lastL;
-        if (elapsedS() + projected > BUDGET_S) {
-          const why =
-            lastL === 0
-              ? `the family's ${BUDGET_S} s budget was spent (${elapsedS().toFixed(0)} s elapsed) before this size: run --sections=heap`
-              : `projected ${projected.toFixed(0)} s (${lastSeconds.toFixed(0)} s at ${lastL} x ${l / lastL}) would pass the family's ${BUDGET_S} s budget at ${elapsedS().toFixed(0)} s elapsed`;
-          results.skipped.push(`heap ${l}: ${why}`);
-          console.log(`${String(l).padEnd(9)}skipped: ${why}`);
-          continue;
-        }
-        const p = await point(`heap ${l}`, () => heapAt(fam, l, o));
-        if (p === undefined) continue;
-        results.heap.push({ ...p, load: load() });
-        lastSeconds = p.seconds;
-        lastL = l;
-        console.log(
-          `${String(l).padEnd(9)}${kb(p.heldBytes).padEnd(11)}${kb(p.waitingBytes).padEnd(13)}${kb(p.serverHeldBytes).padEnd(13)}${kb(p.serverWaitingBytes).padEnd(16)}${`${f(p.seconds, 0)} (${f(p.phases.hold, 0)}/${f(p.phases.wait, 0)}/${f(p.phases.drain, 0)})`.padEnd(26)}${String(load()).padEnd(7)}${p.serverWhat} (${p.serverDetail})`,
-        );
-      }
-      if (fam === 'zookeeper') {
-        const top = results.heap[results.heap.length - 1];
-        if (top !== undefined) console.log(`  aims at 100,000 (ZooKeeper): <= 2 KB per waiting acquire, <= 0.75 KB per held lock; at ${top.locks}: ${kb(top.waitingBytes)}, ${kb(top.heldBytes)}`);
       }
     }
   } finally {
