@@ -23,9 +23,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 family=${1:?usage: npm run bench:scale -- <zookeeper|etcd|redis|redlock|postgres|stores|all> [--quick]}
 shift
+# FK_SCALE_NO_BUILD=1: use dist/ as it is (two runs at once must not rebuild it under each other).
+if [ -z "${FK_SCALE_NO_BUILD:-}" ]; then
 npm run build >/dev/null
 node_modules/.bin/esbuild test/bench/scale/*.ts test/bench/lib/chart.ts test/bench/closed-loop.ts \
   --format=esm --platform=node --log-level=warning --outbase=test/bench --outdir=dist/test/bench
+fi
 
 B=${FK_SCALE_PORT_BASE:-23000}
 export FK_STATE_DIR=${FK_SCALE_STATE_DIR:-/tmp/fencekeeper-scale}

@@ -23,6 +23,9 @@ export interface FamilyResults {
   skipped: string[];
 }
 
+/** A handoff point's series: the family and its mode (a run from before the modes was 'rejoin'). */
+const handoffSeries = (family: string, mode: string | undefined): string => `${family} ${mode ?? 'rejoin'}`;
+
 export async function loadResults(quick: boolean): Promise<FamilyResults[]> {
   const files = (await readdir(RESULTS_DIR).catch(() => [] as string[])).filter((f) => f.endsWith('.json') && f.includes('.quick.') === quick).sort();
   return Promise.all(files.map(async (f) => JSON.parse(await readFile(`${RESULTS_DIR}/${f}`, 'utf8')) as FamilyResults));
@@ -52,13 +55,13 @@ export async function drawCharts(quick: boolean): Promise<string[]> {
   };
   await line(
     'scale-handoff.svg',
-    sources.flatMap((r) => r.handoff.map((h) => ({ series: r.family, x: h.waiters, y: h.p50 }))),
-    { title: 'Handoff p50 vs waiters on one lock', subtitle: sub(sources), xTitle: 'waiters on the lock (log)', yTitle: 'release -> next grant, p50 (ms, log)', xLog: true, yLog: true },
+    sources.flatMap((r) => r.handoff.map((h) => ({ series: handoffSeries(r.family, h.mode), x: h.waiters, y: h.p50 }))),
+    { title: 'Handoff p50 vs waiters on one lock (refilled: the handoff alone; rejoin: beside a re-join)', subtitle: sub(sources), xTitle: 'waiters on the lock (log)', yTitle: 'release -> next grant, p50 (ms, log)', xLog: true, yLog: true },
   );
   await line(
     'scale-handoff-p99.svg',
-    sources.flatMap((r) => r.handoff.map((h) => ({ series: r.family, x: h.waiters, y: h.p99 }))),
-    { title: 'Handoff p99 vs waiters on one lock', subtitle: sub(sources), xTitle: 'waiters on the lock (log)', yTitle: 'release -> next grant, p99 (ms, log)', xLog: true, yLog: true },
+    sources.flatMap((r) => r.handoff.map((h) => ({ series: handoffSeries(r.family, h.mode), x: h.waiters, y: h.p99 }))),
+    { title: 'Handoff p99 vs waiters on one lock (refilled: the handoff alone; rejoin: beside a re-join)', subtitle: sub(sources), xTitle: 'waiters on the lock (log)', yTitle: 'release -> next grant, p99 (ms, log)', xLog: true, yLog: true },
   );
   await line(
     'scale-heap.svg',
