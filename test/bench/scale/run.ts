@@ -26,7 +26,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { FAMILIES, DEPLOYMENT, pgSchema, type SourceFamily } from './sources.js';
 import { handoffAt, type HandoffMode } from './handoff.js';
-import { heapAt } from './heap.js';
+import { heapAt, DRAIN_UP_TO } from './heap.js';
 import { contendedAt, pgFreeConnections, PG_CHILD_POOL } from './contended.js';
 import { openStore, storeAt, STORES, type StorePoint } from './stores.js';
 import { drawCharts, RESULTS_DIR, type FamilyResults } from './charts.js';
@@ -39,7 +39,7 @@ const only = new Set((args.find((a) => a.startsWith('--sections='))?.slice(11) ?
 // 100,000 point is the one that takes time), the handoff and contended points what is left
 // of BUDGET_S; a point that would start past it is skipped, saying so.
 const BUDGET_S = Number(process.env['SCALE_BUDGET_S'] ?? 570);
-const HEAP_BUDGET_S = Number(process.env['SCALE_HEAP_BUDGET_S'] ?? 380);
+const HEAP_BUDGET_S = Number(process.env['SCALE_HEAP_BUDGET_S'] ?? 420);
 const POINT_TIMEOUT_S = Number(process.env['SCALE_POINT_TIMEOUT_S'] ?? 180);
 const started = performance.now();
 const elapsedS = (): number => (performance.now() - started) / 1000;
@@ -91,10 +91,12 @@ async function sourceFamily(fam: SourceFamily): Promise<void> {
       console.log('\nheap: L locks held by one source, then one waiting acquire per lock from a second source in the same process (heapUsed after GC)');
       console.log('locks    per held   per waiting  server/held  server/waiting  seconds (hold/wait/drain)  load   server read');
       let lastSeconds = 0;
+      let lastDrain = 0;
       let lastL = 0;
       for (const l of ls) {
         // Time grows about linearly with L: skip a size whose projection passes the budget.
-        const projected = lastL === 0 ? 0 : (lastSeconds * l) / lastL;
+        // Above DRAIN_UP_TO a point is not drained: its projection leaves the drain out.
+        const projected = lastL === 0 ? 0 : ((l > DRAIN_UP_TO ? lastSeconds - lastDrain : lastSeconds) * l) / lastL;
         if (elapsedS() + projected > HEAP_BUDGET_S) {
           const why =
             lastL === 0
@@ -108,6 +110,7 @@ async function sourceFamily(fam: SourceFamily): Promise<void> {
         if (p === undefined) continue;
         results.heap.push({ ...p, load: load() });
         lastSeconds = p.seconds;
+        lastDrain = p.phases.drain;
         lastL = l;
         console.log(
           `${String(l).padEnd(9)}${kb(p.heldBytes).padEnd(11)}${kb(p.waitingBytes).padEnd(13)}${kb(p.serverHeldBytes).padEnd(13)}${kb(p.serverWaitingBytes).padEnd(16)}${`${f(p.seconds, 0)} (${f(p.phases.hold, 0)}/${f(p.phases.wait, 0)}/${f(p.phases.drain, 0)})`.padEnd(26)}${String(load()).padEnd(7)}${p.serverWhat} (${p.serverDetail})`,
