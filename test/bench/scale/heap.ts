@@ -30,6 +30,7 @@ const BATCH = 2000;
 // releases (the run checks the queues hand on); above it, the sources are closed:
 // draining 100,000 would take a third of the point's time again.
 export const DRAIN_UP_TO = 10_000;
+const PG_POOL = 24;
 
 function heapUsed(): number {
   if (typeof gc !== 'function') throw new Error('run with node --expose-gc');
@@ -42,8 +43,11 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 export async function heapAt(family: SourceFamily, locks: number, o: { pgSchemaName?: string | undefined }): Promise<HeapPoint> {
   const started = performance.now();
-  const holder = await openSource(family, { pgSchemaName: o.pgSchemaName, pgMax: 4 });
-  const waiter = await openSource(family, { pgSchemaName: o.pgSchemaName, pgMax: 4 });
+  // PostgreSQL: every enter is a commit with synchronous_commit on (an fsync); with 3
+  // query connections a batch waits on one fsync after another, with PG_POOL many
+  // commits share one flush (group commit), as a busy application's pool would.
+  const holder = await openSource(family, { pgSchemaName: o.pgSchemaName, pgMax: PG_POOL });
+  const waiter = await openSource(family, { pgSchemaName: o.pgSchemaName, pgMax: PG_POOL });
   const tag = `scale/heap/${family}/${locks}/${Date.now().toString(36)}`;
   const names = Array.from({ length: locks }, (_, i) => `${tag}/${i}`);
   const held: Lock[] = [];
