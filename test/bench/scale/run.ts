@@ -57,7 +57,7 @@ process.on('unhandledRejection', (e) => console.error(`(after a point was given 
 const results: FamilyResults = { family, quick, at: new Date().toISOString(), cores: cpus().length, loads: [load()], handoff: [], contended: [], heap: [], stores: [], skipped: [] };
 
 /** One measured point; a failure (a server timing out under the machine's load) is printed and recorded, and the run goes on. */
-async function point<T>(what: string, run: () => Promise<T>, timeoutS = POINT_TIMEOUT_S): Promise<T | undefined> {
+async function point<T>(what: string, run: () => Promise<T>, timeoutS = Math.min(POINT_TIMEOUT_S, Math.max(30, BUDGET_S + 20 - elapsedS()))): Promise<T | undefined> {
   let timer: NodeJS.Timeout | undefined;
   if (elapsedS() > BUDGET_S) {
     const why = `skipped: the family's ${BUDGET_S} s budget was spent (${elapsedS().toFixed(0)} s elapsed)`;
@@ -133,7 +133,7 @@ async function sourceFamily(fam: SourceFamily): Promise<void> {
         // Alternating which mode goes first, so a burst of load elsewhere falls on both alike.
         const modes: HandoffMode[] = k % 2 === 0 ? ['refilled', 'rejoin'] : ['rejoin', 'refilled'];
         for (const mode of modes) {
-          const p = await point(`handoff ${mode} ${n}`, () => handoffAt(fam, n, handoffs, { pgSchemaName: o.pgSchemaName, sessions: 8, mode, deadlineMs: (POINT_TIMEOUT_S - 40) * 1000 }));
+          const p = await point(`handoff ${mode} ${n}`, () => handoffAt(fam, n, handoffs, { pgSchemaName: o.pgSchemaName, sessions: 8, mode, deadlineMs: (Math.min(POINT_TIMEOUT_S, Math.max(30, BUDGET_S + 20 - elapsedS())) - 10) * 1000 }));
           if (p === undefined) continue;
           results.handoff.push({ ...p, load: load() });
           const base = results.handoff.find((h) => (h.mode ?? 'rejoin') === mode && h.waiters === ns[0])?.p50 ?? NaN;
