@@ -10,18 +10,19 @@ const out: string[] = [];
 const sources = all.filter((r) => r.family !== 'stores');
 
 out.push(
-  'Handoff (release() -> next grant), ms. refilled: the handoff alone, the queue N deep at every timed release; rejoin: every granted contender joins again at once, beside the handoff. Ratio: p50 against the same mode\'s p50 at 1 waiter, same run. Beside it, same point: rtt (the source\'s cheapest request), list (ZooKeeper getChildren of the queue, Redis EXISTS + LLEN, etcd and PostgreSQL lockStatus), release() (the call to its resolution), and PostgreSQL\'s enter scans (reap, holder_ms, is_head of the last entry, rolled back).',
+  'Handoff (release() -> next grant), ms. refilled: the handoff alone, the queue N deep at every timed release; rejoin: every granted contender joins again at once, beside the handoff. Ratio: p50 against the same mode\'s p50 at 1 waiter, same run. Beside it, same point: rtt (the source\'s cheapest request), list (ZooKeeper getChildren of the queue, Redis EXISTS + LLEN, etcd and PostgreSQL lockStatus), release() (the call to its resolution), and PostgreSQL\'s enter scans (reap, holder_ms, is_head of the last entry, rolled back); grants/s: counted grants over their time (refilled: with the waits for the queue to refill between them).',
   '',
 );
 out.push('| source | mode | waiters | p50 | p99 | p50 / 1 waiter | rtt | list | release() | enter scans | grants/s | load |', '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
-const ms = (x: number | undefined): string => (x === undefined || Number.isNaN(x) ? '-' : x.toFixed(2));
+// NaN (no such figure) is written to the JSON as null.
+const ms = (x: number | null | undefined): string => (x === undefined || x === null || Number.isNaN(x) ? '-' : x.toFixed(2));
 for (const r of sources) {
   for (const mode of ['refilled', 'rejoin'] as const) {
     const rows = r.handoff.filter((h) => (h.mode ?? 'rejoin') === mode);
     const base = rows.find((h) => h.waiters === 1)?.p50 ?? NaN;
     for (const h of rows) {
       out.push(
-        `| ${r.family} | ${mode} | ${h.waiters} | ${h.p50.toFixed(1)} | ${h.p99.toFixed(1)} | ${(h.p50 / base).toFixed(2)}x | ${ms(h.rttMs)} | ${ms(h.listMs)} | ${ms(h.releaseMs)} | ${ms(h.enterScansMs)} | ${h.grantsPerSecond.toFixed(0)}${h.partial === true ? ` (partial: ${h.counted} grants)` : ''} | ${h.load.toFixed(1)} |`,
+        `| ${r.family} | ${mode} | ${h.waiters} | ${h.p50.toFixed(1)} | ${h.p99.toFixed(1)} | ${Number.isNaN(base) ? '- (no 1-waiter point)' : `${(h.p50 / base).toFixed(2)}x`} | ${ms(h.rttMs)} | ${ms(h.listMs)} | ${ms(h.releaseMs)} | ${ms(h.enterScansMs)} | ${h.grantsPerSecond.toFixed(0)}${h.partial === true ? ` (partial: ${h.counted} grants)` : ''} | ${h.load.toFixed(1)} |`,
       );
     }
   }
