@@ -15,12 +15,16 @@ export interface FamilyResults {
   cores: number;
   loads: number[];
   seconds?: number;
-  handoff: { waiters: number; p50: number; p99: number; grantsPerSecond: number; rttMs: number; outOfOrder: number; load: number }[];
+  /** mode absent: a run from before the refilled mode (every point was 'rejoin'). */
+  handoff: { mode?: 'refilled' | 'rejoin'; waiters: number; p50: number; p99: number; grantsPerSecond: number; rttMs: number; listMs?: number; releaseMs?: number; enterScansMs?: number; outOfOrder: number; counted?: number; partial?: boolean; load: number }[];
   contended: { processes: number; grantsPerSecond: number; perProcessMin: number; perProcessMax: number; load: number }[];
-  heap: { locks: number; heldBytes: number; waitingBytes: number; serverHeldBytes: number; serverWaitingBytes: number; serverWhat: string; serverDetail: string; seconds: number; load: number }[];
+  heap: { locks: number; heldBytes: number; waitingBytes: number; serverHeldBytes: number; serverWaitingBytes: number; serverWhat: string; serverDetail: string; seconds: number; phases?: { hold: number; wait: number; drain: number }; load: number }[];
   stores: { store: string; resources: number; admissionsPerSecond: number; floorPerSecond: number; load: number }[];
   skipped: string[];
 }
+
+/** A handoff point's series: the family and its mode (a run from before the modes was 'rejoin'). */
+const handoffSeries = (family: string, mode: string | undefined): string => `${family} ${mode ?? 'rejoin'}`;
 
 export async function loadResults(quick: boolean): Promise<FamilyResults[]> {
   const files = (await readdir(RESULTS_DIR).catch(() => [] as string[])).filter((f) => f.endsWith('.json') && f.includes('.quick.') === quick).sort();
@@ -51,13 +55,13 @@ export async function drawCharts(quick: boolean): Promise<string[]> {
   };
   await line(
     'scale-handoff.svg',
-    sources.flatMap((r) => r.handoff.map((h) => ({ series: r.family, x: h.waiters, y: h.p50 }))),
-    { title: 'Handoff p50 vs waiters on one lock', subtitle: sub(sources), xTitle: 'waiters on the lock (log)', yTitle: 'release -> next grant, p50 (ms, log)', xLog: true, yLog: true },
+    sources.flatMap((r) => r.handoff.map((h) => ({ series: handoffSeries(r.family, h.mode), x: h.waiters, y: h.p50 }))),
+    { title: 'Handoff p50 vs waiters on one lock (refilled: the handoff alone; rejoin: beside a re-join)', subtitle: sub(sources), xTitle: 'waiters on the lock (log)', yTitle: 'release -> next grant, p50 (ms, log)', xLog: true, yLog: true },
   );
   await line(
     'scale-handoff-p99.svg',
-    sources.flatMap((r) => r.handoff.map((h) => ({ series: r.family, x: h.waiters, y: h.p99 }))),
-    { title: 'Handoff p99 vs waiters on one lock', subtitle: sub(sources), xTitle: 'waiters on the lock (log)', yTitle: 'release -> next grant, p99 (ms, log)', xLog: true, yLog: true },
+    sources.flatMap((r) => r.handoff.map((h) => ({ series: handoffSeries(r.family, h.mode), x: h.waiters, y: h.p99 }))),
+    { title: 'Handoff p99 vs waiters on one lock (refilled: the handoff alone; rejoin: beside a re-join)', subtitle: sub(sources), xTitle: 'waiters on the lock (log)', yTitle: 'release -> next grant, p99 (ms, log)', xLog: true, yLog: true },
   );
   await line(
     'scale-heap.svg',

@@ -9,11 +9,23 @@ const kb = (b: number): string => (b / 1024).toFixed(2);
 const out: string[] = [];
 const sources = all.filter((r) => r.family !== 'stores');
 
-out.push('Handoff (release() -> next grant), ms; ratio: p50 against the same run\'s p50 at 1 waiter; rtt: the source\'s cheapest request, same run.', '');
-out.push('| source | waiters | p50 | p99 | p50 / 1 waiter | rtt | grants/s | load |', '|---|---:|---:|---:|---:|---:|---:|---:|');
+out.push(
+  'Handoff (release() -> next grant), ms. refilled: the handoff alone, the queue N deep at every timed release; rejoin: every granted contender joins again at once, beside the handoff. Ratio: p50 against the same mode\'s p50 at 1 waiter, same run. Beside it, same point: rtt (the source\'s cheapest request), list (ZooKeeper getChildren of the queue, Redis EXISTS + LLEN, etcd and PostgreSQL lockStatus), release() (the call to its resolution), and PostgreSQL\'s enter scans (reap, holder_ms, is_head of the last entry, rolled back); grants/s: counted grants over their time (refilled: with the waits for the queue to refill between them).',
+  '',
+);
+out.push('| source | mode | waiters | p50 | p99 | p50 / 1 waiter | rtt | list | release() | enter scans | grants/s | load |', '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+// NaN (no such figure) is written to the JSON as null.
+const ms = (x: number | null | undefined): string => (x === undefined || x === null || Number.isNaN(x) ? '-' : x.toFixed(2));
 for (const r of sources) {
-  const base = r.handoff[0]?.p50 ?? NaN;
-  for (const h of r.handoff) out.push(`| ${r.family} | ${h.waiters} | ${h.p50.toFixed(1)} | ${h.p99.toFixed(1)} | ${(h.p50 / base).toFixed(2)}x | ${h.rttMs.toFixed(2)} | ${h.grantsPerSecond.toFixed(0)} | ${h.load.toFixed(1)} |`);
+  for (const mode of ['refilled', 'rejoin'] as const) {
+    const rows = r.handoff.filter((h) => (h.mode ?? 'rejoin') === mode);
+    const base = rows.find((h) => h.waiters === 1)?.p50 ?? NaN;
+    for (const h of rows) {
+      out.push(
+        `| ${r.family} | ${mode} | ${h.waiters} | ${h.p50.toFixed(1)} | ${h.p99.toFixed(1)} | ${Number.isNaN(base) ? '- (no 1-waiter point)' : `${(h.p50 / base).toFixed(2)}x`} | ${ms(h.rttMs)} | ${ms(h.listMs)} | ${ms(h.releaseMs)} | ${ms(h.enterScansMs)} | ${h.grantsPerSecond.toFixed(0)}${h.partial === true ? ` (partial: ${h.counted} grants)` : ''} | ${h.load.toFixed(1)} |`,
+      );
+    }
+  }
 }
 out.push('', 'Contended grants/s, P processes looping on one lock; ratio against 1 process, same run.', '');
 out.push('| source | processes | grants/s | / 1 process | grants per process (min..max) | load |', '|---|---:|---:|---:|---|---:|');
@@ -22,9 +34,12 @@ for (const r of sources) {
   for (const c of r.contended) out.push(`| ${r.family} | ${c.processes} | ${c.grantsPerSecond.toFixed(0)} | ${(c.grantsPerSecond / base).toFixed(2)}x | ${c.perProcessMin}..${c.perProcessMax} | ${c.load.toFixed(1)} |`);
 }
 out.push('', 'Heap per lock (KB, heapUsed after GC) and what the server holds per lock (KB, delta of the metric named).', '');
-out.push('| source | locks | client per held | client per waiting | server per held | server per waiting | server metric | load |', '|---|---:|---:|---:|---:|---:|---|---:|');
+out.push('| source | locks | client per held | client per waiting | server per held | server per waiting | server metric | seconds (hold/wait/drain) | load |', '|---|---:|---:|---:|---:|---:|---|---|---:|');
 for (const r of sources) {
-  for (const h of r.heap) out.push(`| ${r.family} | ${h.locks} | ${kb(h.heldBytes)} | ${kb(h.waitingBytes)} | ${kb(h.serverHeldBytes)} | ${kb(h.serverWaitingBytes)} | ${h.serverWhat} | ${h.load.toFixed(1)} |`);
+  for (const h of r.heap) {
+    const phases = h.phases === undefined ? '' : ` (${h.phases.hold.toFixed(0)}/${h.phases.wait.toFixed(0)}/${h.phases.drain.toFixed(0)})`;
+    out.push(`| ${r.family} | ${h.locks} | ${kb(h.heldBytes)} | ${kb(h.waitingBytes)} | ${kb(h.serverHeldBytes)} | ${kb(h.serverWaitingBytes)} | ${h.serverWhat} | ${h.seconds.toFixed(0)}${phases} | ${h.load.toFixed(1)} |`);
+  }
 }
 const stores = all.filter((r) => r.family === 'stores');
 if (stores.length > 0) {

@@ -1,7 +1,8 @@
 // The scale bench (issue #35): how each token source's cost grows with the work.
 //   npm run bench:scale -- <family> [--quick]      family: zookeeper etcd redis redlock postgres stores
 // (bash test/bench/scale.sh: builds, transpiles this folder into dist/test/bench/, runs it
-// under plain Node with --expose-gc). Servers from the environment (. /work/srv/env style):
+// under plain Node with --expose-gc; it starts the family's own servers and stops them
+// after, see its header). Servers from the environment it sets (. /work/srv/env style):
 // FK_ZK_ENSEMBLE, FK_ETCD_CLUSTER, FK_REDIS, FK_REDLOCK, DATABASE_URL.
 //
 // A source family prints, each figure beside its baseline or bound of the same run and
@@ -24,8 +25,8 @@ import { performance } from 'node:perf_hooks';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { FAMILIES, DEPLOYMENT, pgSchema, type SourceFamily } from './sources.js';
-import { handoffAt } from './handoff.js';
-import { heapAt } from './heap.js';
+import { handoffAt, type HandoffMode } from './handoff.js';
+import { heapAt, DRAIN_UP_TO } from './heap.js';
 import { contendedAt, pgFreeConnections, PG_CHILD_POOL } from './contended.js';
 import { openStore, storeAt, STORES, type StorePoint } from './stores.js';
 import { drawCharts, RESULTS_DIR, type FamilyResults } from './charts.js';
@@ -34,12 +35,16 @@ const args = process.argv.slice(2);
 const quick = args.includes('--quick');
 const family = args.find((a) => !a.startsWith('--')) ?? '';
 const only = new Set((args.find((a) => a.startsWith('--sections='))?.slice(11) ?? 'handoff,contended,heap').split(','));
-const BUDGET_S = Number(process.env['SCALE_BUDGET_S'] ?? 540);
-const POINT_TIMEOUT_S = Number(process.env['SCALE_POINT_TIMEOUT_S'] ?? 240);
+// The family's 10 minutes: the heap section goes first and may spend HEAP_BUDGET_S (its
+// 100,000 point is the one that takes time), the handoff and contended points what is left
+// of BUDGET_S; a point that would start past it is skipped, saying so.
+const BUDGET_S = Number(process.env['SCALE_BUDGET_S'] ?? 570);
+const HEAP_BUDGET_S = Number(process.env['SCALE_HEAP_BUDGET_S'] ?? 420);
+const POINT_TIMEOUT_S = Number(process.env['SCALE_POINT_TIMEOUT_S'] ?? 180);
 const started = performance.now();
 const elapsedS = (): number => (performance.now() - started) / 1000;
 const load = (): number => Number(loadavg()[0]!.toFixed(2));
-const f = (x: number, d = 2): string => (Number.isFinite(x) ? x.toFixed(d) : String(x));
+const f = (x: number | undefined, d = 2): string => (x === undefined || Number.isNaN(x) ? '-' : Number.isFinite(x) ? x.toFixed(d) : String(x));
 const kb = (b: number): string => `${(b / 1024).toFixed(2)} KB`;
 
 if (![...FAMILIES, 'stores'].includes(family)) {
@@ -52,12 +57,18 @@ process.on('unhandledRejection', (e) => console.error(`(after a point was given 
 const results: FamilyResults = { family, quick, at: new Date().toISOString(), cores: cpus().length, loads: [load()], handoff: [], contended: [], heap: [], stores: [], skipped: [] };
 
 /** One measured point; a failure (a server timing out under the machine's load) is printed and recorded, and the run goes on. */
-async function point<T>(what: string, run: () => Promise<T>): Promise<T | undefined> {
+async function point<T>(what: string, run: () => Promise<T>, timeoutS = Math.min(POINT_TIMEOUT_S, Math.max(30, BUDGET_S + 20 - elapsedS()))): Promise<T | undefined> {
   let timer: NodeJS.Timeout | undefined;
+  if (elapsedS() > BUDGET_S) {
+    const why = `skipped: the family's ${BUDGET_S} s budget was spent (${elapsedS().toFixed(0)} s elapsed)`;
+    results.skipped.push(`${what}: ${why}`);
+    console.log(`${what} ${why}`);
+    return undefined;
+  }
   try {
     // A point that hangs (a server stalled under the machine's load) is given up after POINT_TIMEOUT_S, said so, and the run goes on.
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`did not finish within ${POINT_TIMEOUT_S} s`)), POINT_TIMEOUT_S * 1000);
+      timer = setTimeout(() => reject(new Error(`did not finish within ${timeoutS.toFixed(0)} s`)), timeoutS * 1000);
     });
     return await Promise.race([run(), timeout]);
   } catch (e) {
@@ -75,20 +86,73 @@ async function sourceFamily(fam: SourceFamily): Promise<void> {
   const pg = fam === 'postgres' ? await pgSchema() : undefined;
   const o = { pgSchemaName: pg?.schema };
   try {
-    if (only.has('handoff')) {
-      const ns = quick ? [1, 10, 100] : [1, 10, 100, 1000];
-      const handoffs = quick ? 100 : 300;
-      console.log(`\nhandoff: N waiters on one lock (N+1 contenders looping over up to 8 sessions), release() -> next grant, ${handoffs} grants after one full turn`);
-      console.log('waiters  p50 ms   p99 ms   p50/p50(1)  p50/rtt  grants/s  rtt ms  out-of-order  load');
-      for (const n of ns) {
-        const p = await point(`handoff ${n}`, () => handoffAt(fam, n, handoffs, { pgSchemaName: o.pgSchemaName, sessions: 8 }));
+    if (only.has('heap')) {
+      const ls = process.env['SCALE_HEAP_SIZES']?.split(',').map(Number) ?? (quick ? [1000] : [1000, 10_000, 100_000]);
+      console.log('\nheap: L locks held by one source, then one waiting acquire per lock from a second source in the same process (heapUsed after GC)');
+      console.log('locks    per held   per waiting  server/held  server/waiting  seconds (hold/wait/drain)  load   server read');
+      let lastSeconds = 0;
+      let lastDrain = 0;
+      let lastL = 0;
+      for (const l of ls) {
+        // Time grows about linearly with L: skip a size whose projection passes the budget.
+        // Above DRAIN_UP_TO a point is not drained: its projection leaves the drain out.
+        const projected = lastL === 0 ? 0 : ((l > DRAIN_UP_TO ? lastSeconds - lastDrain : lastSeconds) * l) / lastL;
+        if (elapsedS() + projected > HEAP_BUDGET_S) {
+          const why =
+            lastL === 0
+              ? `the heap section's ${HEAP_BUDGET_S} s budget was spent (${elapsedS().toFixed(0)} s elapsed) before this size`
+              : `projected ${projected.toFixed(0)} s (${lastSeconds.toFixed(0)} s at ${lastL} x ${l / lastL}) would pass the heap section's ${HEAP_BUDGET_S} s budget at ${elapsedS().toFixed(0)} s elapsed`;
+          results.skipped.push(`heap ${l}: ${why}`);
+          console.log(`${String(l).padEnd(9)}skipped: ${why}`);
+          continue;
+        }
+        const p = await point(`heap ${l}`, () => heapAt(fam, l, o), Math.max(30, HEAP_BUDGET_S - elapsedS() + 60));
         if (p === undefined) continue;
-        results.handoff.push({ ...p, load: load() });
-        const base = results.handoff[0]!.p50;
-        console.log(`${String(n).padEnd(9)}${f(p.p50, 3).padEnd(9)}${f(p.p99, 3).padEnd(9)}${f(p.p50 / base).padEnd(12)}${f(p.p50 / p.rttMs, 1).padEnd(9)}${f(p.grantsPerSecond, 0).padEnd(10)}${f(p.rttMs, 3).padEnd(8)}${String(p.outOfOrder).padEnd(14)}${load()}`);
+        results.heap.push({ ...p, load: load() });
+        lastSeconds = p.seconds;
+        lastDrain = p.phases.drain;
+        lastL = l;
+        console.log(
+          `${String(l).padEnd(9)}${kb(p.heldBytes).padEnd(11)}${kb(p.waitingBytes).padEnd(13)}${kb(p.serverHeldBytes).padEnd(13)}${kb(p.serverWaitingBytes).padEnd(16)}${`${f(p.seconds, 0)} (${f(p.phases.hold, 0)}/${f(p.phases.wait, 0)}/${f(p.phases.drain, 0)})`.padEnd(26)}${String(load()).padEnd(7)}${p.serverWhat} (${p.serverDetail})`,
+        );
       }
-      const last = results.handoff[results.handoff.length - 1];
-      if (last !== undefined) console.log(`  aim (queueing sources): p50 at ${last.waiters} waiters within 1.5x of 1 waiter: ${f(last.p50 / results.handoff[0]!.p50)}x`);
+      if (fam === 'zookeeper') {
+        const top = results.heap[results.heap.length - 1];
+        if (top !== undefined) console.log(`  aims at 100,000 (ZooKeeper): <= 2 KB per waiting acquire, <= 0.75 KB per held lock; at ${top.locks}: ${kb(top.waitingBytes)}, ${kb(top.heldBytes)}`);
+      }
+    }
+    if (only.has('handoff')) {
+      const ns = process.env['SCALE_HANDOFF_WAITERS']?.split(',').map(Number) ?? (quick ? [1, 10, 100] : [1, 10, 100, 1000]);
+      const handoffs = quick ? 100 : 200;
+      console.log(`\nhandoff: N waiters on one lock (N+1 contenders over up to 8 sessions), release() -> next grant, ${handoffs} grants per point`);
+      console.log('  refilled: the released contender joins again only after the next grant, the next release waits until the queue is N deep again (the handoff alone)');
+      console.log('  rejoin:   every granted contender releases and joins again at once (the handoff beside a concurrent re-join; the first N+1 grants not counted)');
+      console.log('  beside each, same point, queue N deep: rtt (cheapest request), list (ZooKeeper getChildren of the queue, others lockStatus), release() call, PostgreSQL enter scans');
+      console.log('mode      waiters  p50 ms   p99 ms   p50/p50(1)  rtt ms  list ms  release ms  enter-scans ms  grants/s  out-of-order  load');
+      for (const [k, n] of ns.entries()) {
+        // Alternating which mode goes first, so a burst of load elsewhere falls on both alike.
+        const modes: HandoffMode[] = k % 2 === 0 ? ['refilled', 'rejoin'] : ['rejoin', 'refilled'];
+        for (const mode of modes) {
+          const p = await point(`handoff ${mode} ${n}`, () => handoffAt(fam, n, handoffs, { pgSchemaName: o.pgSchemaName, sessions: 8, mode, deadlineMs: (Math.min(POINT_TIMEOUT_S, Math.max(30, BUDGET_S + 20 - elapsedS())) - 10) * 1000 }));
+          if (p === undefined) continue;
+          results.handoff.push({ ...p, load: load() });
+          const base = results.handoff.find((h) => (h.mode ?? 'rejoin') === mode && h.waiters === ns[0])?.p50 ?? NaN;
+          console.log(
+            `${mode.padEnd(10)}${String(n).padEnd(9)}${f(p.p50, 3).padEnd(9)}${f(p.p99, 3).padEnd(9)}${f(p.p50 / base).padEnd(12)}${f(p.rttMs, 3).padEnd(8)}${f(p.listMs, 2).padEnd(9)}${f(p.releaseMs, 2).padEnd(12)}${f(p.enterScansMs, 2).padEnd(16)}${f(p.grantsPerSecond, 0).padEnd(10)}${String(p.outOfOrder).padEnd(14)}${load()}${p.partial ? `  (partial: ${p.counted} of ${handoffs} grants before the point's deadline)` : ''}`,
+          );
+        }
+      }
+      for (const mode of ['refilled', 'rejoin'] as const) {
+        const rows = results.handoff.filter((h) => h.mode === mode);
+        const first = rows.find((h) => h.waiters === ns[0]);
+        const last = rows[rows.length - 1];
+        if (first !== undefined && last !== undefined && last !== first) {
+          const r = last.p50 / first.p50;
+          console.log(
+            `  aim (queueing sources), ${mode}: p50 at ${last.waiters} waiters within 1.5x of ${first.waiters}: ${f(r)}x${r > 1.5 ? ` (not met; at ${last.waiters}: p50 - p50(1) = ${f(last.p50 - first.p50, 1)} ms beside list ${f(last.listMs, 1)} ms vs ${f(first.listMs, 1)}, release() ${f(last.releaseMs, 1)} ms vs ${f(first.releaseMs, 1)}${Number.isFinite(last.enterScansMs) ? `, enter scans ${f(last.enterScansMs, 1)} ms vs ${f(first.enterScansMs, 1)}` : ''}, rtt ${f(last.rttMs, 2)} ms)` : ''}`,
+          );
+        }
+      }
       console.log('  out-of-order: grants whose join ticket (taken just before acquireLock) is older than the previous grant\'s; joins sent on several sessions at once may reach the server in another order, so a FIFO source shows a few, never many');
     }
     if (only.has('contended')) {
@@ -111,38 +175,6 @@ async function sourceFamily(fam: SourceFamily): Promise<void> {
         if (p === undefined) continue;
         results.contended.push({ ...p, load: load() });
         console.log(`${String(n).padEnd(7)}${f(p.grantsPerSecond, 0).padEnd(10)}${f(p.grantsPerSecond / results.contended[0]!.grantsPerSecond).padEnd(11)}${`${p.perProcessMin}..${p.perProcessMax}`.padEnd(29)}${load()}`);
-      }
-    }
-    if (only.has('heap')) {
-      const ls = quick ? [1000] : [1000, 10_000, 100_000];
-      console.log('\nheap: L locks held by one source, then one waiting acquire per lock from a second source in the same process (heapUsed after GC)');
-      console.log('locks    per held   per waiting  server/held  server/waiting  seconds  load   server read');
-      let lastSeconds = 0;
-      let lastL = 0;
-      for (const l of ls) {
-        // Time grows about linearly with L: skip a size whose projection passes the budget.
-        const projected = lastL === 0 ? 0 : (lastSeconds * l) / lastL;
-        if (elapsedS() + projected > BUDGET_S) {
-          const why =
-            lastL === 0
-              ? `the family's ${BUDGET_S} s budget was spent (${elapsedS().toFixed(0)} s elapsed) before this size: run --sections=heap`
-              : `projected ${projected.toFixed(0)} s (${lastSeconds.toFixed(0)} s at ${lastL} x ${l / lastL}) would pass the family's ${BUDGET_S} s budget at ${elapsedS().toFixed(0)} s elapsed`;
-          results.skipped.push(`heap ${l}: ${why}`);
-          console.log(`${String(l).padEnd(9)}skipped: ${why}`);
-          continue;
-        }
-        const p = await point(`heap ${l}`, () => heapAt(fam, l, o));
-        if (p === undefined) continue;
-        results.heap.push({ ...p, load: load() });
-        lastSeconds = p.seconds;
-        lastL = l;
-        console.log(
-          `${String(l).padEnd(9)}${kb(p.heldBytes).padEnd(11)}${kb(p.waitingBytes).padEnd(13)}${kb(p.serverHeldBytes).padEnd(13)}${kb(p.serverWaitingBytes).padEnd(16)}${f(p.seconds, 0).padEnd(9)}${String(load()).padEnd(7)}${p.serverWhat} (${p.serverDetail})`,
-        );
-      }
-      if (fam === 'zookeeper') {
-        const top = results.heap[results.heap.length - 1];
-        if (top !== undefined) console.log(`  aims at 100,000 (ZooKeeper): <= 2 KB per waiting acquire, <= 0.75 KB per held lock; at ${top.locks}: ${kb(top.waitingBytes)}, ${kb(top.heldBytes)}`);
       }
     }
   } finally {

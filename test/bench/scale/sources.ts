@@ -18,6 +18,8 @@ import { etcdSource } from '../../../src/sources/etcd/source.js';
 import { etcdSession } from '../../../src/sources/etcd/session.js';
 import { redisSource } from '../../../src/sources/redis/source.js';
 import { postgresSource } from '../../../src/sources/postgres/source.js';
+import { lockKeys } from '../../../src/sources/redis/scripts.js';
+import { queuePath } from '../../../src/sources/zookeeper/recipes/queue-path.js';
 import { migrate } from '../../../adapters/postgres/migrate.js';
 
 export const FAMILIES = ['zookeeper', 'etcd', 'redis', 'redlock', 'postgres'] as const;
@@ -45,8 +47,33 @@ export interface Opened {
   readonly source: LockSource;
   /** One cheapest request (ZooKeeper exists, etcd get, Redis PING, PostgreSQL SELECT 1): the bound of a handoff. */
   ping(): Promise<void>;
+  /**
+   * The lock's queue length (holder + waiters) by the cheapest listing the source has:
+   * ZooKeeper getChildren of the queue node (what a join lists), Redis the lock key and the
+   * waiter list on one node (EXISTS + LLEN), etcd and PostgreSQL lockStatus.
+   */
+  queued(name: string): Promise<number>;
+  /**
+   * PostgreSQL only: the scans an enter makes over the name's queue at its depth now
+   * (reap's DELETE over the name's entries, is_head of the last entry, holder_ms), as
+   * one statement in a transaction rolled back: the part of an enter that grows with N.
+   */
+  enterScans?(name: string): Promise<void>;
   close(): Promise<void>;
 }
+
+/** Redis: the lock key (held or reserved) plus the waiter list's length, on one node (lockStatus shows no waiters there). */
+const redisLength = async (c: Redis, name: string): Promise<number> => {
+  const [lock, , waiters] = lockKeys(name);
+  const [held, len] = await Promise.all([c.exists(lock), c.llen(waiters)]);
+  return held + len;
+};
+
+/** Queue length from lockStatus (holder + waiters). */
+const statusLength = async (source: LockSource, name: string): Promise<number> => {
+  const st = await source.lockStatus!(name);
+  return (st.holder === null ? 0 : 1) + st.waiters.length;
+};
 
 // The machine is shared (load averages of 10-20 on 2 cores seen): the default 500 ms per
 // Redis request fails the run's setup there, while the figures are about the waiting.
@@ -85,12 +112,19 @@ export async function openSource(family: SourceFamily, o: { pgSchemaName?: strin
   switch (family) {
     case 'zookeeper': {
       const zk = await ZooKeeperClient.connect({ connectString: servers.zk, sessionTimeoutMs: 30_000 });
-      return { source: zookeeperSource(zk), ping: async () => void (await zk.exists('/')), close: () => zk.close() };
+      return {
+        source: zookeeperSource(zk),
+        ping: async () => void (await zk.exists('/')),
+        queued: async (name) => (await zk.getChildren(queuePath('lock', name))).length,
+        close: () => zk.close(),
+      };
     }
     case 'etcd': {
       const etcd = new Etcd3({ hosts: [...servers.etcd] });
+      const source = etcdSource(etcd, { ttlSeconds: 30 });
       return {
-        source: etcdSource(etcd, { ttlSeconds: 30 }),
+        source,
+        queued: (name) => statusLength(source, name),
         ping: async () => void (await etcd.get('fk_scale_ping').string()),
         close: async () => {
           await etcdSession(etcd).close().catch(() => undefined);
@@ -100,12 +134,16 @@ export async function openSource(family: SourceFamily, o: { pgSchemaName?: strin
     }
     case 'redis': {
       const c = redisClient(servers.redis);
-      return { source: redisSource(c, { ttlMs: 30_000, nodeTimeoutMs: NODE_TIMEOUT_MS }), ping: async () => void (await c.ping()), close: async () => c.disconnect() };
+      const source = redisSource(c, { ttlMs: 30_000, nodeTimeoutMs: NODE_TIMEOUT_MS });
+      return { source, ping: async () => void (await c.ping()), queued: (name) => redisLength(c, name), close: async () => c.disconnect() };
     }
     case 'redlock': {
       const cs = servers.redlock.map(redisClient);
+      const source = redisSource(cs, { ttlMs: 30_000, nodeTimeoutMs: NODE_TIMEOUT_MS });
       return {
-        source: redisSource(cs, { ttlMs: 30_000, nodeTimeoutMs: NODE_TIMEOUT_MS }),
+        source,
+        // The first node's list: every waiter's entry goes to each node.
+        queued: (name) => redisLength(cs[0]!, name),
         ping: async () => void (await Promise.all(cs.map((c) => c.ping()))),
         close: async () => cs.forEach((c) => c.disconnect()),
       };
@@ -117,6 +155,21 @@ export async function openSource(family: SourceFamily, o: { pgSchemaName?: strin
       return {
         source,
         ping: async () => void (await pool.query('SELECT 1')),
+        queued: (name) => statusLength(source, name),
+        enterScans: async (name) => {
+          const c = await pool.connect();
+          try {
+            await c.query('BEGIN');
+            await c.query(
+              `SELECT fencekeeper_lock_reap('lock', $1), fencekeeper_lock_holder_ms('lock', $1),
+                      fencekeeper_lock_is_head('lock', $1, (SELECT max(id) FROM fencekeeper_lock_entries WHERE kind = 'lock' AND name = $1))`,
+              [name],
+            );
+          } finally {
+            await c.query('ROLLBACK').catch(() => undefined);
+            c.release();
+          }
+        },
         close: async () => {
           await source.close().catch(() => undefined);
           await pool.end();
