@@ -15,6 +15,7 @@ SET search_path = fk_queue_cost;
 \i migrations/011_lock_observers.sql
 \i migrations/012_lock_lease.sql
 \i migrations/013_lock_kinds.sql
+\i migrations/014_lock_holder_index.sql
 INSERT INTO fencekeeper_lock_sessions (channel, owner, lease_ms, expires_at)
   SELECT 'c' || g, 'o', 30000, clock_timestamp() + interval '1 hour' FROM generate_series(1, 8) g;
 INSERT INTO fencekeeper_locks VALUES ('lock', 'L');

@@ -1,0 +1,14 @@
+-- An index on each name's holders, of every kind, whose predicate a plan
+-- with the kind as a parameter can use. Migration 013 narrowed the holder
+-- index to plain locks and elections (`... AND kind IN ('lock',
+-- 'election')`, to keep it unique where one holder is the rule), and the
+-- lock functions ask for a name's holders with the kind as a parameter
+-- (fencekeeper_lock_holder_ms): their generic plans cannot prove that
+-- predicate, so every call scanned the whole table (at 10,000 entries on
+-- one name a sequential scan of 3 ms instead of an index lookup of 0.2 ms).
+-- holder_ms runs under the name's row lock on every waiting enter, and in
+-- every heartbeat once per waiting entry of the session: the queue's
+-- length multiplied by the session's waiters, every third of a lease.
+-- This index's predicate is only `token IS NOT NULL`, which every such
+-- query states; the unique indexes of 013 stay, for what they enforce.
+CREATE INDEX IF NOT EXISTS fencekeeper_lock_entries_holders ON fencekeeper_lock_entries (kind, name) WHERE token IS NOT NULL;
