@@ -23,7 +23,7 @@
  *
  * How a successor tells, in the two ways a grant arrives:
  *
- *   - It waited behind a predecessor (./queue.ts waitForTurn). The last of
+ *   - It waited behind a predecessor (the queue's awaitTurn). The last of
  *     the nodes ahead of it to go is its last known predecessor: nodes only
  *     join behind ours, so those ahead only ever leave, and a clean release
  *     comes only from a holder, that is a node with nothing ahead of it, so
