@@ -23,9 +23,10 @@ export const SELF_WAIT_WARNING = 'FENCEKEEPER_SELF_WAIT';
 
 /**
  * What the self-wait registry needs of a grant (noteGrant, forgetGrant):
- * whether it still holds, and two fields noteGrant fills in so forgetting
- * the grant needs no lookup table of its own. A grant class declares both
- * (initialised to null) so its objects keep one shape.
+ * whether it still holds. A grant class that declares the two fields below
+ * (initialised to null, so its objects keep one shape) is noted on itself,
+ * which costs no lookup table; any other grant object is left untouched and
+ * noted in a side table.
  */
 export interface SelfWaitGrant {
   readonly held: boolean;
@@ -59,6 +60,8 @@ class ClientGrants {
 }
 
 const byClient = new WeakMap<object, ClientGrants>();
+/** Where grants that do not declare selfWaitIn / selfWaitName were noted (never written onto them). */
+const notedAside = new WeakMap<SelfWaitGrant, { readonly names: SelfWaitNames; readonly name: string }>();
 
 /**
  * Note that `client` holds `grant` (of `kind` and `name`), until
@@ -74,17 +77,28 @@ export function noteGrant(client: object, kind: SequencerKind, name: string, gra
   if (noted === undefined) names.set(name, grant);
   else if (Array.isArray(noted)) noted.push(grant);
   else names.set(name, [noted, grant]);
-  grant.selfWaitIn = names;
-  grant.selfWaitName = name;
+  if ('selfWaitIn' in grant) {
+    grant.selfWaitIn = names;
+    grant.selfWaitName = name;
+  } else notedAside.set(grant, { names, name });
 }
 
 /** The grant has left (released, resigned): it no longer counts (a no-op for a grant never noted). */
 export function forgetGrant(grant: SelfWaitGrant): void {
-  const names = grant.selfWaitIn;
-  const name = grant.selfWaitName;
+  let names: SelfWaitNames | null | undefined;
+  let name: string | null | undefined;
+  if ('selfWaitIn' in grant) {
+    names = grant.selfWaitIn;
+    name = grant.selfWaitName;
+    grant.selfWaitIn = null;
+    grant.selfWaitName = null;
+  } else {
+    const aside = notedAside.get(grant);
+    notedAside.delete(grant);
+    names = aside?.names;
+    name = aside?.name;
+  }
   if (names === undefined || names === null || name === undefined || name === null) return;
-  grant.selfWaitIn = null;
-  grant.selfWaitName = null;
   const noted = names.get(name);
   if (noted === grant) names.delete(name);
   else if (Array.isArray(noted)) {
