@@ -9,10 +9,10 @@
 //            any of its rows in the table = a stale write accepted
 // On the shared test database (a paused process is no fault of the server's).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { postgresSource } from '../../adapters/postgres/index.js';
+import { jsonLines } from '../helpers/json-lines.js';
 import { uniqueLockName, uniqueTable } from '../helpers/unique.js';
 import { quietPool } from './postgres-cluster.js';
 
@@ -48,23 +48,7 @@ function startHolder(databaseUrl: string, lock: string, table: string): Holder {
     env: { ...process.env, DATABASE_URL: databaseUrl, FK_SCHEMA: 'public', FK_LOCK: lock, FK_LEASE_MS: String(LEASE_MS), FK_TABLE: table },
     stdio: ['pipe', 'pipe', 'ignore'],
   });
-  const lines: string[] = [];
-  const waiting: ((line: string) => void)[] = [];
-  createInterface({ input: child.stdout! }).on('line', (line) => {
-    const take = waiting.shift();
-    if (take) take(line);
-    else lines.push(line);
-  });
-  const next = (): Promise<Record<string, unknown>> =>
-    new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('no line from the holder within 30 s')), 30_000);
-      const take = (line: string): void => {
-        clearTimeout(timer);
-        resolve(line);
-      };
-      if (lines.length > 0) take(lines.shift()!);
-      else waiting.push(take);
-    }).then((line) => JSON.parse(line) as Record<string, unknown>);
+  const next = jsonLines(child.stdout!, 30_000, 'a line from the holder');
   return { child, next, send: (line) => child.stdin!.write(`${line}\n`) };
 }
 

@@ -2,10 +2,9 @@
 // one of those kinds in its own process (test/fixtures/postgres-kinds-holder.mjs),
 // to SIGSTOP past its lease, with its stdout as a queue of parsed lines.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll } from 'vitest';
-import { within } from '../../helpers/wait.js';
+import { jsonLines } from '../../helpers/json-lines.js';
 import { DATABASE_URL } from './helpers.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
@@ -45,17 +44,7 @@ export function kindsHolders(): (env: { schema: string; kind: 'read' | 'write' |
       stdio: ['pipe', 'pipe', 'inherit'],
     });
     children.push(child);
-    const lines: string[] = [];
-    const waiting: ((line: string) => void)[] = [];
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      const take = waiting.shift();
-      if (take) take(line);
-      else lines.push(line);
-    });
-    const next = (): Promise<Record<string, unknown>> =>
-      within(new Promise<string>((resolve) => (lines.length > 0 ? resolve(lines.shift()!) : waiting.push(resolve))), 30_000, 'a line from the holder').then(
-        (line) => JSON.parse(line) as Record<string, unknown>,
-      );
+    const next = jsonLines(child.stdout!);
     const first = await next();
     return { child, next, token: BigInt(first['token'] as string), slot: (first['slot'] as number | null) ?? null };
   };

@@ -2,12 +2,12 @@
 // grant is live on the database's clock. Holders in child processes are
 // SIGSTOPped past their lease, and inside withLease.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, LockLostError } from '../../../src/index.js';
 import { withLease } from '../../../adapters/postgres/index.js';
 import { DATABASE_URL, sourceSchema, uniqueName } from './helpers.js';
+import { jsonLines } from '../../helpers/json-lines.js';
 import { within } from '../../helpers/wait.js';
 
 const db = sourceSchema('pgsrc_lease');
@@ -37,15 +37,7 @@ async function holder(lock: string): Promise<{ child: ChildProcess; next: () => 
     stdio: ['pipe', 'pipe', 'inherit'],
   });
   children.push(child);
-  const lines: string[] = [];
-  const waiting: ((line: string) => void)[] = [];
-  createInterface({ input: child.stdout! }).on('line', (line) => {
-    const take = waiting.shift();
-    if (take) take(line);
-    else lines.push(line);
-  });
-  const next = (): Promise<Record<string, unknown>> =>
-    within(new Promise<string>((resolve) => (lines.length > 0 ? resolve(lines.shift()!) : waiting.push(resolve))), 30_000, 'a line from the holder').then((line) => JSON.parse(line) as Record<string, unknown>);
+  const next = jsonLines(child.stdout!);
   const first = await next();
   return { child, next, token: BigInt(first['token'] as string) };
 }
