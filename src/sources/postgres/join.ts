@@ -260,8 +260,10 @@ class PgJoin<T extends { readonly held: boolean }> implements Steps<T> {
         source.counters.note('claim', session.id);
         queryRow(source.pool, 'fencekeeper_lock_claim_v1', CLAIM, [session.idText, entry]).then(
           (row) => {
-            if (settled) return;
+            // The claim's reaps happened whoever told us of the grant first:
+            // its own NOTIFY, on the source's other connection, may have.
             source.counters.note('reap', session.id, Number(row['reaped'] ?? 0));
+            if (settled) return;
             if (row['status'] === 'granted') waiter.granted(bigintOf(row['token']) as bigint, null);
             else if (row['status'] === 'gone') waiter.gone();
             else if (row['head'] === true) waiter.head(Number(row['holder_ms']));
