@@ -294,6 +294,15 @@ export function traceCampaign<T>(source: string, election: string, fn: () => Pro
   return trace(campaign, { source, election }, fn);
 }
 
+/**
+ * Whether the `fencekeeper:fence:admit` tracing channel has subscribers: a
+ * guard that can admit without waiting skips its promise only when nobody
+ * traces the admission (the trace is of a promise).
+ */
+export function admitTraced(): boolean {
+  return subscribed(admit);
+}
+
 /** A FenceStore admission as a consumer of stores (fencing()) waits for it. */
 export function traceAdmit<T>(adapter: string, resource: string, token: FencingToken, fn: () => Promise<T>): Promise<T> {
   if (!subscribed(admit)) return fn();

@@ -8,10 +8,10 @@
 // aborted when the connection closed first (the client left) or maxHoldMs
 // passed (503 FENCE_HOLD_EXPIRED).
 import fp from 'fastify-plugin';
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import type { FenceStore } from '../../src/index.js';
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
+import type { FenceAdmission, FenceStore } from '../../src/index.js';
 import { settle, type FencingContext } from '../../src/shared/http/exchange.js';
-import { CLOSED, admitExchange, fencingSettings, rejoinExchange, resourceOf, type FencingGuardOptions } from '../../src/shared/http/fencing-core.js';
+import { CLOSED, admitExchange, admitNow, fencingSettings, rejoinExchange, resourceOf, type FencingGuardOptions } from '../../src/shared/http/fencing-core.js';
 import { nodeHeader, presentedToken } from '../../src/shared/http/header.js';
 import { NodeFencing, nodeFencingOf } from '../../src/shared/http/node-exchange.js';
 import { PROBLEM_HEADERS, problemBody, type Problem } from '../../src/shared/http/problem.js';
@@ -53,36 +53,54 @@ const plugin: FastifyPluginAsync<FastifyFencingOptions<unknown>> = async (instan
   const header = settings.header;
   if (!instance.hasRequestDecorator('fencing')) instance.decorateRequest('fencing', undefined);
 
-  instance.addHook('preHandler', async function fencingHook(request: FastifyRequest, reply: FastifyReply) {
+  // A callback hook, not an async one: an uncontended request on a store
+  // that can admit at once (MemoryFenceStore) goes on to its handler in the
+  // same tick, with no promise for Fastify to wait on. To answer instead,
+  // the hook sends the reply and does not call done (Fastify's rule for
+  // callback hooks).
+  instance.addHook('preHandler', function fencingHook(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction) {
     const parsed = presentedToken(nodeHeader(request.raw, header), header);
-    if ('status' in parsed) return replyProblem(reply, parsed);
+    if ('status' in parsed) return void replyProblem(reply, parsed);
     const name = resourceOf(settings, request);
-    if (typeof name !== 'string') return replyProblem(reply, name);
+    if (typeof name !== 'string') return void replyProblem(reply, name);
     const req = request.raw;
     const res = reply.raw;
-    const outer = nodeFencingOf(req);
+    const outer = nodeFencingOf(request);
     // This request already holds this fence (the plugin registered twice on its path).
     const held = outer?.find(settings.store, name);
     if (held !== undefined) {
-      const refused = await rejoinExchange(settings, request, held, parsed.token, parsed.presented);
-      if (refused === CLOSED) return replyProblem(reply, GONE);
-      if (refused !== undefined) return replyProblem(reply, refused);
-      return undefined;
+      rejoinExchange(settings, request, held, parsed.token, parsed.presented).then((refused) => {
+        if (refused === CLOSED) replyProblem(reply, GONE);
+        else if (refused !== undefined) replyProblem(reply, refused);
+        else done();
+      }).catch(done);
+      return;
     }
-    const exchange = new NodeFencing(req, res, settings.store, name, parsed.token, outer, settings.maxHoldMs);
-    const admission = await admitExchange(settings, request, exchange, parsed.token, parsed.presented);
-    if (admission === CLOSED) return replyProblem(reply, GONE);
-    if ('status' in admission) return replyProblem(reply, admission);
-    if (exchange.closed || res.writableEnded) {
-      settle(admission, false);
-      return replyProblem(reply, GONE);
-    }
-    exchange.hold(admission);
-    exchange.enter();
-    request.fencing = exchange;
-    return undefined;
+    const exchange = new NodeFencing(request, req, res, settings.store, name, parsed.token, outer, settings.maxHoldMs);
+    const now = admitNow(settings, exchange, parsed.token, parsed.presented);
+    if (now !== undefined) return void proceed(request, reply, done, exchange, now);
+    admitExchange(settings, request, exchange, parsed.token, parsed.presented).then((admission) => {
+      if (admission === CLOSED) replyProblem(reply, GONE);
+      else proceed(request, reply, done, exchange, admission);
+    }).catch(done); // (a throw of ours above: Fastify answers it as the async hook's rejection was)
   });
 };
+
+/** The admission's answer: the handler runs (done) holding the fence, or the reply is the refusal. */
+function proceed(request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction, exchange: NodeFencing, admission: FenceAdmission<unknown> | Problem): void {
+  if ('status' in admission) {
+    replyProblem(reply, admission);
+    return;
+  }
+  if (exchange.closed || reply.raw.writableEnded) {
+    settle(admission, false);
+    replyProblem(reply, GONE);
+    return;
+  }
+  exchange.hold(admission);
+  exchange.enter(); // request.fencing
+  done();
+}
 
 /**
  * The fencing guard as a Fastify plugin: `await app.register(fencing, {

@@ -16,7 +16,8 @@
 // per framework, a third route guarded by that build's guards (e.g. main's,
 // built in a scratch directory), measured in the same run: the before and
 // after of a change side by side. BENCH_CPU_PROF=<dir>: the server process
-// writes a V8 CPU profile (node --cpu-prof) there. The servers run in a child process (the
+// writes V8 CPU profiles (node --cpu-prof) there. The servers run in child processes, one per
+// framework as an application runs one (the
 // built package, dist/) so that they and autocannon do not share one core;
 // rounds alternate the routes' order; medians over rounds, and "vs bare" is
 // the median of the per-round ratios against the same framework's bare route.
@@ -33,7 +34,7 @@ const TOKEN = '34';
 const FRAMEWORKS = ['express', 'fastify', 'hono', 'fetch'] as const;
 type Framework = (typeof FRAMEWORKS)[number];
 
-if (process.argv.includes('--serve')) await serve();
+if (process.argv.includes('--serve')) await serve(process.argv[process.argv.indexOf('--serve') + 1] as Framework);
 else await measure();
 
 /** The guards of one build (a dist/ directory's adapters), by framework. */
@@ -46,7 +47,7 @@ async function guardsOf(dist: string) {
   };
 }
 
-async function serve(): Promise<void> {
+async function serve(framework: Framework): Promise<void> {
   const builds: [string, Awaited<ReturnType<typeof guardsOf>>][] = [['guarded', await guardsOf(new URL('../../dist/adapters/', import.meta.url).href)]];
   const { parseFencing } = (await import(new URL('../../dist/src/index.js', import.meta.url).href)) as typeof import('../../src/index.js');
   const { MemoryFenceStore } = builds[0]![1].fetch as typeof import('../../adapters/fetch/index.js');
@@ -62,10 +63,13 @@ async function serve(): Promise<void> {
   const { serve: honoServe } = await import('@hono/node-server');
   const ports: Partial<Record<Framework, number>> = {};
 
+  if (framework === 'express') {
   const e = express();
   e.disable('x-powered-by');
   e.disable('etag');
   e.get('/bare', (_req, res) => void res.end());
+  // The least middleware: Express's own price of any guard that is a middleware.
+  e.get('/noop', (_req, _res, next) => next(), (_req, res) => void res.end());
   e.get('/bound', (req, res) => {
     void boundStore.express.admit('bench', tokenOf(req)).then((admission) => {
       res.end();
@@ -77,8 +81,15 @@ async function serve(): Promise<void> {
     const server = e.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
   });
 
+  }
+  if (framework === 'fastify') {
   const f = Fastify();
   f.get('/bare', async (_request, reply) => reply.send());
+  // The least preHandler hook (a callback one, as fencing's): Fastify's own price of any guard that is a hook.
+  await f.register(async (scope) => {
+    scope.addHook('preHandler', (_request, _reply, done) => done());
+    scope.get('/noop', async (_request, reply) => reply.send());
+  });
   f.get('/bound', async (request, reply) => {
     const admission = await boundStore.fastify.admit('bench', tokenOf(request));
     void admission.commit();
@@ -93,8 +104,12 @@ async function serve(): Promise<void> {
   await f.listen({ port: 0, host: '127.0.0.1' });
   ports.fastify = (f.server.address() as AddressInfo).port;
 
+  }
+  if (framework === 'hono') {
   const h = new Hono();
   h.get('/bare', (c) => c.body(null));
+  // The least middleware (Hono's are async): Hono's own price of any guard that is a middleware.
+  h.get('/noop', async (_c, next) => { await next(); }, (c) => c.body(null));
   // Node's headers (c.env.incoming), as the guard reads Node's rawHeaders: c.req.header() would build a Headers.
   h.get('/bound', async (c) => {
     const admission = await boundStore.hono.admit('bench', tokenOf((c.env as { incoming: NodeHeaders }).incoming));
@@ -106,7 +121,11 @@ async function serve(): Promise<void> {
     honoServe({ fetch: h.fetch, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
   });
 
+  }
+  if (framework === 'fetch') {
   const fetchRoutes = new Map(builds.map(([route, g]) => [`/${route}`, g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, () => new Response(null))]));
+  // The least wrapper that waits for the handler.
+  fetchRoutes.set('/noop', async () => await new Response(null));
   fetchRoutes.set('/bound', (_request: Request, env?: unknown) =>
     boundStore.fetch.admit('bench', tokenOf((env as { incoming: NodeHeaders }).incoming)).then((admission) => {
       void admission.commit();
@@ -122,7 +141,8 @@ async function serve(): Promise<void> {
     honoServe({ fetch: plain, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
   });
 
-  process.send!({ ports, routes: ['bare', 'bound', ...builds.map(([route]) => route)] });
+  }
+  process.send!({ ports, routes: ['bare', 'noop', 'bound', ...builds.map(([route]) => route)] });
   process.on('message', (message) => {
     if (message === 'cpu') {
       const { user, system } = process.cpuUsage();
@@ -143,13 +163,25 @@ async function measure(): Promise<void> {
   // BENCH_CPU_PROF=<dir>: the server process writes a V8 CPU profile there when it exits.
   const profile = process.env.BENCH_CPU_PROF;
   const execArgv = profile === undefined || profile === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`];
-  const child: ChildProcess = fork(viteNode, [fileURLToPath(import.meta.url), '--', '--serve'], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv });
-  const { ports, routes } = await new Promise<{ ports: Record<Framework, number>; routes: string[] }>((resolve, reject) => {
-    child.once('message', (m) => resolve(m as { ports: Record<Framework, number>; routes: string[] }));
-    child.once('exit', (code) => reject(new Error(`server exited (${code})`)));
-  });
-  const cpu = (): Promise<number> =>
+  // One server process per framework, as an application runs one: the
+  // guards share their core, and four frameworks' requests through it in one
+  // process would make its calls polymorphic, a cost no application pays.
+  const children = new Map<Framework, ChildProcess>();
+  const ports: Partial<Record<Framework, number>> = {};
+  let routes: string[] = [];
+  for (const framework of FRAMEWORKS) {
+    const child: ChildProcess = fork(viteNode, [fileURLToPath(import.meta.url), '--', '--serve', framework], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv });
+    const started = await new Promise<{ ports: Partial<Record<Framework, number>>; routes: string[] }>((resolve, reject) => {
+      child.once('message', (m) => resolve(m as { ports: Partial<Record<Framework, number>>; routes: string[] }));
+      child.once('exit', (code) => reject(new Error(`${framework} server exited (${code})`)));
+    });
+    children.set(framework, child);
+    ports[framework] = started.ports[framework]!;
+    routes = started.routes;
+  }
+  const cpu = (framework: Framework): Promise<number> =>
     new Promise((resolve) => {
+      const child = children.get(framework)!;
       const on = (m: unknown): void => {
         if (typeof (m as { cpu?: unknown }).cpu === 'number') {
           child.off('message', on);
@@ -168,14 +200,14 @@ async function measure(): Promise<void> {
   const samples = new Map(targets.map((t) => [t.name, [] as { rps: number; cpu: number; p99: number }[]]));
   for (let round = 0; round < rounds; round++) {
     for (const t of round % 2 === 0 ? targets : [...targets].reverse()) {
-      const before = await cpu();
+      const before = await cpu(t.framework);
       const result = await run(t, duration);
-      const after = await cpu();
+      const after = await cpu(t.framework);
       if (result.non2xx !== 0 || result.errors !== 0) throw new Error(`${t.name}: ${result.non2xx} non-2xx, ${result.errors} errors`);
       samples.get(t.name)!.push({ rps: result.requests.average, p99: result.latency.p99, cpu: (after - before) / result.requests.total });
     }
   }
-  child.disconnect();
+  for (const child of children.values()) child.disconnect();
   const quantile = (values: number[], q: number): number => {
     const sorted = [...values].sort((x, y) => x - y);
     const at = (sorted.length - 1) * q;
@@ -198,27 +230,30 @@ async function measure(): Promise<void> {
       `${t.name.padEnd(18)} ${pick('rps').toFixed(0).padStart(7)} ${String(pick('p99')).padStart(7)}  ${median(ratios('rps')).toFixed(3).padStart(6)} [${iqr(ratios('rps'), 3)}]  ${pick('cpu').toFixed(1).padStart(7)} [${iqr(cpuAll, 1)}]  ${median(ratios('cpu')).toFixed(3).padStart(11)}`,
     );
   }
-  // The gap to bare, split: what the least possible guard costs (bound: the
-  // header, the parse, a MemoryFenceStore admit and commit, by hand in the
-  // route) and what the guard adds on top of that (guarded vs bound).
+  // The gap to bare, split three ways (CPU per request): what the framework
+  // charges for any guard of the guard's kind (noop: the least middleware or
+  // hook, doing nothing), what the store's promise API costs a route that
+  // does the least by hand (bound: the header, the parse, a MemoryFenceStore
+  // admit and commit, awaited), and what fencing() costs over the noop (its
+  // own work: the context, nesting, maxHoldMs, release on the response's end
+  // or the client leaving, the admission).
   console.log('');
-  console.log('where the gap goes: ratios are medians of per-round ratios (req/s); CPU µs/req medians; shares of the CPU gap guarded - bare');
-  console.log(`${'framework'.padEnd(10)} ${'guarded/bare'.padStart(12)} ${'bound/bare'.padStart(11)} ${'guarded/bound'.padStart(14)}   ${'CPU bare'.padStart(8)} ${'bound'.padStart(7)} ${'guarded'.padStart(8)}   store's share (bound-bare)   guard's own (guarded-bound)`);
+  console.log('where the gap goes: ratios are medians of per-round ratios (req/s); CPU µs/req medians');
+  console.log(`${'framework'.padEnd(10)} ${'guarded/bare'.padStart(12)} ${'noop/bare'.padStart(10)} ${'bound/bare'.padStart(11)} ${'guarded/noop'.padStart(13)}   ${'CPU bare'.padStart(8)} ${'noop'.padStart(7)} ${'bound'.padStart(7)} ${'guarded'.padStart(8)}   framework's (noop-bare)  guard's own (guarded-noop)`);
   for (const framework of FRAMEWORKS) {
     const of = (route: string) => samples.get(`${framework} ${route}`)!;
     const ratio = (a: string, b: string): number => median(of(a).map((x, i) => x.rps / of(b)[i]!.rps));
     const cpuOf = (route: string): number => median(of(route).map((x) => x.cpu));
-    const [bare, bound, guarded] = [cpuOf('bare'), cpuOf('bound'), cpuOf('guarded')];
-    const gap = guarded - bare;
-    const share = (us: number): string => `${us.toFixed(1).padStart(6)} µs (${((100 * us) / gap).toFixed(0).padStart(3)}%)`;
+    const [bare, noop, bound, guarded] = [cpuOf('bare'), cpuOf('noop'), cpuOf('bound'), cpuOf('guarded')];
+    const us = (v: number): string => `${v.toFixed(1).padStart(6)} µs`;
     console.log(
-      `${framework.padEnd(10)} ${ratio('guarded', 'bare').toFixed(3).padStart(12)} ${ratio('bound', 'bare').toFixed(3).padStart(11)} ${ratio('guarded', 'bound').toFixed(3).padStart(14)}   ${bare.toFixed(1).padStart(8)} ${bound.toFixed(1).padStart(7)} ${guarded.toFixed(1).padStart(8)}   ${share(bound - bare).padEnd(26)} ${share(guarded - bound)}`,
+      `${framework.padEnd(10)} ${ratio('guarded', 'bare').toFixed(3).padStart(12)} ${ratio('noop', 'bare').toFixed(3).padStart(10)} ${ratio('bound', 'bare').toFixed(3).padStart(11)} ${ratio('guarded', 'noop').toFixed(3).padStart(13)}   ${bare.toFixed(1).padStart(8)} ${noop.toFixed(1).padStart(7)} ${bound.toFixed(1).padStart(7)} ${guarded.toFixed(1).padStart(8)}   ${us(noop - bare).padEnd(23)}  ${us(guarded - noop)}`,
     );
   }
   const chart = process.env.BENCH_CHART ?? fileURLToPath(new URL('../../docs/images/bench/http-guards.svg', import.meta.url));
   if (chart !== '') {
     // The same medians as the table: one group per framework, bare beside guarded.
-    const points: BarPoint[] = targets.map((t) => ({ group: t.framework, series: t.route === 'bare' ? 'bare' : t.route === 'bound' ? 'by hand' : t.route === 'guarded' ? 'fencing()' : t.route, value: Math.round(median(samples.get(t.name)!.map((x) => x.rps))) }));
+    const points: BarPoint[] = targets.map((t) => ({ group: t.framework, series: t.route === 'bare' ? 'bare' : t.route === 'noop' ? 'no-op middleware' : t.route === 'bound' ? 'by hand' : t.route === 'guarded' ? 'fencing()' : t.route, value: Math.round(median(samples.get(t.name)!.map((x) => x.rps))) }));
     const written = await writeSvg(
       chart,
       barChartSpec(points, {

@@ -108,7 +108,7 @@ import type { NextFunction, Request, RequestHandler, Response } from 'express';
 import type { FenceAdmission, FenceStore, FencingToken, Sequencer } from '../../../src/index.js';
 import { NodeFencing, nodeFencingOf } from '../../../src/shared/http/node-exchange.js';
 import { settle } from '../../../src/shared/http/exchange.js';
-import { CLOSED, admitExchange, fencingSettings, rejoinExchange, resourceOf, type FencingGuardOptions, type FencingSettings } from '../../../src/shared/http/fencing-core.js';
+import { CLOSED, admitExchange, admitNow, fencingSettings, rejoinExchange, resourceOf, type FencingGuardOptions, type FencingSettings } from '../../../src/shared/http/fencing-core.js';
 import { nodeHeader, presentedToken } from '../../../src/shared/http/header.js';
 import { writeProblem, type Problem } from '../../../src/shared/http/problem.js';
 import type { Fencing, FencingContext } from '../../../src/shared/http/exchange.js';
@@ -169,7 +169,12 @@ export function fencing<Transaction = undefined>(options: FencingOptions<Transac
       void rejoin(settings, req, res, next, held, parsed.token, parsed.presented);
       return;
     }
-    void admit(settings, req, res, next, name, parsed.token, outer, parsed.presented);
+    const exchange = new NodeFencing(req, req, res, settings.store, name, parsed.token, outer, settings.maxHoldMs);
+    // Uncontended on a store that can say so at once: admitted in this tick.
+    const now = admitNow(settings, exchange, parsed.token, parsed.presented);
+    if (now === undefined) void admit(settings, req, res, next, exchange, parsed.token, parsed.presented);
+    else if ('status' in now) writeProblem(res, now);
+    else proceed(req, res, next, exchange, now);
   };
 }
 
@@ -178,23 +183,24 @@ async function admit(
   req: Request,
   res: Response,
   next: NextFunction,
-  resource: string,
+  exchange: NodeFencing,
   token: FencingToken,
-  outer: NodeFencing | undefined,
   presented: FencingToken | Sequencer,
 ): Promise<void> {
-  const exchange = new NodeFencing(req, res, settings.store, resource, token, outer, settings.maxHoldMs);
   const admission: FenceAdmission<unknown> | Problem | typeof CLOSED = await admitExchange(settings, req, exchange, token, presented);
   if (admission === CLOSED) return;
   if ('status' in admission) return writeProblem(res, admission);
-  // Admitted, but the client left (or someone else answered) in the meantime.
+  proceed(req, res, next, exchange, admission);
+}
+
+/** Admitted: hold the fence for the handler, unless the client left (or someone else answered) in the meantime. */
+function proceed(req: Request, res: Response, next: NextFunction, exchange: NodeFencing, admission: FenceAdmission<unknown>): void {
   if (exchange.closed || res.writableEnded) {
     settle(admission, false);
     return;
   }
   exchange.hold(admission);
-  exchange.enter();
-  req.fencing = exchange;
+  exchange.enter(); // req.fencing
   next();
 }
 

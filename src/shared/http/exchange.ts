@@ -7,7 +7,7 @@
 // Fastify), fetch-guard.ts for the Fetch API (Fetch, Hono).
 import { debuglog } from 'node:util';
 import { FenceReleasedError, type FenceAdmission, type FenceStore, type FencingToken } from '../../index.js';
-import { WHEN_ABANDONED } from './memory-fence-store.js';
+import { SETTLE_NOW, WHEN_ABANDONED, type SettlesNow } from './memory-fence-store.js';
 import type { Problem } from './problem.js';
 import { WaitForGraph, type FenceKey } from './wait-for.js';
 import { holdClock, type Hold } from './hold-clock.js';
@@ -114,6 +114,11 @@ export abstract class Fencing implements FencingContext {
       if (this.#reason !== undefined) controller.abort(this.#reason);
     }
     return controller.signal;
+  }
+
+  /** This request reached this guard holding another fence (nesting). */
+  get nested(): boolean {
+    return this.#outer !== undefined;
   }
 
   /** Settled or abandoned: nothing is held, and nothing more will be. */
@@ -262,6 +267,8 @@ export abstract class Fencing implements FencingContext {
 
 /** Commit or abort; a failure can only be reported (the response is out, or will never be). */
 export function settle(admission: FenceAdmission<unknown>, commit: boolean): void {
+  const now = (admission as Partial<SettlesNow>)[SETTLE_NOW];
+  if (now !== undefined) return now.call(admission);
   try {
     (commit ? admission.commit() : admission.abort()).catch(reportSettleFailure);
   } catch (error) {

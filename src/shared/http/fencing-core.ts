@@ -16,8 +16,10 @@ import {
   type Sequencer,
 } from '../../index.js';
 import { publishRefused, traceAdmit } from '../../extend.js';
+import { admitTraced } from '../../diagnostics.js';
 import type { Fencing } from './exchange.js';
 import { headerOption } from './header.js';
+import { ADMIT_NOW, type AdmitsNow } from './memory-fence-store.js';
 import type { Problem } from './problem.js';
 import { storeFailure, type HttpAdapter } from './store-failure.js';
 
@@ -151,29 +153,56 @@ export async function admitExchange<R>(
   } catch (error) {
     exchange.leaveWait();
     if (exchange.closed) return CLOSED; // the client left while waiting; the store holds nothing for it
-    if (error instanceof StaleTokenError) {
-      publishRefused(settings.adapter, error);
-      return {
-        status: 409,
-        code: 'STALE_TOKEN',
-        detail: `a larger fencing token has been admitted for ${resource}`,
-        extra: { resource, presented: formatToken(token), current: error.current === null ? null : formatToken(error.current) },
-      };
-    }
-    if (error instanceof SequencerMismatchError) {
-      publishRefused(settings.adapter, error, token);
-      return {
-        status: 409,
-        code: 'SEQUENCER_MISMATCH',
-        detail: `the fence of ${resource} is guarded by another lock than the one this token belongs to`,
-        extra: { resource, bound: { kind: error.bound.kind, lock: error.bound.lock, source: error.bound.source } },
-      };
-    }
-    debug('fencing(): store.admit failed: %o', error);
-    return storeFailure({ adapter: settings.adapter, middleware: 'fencing', operation: 'admit', error }, 'FENCE_UNAVAILABLE', 'the fence store could not admit the request; try again');
+    return refusal(settings, resource, token, error);
   }
   exchange.leaveWait();
   return admission;
+}
+
+/**
+ * The admission of `exchange` in the same tick, when it needs nothing that
+ * takes one: no verify, no fence held further out (nesting), nobody tracing
+ * admissions, and a store that can admit without a promise
+ * (MemoryFenceStore's ADMIT_NOW) finding the fence free. The admission, or
+ * the answer to give instead (a refusal is the same as admitExchange's), or
+ * undefined: then call admitExchange (the store would have to wait, or the
+ * guard must). What an uncontended request behind the guard saves is every
+ * promise and async step of the admission: measured, the largest part of the
+ * guard's own cost over an empty route.
+ */
+export function admitNow<R>(settings: FencingSettings<R>, exchange: Fencing, token: FencingToken, presented: FencingToken | Sequencer): FenceAdmission<unknown> | Problem | undefined {
+  const now = (settings.store as Partial<AdmitsNow>)[ADMIT_NOW];
+  if (now === undefined || settings.verify !== undefined || exchange.nested || admitTraced()) return undefined;
+  const resource = exchange.resource;
+  try {
+    return now.call(settings.store, resource, presented);
+  } catch (error) {
+    return refusal(settings, resource, token, error);
+  }
+}
+
+/** The answer to a store's refusal (or failure) to admit `token` for `resource`. */
+function refusal<R>(settings: FencingSettings<R>, resource: string, token: FencingToken, error: unknown): Problem {
+  if (error instanceof StaleTokenError) {
+    publishRefused(settings.adapter, error);
+    return {
+      status: 409,
+      code: 'STALE_TOKEN',
+      detail: `a larger fencing token has been admitted for ${resource}`,
+      extra: { resource, presented: formatToken(token), current: error.current === null ? null : formatToken(error.current) },
+    };
+  }
+  if (error instanceof SequencerMismatchError) {
+    publishRefused(settings.adapter, error, token);
+    return {
+      status: 409,
+      code: 'SEQUENCER_MISMATCH',
+      detail: `the fence of ${resource} is guarded by another lock than the one this token belongs to`,
+      extra: { resource, bound: { kind: error.bound.kind, lock: error.bound.lock, source: error.bound.source } },
+    };
+  }
+  debug('fencing(): store.admit failed: %o', error);
+  return storeFailure({ adapter: settings.adapter, middleware: 'fencing', operation: 'admit', error }, 'FENCE_UNAVAILABLE', 'the fence store could not admit the request; try again');
 }
 
 /**

@@ -8,7 +8,7 @@
 import { ServerResponse } from 'node:http';
 import type { FenceStore, FencingToken, Sequencer } from '../../index.js';
 import { Fencing, settle } from './exchange.js';
-import { CLOSED, admitExchange, rejoinExchange, type FencingSettings } from './fencing-core.js';
+import { CLOSED, admitExchange, admitNow, rejoinExchange, type FencingSettings } from './fencing-core.js';
 import { WHEN_ABANDONED } from './memory-fence-store.js';
 import { problemResponse, type Problem } from './problem.js';
 
@@ -190,7 +190,8 @@ export async function fenceFetch<R, C>(
     return handler(held as unknown as C);
   }
   const exchange = new FetchFencing(request, settings.store, resource, token, outer, settings.maxHoldMs, outgoing);
-  const admission = await admitExchange(settings, req, exchange, token, presented);
+  // Uncontended on a store that can say so at once: no wait for the admission.
+  const admission = admitNow(settings, exchange, token, presented) ?? (await admitExchange(settings, req, exchange, token, presented));
   if (admission === CLOSED) return problemResponse(GONE);
   if ('status' in admission) return problemResponse(admission);
   if (exchange.checkLeft()) {
