@@ -116,6 +116,9 @@ async function sourceFamily(fam: SourceFamily): Promise<void> {
           `${String(l).padEnd(9)}${kb(p.heldBytes).padEnd(11)}${kb(p.waitingBytes).padEnd(13)}${kb(p.serverHeldBytes).padEnd(13)}${kb(p.serverWaitingBytes).padEnd(16)}${`${f(p.seconds, 0)} (${f(p.phases.hold, 0)}/${f(p.phases.wait, 0)}/${f(p.phases.drain, 0)})`.padEnd(26)}${String(load()).padEnd(7)}${p.serverWhat} (${p.serverDetail})`,
         );
       }
+      for (const h of results.heap) {
+        if (h.bare !== undefined) console.log(`  floor at ${h.locks} (same run, bare etcd3, no source): ${h.locks} put-if-absent txns with a lease ${f(h.bare.puts, 1)} s, ${h.locks} watch creates ${f(h.bare.watchCreates, 1)} s (etcd3 sends one at a time), ${h.locks} deletes ${f(h.bare.deletes, 1)} s; the point: ${f(h.seconds, 0)} s`);
+      }
       if (fam === 'zookeeper') {
         const top = results.heap[results.heap.length - 1];
         if (top !== undefined) console.log(`  aims at 100,000 (ZooKeeper): <= 2 KB per waiting acquire, <= 0.75 KB per held lock; at ${top.locks}: ${kb(top.waitingBytes)}, ${kb(top.heldBytes)}`);
