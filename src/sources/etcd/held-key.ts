@@ -15,6 +15,7 @@ import { fencedTxn, type FencedKey } from './fenced-txn.js';
 import { leave, type QueueKey } from './queue.js';
 import type { Lease } from './session.js';
 import { etcdSourceIds } from './source-id.js';
+import { anchorWatchStream } from './watch-anchor.js';
 
 export abstract class HeldKey extends QueueGrant<EtcdRequestOp, EtcdTxnResponse['responses']> {
   /** Our key. */
@@ -86,6 +87,7 @@ export abstract class HeldKey extends QueueGrant<EtcdRequestOp, EtcdTxnResponse[
 }
 
 function watchOwnKey(etcd: EtcdClient, key: string, revision: bigint, holding: Holding): void {
+  anchorWatchStream(etcd);
   const watcher = etcd.watch().key(key).startRevision((revision + 1n).toString()).watcher();
   watcher.on('delete', () => holding.lose('node_deleted', 'its key was deleted'));
   // A watch etcd refuses (a compacted revision) cannot tell us of a deletion: the deadline still holds.

@@ -39,6 +39,7 @@ import { freeSlot, joinOf, look, planJoinIn, prefixEnd, prefixRequests, queuePre
 import { repeated } from './retry.js';
 import type { Lease } from './session.js';
 import { etcdSourceIds, noteClusterId } from './source-id.js';
+import { anchorWatchStream } from './watch-anchor.js';
 
 export const SEMAPHORES_ROOT = 'fencekeeper/semaphores/';
 
@@ -229,6 +230,7 @@ async function claimAtHead(etcd: EtcdClient, lease: Lease, semaphore: Semaphore,
 /** Resolves with the slot of the first slot key deleted after `revision` (a watch on the slot keys). */
 async function slotDeleted(etcd: EtcdClient, semaphore: Semaphore, revision: bigint, stop: Promise<never>): Promise<number> {
   let cancel: () => void = () => undefined;
+  anchorWatchStream(etcd);
   const deleted = new Promise<number>((resolve) => {
     const watcher = etcd.watch().prefix(semaphore.slots.text).startRevision((revision + 1n).toString()).watcher();
     watcher.on('delete', (kv: EtcdKeyValue) => resolve(slotOf(semaphore, kv)));

@@ -30,6 +30,7 @@ import { int64, type EtcdClient, type EtcdCompare, type EtcdKeyValue, type EtcdR
 import { repeated } from './retry.js';
 import type { Lease } from './session.js';
 import { noteClusterId } from './source-id.js';
+import { anchorWatchStream } from './watch-anchor.js';
 
 export const LOCKS_ROOT = 'fencekeeper/locks/';
 export const ELECTIONS_ROOT = 'fencekeeper/elections/';
@@ -406,10 +407,21 @@ export function rangeAt(response: Pick<EtcdTxnResponse, 'responses'>, index: num
 }
 
 /**
- * Wait until our key is the oldest: watch the predecessor's key (from the
- * revision the queue was read at, so a deletion in between is seen), and
- * look again when it goes. `stop` rejects when the caller gives up (abort,
+ * Wait until our key is the oldest: watch the predecessor's key, and look
+ * again when it goes. `stop` rejects when the caller gives up (abort,
  * timeout, lease loss); the caller then deletes our key.
+ *
+ * The watch starts from the store's revision when etcd creates it, not from
+ * the revision the queue was read at: etcd keeps a watch that starts in the
+ * past apart ("unsynced") and catches it up only every 100 ms
+ * (syncWatchersLoop in mvcc/watchable_store.go), so a predecessor deleted in
+ * its first 100 ms was reported up to 100 ms late, measured here: 90 ms p50
+ * from the delete's reply to the event, against 5 ms for a watch from the
+ * present. That was every handoff of two processes taking turns. A change
+ * between our read and the watch's start is seen by looking again: when
+ * etcd says the watch starts past the revision we read at, one range tells
+ * whether our predecessor is still the key we watch (ZooKeeper's order:
+ * set the watch, then read).
  */
 export async function waitForTurn(
   etcd: EtcdClient,
@@ -422,12 +434,27 @@ export async function waitForTurn(
   for (;;) {
     if (predecessor === null) return { outcome: 'turn', revision };
     const watched = predecessor;
+    const readAt = revision;
     let cancel: () => void = () => undefined;
+    anchorWatchStream(etcd);
     const gone = new Promise<void>((resolve) => {
-      const watcher = etcd.watch().key(watched).startRevision((revision + 1n).toString()).watcher();
+      const watcher = etcd.watch().key(watched).watcher();
       watcher.on('delete', () => resolve());
-      // A watch etcd cannot serve (a compacted revision): look again instead.
+      // A watch etcd cannot serve: look again instead.
       watcher.on('error', () => resolve());
+      let created = false;
+      // etcd3 says 'connected' again after a reconnect, resuming from its last revision: only the creation matters.
+      watcher.on('connected', (response) => {
+        if (created) return;
+        created = true;
+        if (createdAt(response) <= readAt) return;
+        joined.look(etcd, lease, joined.node, givenUp).then(
+          (now) => {
+            if (now.predecessor !== watched) resolve();
+          },
+          () => resolve(),
+        );
+      });
       cancel = () => void watcher.cancel().catch(() => undefined);
     });
     try {
@@ -440,6 +467,12 @@ export async function waitForTurn(
     if (now.predecessor === false) return { outcome: 'gone', revision };
     predecessor = now.predecessor;
   }
+}
+
+/** The store's revision a watch's creation reply carries (the watch reports what comes after it); unknown: larger than any. */
+function createdAt(response: unknown): bigint {
+  const text = (response as { header?: { revision?: unknown } } | null)?.header?.revision;
+  return typeof text === 'string' && /^[0-9]+$/.test(text) ? BigInt(text) : BigInt(Number.MAX_SAFE_INTEGER) ** 2n;
 }
 
 /**

@@ -18,7 +18,7 @@ export interface FamilyResults {
   /** mode absent: a run from before the refilled mode (every point was 'rejoin'). */
   handoff: { mode?: 'refilled' | 'rejoin'; waiters: number; p50: number; p99: number; grantsPerSecond: number; rttMs: number; listMs?: number; releaseMs?: number; enterScansMs?: number; outOfOrder: number; counted?: number; partial?: boolean; load: number }[];
   contended: { processes: number; grantsPerSecond: number; perProcessMin: number; perProcessMax: number; load: number }[];
-  heap: { locks: number; heldBytes: number; waitingBytes: number; serverHeldBytes: number; serverWaitingBytes: number; serverWhat: string; serverDetail: string; seconds: number; phases?: { hold: number; wait: number; drain: number }; load: number }[];
+  heap: { locks: number; heldBytes: number; waitingBytes: number; serverHeldBytes: number; serverWaitingBytes: number; serverWhat: string; serverDetail: string; seconds: number; phases?: { hold: number; wait: number; drain: number }; bare?: { puts: number; watchCreates: number; deletes: number }; load: number }[];
   stores: { store: string; resources: number; admissionsPerSecond: number; floorPerSecond: number; load: number }[];
   skipped: string[];
 }

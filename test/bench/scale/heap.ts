@@ -7,7 +7,8 @@
 // Afterwards the holds are released, every waiter must be granted, and releases.
 import { performance } from 'node:perf_hooks';
 import type { Lock } from '../../../src/lock.js';
-import { openSource, readServer, type SourceFamily } from './sources.js';
+import { Etcd3 } from 'etcd3';
+import { openSource, readServer, servers, type SourceFamily } from './sources.js';
 
 export interface HeapPoint {
   readonly locks: number;
@@ -20,6 +21,17 @@ export interface HeapPoint {
   readonly seconds: number;
   /** Seconds spent taking the holds, queueing the waiters, and handing every lock on (release, grant, release). */
   readonly phases: { readonly hold: number; readonly wait: number; readonly drain: number };
+  /** etcd: the same point's requests sent bare (./heap.ts etcdBare), seconds each: the floor its phases stand on. */
+  readonly bare?: EtcdBare;
+}
+
+export interface EtcdBare {
+  /** L put-if-absent txns with a lease, BATCH at once (a hold's or a join's write). */
+  readonly puts: number;
+  /** L watch creates through one etcd3 client (etcd3 sends one at a time, the next on the previous one's reply). */
+  readonly watchCreates: number;
+  /** L deletes, BATCH at once (a release's write). */
+  readonly deletes: number;
 }
 
 declare const gc: (() => void) | undefined;
@@ -103,9 +115,55 @@ export async function heapAt(family: SourceFamily, locks: number, o: { pgSchemaN
       serverDetail: `${s0.detail} -> ${s1.detail} -> ${s2.detail}`,
       seconds: (performance.now() - started) / 1000,
       phases: { hold: (t1 - t0) / 1000, wait: (t2 - t1) / 1000, drain: (performance.now() - t2) / 1000 },
+      ...(family === 'etcd' && { bare: await etcdBare(locks) }),
     };
   } finally {
     await waiter.close().catch(() => undefined);
     await holder.close();
+  }
+}
+
+/**
+ * etcd's floor at L locks, the same run: the writes and watches a point makes, sent bare
+ * through one etcd3 client with no source around them. A point holds and waits for L
+ * locks with 2L such puts and, once each lock is held past a turn or waited for, a watch
+ * create each (the holder's on its own key, the waiter's on its predecessor); its drain
+ * deletes, looks and watches again. Timed after the point, on its keys' own prefix.
+ */
+async function etcdBare(locks: number): Promise<EtcdBare> {
+  const etcd = new Etcd3({ hosts: [...servers.etcd] });
+  try {
+    const lease = await etcd.leaseClient.leaseGrant({ TTL: 60 });
+    const tag = `scale/bare/${locks}/${Date.now().toString(36)}/`;
+    const keys = Array.from({ length: locks }, (_, i) => Buffer.from(`${tag}${i}`));
+    const value = Buffer.from('{"lease":"0","join":"000000000000000000000","owner":"fencekeeper"}');
+    const t0 = performance.now();
+    for (let i = 0; i < locks; i += BATCH) {
+      await Promise.all(
+        keys.slice(i, i + BATCH).map((key) =>
+          etcd.kv.txn({ compare: [{ key, target: 'Create', result: 'Equal', create_revision: '0' }], success: [{ request_put: { key, value, lease: lease.ID } }], failure: [] }),
+        ),
+      );
+    }
+    const t1 = performance.now();
+    // One watch that stays (as the source's anchor), then L, awaited by batch: the last of a batch is created after the rest.
+    const anchor = etcd.watch().key(`${tag}anchor`).watcher();
+    anchor.on('error', () => undefined);
+    const watchers = [];
+    for (let i = 0; i < locks; i += BATCH) {
+      const batch = keys.slice(i, i + BATCH).map((key) => etcd.watch().key(key).watcher());
+      for (const w of batch) w.on('error', () => undefined);
+      watchers.push(...batch);
+      await new Promise((resolve) => batch[batch.length - 1]!.once('connected', resolve));
+    }
+    const t2 = performance.now();
+    for (let i = 0; i < locks; i += BATCH) await Promise.all(keys.slice(i, i + BATCH).map((key) => etcd.kv.deleteRange({ key })));
+    const t3 = performance.now();
+    await Promise.all(watchers.map((w) => w.cancel().catch(() => undefined)));
+    await anchor.cancel().catch(() => undefined);
+    await etcd.leaseClient.leaseRevoke({ ID: lease.ID }).catch(() => undefined);
+    return { puts: (t1 - t0) / 1000, watchCreates: (t2 - t1) / 1000, deletes: (t3 - t2) / 1000 };
+  } finally {
+    etcd.close();
   }
 }

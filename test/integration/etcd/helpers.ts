@@ -7,6 +7,7 @@ import { afterEach } from 'vitest';
 import type { EtcdClient, EtcdKeyValue, EtcdRangeRequest, EtcdTxnResponse, EtcdWatchBuilder, EtcdWatcher } from '../../../src/sources/etcd/client.js';
 import { etcdSession } from '../../../src/sources/etcd/index.js';
 import { prefixEnd, queuePrefix, LOCKS_ROOT } from '../../../src/sources/etcd/queue.js';
+import { WATCH_ANCHOR_KEY } from '../../../src/sources/etcd/watch-anchor.js';
 import { testServers } from '../../helpers/servers.js';
 
 /** host:port list of the single node, as etcd3 takes it. */
@@ -49,6 +50,8 @@ export interface Counts {
   range: number;
   deleteRange: number;
   watchesMade: number;
+  /** Creation replies etcd sent for them (and again after a reconnect). */
+  watchesCreated: number;
   /** Delete events etcd delivered to this client's watches. */
   deletesDelivered: number;
 }
@@ -60,16 +63,20 @@ export interface Counts {
  */
 export function counting(
   etcd: EtcdClient,
-  hooks: { afterTxn?: (attempt: number, response: EtcdTxnResponse) => void; beforeRange?: (request: EtcdRangeRequest) => Promise<void> } = {},
+  hooks: { afterTxn?: (attempt: number, response: EtcdTxnResponse) => void | Promise<void>; beforeRange?: (request: EtcdRangeRequest) => Promise<void> } = {},
 ): { client: EtcdClient; counts: Counts } {
-  const counts: Counts = { txn: 0, range: 0, deleteRange: 0, watchesMade: 0, deletesDelivered: 0 };
-  const wrapBuilder = (builder: EtcdWatchBuilder): EtcdWatchBuilder => ({
-    key: (k) => wrapBuilder(builder.key(k)),
+  const counts: Counts = { txn: 0, range: 0, deleteRange: 0, watchesMade: 0, watchesCreated: 0, deletesDelivered: 0 };
+  // The client's anchor watch (../../../src/sources/etcd/watch-anchor.ts) is no wait's: neither counted nor wrapped.
+  const wrapBuilder = (builder: EtcdWatchBuilder, key?: string | Buffer): EtcdWatchBuilder => ({
+    key: (k) => wrapBuilder(builder.key(k), k),
     prefix: (p) => wrapBuilder(builder.prefix(p)),
-    startRevision: (r) => wrapBuilder(builder.startRevision(r)),
+    startRevision: (r) => wrapBuilder(builder.startRevision(r), key),
     watcher: () => {
+      if (key !== undefined && key.toString() === WATCH_ANCHOR_KEY) return builder.watcher();
       counts.watchesMade++;
       const watcher = builder.watcher();
+      // Counted before any listener of the source's runs (it registers after this).
+      watcher.on('connected', () => void counts.watchesCreated++);
       const wrapped: EtcdWatcher = {
         on: ((event: string, listener: (...args: unknown[]) => void) => {
           if (event === 'delete') {
@@ -95,7 +102,7 @@ export function counting(
       txn: async (r) => {
         const attempt = ++counts.txn;
         const response = await etcd.kv.txn(r);
-        hooks.afterTxn?.(attempt, response);
+        await hooks.afterTxn?.(attempt, response);
         return response;
       },
       deleteRange: (r) => {

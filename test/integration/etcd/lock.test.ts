@@ -3,7 +3,9 @@
 // waiter), tokens that are our key's create revision, one lease per client,
 // nothing left behind on abort, timeout or a busy try, lost replies adopted,
 // the lease's and the key's loss ending the holding.
-import { describe, expect, it } from 'vitest';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Host } from 'etcd3/lib/connection-pool.js';
+import { describe, expect, it, vi } from 'vitest';
 import { acquireLock, etcdSession, etcdSource, lockStatus, tryAcquireLock, type EtcdLock } from '../../../src/sources/etcd/index.js';
 import { ClientClosedError, LockLostError, LockTimeoutError, SessionExpiredError } from '../../../src/errors.js';
 import { uniqueLockName } from '../../helpers/unique.js';
@@ -100,7 +102,8 @@ describe('etcd lock', () => {
       );
       await until(async () => (await queueKeys(holderClient, name)).length === i + 2, `waiter ${i} queued`);
     }
-    await until(() => waiters.every((w) => w.counts.watchesMade === 1), 'every waiter watching its predecessor');
+    // Created, not only asked for: a watch starts where etcd creates it (a delete before that is found by a look, not delivered).
+    await until(() => waiters.every((w) => w.counts.watchesMade === 1 && w.counts.watchesCreated === 1), 'every waiter watching its predecessor');
     const rangesBefore = waiters.map((w) => w.counts.range);
 
     await holder.release();
@@ -114,6 +117,51 @@ describe('etcd lock', () => {
     expect(granted.map((l) => l.name)).toEqual([name, name]);
     await second.release();
     await within(Promise.all(waits.slice(2).map(async (w) => (await w).release())), 10_000, 'the rest');
+  });
+
+  it('waits that come and go one at a time leave the client\'s connections alone: etcd3 resets no member\'s services', async () => {
+    // etcd3 cancels a client's watch stream with its last watch and reports the CANCELLED as a failure of the
+    // member (resetting every service to it and counting one on its circuit breaker): each wait's watch the
+    // client's only one did that at every grant. The spy calls through; etcd3's close resets them too, later.
+    const resets = vi.spyOn(Host.prototype, 'resetAllServices');
+    try {
+      const name = uniqueLockName('etcd_watch_stream');
+      const a = pool.client();
+      const { client, counts } = counting(pool.client());
+      for (let turn = 0; turn < 3; turn++) {
+        const held = await acquireLock(a, name);
+        // Held past a turn of the event loop: its watch on its own key goes out too.
+        await sleep(50);
+        const created = counts.watchesCreated;
+        const waiting = acquireLock(client, name);
+        await until(() => counts.watchesCreated > created, 'the waiter watching the holder');
+        await held.release();
+        const granted = await within(waiting, 10_000, 'the waiter');
+        await sleep(50);
+        await granted.release();
+      }
+      // The stream's CANCELLED comes back within a round trip of the last cancel.
+      await sleep(300);
+      expect(resets).not.toHaveBeenCalled();
+    } finally {
+      resets.mockRestore();
+    }
+  });
+
+  it('a predecessor gone between the waiter\'s join and its watch\'s start: the waiter looks again and is granted', async () => {
+    const name = uniqueLockName('etcd_watch_start');
+    const held = await acquireLock(pool.client(), name);
+    // The join's reply held back until the holder has left: the waiter's watch starts after the delete.
+    const { client, counts } = counting(pool.client(), {
+      afterTxn: async (attempt) => {
+        if (attempt === 1) await held.release();
+      },
+    });
+    const lock = await within(acquireLock(client, name), 10_000, 'the waiter, its predecessor gone before its watch');
+    expect(counts.watchesMade).toBe(1);
+    expect(counts.deletesDelivered).toBe(0);
+    expect((await queueKeys(pool.client(), name)).map((k) => k.key)).toEqual([lock.key]);
+    await lock.release();
   });
 
   it('a timeout, an abort and a busy try-acquire leave no key behind', async () => {

@@ -100,7 +100,7 @@ describe('etcd semaphore', () => {
       );
       await until(async () => (await semaphoreKeys(holderClient, name)).length === i + 2, `waiter ${i} queued`);
     }
-    await until(() => waiters.every((w) => w.counts.watchesMade === 1), 'every waiter watching one thing');
+    await until(() => waiters.every((w) => w.counts.watchesMade === 1 && w.counts.watchesCreated === 1), 'every waiter watching one thing');
 
     await holder.release();
     const first = await within(waits[0]!, 10_000, 'the first waiter');

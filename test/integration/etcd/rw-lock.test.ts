@@ -131,7 +131,7 @@ describe('etcd read-write lock', () => {
       waits.push(i < 3 ? acquireReadLock(client, name) : acquireWriteLock(client, name));
       await until(async () => (await rwKeys(holderClient, name)).length === i + 2, `waiter ${i} queued`);
     }
-    await until(() => waiters.every((w) => w.counts.watchesMade === 1), 'every waiter watching one key');
+    await until(() => waiters.every((w) => w.counts.watchesMade === 1 && w.counts.watchesCreated === 1), 'every waiter watching one key');
 
     await holder.release();
     const readers = await within(Promise.all(waits.slice(0, 3)), 10_000, 'the three readers');
