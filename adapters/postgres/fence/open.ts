@@ -280,9 +280,12 @@ export async function openFencedKysely(trx: KyselyExecutor, resource: string, fe
 // miss (22012) is answered as there: `ROLLBACK; <the open with the upsert>`,
 // and from there everything is as if the probe had never been sent. Without
 // a row back the upsert cannot say that it rewrote an equal mark (a session
-// not at READ COMMITTED, where a probe can never hit), so a Kysely instance
-// whose probes missed and were then admitted twice in a row, with no hit in
-// between, opens with the upsert from then on (kyselyMisses).
+// not at READ COMMITTED, where a probe can never hit), and Kysely shows no
+// connection to remember that for, so a resource whose probes on Kysely
+// missed and were then admitted twice in a row, with no hit in between, is
+// opened with the upsert from then on (kyselyMisses). Per resource, not per
+// Kysely instance: `db.withSchema()` or `db.withPlugin()` per request makes a
+// new instance every time, and would pay the miss every time.
 const KYSELY_ADVANCE_NAME = nameOf('fencekeeper_fences_advance_or_raise', OPEN_ADVANCE_OR_RAISE);
 const KYSELY_EQUAL_NAME = nameOf('fencekeeper_fences_equal_or_raise', OPEN_EQUAL_OR_RAISE);
 const PARAMETERS = '(text, int8, text, text, text, text)';
@@ -294,20 +297,27 @@ const KYSELY_PREPARE = `DO $do$BEGIN
   ${prepareIfMissing(KYSELY_EQUAL_NAME, OPEN_EQUAL_OR_RAISE)}
 END$do$`;
 
-/** Per Kysely instance: probes that missed and were then admitted, in a row. */
-const kyselyMisses = new WeakMap<object, number>();
+/** Per resource: probes on Kysely that missed and were then admitted, in a row (bounded as lastAdmitted). */
+const kyselyMisses = new Map<string, number>();
 const KYSELY_MISSES_MAX = 2;
 
+function missedThenAdmitted(resource: string): void {
+  const misses = (kyselyMisses.get(resource) ?? 0) + 1;
+  kyselyMisses.delete(resource);
+  kyselyMisses.set(resource, misses);
+  if (kyselyMisses.size > LAST_ADMITTED_MAX) kyselyMisses.delete(kyselyMisses.keys().next().value as string);
+}
+
 /**
- * withFence's open on a connection of the Kysely instance `db` (outside a
+ * withFence's open on a connection of a Kysely instance (outside a
  * transaction): BEGIN, the advance (or the probe) and the savepoint in one
  * message. A stale token or a refusing binding rejects with StaleRefusal, the
  * transaction aborted; the caller rolls back, then calls `refusal.error(db)`.
  */
-export async function openFencedKyselyConnection(db: object, connection: KyselyExecutor, resource: string, fencing: ResolvedFencing): Promise<void> {
+export async function openFencedKyselyConnection(connection: KyselyExecutor, resource: string, fencing: ResolvedFencing): Promise<void> {
   const args = `(${quoteLiteral(resource)}, ${tokenLiteral(fencing.token)}, ${bindingLiterals(fencing)})`;
   const open = `BEGIN; EXECUTE ${KYSELY_ADVANCE_NAME}${args}; ${OPEN_SAVEPOINT}`;
-  let probing = lastAdmitted.get(resource) === fencing.token && (kyselyMisses.get(db) ?? 0) < KYSELY_MISSES_MAX;
+  let probing = lastAdmitted.get(resource) === fencing.token && (kyselyMisses.get(resource) ?? 0) < KYSELY_MISSES_MAX;
   let missed = false;
   let prepared = false;
   // What the next message starts with: nothing, or the rollback of the attempt that failed (and the prepares).
@@ -335,9 +345,9 @@ export async function openFencedKyselyConnection(db: object, connection: KyselyE
       throw error;
     }
   }
-  if (probing) kyselyMisses.delete(db);
+  if (probing) kyselyMisses.delete(resource);
   else {
-    if (missed) kyselyMisses.set(db, (kyselyMisses.get(db) ?? 0) + 1);
+    if (missed) missedThenAdmitted(resource);
     remember(resource, fencing.token);
   }
 }

@@ -170,7 +170,7 @@ async function fenceKyselyConnection<T>(db: KyselyDatabase & KyselyConnections, 
   const ended = await db.connection().execute(async (connection): Promise<WorkEnded<T> | undefined> => {
     const send = sender(connection);
     try {
-      await openFencedKyselyConnection(db, connection, resource, token);
+      await openFencedKyselyConnection(connection, resource, token);
     } catch (error) {
       // Refused or failed: the transaction is aborted (or the connection gone); leave it clean for the pool.
       await send('ROLLBACK').catch(() => undefined);

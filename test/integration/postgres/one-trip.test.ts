@@ -223,7 +223,7 @@ describe('round trips (pg.Pool; Kysely as far as its API allows)', () => {
     expect(await mark('trip:kysely-moved')).toBe(90n);
   });
 
-  it('withFence on a Kysely instance at REPEATABLE READ: the equal token rewrites the row as before; after two probes that missed, that instance opens with the upsert', async () => {
+  it('withFence on a Kysely instance at REPEATABLE READ: the equal token rewrites the row as before; after two probes that missed, that resource opens with the upsert (whichever instance)', async () => {
     const update = (trx: Kysely<TestDatabase>) => trx.updateTable('docs').set({ body: 'z' }).where('id', '=', 1).execute();
     await withFence(kysely, 'trip:kysely-rr', 100n, update);
     const other = newPool(schema, uniqueName('fk_pgtrip_krr'), 1);
@@ -242,12 +242,16 @@ describe('round trips (pg.Pool; Kysely as far as its API allows)', () => {
       }
       const third = await messagesOf(() => withFence(rr, 'trip:kysely-rr', 100n, update));
       expect(third.sent).toEqual([expect.stringMatching(KYSELY_OPEN), expect.stringMatching(/^update "docs"/), CLOSE]);
+      // A new instance per call (db.withSchema() per request, say) is no way around it.
+      const fresh = await messagesOf(() => withFence(rr.withPlugin({ transformQuery: (args) => args.node, transformResult: async (args) => args.result }), 'trip:kysely-rr', 100n, update));
+      expect(fresh.sent).toEqual([expect.stringMatching(KYSELY_OPEN), expect.stringMatching(/^update "docs"/), CLOSE]);
     } finally {
       recording = saved;
       await rr.destroy();
     }
-    // The READ COMMITTED instance still probes.
-    const rc = await messagesOf(() => withFence(kysely, 'trip:kysely-rr', 100n, update));
+    // Another resource on the READ COMMITTED instance still probes.
+    await withFence(kysely, 'trip:kysely-rc', 100n, update);
+    const rc = await messagesOf(() => withFence(kysely, 'trip:kysely-rc', 100n, update));
     expect(rc.sent).toEqual([expect.stringMatching(KYSELY_PROBE), expect.stringMatching(/^update "docs"/), CLOSE]);
   });
 
