@@ -115,6 +115,24 @@ WHERE current_setting('transaction_isolation') = 'read committed'
   AND NOT ${MISMATCHED('$1::text', '$3::text', '$4::text', '$5::text', '$6::text')}
 FOR NO KEY UPDATE OF f`;
 
+/**
+ * The two statements above for a driver that hands back no rows of a message
+ * of several statements (withFence on Kysely, ./open.ts), where only an
+ * error can say "not admitted as hoped", both prepared once per connection:
+ * - the upsert refusing a stale token with 23502 (advanceOrRaise), over
+ *   parameters as OPEN_ADVANCE's;
+ * - the probe answering a miss with 22012 (division by zero: no row locked,
+ *   count 0). Nothing else in it divides, so 22012 from it means a miss and
+ *   nothing else; its row lock and conditions are OPEN_EQUAL's, unchanged.
+ */
+export const OPEN_ADVANCE_OR_RAISE = advanceOrRaise('$1::text', '$2::int8', '$3::text', '$4::text', '$5::text', '$6::text');
+export const OPEN_EQUAL_OR_RAISE = `SELECT 1 / count(*) AS locked FROM (${OPEN_EQUAL}) AS probe`;
+
+/** The probe's miss from OPEN_EQUAL_OR_RAISE (division_by_zero). */
+export function isProbeMiss(error: unknown): boolean {
+  return sqlState(error) === '22012';
+}
+
 /** One row always, with the backend's pid: for a driver that runs one statement with parameters (Kysely). */
 const ADVANCE_WITH_PID = `WITH advanced AS (${OPEN_ADVANCE})
 SELECT a.token, a.previous, pg_backend_pid() AS pid FROM (SELECT 1) AS one LEFT JOIN advanced a ON true`;

@@ -38,14 +38,16 @@
 // `ROLLBACK; SELECT ...`. Success costs nothing beyond the message that
 // replaced BEGIN.
 //
-// On a Kysely transaction (BEGIN already sent by Kysely): the advance and the
-// savepoint in one message, for withFence (see openFencedKysely).
+// On a Kysely instance withFence holds one connection and opens the same way,
+// with statements that answer by raising (see openFencedKyselyConnection); in
+// a Kysely transaction (BEGIN already sent by Kysely) the advance and the
+// savepoint go in one message (see openFencedKysely).
 import { createHash } from 'node:crypto';
 import { SequencerMismatchError, StaleTokenError, type FencingToken, type ResolvedFencing } from '../../../src/index.js';
 import { checkInTransaction, checkOutcome, checkStatements, checksOnly } from './check.js';
 import { rawQuery, sendKysely, sendPg, sqlState, type KyselyExecutor, type PgPoolClient, type PgQueryResult } from '../database.js';
 import { CancelledWait } from './cancel.js';
-import { OPEN_ADVANCE, OPEN_EQUAL, advanceOrRaise, isRefusalError, outcomeOf } from './advance.js';
+import { OPEN_ADVANCE, OPEN_ADVANCE_OR_RAISE, OPEN_EQUAL, OPEN_EQUAL_OR_RAISE, advanceOrRaise, isProbeMiss, isRefusalError, outcomeOf } from './advance.js';
 import { FENCE_STATE, bindingValues, refusal, refusalFrom, type Advanced } from './row.js';
 import { OPEN_SAVEPOINT, rollback } from './transaction.js';
 import { quoteLiteral, tokenLiteral } from '../identifiers.js';
@@ -233,11 +235,11 @@ function bindingLiterals(fencing: ResolvedFencing): string {
 
 /**
  * The advance and the savepoint in one message, inside a Kysely transaction
- * (after Kysely's own BEGIN), or with BEGIN in the same message (`begin`: on
- * a connection outside a transaction, withFence on Kysely). A stale token
- * rejects with StaleRefusal; the caller rolls back, then calls `refusal.error(db)`.
+ * (after Kysely's own BEGIN: the check-only mode, and a Kysely without
+ * `connection()`). A stale token rejects with StaleRefusal; the caller rolls
+ * back, then calls `refusal.error(db)`.
  */
-export async function openFencedKysely(trx: KyselyExecutor, resource: string, fencing: ResolvedFencing, begin = false): Promise<void> {
+export async function openFencedKysely(trx: KyselyExecutor, resource: string, fencing: ResolvedFencing): Promise<void> {
   if (checksOnly(fencing)) {
     try {
       await checkInTransaction(trx, resource, fencing);
@@ -250,10 +252,103 @@ export async function openFencedKysely(trx: KyselyExecutor, resource: string, fe
   }
   const [kind, lock, sourceKind, sourceId] = bindingLiterals(fencing).split(', ') as [string, string, string, string];
   try {
-    await sendKysely(trx, rawQuery(`${begin ? 'BEGIN; ' : ''}${advanceOrRaise(quoteLiteral(resource), tokenLiteral(fencing.token), kind, lock, sourceKind, sourceId)}; ${OPEN_SAVEPOINT}`, []));
+    await sendKysely(trx, rawQuery(`${advanceOrRaise(quoteLiteral(resource), tokenLiteral(fencing.token), kind, lock, sourceKind, sourceId)}; ${OPEN_SAVEPOINT}`, []));
   } catch (error) {
     if (isRefusalError(error)) throw new StaleRefusal(resource, fencing);
     throw error;
+  }
+}
+
+// withFence on a Kysely instance holds one connection (db.connection()) and
+// opens as on a pg client, `BEGIN; EXECUTE <name>(<literals>); SAVEPOINT`,
+// with the two statements that answer by raising (./advance.ts,
+// OPEN_ADVANCE_OR_RAISE and OPEN_EQUAL_OR_RAISE) in place of rows. Before
+// they were prepared, the upsert's whole text went in every open message,
+// parsed and planned by the server every time, and an equal token (the
+// common case) paid the upsert's INSERT machinery as well as the probe's
+// (measured at RTT 0, concurrency 1, test/bench/pg-kysely-cpu.mjs: see the
+// commit that brought this in).
+//
+// Kysely offers no handle on the pg client, so whether a connection has
+// prepared them is not known beforehand: the open is sent, and a connection
+// that lacks one answers 26000; then one message rolls back, prepares
+// whatever is missing (KYSELY_PREPARE; PREPARE is not transactional, and a
+// name already taken is left alone: it carries a hash of its text) and opens
+// again. So a connection's first open costs one round trip more, once.
+//
+// The probe is tried on the same guess as on a pg client (lastAdmitted). A
+// miss (22012) is answered as there: `ROLLBACK; <the open with the upsert>`,
+// and from there everything is as if the probe had never been sent. Without
+// a row back the upsert cannot say that it rewrote an equal mark (a session
+// not at READ COMMITTED, where a probe can never hit), and Kysely shows no
+// connection to remember that for, so a resource whose probes on Kysely
+// missed and were then admitted twice in a row, with no hit in between, is
+// opened with the upsert from then on (kyselyMisses). Per resource, not per
+// Kysely instance: `db.withSchema()` or `db.withPlugin()` per request makes a
+// new instance every time, and would pay the miss every time.
+const KYSELY_ADVANCE_NAME = nameOf('fencekeeper_fences_advance_or_raise', OPEN_ADVANCE_OR_RAISE);
+const KYSELY_EQUAL_NAME = nameOf('fencekeeper_fences_equal_or_raise', OPEN_EQUAL_OR_RAISE);
+const PARAMETERS = '(text, int8, text, text, text, text)';
+const prepareIfMissing = (name: string, text: string): string => `IF NOT EXISTS (SELECT FROM pg_prepared_statements WHERE name = '${name}') THEN
+    EXECUTE $s$PREPARE ${name} ${PARAMETERS} AS ${text}$s$;
+  END IF;`;
+const KYSELY_PREPARE = `DO $do$BEGIN
+  ${prepareIfMissing(KYSELY_ADVANCE_NAME, OPEN_ADVANCE_OR_RAISE)}
+  ${prepareIfMissing(KYSELY_EQUAL_NAME, OPEN_EQUAL_OR_RAISE)}
+END$do$`;
+
+/** Per resource: probes on Kysely that missed and were then admitted, in a row (bounded as lastAdmitted). */
+const kyselyMisses = new Map<string, number>();
+const KYSELY_MISSES_MAX = 2;
+
+function missedThenAdmitted(resource: string): void {
+  const misses = (kyselyMisses.get(resource) ?? 0) + 1;
+  kyselyMisses.delete(resource);
+  kyselyMisses.set(resource, misses);
+  if (kyselyMisses.size > LAST_ADMITTED_MAX) kyselyMisses.delete(kyselyMisses.keys().next().value as string);
+}
+
+/**
+ * withFence's open on a connection of a Kysely instance (outside a
+ * transaction): BEGIN, the advance (or the probe) and the savepoint in one
+ * message. A stale token or a refusing binding rejects with StaleRefusal, the
+ * transaction aborted; the caller rolls back, then calls `refusal.error(db)`.
+ */
+export async function openFencedKyselyConnection(connection: KyselyExecutor, resource: string, fencing: ResolvedFencing): Promise<void> {
+  const args = `(${quoteLiteral(resource)}, ${tokenLiteral(fencing.token)}, ${bindingLiterals(fencing)})`;
+  const open = `BEGIN; EXECUTE ${KYSELY_ADVANCE_NAME}${args}; ${OPEN_SAVEPOINT}`;
+  let probing = lastAdmitted.get(resource) === fencing.token && (kyselyMisses.get(resource) ?? 0) < KYSELY_MISSES_MAX;
+  let missed = false;
+  let prepared = false;
+  // What the next message starts with: nothing, or the rollback of the attempt that failed (and the prepares).
+  let prefix = '';
+  for (;;) {
+    try {
+      await sendKysely(connection, rawQuery(`${prefix}${probing ? `BEGIN; EXECUTE ${KYSELY_EQUAL_NAME}${args}; ${OPEN_SAVEPOINT}` : open}`, []));
+      break;
+    } catch (error) {
+      if (sqlState(error) === '26000' && !prepared) {
+        prepared = true;
+        prefix = `ROLLBACK; ${KYSELY_PREPARE}; `;
+        continue;
+      }
+      if (probing && isProbeMiss(error)) {
+        probing = false;
+        missed = true;
+        prefix = 'ROLLBACK; ';
+        continue;
+      }
+      if (isRefusalError(error)) {
+        lastAdmitted.delete(resource);
+        throw new StaleRefusal(resource, fencing);
+      }
+      throw error;
+    }
+  }
+  if (probing) kyselyMisses.delete(resource);
+  else {
+    if (missed) missedThenAdmitted(resource);
+    remember(resource, fencing.token);
   }
 }
 

@@ -2,7 +2,7 @@ import { InvalidArgumentError, SequencerMismatchError, StaleTokenError, WorkNotC
 import { fenceAdvances, publishRefused, traceWithFence } from '../../../src/extend.js';
 import { checksOnly, type FenceRequest } from './check.js';
 import { guardClient, isKysely, type Database, type KyselyDatabase, type KyselyExecutor, type PgPool, type PgPoolClient, type PoolClientOf } from '../database.js';
-import { StaleRefusal, openFenced, openFencedKysely } from './open.js';
+import { StaleRefusal, openFenced, openFencedKysely, openFencedKyselyConnection } from './open.js';
 import { ROLL_BACK, closeFenced, failedClose, keepAdvanceOnly, keepAfterFailure, rollback, sender, type Ending, type Send } from './transaction.js';
 import { checkResource } from '../identifiers.js';
 
@@ -170,7 +170,7 @@ async function fenceKyselyConnection<T>(db: KyselyDatabase & KyselyConnections, 
   const ended = await db.connection().execute(async (connection): Promise<WorkEnded<T> | undefined> => {
     const send = sender(connection);
     try {
-      await openFencedKysely(connection, resource, token, true);
+      await openFencedKyselyConnection(connection, resource, token);
     } catch (error) {
       // Refused or failed: the transaction is aborted (or the connection gone); leave it clean for the pool.
       await send('ROLLBACK').catch(() => undefined);

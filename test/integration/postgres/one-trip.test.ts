@@ -94,7 +94,13 @@ const PROBE = /^BEGIN; EXECUTE fencekeeper_fences_equal_[0-9a-f]+\(E'.*', \d+::i
 // The probe found no row: rolled back, and the open above in the same message.
 const MISSED = /^ROLLBACK; BEGIN; EXECUTE fencekeeper_fences_advance_[0-9a-f]+\(E'.*', \d+::int8, (NULL::text|E'.*'::text), .*\); SAVEPOINT fencekeeper_fenced$/s;
 const CLOSE = 'SET CONSTRAINTS ALL IMMEDIATE; RELEASE SAVEPOINT fencekeeper_fenced; COMMIT';
-const KYSELY_BEGIN_OPEN = /^BEGIN; INSERT INTO fencekeeper_fences AS f .*SELECT E'.*', CASE WHEN NOT EXISTS .*fencekeeper_fence_bindings.* THEN \d+::int8 END, NULL, now\(\).*; SAVEPOINT fencekeeper_fenced$/s;
+// withFence on Kysely: the same shapes with the statements that answer by raising (fence/advance.ts).
+const KYSELY_OPEN = /^BEGIN; EXECUTE fencekeeper_fences_advance_or_raise_[0-9a-f]+\(E'.*', \d+::int8, (NULL::text|E'.*'::text), .*\); SAVEPOINT fencekeeper_fenced$/s;
+const KYSELY_PROBE = /^BEGIN; EXECUTE fencekeeper_fences_equal_or_raise_[0-9a-f]+\(E'.*', \d+::int8, (NULL::text|E'.*'::text), .*\); SAVEPOINT fencekeeper_fenced$/s;
+const KYSELY_MISSED = /^ROLLBACK; BEGIN; EXECUTE fencekeeper_fences_advance_or_raise_[0-9a-f]+\(.*\); SAVEPOINT fencekeeper_fenced$/s;
+// A connection without them (its first withFence, or after DEALLOCATE ALL): one message rolls back, prepares what is missing and opens again.
+const KYSELY_PREPARED_OPEN = /^ROLLBACK; DO \$do\$BEGIN.*PREPARE fencekeeper_fences_advance_or_raise_.*PREPARE fencekeeper_fences_equal_or_raise_.*END\$do\$; BEGIN; EXECUTE fencekeeper_fences_(advance|equal)_or_raise_[0-9a-f]+\(.*\); SAVEPOINT fencekeeper_fenced$/s;
+const KYSELY_REFUSAL_READ = /^SELECT \(SELECT token::text FROM fencekeeper_fences WHERE resource = \$1::text\) AS token,.*fencekeeper_fence_bindings/s;
 // A mismatched binding aborted the open: the rollback, and the mark and the fence's binding read in one statement.
 const REFUSE = /^ROLLBACK; SELECT \(SELECT token::text FROM fencekeeper_fences WHERE resource = E'.*'\) AS token,.*LEFT JOIN fencekeeper_fence_bindings b ON b.resource = E'.*'$/s;
 const WORK = 'UPDATE docs SET body = body WHERE id = 1';
@@ -164,22 +170,99 @@ describe('round trips (pg.Pool; Kysely as far as its API allows)', () => {
     expect(await mark('trip:bound')).toBe(60n);
   });
 
-  it('withFence on Kysely: the round trips of a plain Kysely transaction (BEGIN with the advance and the savepoint, the work, the close)', async () => {
-    const plain = await messagesOf(() => kysely.transaction().execute((trx) => trx.updateTable('docs').set({ body: 'x' }).where('id', '=', 1).execute()));
+  it('withFence on Kysely: the round trips of a plain Kysely transaction (BEGIN with the advance or the probe and the savepoint, the work, the close); a connection\'s first prepares, once', async () => {
+    const update = (trx: Kysely<TestDatabase>) => trx.updateTable('docs').set({ body: 'x' }).where('id', '=', 1).execute();
+    const plain = await messagesOf(() => kysely.transaction().execute(update));
     expect(plain.sent).toEqual(['begin', expect.stringMatching(/^update "docs"/), 'commit']);
-    const { sent, error } = await messagesOf(() => withFence(kysely, 'trip:kysely', 50n, (trx) => trx.updateTable('docs').set({ body: 'x' }).where('id', '=', 1).execute()));
-    expect(error).toBeUndefined();
-    expect(sent).toEqual([expect.stringMatching(KYSELY_BEGIN_OPEN), expect.stringMatching(/^update "docs"/), CLOSE]);
-    expect(sent).toHaveLength(plain.sent.length);
+    // This connection has not prepared the Kysely statements yet: 26000, then one message that prepares and opens.
+    const first = await messagesOf(() => withFence(kysely, 'trip:kysely', 50n, update));
+    expect(first.error).toBeUndefined();
+    expect(first.sent).toEqual([expect.stringMatching(KYSELY_OPEN), expect.stringMatching(KYSELY_PREPARED_OPEN), expect.stringMatching(/^update "docs"/), CLOSE]);
     expect(await mark('trip:kysely')).toBe(50n);
+    // From then on as many as the plain transaction: the same holder again opens with the probe (a row lock, no upsert).
+    const again = await messagesOf(() => withFence(kysely, 'trip:kysely', 50n, update));
+    expect(again.error).toBeUndefined();
+    expect(again.sent).toEqual([expect.stringMatching(KYSELY_PROBE), expect.stringMatching(/^update "docs"/), CLOSE]);
+    expect(again.sent).toHaveLength(plain.sent.length);
+    const advanced = await messagesOf(() => withFence(kysely, 'trip:kysely', 51n, update));
+    expect(advanced.sent).toEqual([expect.stringMatching(KYSELY_OPEN), expect.stringMatching(/^update "docs"/), CLOSE]);
+    expect(await mark('trip:kysely')).toBe(51n);
     // Stale: refused by the open (the work never runs), rolled back, then the mark is read.
     let ran = false;
     const stale = await messagesOf(() => withFence(kysely, 'trip:kysely', 49n, async () => { ran = true; }));
     expect(stale.error).toBeInstanceOf(StaleTokenError);
-    expect((stale.error as StaleTokenError).current).toBe(50n);
+    expect((stale.error as StaleTokenError).current).toBe(51n);
     expect(ran).toBe(false);
-    expect(stale.sent).toEqual([expect.stringMatching(KYSELY_BEGIN_OPEN), 'ROLLBACK', expect.stringMatching(/^SELECT \(SELECT token::text FROM fencekeeper_fences WHERE resource = \$1::text\) AS token,.*fencekeeper_fence_bindings/s)]);
-    expect(await mark('trip:kysely')).toBe(50n);
+    expect(stale.sent).toEqual([expect.stringMatching(KYSELY_OPEN), 'ROLLBACK', expect.stringMatching(KYSELY_REFUSAL_READ)]);
+    expect(await mark('trip:kysely')).toBe(51n);
+  });
+
+  it('withFence on Kysely, the mark moved since: the probe misses (22012), one message rolls it back and opens with the upsert, which refuses a stale token or advances a lowered mark', async () => {
+    const update = (trx: Kysely<TestDatabase>) => trx.updateTable('docs').set({ body: 'y' }).where('id', '=', 1).execute();
+    await withFence(kysely, 'trip:kysely-moved', 80n, update);
+    await pool.query(`UPDATE fencekeeper_fences SET token = 85 WHERE resource = 'trip:kysely-moved'`);
+    let ran = false;
+    const stale = await messagesOf(() => withFence(kysely, 'trip:kysely-moved', 80n, async () => { ran = true; }));
+    expect(stale.error).toBeInstanceOf(StaleTokenError);
+    expect((stale.error as StaleTokenError).current).toBe(85n);
+    expect(ran).toBe(false);
+    expect(stale.sent).toEqual([expect.stringMatching(KYSELY_PROBE), expect.stringMatching(KYSELY_MISSED), 'ROLLBACK', expect.stringMatching(KYSELY_REFUSAL_READ)]);
+    expect(await mark('trip:kysely-moved')).toBe(85n);
+    // Lowered by an operator: the upsert advances it again.
+    await withFence(kysely, 'trip:kysely-moved', 90n, update);
+    await pool.query(`UPDATE fencekeeper_fences SET token = 87 WHERE resource = 'trip:kysely-moved'`);
+    const lowered = await messagesOf(() => withFence(kysely, 'trip:kysely-moved', 90n, update));
+    expect(lowered.error).toBeUndefined();
+    expect(lowered.sent).toEqual([expect.stringMatching(KYSELY_PROBE), expect.stringMatching(KYSELY_MISSED), expect.stringMatching(/^update "docs"/), CLOSE]);
+    expect(await mark('trip:kysely-moved')).toBe(90n);
+    // A bound fence and a bare token: the probe misses, the upsert refuses; nothing changes.
+    await bindFence(pool, 'trip:kysely-moved', { kind: 'lock', lock: 'trip/kysely-moved', source: { kind: 'zookeeper', id: 'trip' } });
+    const bound = await messagesOf(() => withFence(kysely, 'trip:kysely-moved', 90n, update));
+    expect(bound.error).toBeInstanceOf(SequencerMismatchError);
+    expect(bound.sent).toEqual([expect.stringMatching(KYSELY_PROBE), expect.stringMatching(KYSELY_MISSED), 'ROLLBACK', expect.stringMatching(KYSELY_REFUSAL_READ)]);
+    expect(await mark('trip:kysely-moved')).toBe(90n);
+  });
+
+  it('withFence on a Kysely instance at REPEATABLE READ: the equal token rewrites the row as before; after two probes that missed, that resource opens with the upsert (whichever instance)', async () => {
+    const update = (trx: Kysely<TestDatabase>) => trx.updateTable('docs').set({ body: 'z' }).where('id', '=', 1).execute();
+    await withFence(kysely, 'trip:kysely-rr', 100n, update);
+    const other = newPool(schema, uniqueName('fk_pgtrip_krr'), 1);
+    other.on('connect', (client) => { client.query(`SET default_transaction_isolation = 'repeatable read'`).catch(() => undefined); });
+    const saved = recording;
+    recording = recordingPool(other);
+    const rr = new Kysely<TestDatabase>({ dialect: new PostgresDialect({ pool: recording as unknown as pg.Pool }) });
+    try {
+      const xmin = async () => (await pool.query<{ xmin: string }>(`SELECT xmin::text AS xmin FROM fencekeeper_fences WHERE resource = 'trip:kysely-rr'`)).rows[0]?.xmin;
+      for (let i = 0; i < 2; i += 1) {
+        const before = await xmin();
+        const missed = await messagesOf(() => withFence(rr, 'trip:kysely-rr', 100n, update));
+        expect(missed.error).toBeUndefined();
+        expect(missed.sent.filter((text) => !KYSELY_PREPARED_OPEN.test(text))).toEqual([expect.stringMatching(KYSELY_PROBE), expect.stringMatching(KYSELY_MISSED), expect.stringMatching(/^update "docs"/), CLOSE]);
+        expect(await xmin()).not.toBe(before); // rewritten: REPEATABLE READ needs the write
+      }
+      const third = await messagesOf(() => withFence(rr, 'trip:kysely-rr', 100n, update));
+      expect(third.sent).toEqual([expect.stringMatching(KYSELY_OPEN), expect.stringMatching(/^update "docs"/), CLOSE]);
+      // A new instance per call (db.withSchema() per request, say) is no way around it.
+      const fresh = await messagesOf(() => withFence(rr.withPlugin({ transformQuery: (args) => args.node, transformResult: async (args) => args.result }), 'trip:kysely-rr', 100n, update));
+      expect(fresh.sent).toEqual([expect.stringMatching(KYSELY_OPEN), expect.stringMatching(/^update "docs"/), CLOSE]);
+    } finally {
+      recording = saved;
+      await rr.destroy();
+    }
+    // Another resource on the READ COMMITTED instance still probes.
+    await withFence(kysely, 'trip:kysely-rc', 100n, update);
+    const rc = await messagesOf(() => withFence(kysely, 'trip:kysely-rc', 100n, update));
+    expect(rc.sent).toEqual([expect.stringMatching(KYSELY_PROBE), expect.stringMatching(/^update "docs"/), CLOSE]);
+  });
+
+  it('withFence on Kysely after DEALLOCATE ALL on its connection: prepared again in the message that reopens; the transaction goes through', async () => {
+    const update = (trx: Kysely<TestDatabase>) => trx.updateTable('docs').set({ body: 'w' }).where('id', '=', 1).execute();
+    await withFence(kysely, 'trip:kysely-dealloc', 40n, update);
+    await pool.query('DEALLOCATE ALL');
+    const { sent, error } = await messagesOf(() => withFence(kysely, 'trip:kysely-dealloc', 40n, update));
+    expect(error).toBeUndefined();
+    expect(sent).toEqual([expect.stringMatching(KYSELY_PROBE), expect.stringMatching(KYSELY_PREPARED_OPEN), expect.stringMatching(/^update "docs"/), CLOSE]);
+    expect(await mark('trip:kysely-dealloc')).toBe(40n);
   });
 
   it('withFence on Kysely: the instance the work got refuses queries once the fenced transaction has ended (its connection is back in the pool)', async () => {
