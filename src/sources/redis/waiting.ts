@@ -8,7 +8,7 @@ import { LockTimeoutError } from '../../index.js';
 import type { RedisClient } from '../../shared/redis/client.js';
 import { now } from '../../shared/redis/deadlines.js';
 import type { CheckedOptions } from './options.js';
-import { wakeChannel, type WakeTicket } from './wake.js';
+import { queuePlace, wakeChannel, type WakeTicket } from './wake.js';
 
 export type Attempt<T> = { readonly granted: T } | { readonly retryInMs: number };
 
@@ -81,7 +81,9 @@ export async function waitAfterRefusal<T>(
     const handoff = handoffMsOf(options);
     // All at once (a paused node costs its timeout once, not once per node after it);
     // every ticket taken is left again in `finally`, whatever failed beside it.
-    const joined = await Promise.allSettled(clients.map((client) => wakeChannel(client).join(name, poke, options.nodeTimeoutMs, handoff)));
+    // One place on every node: they all wake the same waiter first (./scripts.ts).
+    const place = queuePlace();
+    const joined = await Promise.allSettled(clients.map((client) => wakeChannel(client).join(name, place, poke, options.nodeTimeoutMs, handoff)));
     for (const j of joined) if (j.status === 'fulfilled') tickets.push(j.value);
     for (const j of joined) if (j.status === 'rejected') throw j.reason;
     const entries = tickets.map((t) => t.entry);

@@ -1,13 +1,39 @@
 // How a waiter hears that a lock was released, without polling: each client
 // has one subscriber connection (opened while the client has waiters, closed
 // with its last), on a channel of its own. A waiter's entry in the lock's
-// waiter list names that channel; the release script pops the oldest entry
-// whose channel has a listener, publishes to it and reserves the lock for it
-// (./scripts.ts), so one release wakes one waiter, across any number of
-// processes, and that waiter is the one that gets the lock.
+// waiter list names that channel; the release script pops the first entry
+// (by place, see queuePlace) whose channel has a listener, publishes to it and
+// reserves the lock for it (./scripts.ts), so one release wakes one waiter,
+// across any number of processes, and that waiter is the one that gets the lock.
 import { randomBytes } from 'node:crypto';
 import { send, where, type RedisClient, type RedisSubscriber } from '../../shared/redis/client.js';
 import { LEAVE, WAKE_CHANNEL, lockKeys } from './scripts.js';
+
+const PROCESS_TAG = randomBytes(6).toString('hex');
+let lastMs = 0;
+let placeSeq = 0;
+
+/**
+ * A waiter's place in a lock's queue, one per wait and the same on every
+ * node of a Redlock set: the nodes list their waiters in the byte order of
+ * their entries, which begin with it, so they all agree who comes first
+ * (whatever order the joins reached each node in). The wall clock's
+ * milliseconds in fixed-width hex, then a counter within this process (its
+ * waiters keep their order of arrival, even if the clock steps back), then
+ * the process's random tag (two processes' places never tie). The wall
+ * clock, not the monotonic one, because places are compared across
+ * processes and hosts: a host whose clock runs ahead queues its waiters
+ * that much later. That is fairness only: a waiter's place changes who is
+ * woken first, never who may hold the lock or its token.
+ */
+export function queuePlace(): string {
+  const ms = Math.max(lastMs, Date.now());
+  if (ms !== lastMs) {
+    lastMs = ms;
+    placeSeq = 0;
+  }
+  return `${ms.toString(16).padStart(12, '0')}${(placeSeq++).toString(16).padStart(6, '0')}${PROCESS_TAG}`;
+}
 
 /** One waiter's place on one client's channel. */
 export interface WakeTicket {
@@ -111,10 +137,10 @@ class WakeChannel {
    * reserves the lock for it for `handoffMs`: the time its attempt has to
    * take it before anyone else may.
    */
-  async join(name: string, onWake: () => void, limitMs: number, handoffMs: number): Promise<WakeTicket> {
+  async join(name: string, place: string, onWake: () => void, limitMs: number, handoffMs: number): Promise<WakeTicket> {
     const waiter = `${++this.#seq}`;
-    // name last: it has no spaces, so the four fields split cleanly
-    const entry = `${this.#id} ${waiter} ${handoffMs} ${name}`;
+    // place first (the nodes order entries by it); name last: it has no spaces, so the five fields split cleanly
+    const entry = `${place} ${this.#id} ${waiter} ${handoffMs} ${name}`;
     this.#subscription ??= new Subscription(this.#client, WAKE_CHANNEL + this.#id, (connection, message) => this.#deliver(connection, message));
     // After the subscriber is made: a duplicate() that throws leaves no waiter behind.
     this.#waiters.set(waiter, onWake);
@@ -131,7 +157,7 @@ class WakeChannel {
   }
 
   #deliver(connection: RedisSubscriber, message: string): void {
-    const [, waiter = '', , name = ''] = message.split(' ');
+    const [, , waiter = '', , name = ''] = message.split(' ');
     const onWake = this.#waiters.get(waiter);
     if (onWake !== undefined) {
       onWake();

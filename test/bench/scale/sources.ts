@@ -50,7 +50,7 @@ export interface Opened {
   /**
    * The lock's queue length (holder + waiters) by the cheapest listing the source has:
    * ZooKeeper getChildren of the queue node (what a join lists), Redis the lock key and the
-   * waiter list on one node (EXISTS + LLEN), etcd and PostgreSQL lockStatus.
+   * waiter set on one node (EXISTS + ZCARD), etcd and PostgreSQL lockStatus.
    */
   queued(name: string): Promise<number>;
   /**
@@ -65,7 +65,7 @@ export interface Opened {
 /** Redis: the lock key (held or reserved) plus the waiter list's length, on one node (lockStatus shows no waiters there). */
 const redisLength = async (c: Redis, name: string): Promise<number> => {
   const [lock, , waiters] = lockKeys(name);
-  const [held, len] = await Promise.all([c.exists(lock), c.llen(waiters)]);
+  const [held, len] = await Promise.all([c.exists(lock), c.zcard(waiters)]);
   return held + len;
 };
 
