@@ -19,7 +19,7 @@ describe('queuePlace', () => {
     // Byte order, as the server's sorted set compares members with equal scores.
     expect([...places].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)))).toEqual(places);
     expect(new Set(places.map((p) => p.length)).size).toBe(1);
-    expect(places.every((p) => /^[0-9a-f]+$/.test(p))).toBe(true);
+    expect(places.every((p) => /^[0-9a-z]{21}$/.test(p))).toBe(true);
     expect(new Set(places).size).toBe(places.length);
   });
 });

@@ -8,7 +8,10 @@
 //   fencekeeper:token:{NAME}    the fencing counter, never expires
 //   fencekeeper:waiters:{NAME}  waiters to wake, a sorted set (every score 0, so in the
 //                               order of its members' bytes) of "<place> <channel id>
-//                               <waiter id> <handoff ms> <name>"
+//                               <waiter id> <handoff ms>": at most 64 bytes, which the
+//                               server keeps in a listpack (zset-max-listpack-value; a
+//                               member one byte longer makes the set a skiplist, five
+//                               times the memory); the wake published is the entry and NAME
 // A release wakes the first waiter (the smallest place) that still listens, by
 // a PUBLISH on the channel of its process (WAKE_CHANNEL + channel id): one
 // waiter, not all. The place is the waiter's, the same on every node of a
@@ -36,8 +39,11 @@ type LockKeys = readonly [lock: string, counter: string, waiters: string];
 /** The keys of the name asked last (one lock taken again and again builds its keys once). */
 let last: { readonly name: string; readonly keys: LockKeys } | null = null;
 
+/** The waiter set's key is this, the name, and '}': the release script reads the name back from it. */
+const WAITERS_PREFIX = 'fencekeeper:waiters:{';
+
 export function lockKeys(name: string): LockKeys {
-  if (last === null || last.name !== name) last = { name, keys: Object.freeze([`fencekeeper:lock:{${name}}`, `fencekeeper:token:{${name}}`, `fencekeeper:waiters:{${name}}`] as const) };
+  if (last === null || last.name !== name) last = { name, keys: Object.freeze([`fencekeeper:lock:{${name}}`, `fencekeeper:token:{${name}}`, `${WAITERS_PREFIX}${name}}`] as const) };
   return last.keys;
 }
 
@@ -55,8 +61,8 @@ local woken = false
 while true do
   local w = redis.call('ZPOPMIN', ${waiters})[1]
   if not w then break end
-  local channel, ms = string.match(w, '^%S+ (%S+) %S+ (%d+) ')
-  if channel and redis.call('PUBLISH', ${prefix} .. channel, w) > 0 then
+  local channel, ms = string.match(w, '^%S+ (%S+) %S+ (%d+)$')
+  if channel and redis.call('PUBLISH', ${prefix} .. channel, w .. ' ' .. string.sub(${waiters}, ${WAITERS_PREFIX.length + 1}, -2)) > 0 then
     woken = true
     if tonumber(ms) > 0 then redis.call('SET', ${lock}, '${RESERVED}' .. w, 'PX', ms) else redis.call('DEL', ${lock}) end
     break

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { send, where, type RedisClient, type RedisSubscriber } from '../../shared/redis/client.js';
 import { LEAVE, WAKE_CHANNEL, lockKeys } from './scripts.js';
 
-const PROCESS_TAG = randomBytes(6).toString('hex');
+const PROCESS_TAG = randomBytes(4).toString('hex');
 let lastMs = 0;
 let placeSeq = 0;
 
@@ -20,7 +20,10 @@ let placeSeq = 0;
  * (whatever order the joins reached each node in). The wall clock's
  * milliseconds in fixed-width hex, then a counter within this process (its
  * waiters keep their order of arrival, even if the clock steps back), then
- * the process's random tag (two processes' places never tie). The wall
+ * the process's random tag (two processes' places tie only if they also
+ * drew the same 32 bits). Base 36 and fixed widths (9, 4, 8: 21 bytes), so
+ * that byte order is number order and the entry stays short (./scripts.ts:
+ * a sorted set of members up to 64 bytes is stored compactly). The wall
  * clock, not the monotonic one, because places are compared across
  * processes and hosts: a host whose clock runs ahead queues its waiters
  * that much later. That is fairness only: a waiter's place changes who is
@@ -32,7 +35,7 @@ export function queuePlace(): string {
     lastMs = ms;
     placeSeq = 0;
   }
-  return `${ms.toString(16).padStart(12, '0')}${(placeSeq++).toString(16).padStart(6, '0')}${PROCESS_TAG}`;
+  return `${ms.toString(36).padStart(9, '0')}${(placeSeq++).toString(36).padStart(4, '0')}${PROCESS_TAG}`;
 }
 
 /** One waiter's place on one client's channel. */
@@ -139,8 +142,9 @@ class WakeChannel {
    */
   async join(name: string, place: string, onWake: () => void, limitMs: number, handoffMs: number): Promise<WakeTicket> {
     const waiter = `${++this.#seq}`;
-    // place first (the nodes order entries by it); name last: it has no spaces, so the five fields split cleanly
-    const entry = `${place} ${this.#id} ${waiter} ${handoffMs} ${name}`;
+    // place first (the nodes order entries by it); without the name (up to 512 bytes): the key names the lock,
+    // and the release script adds it to the wake it publishes (./scripts.ts)
+    const entry = `${place} ${this.#id} ${waiter} ${handoffMs}`;
     this.#subscription ??= new Subscription(this.#client, WAKE_CHANNEL + this.#id, (connection, message) => this.#deliver(connection, message));
     // After the subscriber is made: a duplicate() that throws leaves no waiter behind.
     this.#waiters.set(waiter, onWake);
@@ -157,14 +161,17 @@ class WakeChannel {
   }
 
   #deliver(connection: RedisSubscriber, message: string): void {
-    const [, , waiter = '', , name = ''] = message.split(' ');
+    // The entry, then the lock's name (./scripts.ts handOn).
+    const fields = message.split(' ');
+    const waiter = fields[2] ?? '';
+    const name = fields[4] ?? '';
     const onWake = this.#waiters.get(waiter);
     if (onWake !== undefined) {
       onWake();
       return;
     }
     // Woken after it left: hand the wake (and the lock reserved for it) on, or the next waiter would sleep until its re-check.
-    if (connection === this.#subscription?.connection && name !== '') this.#handOn(name, message, '1');
+    if (connection === this.#subscription?.connection && name !== '') this.#handOn(name, fields.slice(0, 4).join(' '), '1');
   }
 
   /** LEAVE for `entry`: out of the waiter list, and the lock handed on if it was reserved for it (`wake` '1': or if it is free). */

@@ -12,6 +12,7 @@
 // above what the grants take (well under a second each on a quiet machine).
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
+import { MAX_TTL_MS } from '../../../src/sources/redis/options.js';
 import { acquireLock, type RedisClient } from '../../../src/sources/redis/index.js';
 import { lockKeys } from '../../../src/sources/redis/scripts.js';
 import { uniqueLockName } from '../../helpers/unique.js';
@@ -92,4 +93,21 @@ describe('Redlock waiters whose joins reach the nodes in different orders', () =
     await within(Promise.all(contenders), 3 * LIVENESS_MS, `40 grants (${granted} so far)`);
     expect(granted).toBe(40);
   }, 6 * LIVENESS_MS);
+
+  it('a waiter\'s entry stays within 64 bytes (the longest name, TTL and handoff): each node keeps the waiter set compact (a listpack)', async () => {
+    const name = uniqueLockName('compact') + 'x'.repeat(400);
+    const longest = { ttlMs: MAX_TTL_MS, nodeTimeoutMs: MAX_TTL_MS - 1 };
+    const holder = await acquireLock(pool.redlock(), name, longest);
+    const waiting = acquireLock(pool.redlock(), name, { ...longest, timeoutMs: LIVENESS_MS });
+    waiting.catch(() => {});
+    await until(async () => (await Promise.all(redlockPorts().map((p) => listed(p, name)))).every((n) => n === 1), 'the waiter listed on every node');
+    for (const port of redlockPorts()) {
+      const [entry] = await onPort<string[]>(port, 'ZRANGE', lockKeys(name)[2], 0, 0);
+      expect(Buffer.byteLength(entry ?? '')).toBeLessThanOrEqual(64);
+      expect(await onPort(port, 'OBJECT', 'ENCODING', lockKeys(name)[2])).toBe('listpack');
+    }
+    await holder.release();
+    const next = await within(waiting, LIVENESS_MS, 'the waiter\'s grant');
+    await next.release();
+  }, 3 * LIVENESS_MS);
 });

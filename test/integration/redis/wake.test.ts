@@ -136,7 +136,7 @@ describe.each(kinds)('%s', (_kind, urls) => {
     await holder.release();
     await until(() => blocked.length > 0, 'the first waiter to be woken');
     // Reserved for the first waiter on every node (Redlock's release returns once a majority answered): no grant, no holder.
-    const reservation = new RegExp(`^${RESERVED}\\S+ \\S+ 1 40000 `);
+    const reservation = new RegExp(`^${RESERVED}\\S+ \\S+ 1 40000$`);
     await until(
       async () => (await Promise.all(urls().map((u) => onPort<string | null>(hostPort(u).port, 'GET', lockKeys(name)[0])))).every((v) => reservation.test(v ?? '')),
       'the lock reserved for the first waiter on every node',
