@@ -8,7 +8,7 @@ import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { ConnectionLossError } from '../../src/errors.js';
 import { NodeTimeoutError, send, type RedisClient, type RedisSubscriber } from '../../src/shared/redis/client.js';
-import { queuePlace, wakeChannel } from '../../src/sources/redis/wake.js';
+import { wakeChannel } from '../../src/sources/redis/wake.js';
 import { countUnhandledRejections } from '../helpers/unhandled.js';
 
 const unhandled = countUnhandledRejections();
@@ -122,7 +122,7 @@ describe('the wake subscriber', () => {
       },
     };
     const channel = wakeChannel(client);
-    const joining = channel.join('a', queuePlace(), () => {}, 1000, 100);
+    const joining = channel.join('a', () => {}, 1000, 100);
     expect(subscriber.subscribes).toHaveLength(1);
     subscriber.subscribes.shift()!.resolve();
     const ticket = await joining;
@@ -142,7 +142,7 @@ describe('the wake subscriber', () => {
   it('a ready without a lost connection before it (the first one) subscribes nothing more', async () => {
     const subscriber = new FakeSubscriber();
     const client: RedisClient = { call: () => Promise.resolve(1), duplicate: () => subscriber as unknown as RedisSubscriber };
-    const joining = wakeChannel(client).join('b', queuePlace(), () => {}, 1000, 100);
+    const joining = wakeChannel(client).join('b', () => {}, 1000, 100);
     subscriber.emit('ready');
     expect(subscriber.subscribes).toHaveLength(1);
     subscriber.subscribes.shift()!.resolve();
@@ -156,7 +156,7 @@ describe('the wake subscriber', () => {
     const client: RedisClient = { call: () => Promise.resolve(1), duplicate: () => subscriber as unknown as RedisSubscriber };
     let joined = false;
     const joining = wakeChannel(client)
-      .join('c', queuePlace(), () => {}, 60_000, 100)
+      .join('c', () => {}, 60_000, 100)
       .then((ticket) => {
         joined = true;
         return ticket;

@@ -123,11 +123,15 @@ return -3 - redis.call('PTTL', KEYS[1])
  * carries our value: we have just set it). {2, proposal} raised,
  * {1, counter} set but not raised, {0, remaining TTL} refused. A key
  * reserved for this waiter's entry is taken as a free one (as in ACQUIRE).
+ * Unlike ACQUIRE it leaves the entry listed: one node is no grant, and if
+ * the attempt falls short of a majority, its release here hands the node
+ * back to this waiter while it is still the first listed (the wait's LEAVE
+ * takes the entry out once it is granted), so a split between waiters ends
+ * with the first of them, not with whoever comes next on each node.
  * KEYS lock, counter, waiters; ARGV value, ttl, waiter entry, proposed token.
  */
 export const CLAIM = script(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) or ${TAKE_RESERVED} then
-  if ARGV[3] ~= '' then redis.call('ZREM', KEYS[3], ARGV[3]) end
   local current = redis.call('GET', KEYS[2]) or '0'
   local proposal = tonumber(ARGV[4] or '')
   if proposal and tonumber(current) < proposal then

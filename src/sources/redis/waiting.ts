@@ -81,12 +81,13 @@ export async function waitAfterRefusal<T>(
     const handoff = handoffMsOf(options);
     // All at once (a paused node costs its timeout once, not once per node after it);
     // every ticket taken is left again in `finally`, whatever failed beside it.
-    // One place on every node: they all wake the same waiter first (./scripts.ts).
-    const place = queuePlace();
-    const joined = await Promise.allSettled(clients.map((client) => wakeChannel(client).join(name, place, poke, options.nodeTimeoutMs, handoff)));
+    const joined = await Promise.allSettled(clients.map((client) => wakeChannel(client).join(name, poke, options.nodeTimeoutMs, handoff)));
     for (const j of joined) if (j.status === 'fulfilled') tickets.push(j.value);
     for (const j of joined) if (j.status === 'rejected') throw j.reason;
-    const entries = tickets.map((t) => t.entry);
+    // One place on every node, so they all wake the same waiter first (./scripts.ts); taken now, as the
+    // attempt that lists us is sent, so this process's places follow the order its attempts arrive in.
+    const place = queuePlace();
+    const entries = tickets.map((t) => t.enter(place));
     // Subscribed now: the next attempt puts us in the waiter list, so a release after it wakes us.
     for (;;) {
       signal?.throwIfAborted();

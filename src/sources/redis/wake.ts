@@ -40,8 +40,13 @@ export function queuePlace(): string {
 
 /** One waiter's place on one client's channel. */
 export interface WakeTicket {
-  /** The entry the acquire scripts put in the waiter list. */
-  readonly entry: string;
+  /**
+   * The entry the acquire scripts put in the waiter list, at `place`
+   * (queuePlace): fixed once, when the wait's first attempt with a place is
+   * about to be sent, so that a process's places follow the order its
+   * attempts reach the nodes in, not the order its joins were confirmed.
+   */
+  enter(place: string): string;
   leave(): void;
 }
 
@@ -136,15 +141,17 @@ class WakeChannel {
    * unless the server does not confirm within `limitMs` (a node down or
    * paused): the waiter then goes on without its wakes from that node and
    * relies on its re-checks (the subscriber keeps trying, and subscribes
-   * again on each new connection). A release that wakes this waiter
+   * again on each new connection). The ticket's entry, once entered at a
+   * place (queuePlace, the same on every client of one wait), orders it
+   * among the lock's waiters. A release that wakes this waiter
    * reserves the lock for it for `handoffMs`: the time its attempt has to
    * take it before anyone else may.
    */
-  async join(name: string, place: string, onWake: () => void, limitMs: number, handoffMs: number): Promise<WakeTicket> {
+  async join(name: string, onWake: () => void, limitMs: number, handoffMs: number): Promise<WakeTicket> {
     const waiter = `${++this.#seq}`;
-    // place first (the nodes order entries by it); without the name (up to 512 bytes): the key names the lock,
-    // and the release script adds it to the wake it publishes (./scripts.ts)
-    const entry = `${place} ${this.#id} ${waiter} ${handoffMs}`;
+    // After the place (the nodes order entries by it); without the name (up to 512 bytes): the key names the
+    // lock, and the release script adds it to the wake it publishes (./scripts.ts)
+    const tail = ` ${this.#id} ${waiter} ${handoffMs}`;
     this.#subscription ??= new Subscription(this.#client, WAKE_CHANNEL + this.#id, (connection, message) => this.#deliver(connection, message));
     // After the subscriber is made: a duplicate() that throws leaves no waiter behind.
     this.#waiters.set(waiter, onWake);
@@ -157,7 +164,12 @@ class WakeChannel {
       }),
     ]);
     clearTimeout(timer);
-    return { entry, leave: () => this.#leave(waiter, entry, name) };
+    // '' until entered: a waiter that never entered has nothing on the server to take out.
+    let entry = '';
+    return {
+      enter: (place) => (entry = place + tail),
+      leave: () => this.#leave(waiter, entry, name),
+    };
   }
 
   #deliver(connection: RedisSubscriber, message: string): void {
@@ -184,7 +196,7 @@ class WakeChannel {
 
   #leave(waiter: string, entry: string, name: string): void {
     if (!this.#waiters.delete(waiter)) return;
-    this.#handOn(name, entry, '');
+    if (entry !== '') this.#handOn(name, entry, '');
     if (this.#waiters.size === 0 && this.#subscription !== null) {
       this.#subscription.close();
       this.#subscription = null;
