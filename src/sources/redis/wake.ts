@@ -164,12 +164,7 @@ class WakeChannel {
       }),
     ]);
     clearTimeout(timer);
-    // '' until entered: a waiter that never entered has nothing on the server to take out.
-    let entry = '';
-    return {
-      enter: (place) => (entry = place + tail),
-      leave: () => this.#leave(waiter, entry, name),
-    };
+    return new Ticket(this, waiter, name, tail);
   }
 
   #deliver(connection: RedisSubscriber, message: string): void {
@@ -194,13 +189,46 @@ class WakeChannel {
     send(this.#client, where(this.#client), 'evalsha', [LEAVE.sha, 2, lock, waiters, entry, WAKE_CHANNEL, wake], 5_000, LEAVE.text).catch(() => {});
   }
 
-  #leave(waiter: string, entry: string, name: string): void {
+  /** A ticket leaves (Ticket.leave): `entry` '' if it never entered (nothing of it on the server). */
+  leaveWaiter(waiter: string, entry: string, name: string): void {
     if (!this.#waiters.delete(waiter)) return;
     if (entry !== '') this.#handOn(name, entry, '');
     if (this.#waiters.size === 0 && this.#subscription !== null) {
       this.#subscription.close();
       this.#subscription = null;
     }
+  }
+}
+
+/**
+ * A WakeTicket: one object with its fields, no closures (a Redlock waiter
+ * keeps one per node: 500,000 of them at 100,000 waiting acquires).
+ */
+class Ticket implements WakeTicket {
+  readonly #channel: WakeChannel;
+  readonly #waiter: string;
+  readonly #name: string;
+  /** The entry's tail until it is entered, then the entry. */
+  #text: string;
+  #entered = false;
+
+  constructor(channel: WakeChannel, waiter: string, name: string, tail: string) {
+    this.#channel = channel;
+    this.#waiter = waiter;
+    this.#name = name;
+    this.#text = tail;
+  }
+
+  enter(place: string): string {
+    if (!this.#entered) {
+      this.#text = place + this.#text;
+      this.#entered = true;
+    }
+    return this.#text;
+  }
+
+  leave(): void {
+    this.#channel.leaveWaiter(this.#waiter, this.#entered ? this.#text : '', this.#name);
   }
 }
 
