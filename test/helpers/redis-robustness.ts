@@ -72,7 +72,7 @@ async function wakeChannels(node: PrivateRedis): Promise<number> {
 async function inWaiterList(node: PrivateRedis, name: string): Promise<number> {
   const admin = client(node.port);
   try {
-    return (await admin.llen(lockKeys(name)[2])) as number;
+    return (await admin.zcard(lockKeys(name)[2])) as number;
   } finally {
     admin.disconnect();
   }

@@ -156,9 +156,25 @@ class PendingCommand extends Deadline {
     this.#reject(error instanceof ConnectionLossError ? error : new ConnectionLossError(`Redis at ${this.#where}: ${(error as Error)?.message ?? String(error)}`, { cause: error }));
   };
 
+  /**
+   * Decided one turn of the event loop later (setImmediate: after the I/O
+   * poll that follows the timers): a process that was busy past the timeout
+   * (a GC pause, 2,000 replies to handle, a CPU-starved machine) has the
+   * replies that arrived meanwhile still unread in its sockets when the
+   * timers run, first in the loop's turn, and would call a node that
+   * answered in time a node that did not (all five Redlock nodes at once,
+   * from one stall of this process). Only a reply that had not arrived by
+   * then times the command out.
+   */
   override expired(): void {
     if (this.#done) return;
+    setImmediate(this.#expiredAfterPoll);
+  }
+
+  readonly #expiredAfterPoll = (): void => {
+    // Answered meanwhile, or started again (NOSCRIPT: the script's text sent, with a timeout of its own).
+    if (this.#done || this.list !== null) return;
     this.#done = true;
     this.#reject(new NodeTimeoutError(`Redis at ${this.#where} did not answer ${this.#command.toUpperCase()} within ${this.#timeouts.ms} ms`));
-  }
+  };
 }

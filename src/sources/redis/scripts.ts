@@ -6,9 +6,21 @@
 //   fencekeeper:lock:{NAME}     the grant: "<unique grant id> <owner>", with the TTL;
 //                               or, briefly, a handoff: RESERVED + a waiter's entry
 //   fencekeeper:token:{NAME}    the fencing counter, never expires
-//   fencekeeper:waiters:{NAME}  waiters to wake, "<channel id> <waiter id> <handoff ms> <name>", oldest first
-// A release wakes the oldest waiter that still listens, by a PUBLISH on the
-// channel of its process (WAKE_CHANNEL + channel id): one waiter, not all.
+//   fencekeeper:waiters:{NAME}  waiters to wake, a sorted set (every score 0, so in the
+//                               order of its members' bytes) of "<place> <channel id>
+//                               <waiter id> <handoff ms>": at most 64 bytes, which the
+//                               server keeps in a listpack (zset-max-listpack-value; a
+//                               member one byte longer makes the set a skiplist, five
+//                               times the memory); the wake published is the entry and NAME
+// A release wakes the first waiter (the smallest place) that still listens, by
+// a PUBLISH on the channel of its process (WAKE_CHANNEL + channel id): one
+// waiter, not all. The place is the waiter's, the same on every node of a
+// Redlock set (./wake.ts queuePlace): the order of arrival differs from node
+// to node (a waiter's requests to five nodes travel five connections), and a
+// FIFO list per node made each node's release reserve the lock for another
+// waiter, none of them with a majority, over and over. With one order over
+// all nodes, every node hands the lock to the same waiter once it is listed
+// there: the smallest place listed on a majority gets a majority.
 // And it hands the lock to that waiter: the key becomes a reservation for
 // its entry, for the handoff time the entry names (./wake.ts), so a holder
 // that asks again at once (or any newcomer) cannot take the lock between the
@@ -27,40 +39,42 @@ type LockKeys = readonly [lock: string, counter: string, waiters: string];
 /** The keys of the name asked last (one lock taken again and again builds its keys once). */
 let last: { readonly name: string; readonly keys: LockKeys } | null = null;
 
+/** The waiter set's key is this, the name, and '}': the release script reads the name back from it. */
+const WAITERS_PREFIX = 'fencekeeper:waiters:{';
+
 export function lockKeys(name: string): LockKeys {
-  if (last === null || last.name !== name) last = { name, keys: Object.freeze([`fencekeeper:lock:{${name}}`, `fencekeeper:token:{${name}}`, `fencekeeper:waiters:{${name}}`] as const) };
+  if (last === null || last.name !== name) last = { name, keys: Object.freeze([`fencekeeper:lock:{${name}}`, `fencekeeper:token:{${name}}`, `${WAITERS_PREFIX}${name}}`] as const) };
   return last.keys;
 }
 
 /** The start of a lock key's value that reserves the lock for a waiter: never a grant's (those start with a base64url id). */
 export const RESERVED = '~handoff ';
 
-// Wake the oldest waiter still subscribed (PUBLISH counts the receivers; an
+// Wake the first waiter still subscribed (PUBLISH counts the receivers; an
 // entry whose process is gone reaches nobody and is skipped), and leave the
 // lock key reserved for it, for the handoff time its entry names;
 // with nobody woken, the key is deleted. Inline, not a Lua function: a
-// script's functions are made again on every call. An entry without a
-// handoff time (none of ours) is woken without a reservation.
+// script's functions are made again on every call. An entry that does not
+// parse (none of ours) is dropped.
 const handOn = (lock: string, waiters: string, prefix: string): string => `
 local woken = false
 while true do
-  local w = redis.call('LPOP', ${waiters})
+  local w = redis.call('ZPOPMIN', ${waiters})[1]
   if not w then break end
-  local channel, ms = string.match(w, '^(%S+) %S+ (%d+) ')
-  if not channel then channel = string.match(w, '^(%S+) ') end
-  if channel and redis.call('PUBLISH', ${prefix} .. channel, w) > 0 then
+  local channel, ms = string.match(w, '^%S+ (%S+) %S+ (%d+)$')
+  if channel and redis.call('PUBLISH', ${prefix} .. channel, w .. ' ' .. string.sub(${waiters}, ${WAITERS_PREFIX.length + 1}, -2)) > 0 then
     woken = true
-    if ms and tonumber(ms) > 0 then redis.call('SET', ${lock}, '${RESERVED}' .. w, 'PX', ms) else redis.call('DEL', ${lock}) end
+    if tonumber(ms) > 0 then redis.call('SET', ${lock}, '${RESERVED}' .. w, 'PX', ms) else redis.call('DEL', ${lock}) end
     break
   end
 end
 if not woken then redis.call('DEL', ${lock}) end`;
 
-// A waiter that failed to get the lock queues up once (re-checks keep its
-// place); the list lives a while past its last waiter's last check.
+// A waiter that failed to get the lock is listed at its place (re-checks keep
+// it: NX); the set lives a while past its last waiter's last check.
 const ENLIST = `
 if ARGV[3] ~= '' then
-  if not redis.call('LPOS', KEYS[3], ARGV[3]) then redis.call('RPUSH', KEYS[3], ARGV[3]) end
+  redis.call('ZADD', KEYS[3], 'NX', 0, ARGV[3])
   redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[2]) * 3)
 end`;
 
@@ -82,7 +96,7 @@ const TAKE_RESERVED = `(ARGV[3] ~= '' and redis.call('GET', KEYS[1]) == '${RESER
  */
 export const ACQUIRE = script(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) or ${TAKE_RESERVED} then
-  if ARGV[3] ~= '' then redis.call('LREM', KEYS[3], 0, ARGV[3]) end
+  if ARGV[3] ~= '' then redis.call('ZREM', KEYS[3], ARGV[3]) end
   return redis.call('INCR', KEYS[2])
 end
 ${ENLIST}
@@ -93,7 +107,7 @@ return -3 - redis.call('PTTL', KEYS[1])
  * ACQUIRE for an acquire's first attempt, which has no place in the waiter
  * list yet (an uncontended acquire never makes one): the same step and reply,
  * without the waiter list's key and entry. A reserved key refuses it like a
- * held one: a release's handoff to the oldest waiter beats a re-acquire.
+ * held one: a release's handoff to the first waiter beats a re-acquire.
  * KEYS lock, counter; ARGV value, ttl.
  */
 export const ACQUIRE_FIRST = script(`
@@ -109,11 +123,15 @@ return -3 - redis.call('PTTL', KEYS[1])
  * carries our value: we have just set it). {2, proposal} raised,
  * {1, counter} set but not raised, {0, remaining TTL} refused. A key
  * reserved for this waiter's entry is taken as a free one (as in ACQUIRE).
+ * Unlike ACQUIRE it leaves the entry listed: one node is no grant, and if
+ * the attempt falls short of a majority, its release here hands the node
+ * back to this waiter while it is still the first listed (the wait's LEAVE
+ * takes the entry out once it is granted), so a split between waiters ends
+ * with the first of them, not with whoever comes next on each node.
  * KEYS lock, counter, waiters; ARGV value, ttl, waiter entry, proposed token.
  */
 export const CLAIM = script(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) or ${TAKE_RESERVED} then
-  if ARGV[3] ~= '' then redis.call('LREM', KEYS[3], 0, ARGV[3]) end
   local current = redis.call('GET', KEYS[2]) or '0'
   local proposal = tonumber(ARGV[4] or '')
   if proposal and tonumber(current) < proposal then
@@ -167,7 +185,7 @@ return 1
  * prefix, '1' or ''.
  */
 export const LEAVE = script(`
-redis.call('LREM', KEYS[2], 0, ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
 local v = redis.call('GET', KEYS[1])
 if v ~= '${RESERVED}' .. ARGV[1] and (v or ARGV[3] ~= '1') then return 0 end
 ${handOn('KEYS[1]', 'KEYS[2]', 'ARGV[2]')}

@@ -8,7 +8,7 @@ import { LockTimeoutError } from '../../index.js';
 import type { RedisClient } from '../../shared/redis/client.js';
 import { now } from '../../shared/redis/deadlines.js';
 import type { CheckedOptions } from './options.js';
-import { wakeChannel, type WakeTicket } from './wake.js';
+import { queuePlace, wakeChannel, type WakeTicket } from './wake.js';
 
 export type Attempt<T> = { readonly granted: T } | { readonly retryInMs: number };
 
@@ -84,7 +84,10 @@ export async function waitAfterRefusal<T>(
     const joined = await Promise.allSettled(clients.map((client) => wakeChannel(client).join(name, poke, options.nodeTimeoutMs, handoff)));
     for (const j of joined) if (j.status === 'fulfilled') tickets.push(j.value);
     for (const j of joined) if (j.status === 'rejected') throw j.reason;
-    const entries = tickets.map((t) => t.entry);
+    // One place on every node, so they all wake the same waiter first (./scripts.ts); taken now, as the
+    // attempt that lists us is sent, so this process's places follow the order its attempts arrive in.
+    const place = queuePlace();
+    const entries = tickets.map((t) => t.enter(place));
     // Subscribed now: the next attempt puts us in the waiter list, so a release after it wakes us.
     for (;;) {
       signal?.throwIfAborted();

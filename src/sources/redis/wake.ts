@@ -1,18 +1,52 @@
 // How a waiter hears that a lock was released, without polling: each client
 // has one subscriber connection (opened while the client has waiters, closed
 // with its last), on a channel of its own. A waiter's entry in the lock's
-// waiter list names that channel; the release script pops the oldest entry
-// whose channel has a listener, publishes to it and reserves the lock for it
-// (./scripts.ts), so one release wakes one waiter, across any number of
-// processes, and that waiter is the one that gets the lock.
+// waiter list names that channel; the release script pops the first entry
+// (by place, see queuePlace) whose channel has a listener, publishes to it and
+// reserves the lock for it (./scripts.ts), so one release wakes one waiter,
+// across any number of processes, and that waiter is the one that gets the lock.
 import { randomBytes } from 'node:crypto';
 import { send, where, type RedisClient, type RedisSubscriber } from '../../shared/redis/client.js';
 import { LEAVE, WAKE_CHANNEL, lockKeys } from './scripts.js';
 
+const PROCESS_TAG = randomBytes(4).toString('hex');
+let lastMs = 0;
+let placeSeq = 0;
+
+/**
+ * A waiter's place in a lock's queue, one per wait and the same on every
+ * node of a Redlock set: the nodes list their waiters in the byte order of
+ * their entries, which begin with it, so they all agree who comes first
+ * (whatever order the joins reached each node in). The wall clock's
+ * milliseconds in fixed-width hex, then a counter within this process (its
+ * waiters keep their order of arrival, even if the clock steps back), then
+ * the process's random tag (two processes' places tie only if they also
+ * drew the same 32 bits). Base 36 and fixed widths (9, 4, 8: 21 bytes), so
+ * that byte order is number order and the entry stays short (./scripts.ts:
+ * a sorted set of members up to 64 bytes is stored compactly). The wall
+ * clock, not the monotonic one, because places are compared across
+ * processes and hosts: a host whose clock runs ahead queues its waiters
+ * that much later. That is fairness only: a waiter's place changes who is
+ * woken first, never who may hold the lock or its token.
+ */
+export function queuePlace(): string {
+  const ms = Math.max(lastMs, Date.now());
+  if (ms !== lastMs) {
+    lastMs = ms;
+    placeSeq = 0;
+  }
+  return `${ms.toString(36).padStart(9, '0')}${(placeSeq++).toString(36).padStart(4, '0')}${PROCESS_TAG}`;
+}
+
 /** One waiter's place on one client's channel. */
 export interface WakeTicket {
-  /** The entry the acquire scripts put in the waiter list. */
-  readonly entry: string;
+  /**
+   * The entry the acquire scripts put in the waiter list, at `place`
+   * (queuePlace): fixed once, when the wait's first attempt with a place is
+   * about to be sent, so that a process's places follow the order its
+   * attempts reach the nodes in, not the order its joins were confirmed.
+   */
+  enter(place: string): string;
   leave(): void;
 }
 
@@ -107,14 +141,17 @@ class WakeChannel {
    * unless the server does not confirm within `limitMs` (a node down or
    * paused): the waiter then goes on without its wakes from that node and
    * relies on its re-checks (the subscriber keeps trying, and subscribes
-   * again on each new connection). A release that wakes this waiter
+   * again on each new connection). The ticket's entry, once entered at a
+   * place (queuePlace, the same on every client of one wait), orders it
+   * among the lock's waiters. A release that wakes this waiter
    * reserves the lock for it for `handoffMs`: the time its attempt has to
    * take it before anyone else may.
    */
   async join(name: string, onWake: () => void, limitMs: number, handoffMs: number): Promise<WakeTicket> {
     const waiter = `${++this.#seq}`;
-    // name last: it has no spaces, so the four fields split cleanly
-    const entry = `${this.#id} ${waiter} ${handoffMs} ${name}`;
+    // After the place (the nodes order entries by it); without the name (up to 512 bytes): the key names the
+    // lock, and the release script adds it to the wake it publishes (./scripts.ts)
+    const tail = ` ${this.#id} ${waiter} ${handoffMs}`;
     this.#subscription ??= new Subscription(this.#client, WAKE_CHANNEL + this.#id, (connection, message) => this.#deliver(connection, message));
     // After the subscriber is made: a duplicate() that throws leaves no waiter behind.
     this.#waiters.set(waiter, onWake);
@@ -127,18 +164,21 @@ class WakeChannel {
       }),
     ]);
     clearTimeout(timer);
-    return { entry, leave: () => this.#leave(waiter, entry, name) };
+    return new Ticket(this, waiter, name, tail);
   }
 
   #deliver(connection: RedisSubscriber, message: string): void {
-    const [, waiter = '', , name = ''] = message.split(' ');
+    // The entry, then the lock's name (./scripts.ts handOn).
+    const fields = message.split(' ');
+    const waiter = fields[2] ?? '';
+    const name = fields[4] ?? '';
     const onWake = this.#waiters.get(waiter);
     if (onWake !== undefined) {
       onWake();
       return;
     }
     // Woken after it left: hand the wake (and the lock reserved for it) on, or the next waiter would sleep until its re-check.
-    if (connection === this.#subscription?.connection && name !== '') this.#handOn(name, message, '1');
+    if (connection === this.#subscription?.connection && name !== '') this.#handOn(name, fields.slice(0, 4).join(' '), '1');
   }
 
   /** LEAVE for `entry`: out of the waiter list, and the lock handed on if it was reserved for it (`wake` '1': or if it is free). */
@@ -149,13 +189,46 @@ class WakeChannel {
     send(this.#client, where(this.#client), 'evalsha', [LEAVE.sha, 2, lock, waiters, entry, WAKE_CHANNEL, wake], 5_000, LEAVE.text).catch(() => {});
   }
 
-  #leave(waiter: string, entry: string, name: string): void {
+  /** A ticket leaves (Ticket.leave): `entry` '' if it never entered (nothing of it on the server). */
+  leaveWaiter(waiter: string, entry: string, name: string): void {
     if (!this.#waiters.delete(waiter)) return;
-    this.#handOn(name, entry, '');
+    if (entry !== '') this.#handOn(name, entry, '');
     if (this.#waiters.size === 0 && this.#subscription !== null) {
       this.#subscription.close();
       this.#subscription = null;
     }
+  }
+}
+
+/**
+ * A WakeTicket: one object with its fields, no closures (a Redlock waiter
+ * keeps one per node: 500,000 of them at 100,000 waiting acquires).
+ */
+class Ticket implements WakeTicket {
+  readonly #channel: WakeChannel;
+  readonly #waiter: string;
+  readonly #name: string;
+  /** The entry's tail until it is entered, then the entry. */
+  #text: string;
+  #entered = false;
+
+  constructor(channel: WakeChannel, waiter: string, name: string, tail: string) {
+    this.#channel = channel;
+    this.#waiter = waiter;
+    this.#name = name;
+    this.#text = tail;
+  }
+
+  enter(place: string): string {
+    if (!this.#entered) {
+      this.#text = place + this.#text;
+      this.#entered = true;
+    }
+    return this.#text;
+  }
+
+  leave(): void {
+    this.#channel.leaveWaiter(this.#waiter, this.#entered ? this.#text : '', this.#name);
   }
 }
 

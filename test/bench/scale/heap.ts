@@ -8,7 +8,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Lock } from '../../../src/lock.js';
 import { Etcd3 } from 'etcd3';
-import { openSource, readServer, servers, type SourceFamily } from './sources.js';
+import { HEAP_REDIS, openSource, readServer, servers, type SourceFamily } from './sources.js';
 
 export interface HeapPoint {
   readonly locks: number;
@@ -58,8 +58,8 @@ export async function heapAt(family: SourceFamily, locks: number, o: { pgSchemaN
   // PostgreSQL: every enter is a commit with synchronous_commit on (an fsync); with 3
   // query connections a batch waits on one fsync after another, with PG_POOL many
   // commits share one flush (group commit), as a busy application's pool would.
-  const holder = await openSource(family, { pgSchemaName: o.pgSchemaName, pgMax: PG_POOL });
-  const waiter = await openSource(family, { pgSchemaName: o.pgSchemaName, pgMax: PG_POOL });
+  const holder = await openSource(family, { pgSchemaName: o.pgSchemaName, pgMax: PG_POOL, redis: HEAP_REDIS });
+  const waiter = await openSource(family, { pgSchemaName: o.pgSchemaName, pgMax: PG_POOL, redis: HEAP_REDIS });
   const tag = `scale/heap/${family}/${locks}/${Date.now().toString(36)}`;
   const names = Array.from({ length: locks }, (_, i) => `${tag}/${i}`);
   const held: Lock[] = [];

@@ -10,7 +10,7 @@ const out: string[] = [];
 const sources = all.filter((r) => r.family !== 'stores');
 
 out.push(
-  'Handoff (release() -> next grant), ms. refilled: the handoff alone, the queue N deep at every timed release; rejoin: every granted contender joins again at once, beside the handoff. Ratio: p50 against the same mode\'s p50 at 1 waiter, same run. Beside it, same point: rtt (the source\'s cheapest request), list (ZooKeeper getChildren of the queue, Redis EXISTS + LLEN, etcd and PostgreSQL lockStatus), release() (the call to its resolution), and PostgreSQL\'s enter scans (reap, holder_ms, is_head of the last entry, rolled back); grants/s: counted grants over their time (refilled: with the waits for the queue to refill between them).',
+  'Handoff (release() -> next grant), ms. refilled: the handoff alone, the queue N deep at every timed release; rejoin: every granted contender joins again at once, beside the handoff. Ratio: p50 against the same mode\'s p50 at 1 waiter, same run. Beside it, same point: rtt (the source\'s cheapest request), list (ZooKeeper getChildren of the queue, Redis EXISTS + ZCARD, etcd and PostgreSQL lockStatus), release() (the call to its resolution), and PostgreSQL\'s enter scans (reap, holder_ms, is_head of the last entry, rolled back); grants/s: counted grants over their time (refilled: with the waits for the queue to refill between them).',
   '',
 );
 out.push('| source | mode | waiters | p50 | p99 | p50 / 1 waiter | rtt | list | release() | enter scans | grants/s | load |', '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');

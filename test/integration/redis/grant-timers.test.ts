@@ -131,11 +131,11 @@ describe('the acquire scripts', () => {
     expect(refused).toBeLessThanOrEqual(-3);
     expect(-refused - 3).toBeLessThanOrEqual(10_000);
     // Queued: refused and put in the waiter list once; granted and taken out of it.
-    expect(await queued('b owner', 'chan b1')).toBeLessThanOrEqual(-3);
-    expect(await queued('b owner', 'chan b1')).toBeLessThanOrEqual(-3);
-    expect(await onPort(port, 'LRANGE', waitersKey, 0, -1)).toEqual(['chan b1']);
+    expect(await queued('b owner', 'place chan b1')).toBeLessThanOrEqual(-3);
+    expect(await queued('b owner', 'place chan b1')).toBeLessThanOrEqual(-3);
+    expect(await onPort(port, 'ZRANGE', waitersKey, 0, -1)).toEqual(['place chan b1']);
     await onPort(port, 'DEL', lockKey);
-    expect(await queued('b owner', 'chan b1')).toBe(43);
+    expect(await queued('b owner', 'place chan b1')).toBe(43);
     expect(await onPort(port, 'EXISTS', waitersKey)).toBe(0);
     await onPort(port, 'SET', lockKey, 'not ours'); // no TTL: set by someone else
     expect(await first('c owner')).toBe(-2);

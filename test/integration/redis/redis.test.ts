@@ -88,7 +88,7 @@ describe.each([
     expect((aborted as Error).message).toBe('stop waiting');
     // The two that gave up have left every node's waiter list; the one still waiting is there.
     await until(async () => {
-      for (const port of ports()) if ((await onPort(port, 'LLEN', lockKeys(name)[2])) !== 1) return false;
+      for (const port of ports()) if ((await onPort(port, 'ZCARD', lockKeys(name)[2])) !== 1) return false;
       return true;
     }, 'only the remaining waiter in the waiter lists', 10_000);
     await holder.release();
@@ -119,7 +119,7 @@ describe('waiting', () => {
         return lock;
       }),
     );
-    await until(async () => (await onPort<number>(singlePort(), 'LLEN', lockKeys(name)[2])) === 20, 'all 20 waiters in the waiter list');
+    await until(async () => (await onPort<number>(singlePort(), 'ZCARD', lockKeys(name)[2])) === 20, 'all 20 waiters in the waiter list');
     attempts = 0;
     await holder.release();
     await until(() => granted.length === 1, 'one waiter to get the lock');

@@ -96,7 +96,7 @@ describe('Redlock on three private nodes under random faults', () => {
       const next = acquireLock(clients, name, { ttlMs: 60_000, timeoutMs: 20_000 });
       // In the waiter lists of a majority: subscribed, so the release wakes it (no re-check would, within its limit).
       const [, , waitersKey] = lockKeys(name);
-      await until(async () => (await Promise.all(clients.map((c) => c.llen(waitersKey)))).filter((n) => n > 0).length >= 2, 'the waiter to queue up');
+      await until(async () => (await Promise.all(clients.map((c) => c.zcard(waitersKey)))).filter((n) => n > 0).length >= 2, 'the waiter to queue up');
       await first.release();
       const second = await next;
       expect(second.token).toBeGreaterThan(first.token);

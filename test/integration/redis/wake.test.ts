@@ -54,9 +54,9 @@ async function queued(urls: readonly string[], name: string, count: number): Pro
     async () => {
       let ready = 0;
       for (const port of ports) {
-        const entries = await onPort<string[]>(port, 'LRANGE', lockKeys(name)[2], 0, -1);
+        const entries = await onPort<string[]>(port, 'ZRANGE', lockKeys(name)[2], 0, -1);
         if (entries.length < count) continue;
-        const subscribed = await Promise.all(entries.map(async (e) => (await onPort<[string, number]>(port, 'PUBSUB', 'NUMSUB', WAKE_CHANNEL + e.split(' ')[0]))[1]));
+        const subscribed = await Promise.all(entries.map(async (e) => (await onPort<[string, number]>(port, 'PUBSUB', 'NUMSUB', WAKE_CHANNEL + e.split(' ')[1]))[1]));
         if (subscribed.every((n) => n > 0)) ready++;
       }
       return ready >= need;
@@ -136,7 +136,7 @@ describe.each(kinds)('%s', (_kind, urls) => {
     await holder.release();
     await until(() => blocked.length > 0, 'the first waiter to be woken');
     // Reserved for the first waiter on every node (Redlock's release returns once a majority answered): no grant, no holder.
-    const reservation = new RegExp(`^${RESERVED}\\S+ 1 40000 `);
+    const reservation = new RegExp(`^${RESERVED}\\S+ \\S+ 1 40000$`);
     await until(
       async () => (await Promise.all(urls().map((u) => onPort<string | null>(hostPort(u).port, 'GET', lockKeys(name)[0])))).every((v) => reservation.test(v ?? '')),
       'the lock reserved for the first waiter on every node',
