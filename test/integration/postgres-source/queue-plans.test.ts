@@ -22,6 +22,10 @@
 // key, an acquire whose reply was lost, still reads its session's entries).
 // It runs twice: with the statistics of before the name's queue formed (a
 // queue filled in seconds, a server with autovacuum off), and after ANALYZE.
+//
+// The third counts the calls a heartbeat makes for a session waiting with a
+// hundred entries on one name: the name's head and its holder's lease are
+// asked once, not once per entry (every third of a lease, per session).
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { sourceSchema } from './helpers.js';
@@ -185,6 +189,31 @@ describe('the lock functions\' plans at a long queue', () => {
       client.off('notice', onNotice);
       await client.query('ROLLBACK').catch(() => undefined);
       client.release(true);
+    }
+  });
+
+  it('a heartbeat asks for a name\'s head and holder once per name, not once per waiting entry of the session', async () => {
+    const client = await db.admin.connect();
+    try {
+      const session = (await client.query<{ id: string }>(`INSERT INTO fencekeeper_lock_sessions (channel, owner, lease_ms, expires_at) VALUES ('beats', 'o', 30000, clock_timestamp() + interval '1 hour') RETURNING id::text AS id`)).rows[0]!.id;
+      await client.query(`INSERT INTO fencekeeper_locks (kind, name) VALUES ('lock', 'B')`);
+      await client.query(`INSERT INTO fencekeeper_lock_entries (kind, name, session_id, owner, request, token, granted_at) VALUES ('lock', 'B', $1, 'o', 'beats-held', nextval('fencekeeper_lock_tokens'), clock_timestamp())`, [session]);
+      const waiting = (await client.query<{ id: string }>(`INSERT INTO fencekeeper_lock_entries (kind, name, session_id, owner, request) SELECT 'lock', 'B', $1, 'o', 'beats-' || g FROM generate_series(1, 100) g RETURNING id::text AS id`, [session])).rows.map((r) => r.id);
+      await client.query('BEGIN');
+      // This transaction's own count of calls per function (track_functions counts plpgsql and non-inlined SQL functions).
+      await client.query(`SET LOCAL track_functions = 'all'`);
+      const beat = (await client.query<{ ids: string[]; heads: boolean[]; holder_ms: string[] }>(`SELECT ids, heads, holder_ms FROM fencekeeper_lock_heartbeat($1, $2::bigint[])`, [session, waiting])).rows[0]!;
+      const calls = new Map((await client.query<{ funcname: string; calls: string }>(`SELECT funcname, calls::text AS calls FROM pg_stat_xact_user_functions WHERE schemaname = current_schema()`)).rows.map((r) => [r.funcname, Number(r.calls)]));
+      await client.query('ROLLBACK');
+      // The report itself: every entry, the first waiter alone at the head, the holder's lease left beside each.
+      expect(beat.ids).toEqual(waiting);
+      expect(beat.heads).toEqual(waiting.map((_, i) => i === 0));
+      expect(beat.holder_ms.every((ms) => Number(ms) > 0)).toBe(true);
+      expect(calls.get('fencekeeper_lock_holder_ms') ?? 0, 'holder_ms calls for one name').toBeLessThanOrEqual(1);
+      expect((calls.get('fencekeeper_lock_is_head') ?? 0) + (calls.get('fencekeeper_lock_next_waiter') ?? 0), 'head lookups for one name').toBeLessThanOrEqual(1);
+    } finally {
+      await client.query('ROLLBACK').catch(() => undefined);
+      client.release();
     }
   });
 });
