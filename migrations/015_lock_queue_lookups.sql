@@ -43,6 +43,11 @@
 CREATE INDEX IF NOT EXISTS fencekeeper_lock_entries_session_name ON fencekeeper_lock_entries (session_id, kind, name);
 DROP INDEX IF EXISTS fencekeeper_lock_entries_session;
 
+-- (The small lookups below are plpgsql, not SQL functions: a SQL function
+-- with a subquery is not inlined, and is parsed and planned again in every
+-- transaction that calls it, some 0.1 ms; plpgsql keeps its plans for the
+-- connection.)
+
 -- A name's waiters in arrival order, holders left out: the next waiter is
 -- this index's first entry of the name, however many hold (a semaphore's
 -- permits, a read lock's readers).
@@ -75,25 +80,28 @@ END $$;
 -- the table, was planned as a sequential scan that read other names' first):
 -- ordered by the index's columns, only the index answers it.
 CREATE OR REPLACE FUNCTION fencekeeper_lock_queued(p_kind text, p_name text) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-  SELECT coalesce((SELECT e.kind = p_kind AND e.name = p_name FROM fencekeeper_lock_entries e
-                    WHERE (e.kind, e.name) >= (p_kind, p_name) ORDER BY e.kind, e.name LIMIT 1), false)
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN coalesce((SELECT e.kind = p_kind AND e.name = p_name FROM fencekeeper_lock_entries e
+                    WHERE (e.kind, e.name) >= (p_kind, p_name) ORDER BY e.kind, e.name LIMIT 1), false);
+END $$;
 
 -- Whether a name has a waiter, asked of the waiters index in its order.
 CREATE OR REPLACE FUNCTION fencekeeper_lock_waiting(p_kind text, p_name text) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-  SELECT coalesce((SELECT e.kind = p_kind AND e.name = p_name FROM fencekeeper_lock_entries e
-                    WHERE (e.kind, e.name) >= (p_kind, p_name) AND e.token IS NULL ORDER BY e.kind, e.name LIMIT 1), false)
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN coalesce((SELECT e.kind = p_kind AND e.name = p_name FROM fencekeeper_lock_entries e
+                    WHERE (e.kind, e.name) >= (p_kind, p_name) AND e.token IS NULL ORDER BY e.kind, e.name LIMIT 1), false);
+END $$;
 
 -- A semaphore's number of permits, as its first entry in the queue index
 -- says (NULL: no entry). Every entry of a semaphore carries the same.
 CREATE OR REPLACE FUNCTION fencekeeper_lock_permits(p_name text) RETURNS integer
-LANGUAGE sql STABLE AS $$
-  SELECT (SELECT CASE WHEN e.kind = 'permit' AND e.name = p_name THEN e.permits END FROM fencekeeper_lock_entries e
-           WHERE (e.kind, e.name) >= ('permit', p_name) ORDER BY e.kind, e.name LIMIT 1)
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN (SELECT CASE WHEN e.kind = 'permit' AND e.name = p_name THEN e.permits END FROM fencekeeper_lock_entries e
+           WHERE (e.kind, e.name) >= ('permit', p_name) ORDER BY e.kind, e.name LIMIT 1);
+END $$;
 
 -- Join a name's queue (p_wait) or take it only if free (NOT p_wait).
 -- status: 'granted' (token), 'waiting' (head, holder_ms), 'busy' (a try
@@ -205,9 +213,10 @@ END $$;
 
 -- Whether no live waiter of the entry's name is ahead of it.
 CREATE OR REPLACE FUNCTION fencekeeper_lock_is_head(p_kind text, p_name text, p_id bigint) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-  SELECT coalesce((SELECT w.next_id FROM fencekeeper_lock_next_waiter(p_kind, p_name, 0) w) >= p_id, true)
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN coalesce((SELECT w.next_id FROM fencekeeper_lock_next_waiter(p_kind, p_name, 0) w) >= p_id, true);
+END $$;
 
 -- 013's hand-over of a plain lock or election, and the dispatch by kind:
 -- with nobody holding the name, grant it to the first live waiter (its
