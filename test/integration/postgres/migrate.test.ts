@@ -36,7 +36,7 @@ async function describeSchema(schema: string) {
   return { tables: tables.rows.map((r) => r.table_name), ledger: ledger.rows.map((r) => r.name) };
 }
 
-const ALL = ['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql', '004_effects.sql', '005_idempotency_keys.sql', '006_fence_bindings.sql', '007_table_bindings.sql', '008_table_binding_snapshot_isolation.sql', '009_sequencer_kinds.sql', '010_lock_source.sql', '011_lock_observers.sql', '012_lock_lease.sql', '013_lock_kinds.sql', '014_lock_holder_index.sql'];
+const ALL = ['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql', '004_effects.sql', '005_idempotency_keys.sql', '006_fence_bindings.sql', '007_table_bindings.sql', '008_table_binding_snapshot_isolation.sql', '009_sequencer_kinds.sql', '010_lock_source.sql', '011_lock_observers.sql', '012_lock_lease.sql', '013_lock_kinds.sql', '014_lock_holder_index.sql', '015_lock_queue_lookups.sql'];
 const SCHEMA = {
   tables: ['fencekeeper_effects', 'fencekeeper_fence_bindings', 'fencekeeper_fences', 'fencekeeper_idempotency_keys', 'fencekeeper_lock_entries', 'fencekeeper_lock_observers', 'fencekeeper_lock_sessions', 'fencekeeper_locks', 'fencekeeper_migrations', 'fencekeeper_table_bindings', 'fencekeeper_tombstones'],
   ledger: ALL,
@@ -71,7 +71,7 @@ describe('migrate', () => {
     // Written by a release before 007 (the row helpers of this one need 007 and 008: migrate first).
     await pool.query(`INSERT INTO docs VALUES (1, 'before 007', 8)`);
 
-    expect((await migrate(pool)).applied).toEqual(['007_table_bindings.sql', '008_table_binding_snapshot_isolation.sql', '009_sequencer_kinds.sql', '010_lock_source.sql', '011_lock_observers.sql', '012_lock_lease.sql', '013_lock_kinds.sql', '014_lock_holder_index.sql']);
+    expect((await migrate(pool)).applied).toEqual(['007_table_bindings.sql', '008_table_binding_snapshot_isolation.sql', '009_sequencer_kinds.sql', '010_lock_source.sql', '011_lock_observers.sql', '012_lock_lease.sql', '013_lock_kinds.sql', '014_lock_holder_index.sql', '015_lock_queue_lookups.sql']);
     expect(await describeSchema(schema)).toEqual({ ...SCHEMA, tables: ['docs', ...SCHEMA.tables] });
     expect((await pool.query('SELECT body, fencing_token::text AS token FROM docs')).rows).toEqual([{ body: 'before 007', token: '8' }]);
     // Unbound: bare tokens still pass. Bound: the lock's tokens continue from the column's, a bare token is refused.

@@ -28,7 +28,7 @@ describe.each(FLAVORS)('fencekeeper/postgres with %s', (flavor) => {
     const again = await migrate(db);
     expect(again.applied).toEqual([]);
     const applied = await sql<{ name: string }>('SELECT name FROM fencekeeper_migrations ORDER BY name');
-    expect(applied.map((row) => row.name)).toEqual(['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql', '004_effects.sql', '005_idempotency_keys.sql', '006_fence_bindings.sql', '007_table_bindings.sql', '008_table_binding_snapshot_isolation.sql', '009_sequencer_kinds.sql', '010_lock_source.sql', '011_lock_observers.sql', '012_lock_lease.sql', '013_lock_kinds.sql', '014_lock_holder_index.sql']);
+    expect(applied.map((row) => row.name)).toEqual(['001_fences.sql', '002_tombstones.sql', '003_tombstones_snapshot_isolation.sql', '004_effects.sql', '005_idempotency_keys.sql', '006_fence_bindings.sql', '007_table_bindings.sql', '008_table_binding_snapshot_isolation.sql', '009_sequencer_kinds.sql', '010_lock_source.sql', '011_lock_observers.sql', '012_lock_lease.sql', '013_lock_kinds.sql', '014_lock_holder_index.sql', '015_lock_queue_lookups.sql']);
   });
 
   it('withFence: equal passes, larger advances, smaller throws StaleTokenError with the current mark', async () => {
