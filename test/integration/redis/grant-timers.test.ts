@@ -6,23 +6,19 @@
 // loop): a signal that aborts while it is under way, and a client's first
 // grant, which waits for the source's identity. And the acquire scripts: one
 // integer per reply, and loaded again when the server forgot them.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import type { LockLostError } from '../../../src/errors.js';
 import { acquireLock, lockStatus, tryAcquireLock } from '../../../src/sources/redis/index.js';
 import { ACQUIRE, ACQUIRE_FIRST, lockKeys } from '../../../src/sources/redis/scripts.js';
 import { TcpProxy } from '../../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { within } from '../../helpers/wait.js';
-import { RedisPool, holdRedisFaults, hostPort, onPort, singleUrl } from './helpers.js';
+import { RedisPool, holdRedisFaultsForFile, hostPort, onPort, singleUrl } from './helpers.js';
 
 const pool = new RedisPool();
 afterEach(() => pool.closeAll());
 // SCRIPT FLUSH below makes every client of the single node load its scripts again: no fault test meanwhile.
-let giveBack: (() => Promise<void>) | undefined;
-beforeAll(async () => {
-  giveBack = await holdRedisFaults();
-}, 11 * 60_000);
-afterAll(async () => giveBack?.(), 120_000);
+holdRedisFaultsForFile();
 const singlePort = (): number => hostPort(singleUrl()).port;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 

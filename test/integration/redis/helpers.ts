@@ -2,6 +2,7 @@
 // this run (FK_REDIS, FK_REDLOCK), and the node faults of test/servers/redis.sh
 // under the set's fault turn.
 import { execFile } from 'node:child_process';
+import { afterAll, beforeAll } from 'vitest';
 import { Redis } from 'ioredis';
 import type { RedisClient } from '../../../src/sources/redis/index.js';
 import { healedTurn, scriptTurn } from '../../helpers/fault-turn.js';
@@ -76,6 +77,18 @@ export function redisCtl(...args: string[]): Promise<string> {
  */
 export function holdRedisFaults(): Promise<() => Promise<void>> {
   return healedTurn(scriptTurn(redisCtl, 600), () => redisCtl('heal'));
+}
+
+/**
+ * holdRedisFaults for the whole of the calling file: taken in its beforeAll
+ * (waiting up to 11 minutes for the turn), given back healed in its afterAll.
+ */
+export function holdRedisFaultsForFile(): void {
+  let giveBack: (() => Promise<void>) | undefined;
+  beforeAll(async () => {
+    giveBack = await holdRedisFaults();
+  }, 11 * 60_000);
+  afterAll(async () => giveBack?.(), 120_000);
 }
 
 /** A raw command to one port, on a connection of its own. */

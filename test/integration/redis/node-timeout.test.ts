@@ -5,19 +5,15 @@
 // times the command out. The first failed the scale bench's 100,000-lock
 // point and, from one stall of a test process, made all five Redlock nodes
 // "not answer" at once.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { performance } from 'node:perf_hooks';
 import { NodeTimeoutError, send, where } from '../../../src/shared/redis/client.js';
-import { RedisPool, holdRedisFaults } from './helpers.js';
+import { RedisPool, holdRedisFaultsForFile } from './helpers.js';
 
 const pool = new RedisPool();
 afterEach(() => pool.closeAll());
 // The single instance must answer (the second case makes it busy itself): no other file's node faults meanwhile.
-let giveBack: (() => Promise<void>) | undefined;
-beforeAll(async () => {
-  giveBack = await holdRedisFaults();
-}, 11 * 60_000);
-afterAll(async () => giveBack?.(), 120_000);
+holdRedisFaultsForFile();
 
 /** This process busy for `ms`, as a long GC pause or a long handler would keep it: no timer, no I/O runs. */
 function busy(ms: number): void {

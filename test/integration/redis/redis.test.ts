@@ -2,7 +2,7 @@
 // FK_REDIS and Redlock on the five nodes of FK_REDLOCK, none of them faulted
 // here (test/integration/redis/faults.test.ts breaks nodes; this file holds
 // the set's fault turn so that no other file does meanwhile).
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, LockLostError, LockTimeoutError } from '../../../src/errors.js';
 import type { FencingToken } from '../../../src/token.js';
 import { acquireLock, lockStatus, redisSource, tryAcquireLock, type RedisClient, type RedisTarget } from '../../../src/sources/redis/index.js';
@@ -11,16 +11,12 @@ import { TcpProxy } from '../../helpers/tcp-proxy.js';
 import { takeTurns } from '../../helpers/sources.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { until, within } from '../../helpers/wait.js';
-import { RedisPool, counting, holdRedisFaults, hostPort, onPort, redlockPorts, singleUrl } from './helpers.js';
+import { RedisPool, counting, holdRedisFaultsForFile, hostPort, onPort, redlockPorts, singleUrl } from './helpers.js';
 
 const pool = new RedisPool();
 afterEach(() => pool.closeAll());
 // These tests count on all five Redlock nodes answering: no other file's node faults meanwhile.
-let giveBack: (() => Promise<void>) | undefined;
-beforeAll(async () => {
-  giveBack = await holdRedisFaults();
-}, 11 * 60_000);
-afterAll(async () => giveBack?.(), 120_000);
+holdRedisFaultsForFile();
 const singlePort = (): number => hostPort(singleUrl()).port;
 
 function strictlyIncreasing(tokens: readonly FencingToken[]): void {

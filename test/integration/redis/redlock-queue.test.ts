@@ -10,23 +10,19 @@
 // no two nodes see the same waiter first (a Latin square). Against the five
 // real nodes of FK_REDLOCK; nothing is timed beyond a liveness bound far
 // above what the grants take (well under a second each on a quiet machine).
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { MAX_TTL_MS } from '../../../src/sources/redis/options.js';
 import { acquireLock, type RedisClient } from '../../../src/sources/redis/index.js';
 import { lockKeys } from '../../../src/sources/redis/scripts.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { until, within } from '../../helpers/wait.js';
-import { RedisPool, holdRedisFaults, onPort, redlockPorts, redlockUrls } from './helpers.js';
+import { RedisPool, holdRedisFaultsForFile, onPort, redlockPorts, redlockUrls } from './helpers.js';
 
 const pool = new RedisPool();
 afterEach(() => pool.closeAll());
 // Every node must answer: no other file's node faults meanwhile.
-let giveBack: (() => Promise<void>) | undefined;
-beforeAll(async () => {
-  giveBack = await holdRedisFaults();
-}, 11 * 60_000);
-afterAll(async () => giveBack?.(), 120_000);
+holdRedisFaultsForFile();
 
 /** Every command through `client` sent `ms` later (the same delay for all keeps their order on the connection). */
 function delayed(client: Redis, ms: number): RedisClient {

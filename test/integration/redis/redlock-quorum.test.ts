@@ -7,7 +7,7 @@
 // renewals that reach some nodes only after the others have answered, keys
 // deleted by hand, proxies of its own), not from faults on the shared nodes. The set's fault turn is held so that no other file pauses a node
 // meanwhile (these tests count on every node answering).
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import type { LockLostError } from '../../../src/errors.js';
 import { acquireLock, tryAcquireLock, type RedisClient, type RedisLock } from '../../../src/sources/redis/index.js';
@@ -15,15 +15,11 @@ import { RAISE, RENEW, lockKeys } from '../../../src/sources/redis/scripts.js';
 import { TcpProxy } from '../../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { until, within } from '../../helpers/wait.js';
-import { RedisPool, holdRedisFaults, onPort, redlockPorts } from './helpers.js';
+import { RedisPool, holdRedisFaultsForFile, onPort, redlockPorts } from './helpers.js';
 
 const pool = new RedisPool();
 afterEach(() => pool.closeAll());
-let giveBack: (() => Promise<void>) | undefined;
-beforeAll(async () => {
-  giveBack = await holdRedisFaults();
-}, 11 * 60_000);
-afterAll(async () => giveBack?.(), 120_000);
+holdRedisFaultsForFile();
 
 // Node timeouts far above any stall of a loaded machine: a command that times
 // out would decide these rounds for a reason the tests are not about.

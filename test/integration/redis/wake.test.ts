@@ -4,24 +4,20 @@
 // (ioredis's `enableOfflineQueue: false`), and a release hands the lock to
 // the waiter it wakes (a reservation): a holder that asks again at once
 // comes after it, and a woken waiter that leaves hands the lock on.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { Redis, type RedisOptions } from 'ioredis';
 import { acquireLock, lockStatus, tryAcquireLock, type RedisClient, type RedisLock, type RedisTarget } from '../../../src/sources/redis/index.js';
 import { ACQUIRE, CLAIM, RESERVED, WAKE_CHANNEL, lockKeys } from '../../../src/sources/redis/scripts.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { until } from '../../helpers/wait.js';
-import { holdRedisFaults, hostPort, onPort, redlockUrls, singleUrl } from './helpers.js';
+import { holdRedisFaultsForFile, hostPort, onPort, redlockUrls, singleUrl } from './helpers.js';
 
 const opened: Redis[] = [];
 afterEach(() => {
   for (const c of opened.splice(0)) c.disconnect();
 });
 // Every node must answer here: no other file's node faults meanwhile.
-let giveBack: (() => Promise<void>) | undefined;
-beforeAll(async () => {
-  giveBack = await holdRedisFaults();
-}, 11 * 60_000);
-afterAll(async () => giveBack?.(), 120_000);
+holdRedisFaultsForFile();
 
 /** A connected client (without an offline queue, a command before 'ready' fails). */
 async function open(url: string, extra: RedisOptions = {}): Promise<Redis> {
