@@ -62,6 +62,10 @@ export interface PresentedToken {
   readonly presented: FencingToken | Sequencer;
 }
 
+/** The last bare token presentedToken parsed, and its answer (a bigint and a frozen object: safe to share). */
+let lastBare: string | undefined;
+let lastPresented: PresentedToken | undefined;
+
 /** The fencing header's token, or the 428/400 answer for a missing, repeated or malformed one. */
 export function presentedToken(text: HeaderValue, header: string): PresentedToken | Problem {
   if (text === undefined) return { status: 428, code: 'MISSING_TOKEN', detail: `this request needs a fencing token in the ${header} header` };
@@ -69,10 +73,17 @@ export function presentedToken(text: HeaderValue, header: string): PresentedToke
   // lets any hop join them into one), and no valid value holds one. So every
   // guard answers alike, whether it sees the lines (Node) or their join (Fetch).
   if (text === REPEATED || text.includes(',')) return { status: 400, code: 'REPEATED_TOKEN', detail: `the ${header} header must appear once` };
+  // The same bare token as the request before (a holder sends one token for
+  // all its writes): the same answer, without parsing it or allocating again.
+  if (text === lastBare) return lastPresented!;
   // A bare token (decimal) or a sequencer (the token with its lock: SEQUENCER_FORMAT).
   try {
     const presented = parseFencing(text);
-    return { token: typeof presented === 'bigint' ? presented : presented.token, presented };
+    if (typeof presented !== 'bigint') return { token: presented.token, presented };
+    const answer: PresentedToken = Object.freeze({ token: presented, presented });
+    lastBare = text;
+    lastPresented = answer;
+    return answer;
   } catch {
     return { status: 400, code: 'INVALID_TOKEN', detail: `the ${header} header must be a decimal integer in 1..9223372036854775807 or a sequencer (${SEQUENCER_FORMAT})` };
   }

@@ -1,11 +1,13 @@
 // MemoryFenceStore: the fence of each resource kept in this process's memory.
 //
-// Two structures per resource:
-//   - the high-water mark (`#marks`): the largest token ever admitted. It
-//     only ever grows, so a token below it is stale now and forever, and is
-//     refused at once without waiting.
-//   - a FIFO mutex (`#fences`): present while an admission holds the fence,
-//     with the requests waiting behind it in arrival order.
+// One entry per resource (one Map lookup per admission, and none to settle:
+// the admission keeps its entry), holding:
+//   - the high-water mark: the largest token ever admitted. It only ever
+//     grows, so a token below it is stale now and forever, and is refused at
+//     once without waiting.
+//   - a FIFO mutex: held while an admission holds the fence, with the
+//     requests waiting behind it in arrival order.
+//   - the lock the fence is bound to (bind()), if any.
 //
 // The mark moves when a token is admitted, not when its admission commits:
 // an admitted request may already have acted (written somewhere this store
@@ -13,17 +15,20 @@
 // pass after it, whatever its outcome. commit() and abort() only free the
 // fence.
 //
-// Memory: a mark is kept for every resource that ever admitted a token (a
-// fence that forgot its mark would admit a stale holder again), so the set of
-// resources must be bounded by the application, not derived from unchecked
-// client input. A mutex entry exists only while its fence is held and is
-// deleted when the last admission settles; a waiter is removed when it is
-// admitted, refused, or its signal aborts. Nothing outlives its request.
+// Memory: the entry of a resource that ever admitted a token (or was bound)
+// is kept for good (a fence that forgot its mark would admit a stale holder
+// again), so the set of resources must be bounded by the application, not
+// derived from unchecked client input; a refused admission adds nothing. The
+// mutex in it is a field, not an entry of its own: deleting and re-adding a
+// Map entry at every settle and admission was a measurable share of a
+// guard's CPU. A waiter is removed when it is admitted, refused, or its
+// signal aborts. Nothing outlives its request.
 import {
   FenceAlreadyBoundError,
   InvalidArgumentError,
   SequencerMismatchError,
   StaleTokenError,
+  assertToken,
   fenceBinding,
   matchesBinding,
   resolveFencing,
@@ -47,18 +52,31 @@ interface Waiter {
 }
 
 /**
- * A held fence: the waiters queued behind its holder, oldest first; null
- * while nobody waits (no allocation for an uncontended admission).
+ * A fence's mutex: FREE while nobody holds it; while held, the waiters
+ * queued behind its holder, oldest first, or null while nobody waits (no
+ * allocation for an uncontended admission).
  */
-type Fence = Waiter[] | null;
+type Fence = Waiter[] | null | typeof FREE;
 
-/** What the store and its admissions share; private to this module. */
-interface StoreState {
-  readonly marks: Map<string, FencingToken>;
-  readonly fences: Map<string, Fence>;
-  /** The lock each bound fence is guarded by (bind()); a fence absent here was never bound. */
-  readonly bindings: Map<string, FenceBinding>;
+/** Nobody holds the fence. */
+const FREE = 0;
+
+/** One resource's fence: what the store and its admissions share; private to this module. */
+class Entry {
+  readonly resource: string;
+  /** The largest token admitted (undefined: none yet). */
+  mark: FencingToken | undefined = undefined;
+  fence: Fence = FREE;
+  /** The lock the fence is guarded by (bind()); undefined: never bound. */
+  binding: FenceBinding | undefined = undefined;
+
+  constructor(resource: string) {
+    this.resource = resource;
+  }
 }
+
+/** The store's entries by resource. */
+type StoreState = Map<string, Entry>;
 
 const SETTLED: Promise<void> = Promise.resolve();
 
@@ -111,7 +129,7 @@ export interface Abandonable {
  * is already aborted (the caller aborts that admission if it no longer wants it).
  */
 export class MemoryFenceStore implements FenceStore<undefined> {
-  readonly #state: StoreState = { marks: new Map(), fences: new Map(), bindings: new Map() };
+  readonly #state: StoreState = new Map();
 
   /**
    * Bind the fence of `resource` to one lock, once (the same binding again is
@@ -124,9 +142,9 @@ export class MemoryFenceStore implements FenceStore<undefined> {
     try {
       if (typeof resource !== 'string' || resource.length === 0) throw new InvalidArgumentError('resource must be a non-empty string');
       const wanted = fenceBinding(binding);
-      const recorded = this.#state.bindings.get(resource);
+      const recorded = this.#state.get(resource)?.binding;
       if (recorded === undefined) {
-        this.#state.bindings.set(resource, wanted);
+        entryOf(this.#state, resource).binding = wanted;
         return Promise.resolve(wanted);
       }
       if (recorded.kind !== wanted.kind || recorded.lock !== wanted.lock || recorded.source.kind !== wanted.source.kind || recorded.source.id !== wanted.source.id) {
@@ -148,15 +166,18 @@ export class MemoryFenceStore implements FenceStore<undefined> {
     let token: FencingToken;
     let advance: boolean;
     const state = this.#state;
+    const found = state.get(resource);
     try {
-      ({ token, advance } = checked(state, resource, presented, options));
+      advance = checkedMode(resource, options);
+      token = checkedToken(found, resource, presented);
     } catch (error) {
       return Promise.reject(error);
     }
-    const fence = state.fences.get(resource);
-    if (fence === undefined) {
-      state.fences.set(resource, null);
-      return Promise.resolve(admitted(state, resource, token, state.marks.get(resource), advance));
+    const entry = found ?? entryOf(state, resource);
+    const fence = entry.fence;
+    if (fence === FREE) {
+      entry.fence = null;
+      return Promise.resolve(admitted(entry, token, advance));
     }
 
     // Only a wait can be aborted, so the signal is read here and not above:
@@ -168,15 +189,11 @@ export class MemoryFenceStore implements FenceStore<undefined> {
       return new Promise<FenceAdmission<undefined>>((resolve, reject) => {
         const waiter: Waiter = { token, advance, resolve, reject, signal: undefined, onAbort: undefined };
         const gone = watch.call(options, (reason) => {
-          const queue = state.fences.get(resource);
-          if (queue != null) {
-            const at = queue.indexOf(waiter);
-            if (at !== -1) queue.splice(at, 1);
-          }
+          leaveQueue(entry, waiter);
           reject(reason);
         });
         if (gone !== undefined) return reject(gone);
-        if (fence === null) state.fences.set(resource, [waiter]);
+        if (fence === null) entry.fence = [waiter];
         else fence.push(waiter);
       });
     }
@@ -186,16 +203,12 @@ export class MemoryFenceStore implements FenceStore<undefined> {
       const waiter: Waiter = { token, advance, resolve, reject, signal, onAbort: undefined };
       if (signal !== undefined) {
         waiter.onAbort = () => {
-          const queue = state.fences.get(resource);
-          if (queue != null) {
-            const at = queue.indexOf(waiter);
-            if (at !== -1) queue.splice(at, 1);
-          }
+          leaveQueue(entry, waiter);
           reject(signal.reason);
         };
         signal.addEventListener('abort', waiter.onAbort, { once: true });
       }
-      if (fence === null) state.fences.set(resource, [waiter]);
+      if (fence === null) entry.fence = [waiter];
       else fence.push(waiter);
     });
   }
@@ -211,36 +224,64 @@ export class MemoryFenceStore implements FenceStore<undefined> {
    */
   [ADMIT_NOW](resource: string, presented: FencingToken | Sequencer, options?: FenceMode): FenceAdmission<undefined> | undefined {
     const state = this.#state;
-    const { token, advance } = checked(state, resource, presented, options);
-    if (state.fences.has(resource)) return undefined;
-    state.fences.set(resource, null);
-    return admitted(state, resource, token, state.marks.get(resource), advance);
+    const entry = state.get(resource);
+    const advance = checkedMode(resource, options);
+    const token = checkedToken(entry, resource, presented);
+    if (entry === undefined) {
+      const created = entryOf(state, resource);
+      created.fence = null;
+      return admitted(created, token, advance);
+    }
+    if (entry.fence !== FREE) return undefined;
+    entry.fence = null;
+    return admitted(entry, token, advance);
   }
 
   current(resource: string): Promise<FencingToken | null> {
-    return Promise.resolve(this.#state.marks.get(resource) ?? null);
+    return Promise.resolve(this.#state.get(resource)?.mark ?? null);
   }
 }
 
-/**
- * Check an admission before it may hold or wait: the resource's name, the
- * mode, the binding, and the mark (it only grows: below it is stale whatever
- * the holder does). Throws the refusal; changes nothing.
- */
-function checked(state: StoreState, resource: string, presented: FencingToken | Sequencer, options: FenceMode | undefined): { token: FencingToken; advance: boolean } {
-  if (typeof resource !== 'string' || resource.length === 0) throw new InvalidArgumentError('resource must be a non-empty string');
-  const advance = fenceAdvances(options, 'MemoryFenceStore.admit');
-  const fencing = resolveFencing(presented);
-  const token = fencing.token;
-  // A bound fence compares the lock first: another lock's tokens are not comparable with its mark.
-  const bound = state.bindings.get(resource);
-  if (bound !== undefined && (fencing.sequencer === null || !matchesBinding(fencing.sequencer, bound))) {
-    const s = fencing.sequencer;
-    throw new SequencerMismatchError(resource, bound, s === null ? null : { kind: s.kind, lock: s.name, source: s.source, token: s.token });
+/** The entry of `resource`, made now if it has none (only once an admission or a binding is accepted). */
+function entryOf(state: StoreState, resource: string): Entry {
+  let entry = state.get(resource);
+  if (entry === undefined) {
+    entry = new Entry(resource);
+    state.set(resource, entry);
   }
-  const mark = state.marks.get(resource);
+  return entry;
+}
+
+/** The resource's name and the mode checked (INVALID_ARGUMENT): whether the admission advances the mark. */
+function checkedMode(resource: string, options: FenceMode | undefined): boolean {
+  if (typeof resource !== 'string' || resource.length === 0) throw new InvalidArgumentError('resource must be a non-empty string');
+  return fenceAdvances(options, 'MemoryFenceStore.admit');
+}
+
+/**
+ * Check an admission's token before it may hold or wait: the binding, and
+ * the mark (it only grows: below it is stale whatever the holder does).
+ * Throws the refusal; changes nothing.
+ */
+function checkedToken(entry: Entry | undefined, resource: string, presented: FencingToken | Sequencer): FencingToken {
+  // A bare token (every guard's usual case) needs no resolving object.
+  let token: FencingToken;
+  let sequencer: Sequencer | null;
+  if (typeof presented === 'bigint') {
+    token = assertToken(presented);
+    sequencer = null;
+  } else {
+    ({ token, sequencer } = resolveFencing(presented));
+  }
+  if (entry === undefined) return token;
+  // A bound fence compares the lock first: another lock's tokens are not comparable with its mark.
+  const bound = entry.binding;
+  if (bound !== undefined && (sequencer === null || !matchesBinding(sequencer, bound))) {
+    throw new SequencerMismatchError(resource, bound, sequencer === null ? null : { kind: sequencer.kind, lock: sequencer.name, source: sequencer.source, token: sequencer.token });
+  }
+  const mark = entry.mark;
   if (mark !== undefined && token < mark) throw new StaleTokenError(resource, token, mark);
-  return { token, advance };
+  return token;
 }
 
 /**
@@ -250,33 +291,39 @@ function checked(state: StoreState, resource: string, presented: FencingToken | 
  * its outcome (the fault checker caught the opposite: an aborted admission
  * let a smaller token in after its handler had written).
  */
-function admitted(state: StoreState, resource: string, token: FencingToken, mark: FencingToken | undefined, advance: boolean): MemoryAdmission {
-  const next = markAfter(mark ?? null, token, advance);
-  if (next !== mark) state.marks.set(resource, next);
-  return new MemoryAdmission(state, resource, token, mark ?? null);
+function admitted(entry: Entry, token: FencingToken, advance: boolean): MemoryAdmission {
+  const mark = entry.mark;
+  entry.mark = markAfter(mark ?? null, token, advance);
+  return new MemoryAdmission(entry, token, mark ?? null);
+}
+
+/** A waiter gives up: off the queue it waits in (a no-op once admitted or refused). */
+function leaveQueue(entry: Entry, waiter: Waiter): void {
+  const queue = entry.fence;
+  if (queue === FREE || queue === null) return;
+  const at = queue.indexOf(waiter);
+  if (at !== -1) queue.splice(at, 1);
 }
 
 /** Settle one admission (called once, by its commit() or abort()) and pass the fence on. */
-function release(state: StoreState, resource: string): void {
-  const fence = state.fences.get(resource);
-  if (fence === undefined) return;
-  if (fence === null) {
-    state.fences.delete(resource);
-    return;
-  }
-  const mark = state.marks.get(resource);
+function release(entry: Entry): void {
+  const fence = entry.fence;
+  entry.fence = FREE;
+  if (fence === FREE || fence === null) return;
+  const mark = entry.mark;
   // Hand the fence to the oldest waiter whose token is still not stale;
   // refuse the stale ones on the way (they change nothing).
   for (let waiter = fence.shift(); waiter !== undefined; waiter = fence.shift()) {
     if (waiter.onAbort !== undefined) waiter.signal?.removeEventListener('abort', waiter.onAbort);
     if (mark !== undefined && waiter.token < mark) {
-      waiter.reject(new StaleTokenError(resource, waiter.token, mark));
+      waiter.reject(new StaleTokenError(entry.resource, waiter.token, mark));
       continue;
     }
-    waiter.resolve(admitted(state, resource, waiter.token, mark, waiter.advance));
+    // Held again, by this waiter, with the rest still queued behind it.
+    entry.fence = fence.length === 0 ? null : fence;
+    waiter.resolve(admitted(entry, waiter.token, waiter.advance));
     return;
   }
-  state.fences.delete(resource);
 }
 
 class MemoryAdmission implements FenceAdmission<undefined> {
@@ -284,11 +331,11 @@ class MemoryAdmission implements FenceAdmission<undefined> {
   readonly token: FencingToken;
   readonly previous: FencingToken | null;
   readonly transaction = undefined;
-  #state: StoreState | undefined;
+  #entry: Entry | undefined;
 
-  constructor(state: StoreState, resource: string, token: FencingToken, previous: FencingToken | null) {
-    this.#state = state;
-    this.resource = resource;
+  constructor(entry: Entry, token: FencingToken, previous: FencingToken | null) {
+    this.#entry = entry;
+    this.resource = entry.resource;
     this.token = token;
     this.previous = previous;
   }
@@ -311,9 +358,9 @@ class MemoryAdmission implements FenceAdmission<undefined> {
   }
 
   #settle(): void {
-    const state = this.#state;
-    if (state === undefined) return; // settled already: commit and abort are idempotent
-    this.#state = undefined;
-    release(state, this.resource);
+    const entry = this.#entry;
+    if (entry === undefined) return; // settled already: commit and abort are idempotent
+    this.#entry = undefined;
+    release(entry);
   }
 }
