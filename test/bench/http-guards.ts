@@ -3,10 +3,14 @@
 // guard (a plain Fetch handler over @hono/node-server), the bare route vs the
 // same empty handler behind the fencing guard with MemoryFenceStore (one
 // resource, one token: every request admitted and committed). Beside them a
-// "bound" route: the bare handler doing by hand the least any guard must do
-// (read the header from the framework's request, parse the token,
-// MemoryFenceStore admit, answer, commit), so the gap to bare splits into
-// the store's share (bound vs bare) and the guard's own (guarded vs bound).
+// "noop" route: the least middleware or hook of the guard's kind, handing its
+// handler a context the framework's way (req.fencing, a decorated
+// request.fencing, c.set, a second argument) and nothing else: the
+// framework's own price of any such guard, so the gap to bare splits into
+// the framework's share (noop vs bare) and the guard's own (guarded vs
+// noop). And a "bound" route: the bare handler doing by hand, with the
+// store's public promise API, the least a guard must do (read the header,
+// parse the token, MemoryFenceStore admit, answer, commit): a reference.
 // Not in the suite: a script that prints figures, nothing here asserts on time.
 //
 //   npm run build && node node_modules/vite-node/vite-node.mjs test/bench/http-guards.ts
@@ -31,6 +35,8 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { barChartSpec, machineLine, writeSvg, type BarPoint } from './lib/chart.js';
 
 const TOKEN = '34';
+/** What the no-op routes hand their handler, as a guard hands its fencing context. */
+const CONTEXT = Object.freeze({ resource: 'bench' });
 const FRAMEWORKS = ['express', 'fastify', 'hono', 'fetch'] as const;
 type Framework = (typeof FRAMEWORKS)[number];
 
@@ -68,8 +74,10 @@ async function serve(framework: Framework): Promise<void> {
   e.disable('x-powered-by');
   e.disable('etag');
   e.get('/bare', (_req, res) => void res.end());
-  // The least middleware: Express's own price of any guard that is a middleware.
-  e.get('/noop', (_req, _res, next) => next(), (_req, res) => void res.end());
+  // The least middleware that hands its handler a context on req, as fencing() does (req.fencing):
+  // Express's own price of any such guard. (Express gives every request object a hidden class
+  // of its own, so a property added to req is a new one each request: that is Express's, not the guard's.)
+  e.get('/noop', (req, _res, next) => { (req as unknown as { fencing: object }).fencing = CONTEXT; next(); }, (_req, res) => void res.end());
   e.get('/bound', (req, res) => {
     void boundStore.express.admit('bench', tokenOf(req)).then((admission) => {
       res.end();
@@ -85,9 +93,14 @@ async function serve(framework: Framework): Promise<void> {
   if (framework === 'fastify') {
   const f = Fastify();
   f.get('/bare', async (_request, reply) => reply.send());
-  // The least preHandler hook (a callback one, as fencing's): Fastify's own price of any guard that is a hook.
+  // The least preHandler hook (a callback one, as fencing's) handing a context on a decorated
+  // request property (as request.fencing): Fastify's own price of any guard that is a hook.
   await f.register(async (scope) => {
-    scope.addHook('preHandler', (_request, _reply, done) => done());
+    scope.decorateRequest('benchContext', undefined);
+    scope.addHook('preHandler', (request, _reply, done) => {
+      (request as unknown as { benchContext: object }).benchContext = CONTEXT;
+      done();
+    });
     scope.get('/noop', async (_request, reply) => reply.send());
   });
   f.get('/bound', async (request, reply) => {
@@ -108,8 +121,9 @@ async function serve(framework: Framework): Promise<void> {
   if (framework === 'hono') {
   const h = new Hono();
   h.get('/bare', (c) => c.body(null));
-  // The least middleware (Hono's are async): Hono's own price of any guard that is a middleware.
-  h.get('/noop', async (_c, next) => { await next(); }, (c) => c.body(null));
+  // The least middleware (Hono's are async) handing a context through c.set (as c.get('fencing')):
+  // Hono's own price of any guard that is a middleware.
+  h.get('/noop', async (c, next) => { c.set('fencing' as never, CONTEXT as never); await next(); }, (c) => c.body(null));
   // Node's headers (c.env.incoming), as the guard reads Node's rawHeaders: c.req.header() would build a Headers.
   h.get('/bound', async (c) => {
     const admission = await boundStore.hono.admit('bench', tokenOf((c.env as { incoming: NodeHeaders }).incoming));
@@ -124,8 +138,9 @@ async function serve(framework: Framework): Promise<void> {
   }
   if (framework === 'fetch') {
   const fetchRoutes = new Map(builds.map(([route, g]) => [`/${route}`, g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, () => new Response(null))]));
-  // The least wrapper that waits for the handler.
-  fetchRoutes.set('/noop', async () => await new Response(null));
+  // The least wrapper that waits for the handler, handing it a context (as withFencing's second argument).
+  const contextHandler = (_request: Request, context: object): Response => (context === CONTEXT ? new Response(null) : new Response(null, { status: 500 }));
+  fetchRoutes.set('/noop', async (request: Request) => await contextHandler(request, CONTEXT));
   fetchRoutes.set('/bound', (_request: Request, env?: unknown) =>
     boundStore.fetch.admit('bench', tokenOf((env as { incoming: NodeHeaders }).incoming)).then((admission) => {
       void admission.commit();
@@ -232,7 +247,8 @@ async function measure(): Promise<void> {
   }
   // The gap to bare, split three ways (CPU per request): what the framework
   // charges for any guard of the guard's kind (noop: the least middleware or
-  // hook, doing nothing), what the store's promise API costs a route that
+  // hook, handing its handler a context the framework's way and doing nothing
+  // else), what the store's promise API costs a route that
   // does the least by hand (bound: the header, the parse, a MemoryFenceStore
   // admit and commit, awaited), and what fencing() costs over the noop (its
   // own work: the context, nesting, maxHoldMs, release on the response's end
