@@ -171,9 +171,11 @@ class ZooKeeperJoin<T extends { readonly held: boolean }> implements QueueJoinSt
   /** Wait without a promise (./queue.ts awaitTurn): thousands of acquires may wait on one client. */
   awaitTurn(joined: Enqueued, where: Wait, stopper: QueueStopper, turn: QueueTurn): void {
     if (this.#reads !== null) this.#seen = { predecessor: where.predecessor };
-    // The join's listing is not read again once we wait: a waiting acquire does not keep it.
+    // The listing goes to the process's knowledge of a deep queue (./queue-known.ts), then is
+    // not read again: a waiting acquire does not keep it.
+    const children = joined.children;
     joined.children = NO_CHILDREN;
-    awaitTurn(this.client, joined.node, where, stopper, turn, this.#seen, this.#position);
+    awaitTurn(this.client, joined.node, where, stopper, turn, this.#seen, this.#position, { children, parentCzxid: joined.parentCzxid });
   }
 
   /** The lock-delay hook: after an unclean release, wait it out before the grant. */
