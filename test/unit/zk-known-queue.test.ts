@@ -8,6 +8,7 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { ZooKeeperClient } from '../../src/sources/zookeeper/client.js';
+import { ChildListing } from '../../src/sources/zookeeper/child-listing.js';
 import { KnownQueue } from '../../src/sources/zookeeper/recipes/queue-known.js';
 
 // The table reads the client's chroot and, if it has any, its servers: a bare object has neither.
@@ -24,6 +25,20 @@ afterEach(() => {
 
 /** ZooKeeper's name for sequence `seq` (Java's %010d of the int). */
 const name = (guid: string, seq: number): string => `${guid}-lock-${seq < 0 ? `-${String(-seq).padStart(9, '0')}` : String(seq).padStart(10, '0')}`;
+
+/** The names as a listing kept as bytes (what a join merges) or as strings (a waiter's later listing). */
+function asListing(names: readonly string[], bytes: boolean): readonly string[] | ChildListing {
+  if (!bytes) return names;
+  const wire = Buffer.concat(
+    names.map((n) => {
+      const utf8 = Buffer.from(n, 'utf8');
+      const length = Buffer.alloc(4);
+      length.writeInt32BE(utf8.length);
+      return Buffer.concat([length, utf8]);
+    }),
+  );
+  return new ChildListing(wire, names.length, 1n);
+}
 
 type Op =
   | { readonly op: 'join'; readonly local: boolean }
@@ -61,7 +76,7 @@ describe('KnownQueue', () => {
               bump();
               live.push(node);
               // A waiter of ours takes in its join's listing (its own session: our node is in it).
-              if (node.local) t.merge(listing(), node.seq);
+              if (node.local) t.merge(asListing(listing(), guids % 2 === 0), node.seq);
             } else if (step.op === 'release' || step.op === 'quit') {
               const at = step.op === 'release' ? 0 : step.at % Math.max(1, live.length);
               const [gone] = live.splice(at, 1);
@@ -71,7 +86,7 @@ describe('KnownQueue', () => {
               if (step.seen) t.gone(gone.name);
             } else if (step.op === 'list') {
               const waiter = live.filter((n) => n.local)[step.at % Math.max(1, live.length)];
-              if (waiter !== undefined) t.merge(listing(), waiter.seq);
+              if (waiter !== undefined) t.merge(asListing(listing(), step.at % 2 === 0), waiter.seq);
             } else if (live[0]?.local === true) {
               t.headed(live[0].seq);
             }
@@ -113,6 +128,18 @@ describe('KnownQueue', () => {
     // Another session's listing that has not seen the deletion yet.
     t.merge([h], 5);
     expect(t.nothingBelow(3)).toBe(false);
+  });
+
+  it('a foreign child named like ours, with a sequence one of ours has: the table no longer answers (as strings and as bytes)', () => {
+    for (const bytes of [false, true]) {
+      const t = KnownQueue.use(zk, `/fencekeeper/locks/foreign-${bytes}`, 1n);
+      const [h, w] = [name('h', 1), name('w', 3)];
+      t.merge(asListing([h, w], bytes), 3);
+      t.merge(asListing([h, w, 'foreign-lock-0000000001'], bytes), 3);
+      t.gone(h);
+      expect(t.nothingBelow(3)).toBe(false);
+      t.unuse();
+    }
   });
 
   it('one table per queue incarnation (the parent czxid) and per servers; dropped with its last user', () => {

@@ -29,6 +29,12 @@
  * for a name it did not see there first. A name dropped from the table and
  * listed again comes back as present: that only sends a waiter to list.
  *
+ * Names are looked up by sequence (a listing's are read off its bytes, no
+ * string made for a name already known): ZooKeeper gives each sequential
+ * child of one parent incarnation its own. A foreign child named like ours
+ * could share one; a table that meets two names for one sequence trusts
+ * itself no more (every waiter lists, as before).
+ *
  * A table is for one queue node incarnation: keyed by the servers dialled
  * (and the connector, if the client has its own), the chroot, the parent path and the parent's czxid (a container reaped
  * and made again restarts its sequences). It exists while one of our
@@ -36,7 +42,8 @@
  * none: its predecessor is the head), and is dropped with the last.
  */
 import { clientInternals, type ZooKeeperClient } from '../client.js';
-import { compareSequence, sequenceOf } from './queue-order.js';
+import { ChildListing } from '../child-listing.js';
+import { compareSequence, sequenceInBytes, sequenceOf } from './queue-order.js';
 
 /** One name of the queue as listed: its sequence and whether it may still exist. */
 interface Known {
@@ -61,7 +68,9 @@ export class KnownQueue {
   /** Every name known, in sequence order; [#head] is the first that may still exist (those before it are gone). */
   #order: Known[] = [];
   #head = 0;
-  readonly #byName = new Map<string, Known>();
+  readonly #bySeq = new Map<number, Known>();
+  /** Two names met for one sequence (a foreign child named like ours): the table no longer answers. */
+  #confused = false;
   /** Waiters using the table: it is dropped when the last one ends. */
   #users = 0;
   #merges = 0;
@@ -126,17 +135,27 @@ export class KnownQueue {
    * added, and every known name below `own` that the listing lacks is gone.
    * Foreign children (no sequence) are left out.
    */
-  merge(listing: readonly string[], own: number): void {
+  merge(listing: readonly string[] | ChildListing, own: number): void {
     const mark = ++this.#merges;
-    for (const name of listing) {
-      const known = this.#byName.get(name);
-      if (known !== undefined) {
-        known.listed = mark;
-        continue;
+    if (listing instanceof ChildListing) {
+      const bytes = listing.bytes;
+      listing.forEach((start, end, at) => {
+        const seq = sequenceInBytes(bytes, start, end);
+        if (seq === null) return;
+        const known = this.#bySeq.get(seq);
+        if (known === undefined) this.#insert({ name: listing.nameAt(at), seq, present: true, listed: mark });
+        else if (listing.equals(start, end, known.name)) known.listed = mark;
+        else this.#confused = true;
+      });
+    } else {
+      for (const name of listing) {
+        const seq = sequenceOf(name);
+        if (seq === null) continue;
+        const known = this.#bySeq.get(seq);
+        if (known === undefined) this.#insert({ name, seq, present: true, listed: mark });
+        else if (known.name === name) known.listed = mark;
+        else this.#confused = true;
       }
-      const seq = sequenceOf(name);
-      if (seq === null) continue;
-      this.#insert({ name, seq, present: true, listed: mark });
     }
     const order = this.#order;
     for (let i = this.#head; i < order.length; i++) {
@@ -149,8 +168,9 @@ export class KnownQueue {
 
   /** A fact: the node `name` is gone (its deletion event, or a read on a session that had listed it). */
   gone(name: string): void {
-    const known = this.#byName.get(name);
-    if (known === undefined) return;
+    const seq = sequenceOf(name);
+    const known = seq === null ? undefined : this.#bySeq.get(seq);
+    if (known === undefined || known.name !== name) return;
     known.present = false;
     this.#advance();
   }
@@ -168,13 +188,14 @@ export class KnownQueue {
 
   /** True when every node the table holds below sequence `own` is known gone: a node of ours with that sequence heads the queue. */
   nothingBelow(own: number): boolean {
+    if (this.#confused) return false;
     const first = this.#order[this.#head];
     return first === undefined || compareSequence(first.seq, own) >= 0;
   }
 
   #insert(known: Known): void {
     const order = this.#order;
-    this.#byName.set(known.name, known);
+    this.#bySeq.set(known.seq, known);
     // Names mostly arrive in sequence order (joins land at the tail): append; else find its place.
     const last = order[order.length - 1];
     if (last === undefined || compareSequence(known.seq, last.seq) > 0) {
@@ -196,7 +217,7 @@ export class KnownQueue {
     const order = this.#order;
     let head = this.#head;
     while (head < order.length && !order[head]!.present) {
-      this.#byName.delete(order[head]!.name);
+      this.#bySeq.delete(order[head]!.seq);
       head++;
     }
     // Drop the gone prefix once it is most of the array, so a long-lived queue's table stays the size of the queue.

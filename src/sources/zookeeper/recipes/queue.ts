@@ -19,6 +19,7 @@ import { ConnectionLossError, isCode } from '../../../errors.js';
 import type { FencingToken } from '../../../token.js';
 import type { LockStatusEntry } from '../../../lock-source.js';
 import type { ZooKeeperClient } from '../client.js';
+import type { ChildListing } from '../child-listing.js';
 import { joinPath } from '../paths.js';
 import { listChildren, retryOnLoss, whileConnected } from './connection-loss.js';
 import { NODE_DELETED, NODE_DONE, watchOwnNodeNow, type OwnNode } from './holding.js';
@@ -143,6 +144,13 @@ export interface Enqueued {
    */
   readonly parentCzxid?: bigint;
   /**
+   * The common join's listing kept as its bytes (null once the join waits,
+   * absent on the other paths): `children` decodes it only when read, and a
+   * lock's join reads its place off the bytes (./queue-order.ts
+   * positionInListing), making no string per child.
+   */
+  readonly listing?: ChildListing | null;
+  /**
    * The first create did not make our node (the parent was missing, or the
    * reply was lost): a read sent in the same write as that create may have
    * seen another parent, or none (a semaphore reads its size so, ./permit.ts).
@@ -168,12 +176,12 @@ export function enqueue(zk: ZooKeeperClient, root: string, parent: string, data:
   const prefix = joinPath(parent, `${guid}${marker}`);
   // The common case without async frames: every acquire takes it.
   const created = zk.create(prefix, data, SEQUENTIAL);
-  const listed = zk.getChildrenWithStat(parent);
+  const listed = zk.getChildrenListing(parent);
   return created.then(
     ({ path, stat }) => {
       const node: QueueNode = new JoinedNode(path, parent, stat.czxid, false);
       return listed.then(
-        (listing) => ({ node, children: listing.children, parentCzxid: listing.stat.czxid }),
+        (listing): Enqueued => new ListedJoin(node, listing),
         (error: unknown) => listAfterLoss(zk, node, error),
       );
     },
@@ -209,6 +217,31 @@ async function enqueueWithAcl(zk: ZooKeeperClient, root: string, parent: string,
     return { node, children, parentCzxid: stat.czxid };
   } catch (error) {
     return listAfterLoss(zk, node, error);
+  }
+}
+
+/** The common join (see Enqueued.listing): its listing decoded only if `children` is read. */
+class ListedJoin implements Enqueued {
+  readonly parentCzxid: bigint;
+  listing: ChildListing | null;
+  #children: string[] | null = null;
+
+  constructor(
+    readonly node: QueueNode,
+    listing: ChildListing,
+  ) {
+    this.listing = listing;
+    this.parentCzxid = listing.czxid;
+  }
+
+  get children(): string[] {
+    return (this.#children ??= this.listing?.names() ?? []);
+  }
+
+  /** Replaced (emptied once the join waits): the bytes go too. */
+  set children(value: string[]) {
+    this.#children = value;
+    this.listing = null;
   }
 }
 
@@ -376,7 +409,7 @@ export function awaitTurn(
   turn: QueueTurn,
   seen?: { predecessor: string },
   positionOf: PositionOf = position,
-  joined?: { readonly children: readonly string[]; readonly parentCzxid?: bigint | undefined },
+  joined?: { readonly children: readonly string[] | ChildListing; readonly parentCzxid?: bigint | undefined },
 ): void {
   // The shared knowledge only for a lock's order (a read-write lock's is its own) and a queue deeper
   // than holder and us (behind the head, the ahead === 1 rule needs none): most waits make no table.
