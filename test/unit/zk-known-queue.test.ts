@@ -130,6 +130,27 @@ describe('KnownQueue', () => {
     expect(t.nothingBelow(3)).toBe(false);
   });
 
+  it('a listing still naming a node below one of ours that was granted does not bring it back', () => {
+    const t = table();
+    const [h, w1, w2] = [name('h', 1), name('w', 3), name('v', 5)];
+    t.merge([h, w1, w2], 5);
+    t.gone(h);
+    t.headed(3);
+    t.gone(w1);
+    expect(t.nothingBelow(5)).toBe(true);
+    // A join's listing read before h and w1 went, merged after.
+    t.merge([h, w1, w2, name('u', 7)], 7);
+    expect(t.nothingBelow(5)).toBe(false); // w1 was forgotten: it comes back (only a reason to list)
+    const u = table('/fencekeeper/locks/t2');
+    u.merge([h, w1, w2], 5);
+    u.gone(h);
+    u.headed(3);
+    u.merge([h, w1, w2, name('u', 7)], 7);
+    // h is below the granted 3: it stays gone.
+    u.gone(w1);
+    expect(u.nothingBelow(5)).toBe(true);
+  });
+
   it('a foreign child named like ours, with a sequence one of ours has: the table no longer answers (as strings and as bytes)', () => {
     for (const bytes of [false, true]) {
       const t = KnownQueue.use(zk, `/fencekeeper/locks/foreign-${bytes}`, 1n);

@@ -71,6 +71,14 @@ export class KnownQueue {
   readonly #bySeq = new Map<number, Known>();
   /** Two names met for one sequence (a foreign child named like ours): the table no longer answers. */
   #confused = false;
+  /**
+   * The highest sequence one of our waiters was granted at (null: none yet):
+   * nothing below it exists any more. A listing that was on its way when
+   * a node below it went (read on one session, the deletion heard on
+   * another) still names that node: the floor keeps it from coming back as
+   * present once forgotten, which would send the next waiters to list.
+   */
+  #floor: number | null = null;
   /** Waiters using the table: it is dropped when the last one ends. */
   #users = 0;
   #merges = 0;
@@ -141,7 +149,7 @@ export class KnownQueue {
       const bytes = listing.bytes;
       listing.forEach((start, end, at) => {
         const seq = sequenceInBytes(bytes, start, end);
-        if (seq === null) return;
+        if (seq === null || this.#belowFloor(seq)) return;
         const known = this.#bySeq.get(seq);
         if (known === undefined) this.#insert({ name: listing.nameAt(at), seq, present: true, listed: mark });
         else if (listing.equals(start, end, known.name)) known.listed = mark;
@@ -150,7 +158,7 @@ export class KnownQueue {
     } else {
       for (const name of listing) {
         const seq = sequenceOf(name);
-        if (seq === null) continue;
+        if (seq === null || this.#belowFloor(seq)) continue;
         const known = this.#bySeq.get(seq);
         if (known === undefined) this.#insert({ name, seq, present: true, listed: mark });
         else if (known.name === name) known.listed = mark;
@@ -175,8 +183,9 @@ export class KnownQueue {
     this.#advance();
   }
 
-  /** A fact: our node of sequence `own` heads the queue, so every node below it is gone. */
+  /** A fact: our node of sequence `own` heads the queue, so every node below it is gone, for good (later nodes get larger sequences). */
   headed(own: number): void {
+    if (this.#floor === null || compareSequence(own, this.#floor) > 0) this.#floor = own;
     const order = this.#order;
     for (let i = this.#head; i < order.length; i++) {
       const known = order[i]!;
@@ -191,6 +200,10 @@ export class KnownQueue {
     if (this.#confused) return false;
     const first = this.#order[this.#head];
     return first === undefined || compareSequence(first.seq, own) >= 0;
+  }
+
+  #belowFloor(seq: number): boolean {
+    return this.#floor !== null && compareSequence(seq, this.#floor) < 0;
   }
 
   #insert(known: Known): void {
