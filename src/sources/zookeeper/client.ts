@@ -41,6 +41,7 @@ import {
   deleteRequest,
   existsRequest,
   getAclRequest,
+  getChildrenListingRequest,
   getChildrenNamesRequest,
   getChildrenRequest,
   getDataRequest,
@@ -59,6 +60,7 @@ import {
 } from './requests.js';
 import { WatchRegistry, type Watcher } from './watches.js';
 import { Call } from './call.js';
+import type { ChildListing } from './child-listing.js';
 
 export type { AuthInfo, CreateOptions, MultiOp, MultiResult } from './requests.js';
 export type { Connector } from './connection.js';
@@ -277,6 +279,15 @@ export class ZooKeeperClient extends EventEmitter<{ state: [ClientState]; closin
   /** getChildren2: the children and the parent's Stat in one reply. */
   getChildrenWithStat(path: string, options: WatchOptions = {}): Promise<{ children: string[]; stat: Stat }> {
     return this.#submit(getChildrenRequest, path, options.watch);
+  }
+
+  /**
+   * getChildren2 with the names kept as their bytes, decoded on demand, and
+   * the parent's czxid: for a caller that reads few of many names (a waiter
+   * joining a deep lock queue reads its predecessor's and the sequences).
+   */
+  getChildrenListing(path: string, options: WatchOptions = {}): Promise<ChildListing> {
+    return this.#submit(getChildrenListingRequest, path, options.watch);
   }
 
   /** The paths of this session's ephemeral nodes under `prefix` (default: all). */

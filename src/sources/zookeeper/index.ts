@@ -30,6 +30,7 @@ export type { ServerAddress } from './paths.js';
 export type { Stat, ACL, Id, CreateMode } from './protocol.js';
 export { Perms, OPEN_ACL_UNSAFE, CREATOR_ALL_ACL, READ_ACL_UNSAFE } from './protocol.js';
 export type { WatchEvent, WatchEventType, Watcher } from './watches.js';
+export type { ChildListing } from './child-listing.js';
 
 // ZooKeeper's lock and election recipes, as functions of a client or as a LockSource
 export { acquireLock, tryAcquireLock, lockStatus, observeLock } from './recipes/lock.js';

@@ -1,4 +1,5 @@
 import { ProtocolError } from '../../errors.js';
+import { readListingBytes } from './child-listing.js';
 
 /**
  * Reads jute records from one frame. Every read is bounds-checked: a server
@@ -78,6 +79,13 @@ export class JuteReader {
     const out: T[] = new Array<T>(count);
     for (let i = 0; i < count; i++) out[i] = read(this);
     return out;
+  }
+
+  /** A vector<ustring> kept as its bytes (./child-listing.ts): every element checked, the region copied once, no string made. */
+  listingBytes(): { bytes: Buffer; count: number } {
+    const { bytes, count, next } = readListingBytes(this.#buf, this.#offset, this.#end);
+    this.#offset = next;
+    return { bytes, count };
   }
 
   #need(n: number, what: string): void {

@@ -6,6 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError, ProtocolError, ZooKeeperError } from '../../errors.js';
+import { ChildListing } from './child-listing.js';
 import type { JuteReader } from './jute-reader.js';
 import type { JuteWriter } from './jute-writer.js';
 import { validatePath, type Chroot } from './paths.js';
@@ -140,6 +141,16 @@ export function getChildrenNamesRequest(chroot: Chroot, path: string, watcher: W
 }
 
 const readChildNames = (r: JuteReader): string[] => r.vector(readChildName);
+
+/** getChildren2 with the names kept as their bytes (ChildListing) and the parent's czxid. */
+export function getChildrenListingRequest(chroot: Chroot, path: string, watcher: Watcher | undefined): Request<ChildListing> {
+  return watchedRead(chroot, OpCode.getChildren2, path, watcher, childWatchKind, readListing);
+}
+
+const readListing = (r: JuteReader): ChildListing => {
+  const { bytes, count } = r.listingBytes();
+  return new ChildListing(bytes, count, readStat(r).czxid);
+};
 
 /** A read that may set a watch: proto.ExistsRequest, GetDataRequest, GetChildren2Request (path, watch flag). */
 function watchedRead<T>(

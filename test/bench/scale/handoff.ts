@@ -16,7 +16,9 @@
 // cheapest request), the listing of the queue (ZooKeeper: getChildren of the queue
 // node, what a join lists; the others: lockStatus), how long release() itself takes
 // to resolve, and on PostgreSQL the enter's scans of the name's queue
-// (./sources.ts enterScans).
+// (./sources.ts enterScans), and on ZooKeeper how many listings its waiters made per
+// grant outside their joins (a waiter that could not tell a release from a give-up
+// without one lists the queue; one of the process's deep-queue table does not).
 import { setMaxListeners } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { openSource, type Opened, type SourceFamily } from './sources.js';
@@ -37,6 +39,8 @@ export interface HandoffPoint {
   readonly releaseMs: number;
   /** PostgreSQL: the enter's queue scans at N (ms, p50); NaN elsewhere. */
   readonly enterScansMs: number;
+  /** ZooKeeper: the recipes' listings outside a join per counted grant (a waiter told its predecessor left, unsure it heads the queue); NaN elsewhere. */
+  readonly waiterListsPerGrant: number;
   /** Grants that came out of join order (a FIFO queue has 0). */
   readonly outOfOrder: number;
   /** Counted grants (the target unless the point ran out of time: then it is partial). */
@@ -80,6 +84,9 @@ export async function handoffAt(family: SourceFamily, waiters: number, handoffs:
   let counted = 0;
   let countStart = 0;
   let outOfOrder = 0;
+  // The recipes' listings outside a join (ZooKeeper), read at the first counted grant and at the end.
+  const listingsNow = (): number => opened.reduce((sum, s) => sum + (s.waiterListings?.() ?? NaN), 0);
+  let listingsAtStart = NaN;
   // Join order: each contender takes a ticket before it asks; FIFO grants them in ticket order.
   let nextTicket = 0;
   let lastGranted = -1;
@@ -116,7 +123,10 @@ export async function handoffAt(family: SourceFamily, waiters: number, handoffs:
         if (ticket < lastGranted) outOfOrder++;
         lastGranted = ticket;
         if (granted > warm && releasedAt >= 0) {
-          if (counted === 0) countStart = releasedAt;
+          if (counted === 0) {
+            countStart = releasedAt;
+            listingsAtStart = listingsNow();
+          }
           gaps.push(now - releasedAt);
           counted++;
         }
@@ -152,6 +162,7 @@ export async function handoffAt(family: SourceFamily, waiters: number, handoffs:
     await Promise.race([finished, all]);
     stop.abort();
     const elapsed = performance.now() - countStart;
+    const waiterListings = listingsNow() - listingsAtStart;
     // Waiting acquires end with the abort; a source that does not answer within 30 s is left to close().
     await Promise.race([all.catch(() => undefined), sleep(30_000)]);
     const partial = counted < handoffs;
@@ -169,6 +180,7 @@ export async function handoffAt(family: SourceFamily, waiters: number, handoffs:
       listMs: quantile(lists, 0.5),
       releaseMs: quantile(releases, 0.5),
       enterScansMs: scans.length > 0 ? quantile(scans, 0.5) : NaN,
+      waiterListsPerGrant: waiterListings / counted,
       outOfOrder,
       counted,
       partial,

@@ -139,7 +139,8 @@ async function sourceFamily(fam: SourceFamily): Promise<void> {
       console.log('  refilled: the released contender joins again only after the next grant, the next release waits until the queue is N deep again (the handoff alone)');
       console.log('  rejoin:   every granted contender releases and joins again at once (the handoff beside a concurrent re-join; the first N+1 grants not counted)');
       console.log('  beside each, same point, queue N deep: rtt (cheapest request), list (ZooKeeper getChildren of the queue, others lockStatus), release() call, PostgreSQL enter scans');
-      console.log('mode      waiters  p50 ms   p99 ms   p50/p50(1)  rtt ms  list ms  release ms  enter-scans ms  grants/s  out-of-order  load');
+      console.log('  lists/grant (ZooKeeper): the waiters\' listings outside their joins per grant (a waiter unsure its predecessor\'s deletion was a release lists the queue)');
+      console.log('mode      waiters  p50 ms   p99 ms   p50/p50(1)  rtt ms  list ms  lists/grant  release ms  enter-scans ms  grants/s  out-of-order  load');
       for (const [k, n] of ns.entries()) {
         // Alternating which mode goes first, so a burst of load elsewhere falls on both alike.
         const modes: HandoffMode[] = k % 2 === 0 ? ['refilled', 'rejoin'] : ['rejoin', 'refilled'];
@@ -149,7 +150,7 @@ async function sourceFamily(fam: SourceFamily): Promise<void> {
           results.handoff.push({ ...p, load: load() });
           const base = results.handoff.find((h) => (h.mode ?? 'rejoin') === mode && h.waiters === ns[0])?.p50 ?? NaN;
           console.log(
-            `${mode.padEnd(10)}${String(n).padEnd(9)}${f(p.p50, 3).padEnd(9)}${f(p.p99, 3).padEnd(9)}${f(p.p50 / base).padEnd(12)}${f(p.rttMs, 3).padEnd(8)}${f(p.listMs, 2).padEnd(9)}${f(p.releaseMs, 2).padEnd(12)}${f(p.enterScansMs, 2).padEnd(16)}${f(p.grantsPerSecond, 0).padEnd(10)}${String(p.outOfOrder).padEnd(14)}${load()}${p.partial ? `  (partial: ${p.counted} of ${handoffs} grants before the point's deadline)` : ''}`,
+            `${mode.padEnd(10)}${String(n).padEnd(9)}${f(p.p50, 3).padEnd(9)}${f(p.p99, 3).padEnd(9)}${f(p.p50 / base).padEnd(12)}${f(p.rttMs, 3).padEnd(8)}${f(p.listMs, 2).padEnd(9)}${f(p.waiterListsPerGrant, 2).padEnd(13)}${f(p.releaseMs, 2).padEnd(12)}${f(p.enterScansMs, 2).padEnd(16)}${f(p.grantsPerSecond, 0).padEnd(10)}${String(p.outOfOrder).padEnd(14)}${load()}${p.partial ? `  (partial: ${p.counted} of ${handoffs} grants before the point's deadline)` : ''}`,
           );
         }
       }

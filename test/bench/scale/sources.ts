@@ -59,6 +59,13 @@ export interface Opened {
    * one statement in a transaction rolled back: the part of an enter that grows with N.
    */
   enterScans?(name: string): Promise<void>;
+  /**
+   * ZooKeeper only: how many listings the recipes have made on this source so far
+   * outside a join (getChildren: a waiter that could not tell a release from a
+   * give-up lists the queue; a join lists with getChildrenListing). The bench's
+   * own queued() is not counted.
+   */
+  waiterListings?(): number;
   close(): Promise<void>;
 }
 
@@ -126,10 +133,18 @@ export async function openSource(family: SourceFamily, o: { pgSchemaName?: strin
   switch (family) {
     case 'zookeeper': {
       const zk = await ZooKeeperClient.connect({ connectString: servers.zk, sessionTimeoutMs: 30_000 });
+      // Count the recipes' getChildren calls (see waiterListings); queued() calls the method unwrapped.
+      const list = zk.getChildren.bind(zk);
+      let listings = 0;
+      zk.getChildren = (...args: Parameters<ZooKeeperClient['getChildren']>) => {
+        listings++;
+        return list(...args);
+      };
       return {
         source: zookeeperSource(zk),
         ping: async () => void (await zk.exists('/')),
-        queued: async (name) => (await zk.getChildren(queuePath('lock', name))).length,
+        queued: async (name) => (await list(queuePath('lock', name))).length,
+        waiterListings: () => listings,
         close: () => zk.close(),
       };
     }

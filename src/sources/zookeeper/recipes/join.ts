@@ -17,7 +17,7 @@ import type { ZooKeeperClient } from '../client.js';
 import { sessionMargin } from './holding.js';
 import { lockDelayOf, readAfter, readBefore, waitOutUnclean, type ArrivalReads } from './lock-delay.js';
 import { abandon, awaitTurn, enqueue, withoutStrays, type Enqueued, type QueueNode } from './queue.js';
-import { position as lockPosition, queueParent, type PositionOf, type TurnOutcome } from './queue-order.js';
+import { position as lockPosition, positionInListing, queueParent, type PositionOf, type TurnOutcome } from './queue-order.js';
 import { zookeeperWaits } from './waits.js';
 
 export interface Join<T> {
@@ -153,6 +153,16 @@ class ZooKeeperJoin<T extends { readonly held: boolean }> implements QueueJoinSt
   }
 
   place(joined: Enqueued): 'turn' | 'gone' | Wait {
+    // A lock's certain join reads its place off the listing's bytes (no string per child); else the names.
+    const bytes = this.#join.position === undefined && !joined.node.uncertain ? joined.listing : undefined;
+    if (bytes !== undefined && bytes !== null) {
+      const where = positionInListing(bytes, joined.node.child);
+      if (where !== null && !where.turn) return where;
+      if (where !== null && this.#join.claim !== undefined) this.#listing = joined.children;
+      // Nothing reads the listing again: a holder does not keep it.
+      joined.children = NO_CHILDREN;
+      return where === null ? 'gone' : 'turn';
+    }
     const listing = withoutStrays(this.client, joined.node, joined.children);
     const where = this.#position(listing, joined.node.child);
     if (where === null) return 'gone';
@@ -171,9 +181,11 @@ class ZooKeeperJoin<T extends { readonly held: boolean }> implements QueueJoinSt
   /** Wait without a promise (./queue.ts awaitTurn): thousands of acquires may wait on one client. */
   awaitTurn(joined: Enqueued, where: Wait, stopper: QueueStopper, turn: QueueTurn): void {
     if (this.#reads !== null) this.#seen = { predecessor: where.predecessor };
-    // The join's listing is not read again once we wait: a waiting acquire does not keep it.
+    // The listing goes to the process's knowledge of a deep queue (./queue-known.ts), as bytes when
+    // the join kept them; then it is not read again: a waiting acquire does not keep it.
+    const children = joined.listing ?? joined.children;
     joined.children = NO_CHILDREN;
-    awaitTurn(this.client, joined.node, where, stopper, turn, this.#seen, this.#position);
+    awaitTurn(this.client, joined.node, where, stopper, turn, this.#seen, this.#position, { children, parentCzxid: joined.parentCzxid });
   }
 
   /** The lock-delay hook: after an unclean release, wait it out before the grant. */

@@ -6,6 +6,7 @@
 import { InvalidArgumentError } from '../../../errors.js';
 import { assertLockName } from '../../../sequencer.js';
 import { validatePath } from '../paths.js';
+import type { ChildListing } from '../child-listing.js';
 
 /** What separates a join's guid from the sequence ZooKeeper appends. */
 export const MARKER = '-lock-';
@@ -131,4 +132,70 @@ export function position(children: readonly string[], child: string): TurnOutcom
   }
   if (!present) return null;
   return predecessor === undefined ? TURN : { turn: false, predecessor, ahead };
+}
+
+const MARKER_BYTES = Buffer.from(MARKER, 'latin1');
+
+/**
+ * sequenceOf of the name bytes[start, end) (UTF-8), read in place: the
+ * digits after the last '-lock-', as sequenceOf reads the string (a UTF-8
+ * name's ASCII bytes are its ASCII characters, and no other character's
+ * bytes are ASCII, so the last marker and the digits are the same ones).
+ */
+export function sequenceInBytes(bytes: Uint8Array, start: number, end: number): number | null {
+  const m = MARKER_BYTES;
+  let at = -1;
+  search: for (let i = end - m.length; i >= start; i--) {
+    for (let j = 0; j < m.length; j++) if (bytes[i + j] !== m[j]) continue search;
+    at = i;
+    break;
+  }
+  if (at === -1) return null;
+  let from = at + m.length;
+  const negative = bytes[from] === 45; // '-'
+  const length = end - from;
+  if (negative ? length !== 10 && length !== 11 : length !== 10) return null;
+  if (negative) from++;
+  let value = 0;
+  for (let i = from; i < end; i++) {
+    const d = bytes[i]! - 48;
+    if (d < 0 || d > 9) return null;
+    value = value * 10 + d;
+  }
+  return negative ? -value : value;
+}
+
+/**
+ * position() over a listing kept as bytes (../child-listing.ts): the same
+ * answer, with no string made but the predecessor's name. A waiter joining
+ * a deep queue asks it of its join's listing.
+ */
+export function positionInListing(listing: ChildListing, child: string): TurnOutcome | null {
+  if (listing.count === 1) {
+    let alone = false;
+    listing.forEach((start, end) => (alone = listing.equals(start, end, child)));
+    return alone ? TURN : null;
+  }
+  const own = sequenceOf(child);
+  if (own === null) return null;
+  let present = false;
+  let ahead = 0;
+  let predecessorAt = -1;
+  let predecessorSeq = 0;
+  const bytes = listing.bytes;
+  listing.forEach((start, end, at) => {
+    if (!present && listing.equals(start, end, child)) {
+      present = true;
+      return;
+    }
+    const seq = sequenceInBytes(bytes, start, end);
+    if (seq === null || compareSequence(seq, own) >= 0) return;
+    ahead++;
+    if (predecessorAt === -1 || compareSequence(seq, predecessorSeq) > 0) {
+      predecessorAt = at;
+      predecessorSeq = seq;
+    }
+  });
+  if (!present) return null;
+  return predecessorAt === -1 ? TURN : { turn: false, predecessor: listing.nameAt(predecessorAt), ahead };
 }

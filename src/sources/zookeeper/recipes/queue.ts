@@ -19,10 +19,12 @@ import { ConnectionLossError, isCode } from '../../../errors.js';
 import type { FencingToken } from '../../../token.js';
 import type { LockStatusEntry } from '../../../lock-source.js';
 import type { ZooKeeperClient } from '../client.js';
+import type { ChildListing } from '../child-listing.js';
 import { joinPath } from '../paths.js';
 import { listChildren, retryOnLoss, whileConnected } from './connection-loss.js';
 import { NODE_DELETED, NODE_DONE, watchOwnNodeNow, type OwnNode } from './holding.js';
-import { MARKER, guidOf, position, type PositionOf, type TurnOutcome } from './queue-order.js';
+import { MARKER, guidOf, position, sequenceOf, type PositionOf, type TurnOutcome } from './queue-order.js';
+import { KnownQueue } from './queue-known.js';
 import { checkParent, isChecked, madeParent, refusedParent, type NodeAcl } from './acl.js';
 import type { WatchEvent } from '../watches.js';
 import type { QueueTurn } from '../../../queue-join.js';
@@ -135,11 +137,19 @@ export interface Enqueued {
    */
   children: string[];
   /**
-   * With an ACL: the parent's czxid from that listing (undefined when the
-   * listing was made again after a loss), to tell whether the parent is
-   * still the one whose ACL was checked (see ./acl.ts).
+   * The parent's czxid from that listing (undefined when the listing was
+   * made again after a loss). With an ACL, it tells whether the parent is
+   * still the one whose ACL was checked (see ./acl.ts); a waiter in a deep
+   * queue keys the process's knowledge of the queue with it (./queue-known.ts).
    */
   readonly parentCzxid?: bigint;
+  /**
+   * The common join's listing kept as its bytes (null once the join waits,
+   * absent on the other paths): `children` decodes it only when read, and a
+   * lock's join reads its place off the bytes (./queue-order.ts
+   * positionInListing), making no string per child.
+   */
+  readonly listing?: ChildListing | null;
   /**
    * The first create did not make our node (the parent was missing, or the
    * reply was lost): a read sent in the same write as that create may have
@@ -166,12 +176,12 @@ export function enqueue(zk: ZooKeeperClient, root: string, parent: string, data:
   const prefix = joinPath(parent, `${guid}${marker}`);
   // The common case without async frames: every acquire takes it.
   const created = zk.create(prefix, data, SEQUENTIAL);
-  const listed = zk.getChildren(parent);
+  const listed = zk.getChildrenListing(parent);
   return created.then(
     ({ path, stat }) => {
       const node: QueueNode = new JoinedNode(path, parent, stat.czxid, false);
       return listed.then(
-        (children) => ({ node, children }),
+        (listing): Enqueued => new ListedJoin(node, listing),
         (error: unknown) => listAfterLoss(zk, node, error),
       );
     },
@@ -210,6 +220,31 @@ async function enqueueWithAcl(zk: ZooKeeperClient, root: string, parent: string,
   }
 }
 
+/** The common join (see Enqueued.listing): its listing decoded only if `children` is read. */
+class ListedJoin implements Enqueued {
+  readonly parentCzxid: bigint;
+  listing: ChildListing | null;
+  #children: string[] | null = null;
+
+  constructor(
+    readonly node: QueueNode,
+    listing: ChildListing,
+  ) {
+    this.listing = listing;
+    this.parentCzxid = listing.czxid;
+  }
+
+  get children(): string[] {
+    return (this.#children ??= this.listing?.names() ?? []);
+  }
+
+  /** Replaced (emptied once the join waits): the bytes go too. */
+  set children(value: string[]) {
+    this.#children = value;
+    this.listing = null;
+  }
+}
+
 const SEQUENTIAL = Object.freeze({ mode: 'ephemeral_sequential' } as const);
 const ignore = (): void => undefined;
 
@@ -242,9 +277,8 @@ async function enqueueAfter(
       if (adopted !== null) return { node: adopted, children: await listChildren(zk, parent), retried: true };
     }
     const created = zk.create(prefix, data, acl === null ? SEQUENTIAL : acl.sequential);
-    // With an ACL the listing brings the parent's czxid too (see Enqueued.parentCzxid).
-    const listed: Promise<{ children: string[]; stat?: { czxid: bigint } }> =
-      acl === null ? zk.getChildren(parent).then((children) => ({ children })) : zk.getChildrenWithStat(parent);
+    // The listing brings the parent's czxid too (see Enqueued.parentCzxid).
+    const listed = zk.getChildrenWithStat(parent);
     let node: QueueNode;
     try {
       const { path, stat } = await created;
@@ -256,9 +290,7 @@ async function enqueueAfter(
     }
     try {
       const listing = await listed;
-      return listing.stat === undefined
-        ? { node, children: listing.children, retried: true }
-        : { node, children: listing.children, parentCzxid: listing.stat.czxid, retried: true };
+      return { node, children: listing.children, parentCzxid: listing.stat.czxid, retried: true };
     } catch (failed) {
       return { ...(await listAfterLoss(zk, node, failed)), retried: true };
     }
@@ -343,7 +375,8 @@ export function leave(zk: ZooKeeperClient, path: string): Promise<void> {
 
 /**
  * Wait until our node is the lowest, starting behind `start.predecessor`,
- * with `start.ahead` nodes before ours (from the listing the join made), and
+ * with `start.ahead` nodes before ours (from `joined`, the listing the join
+ * made, and its parent's czxid), and
  * tell `turn` how the wait ended. Each round watches only the predecessor
  * (exists with a watch; if it is already gone, look again at once), so a
  * release wakes one waiter, not the queue.
@@ -353,7 +386,10 @@ export function leave(zk: ZooKeeperClient, path: string): Promise<void> {
  * when the predecessor was the head: nodes only ever join behind ours
  * (sequence order), so with the head gone nothing is ahead of us, and the
  * grant needs no listing (a release hands over in one notification, not a
- * notification and a round trip). That is sound only if our own node still
+ * notification and a round trip). Deeper in a lock's queue, the process's
+ * knowledge of the queue (./queue-known.ts) tells the same when every node
+ * ahead of ours is known gone; only when one is not does the waiter list.
+ * That is sound only if our own node still
  * exists: so the waiter watches its own node too, from the start (in the
  * write that carries the predecessor's watch), and that watch then serves
  * the holding as well.
@@ -373,8 +409,20 @@ export function awaitTurn(
   turn: QueueTurn,
   seen?: { predecessor: string },
   positionOf: PositionOf = position,
+  joined?: { readonly children: readonly string[] | ChildListing; readonly parentCzxid?: bigint | undefined },
 ): void {
-  new TurnWaiter(zk, node, start.ahead, turn, seen, positionOf).start(stopper, start.predecessor);
+  // The shared knowledge only for a lock's order (a read-write lock's is its own) and a queue deeper
+  // than holder and us (behind the head, the ahead === 1 rule needs none): most waits make no table.
+  const czxid = positionOf === position ? joined?.parentCzxid : undefined;
+  let known: KnownQueue | null = null;
+  if (czxid !== undefined && start.ahead > 1) {
+    const own = sequenceOf(node.child);
+    if (own !== null) {
+      known = KnownQueue.use(zk, node.parent, czxid);
+      known.merge(joined!.children, own);
+    }
+  }
+  new TurnWaiter(zk, node, start.ahead, turn, seen, positionOf, known, czxid).start(stopper, start.predecessor);
 }
 
 /**
@@ -395,20 +443,37 @@ class TurnWaiter implements OwnNode, StopReceiver {
   #ahead: number;
   /** The predecessor's path while its exists or watch is awaited, else null. */
   #watching: string | null = null;
+  /** The process's knowledge of this deep queue (./queue-known.ts), while we use it; null for most waits. */
+  #known: KnownQueue | null;
+  /** The parent's czxid from the join's listing, for a lock's order (else undefined): finds the table deeper waiters made. */
+  readonly #czxid: bigint | undefined;
   /** The predecessor's watch: one per waiter, for all its rounds. */
   readonly #watch = (event: WatchEvent): void => {
     if (this.#turn === null || event.path !== this.#watching) return;
     this.#watching = null;
-    this.#predecessorLeft(event.type === 'deleted');
+    const gone = event.type === 'deleted';
+    if (gone) this.#told()?.gone(event.path.slice(this.#node.parent.length + 1));
+    this.#predecessorLeft(gone);
   };
 
-  constructor(zk: ZooKeeperClient, node: QueueNode, ahead: number, turn: QueueTurn, seen: { predecessor: string } | undefined, positionOf: PositionOf) {
+  constructor(
+    zk: ZooKeeperClient,
+    node: QueueNode,
+    ahead: number,
+    turn: QueueTurn,
+    seen: { predecessor: string } | undefined,
+    positionOf: PositionOf,
+    known: KnownQueue | null,
+    czxid: bigint | undefined,
+  ) {
     this.#zk = zk;
     this.#node = node;
     this.#turn = turn;
     this.#seen = seen;
     this.#positionOf = positionOf;
     this.#ahead = ahead;
+    this.#known = known;
+    this.#czxid = czxid;
   }
 
   get path(): string {
@@ -445,7 +510,23 @@ class TurnWaiter implements OwnNode, StopReceiver {
     const turn = this.#turn;
     this.#turn = null;
     this.#watching = null;
+    this.#known?.unuse();
+    this.#known = null;
     return turn;
+  }
+
+  /**
+   * Our turn: tell the process's knowledge (every node below ours is gone,
+   * unless this join is uncertain: its strays, which the listing's position
+   * ignores, may still be there), then end the wait.
+   */
+  #granted(): void {
+    const known = this.#told();
+    if (known !== null && !this.#node.uncertain) {
+      const own = sequenceOf(this.#node.child);
+      if (own !== null) known.headed(own);
+    }
+    this.#end()?.arrived('turn');
   }
 
   #watchPredecessor(predecessor: string): void {
@@ -456,12 +537,28 @@ class TurnWaiter implements OwnNode, StopReceiver {
     this.#exists(path);
   }
 
+  /** The table a fact we see goes to: ours, or for a waiter that keeps none, the one deeper waiters made (if any). */
+  #told(): KnownQueue | null {
+    if (this.#known !== null) return this.#known;
+    return this.#czxid === undefined ? null : KnownQueue.find(this.#zk, this.#node.parent, this.#czxid);
+  }
+
+  /** The process knows every node ahead of ours gone (./queue-known.ts): we head the queue. */
+  #knownHead(): boolean {
+    const known = this.#known;
+    if (known === null) return false;
+    const own = sequenceOf(this.#node.child);
+    return own !== null && known.nothingBelow(own);
+  }
+
   /** exists with the watch, sent again across connection losses (a read). */
   #exists(path: string): void {
     this.#zk.exists(path, { watch: this.#watch }).then(
       (stat) => {
         if (stat !== null || this.#watching !== path || this.#turn === null) return;
         this.#watching = null;
+        // Gone on our session, which listed it: a fact.
+        this.#told()?.gone(path.slice(this.#node.parent.length + 1));
         this.#predecessorLeft(true);
       },
       (error: unknown) => {
@@ -476,8 +573,8 @@ class TurnWaiter implements OwnNode, StopReceiver {
 
   /** The predecessor is gone (true: deleted), or something else happened to it (false: its data changed, a failed exists): look again. */
   #predecessorLeft(gone: boolean): void {
-    if (gone && this.#ahead === 1) {
-      this.#end()?.arrived('turn');
+    if (gone && (this.#ahead === 1 || this.#knownHead())) {
+      this.#granted();
       return;
     }
     listChildren(this.#zk, this.#node.parent).then(
@@ -490,8 +587,16 @@ class TurnWaiter implements OwnNode, StopReceiver {
           this.#end()?.failed(error);
           return;
         }
-        if (where === null) this.#end()?.arrived('gone');
-        else if (where.turn) this.#end()?.arrived('turn');
+        if (where === null) {
+          this.#end()?.arrived('gone');
+          return;
+        }
+        // Our session's listing, our node in it: its absences below ours are facts for the process's knowledge.
+        if (this.#known !== null) {
+          const own = sequenceOf(this.#node.child);
+          if (own !== null) this.#known.merge(listing, own);
+        }
+        if (where.turn) this.#granted();
         else {
           this.#ahead = where.ahead;
           this.#watchPredecessor(where.predecessor);
