@@ -4,10 +4,9 @@
 // and raw reads of a queue behind the source's back.
 import { Etcd3 } from 'etcd3';
 import { afterEach } from 'vitest';
-import type { EtcdClient, EtcdKeyValue, EtcdRangeRequest, EtcdTxnResponse, EtcdWatchBuilder, EtcdWatcher } from '../../../src/sources/etcd/client.js';
+import type { EtcdClient, EtcdDuplexStream, EtcdRangeRequest, EtcdTxnResponse, EtcdWatchRequest, EtcdWatchResponse } from '../../../src/sources/etcd/client.js';
 import { etcdSession } from '../../../src/sources/etcd/index.js';
 import { prefixEnd, queuePrefix, LOCKS_ROOT } from '../../../src/sources/etcd/queue.js';
-import { WATCH_ANCHOR_KEY } from '../../../src/sources/etcd/watch-anchor.js';
 import { testServers } from '../../helpers/servers.js';
 
 /** host:port list of the single node, as etcd3 takes it. */
@@ -49,10 +48,11 @@ export interface Counts {
   txn: number;
   range: number;
   deleteRange: number;
+  /** Watch creates written to the client's Watch stream (again after a reconnect). */
   watchesMade: number;
   /** Creation replies etcd sent for them (and again after a reconnect). */
   watchesCreated: number;
-  /** Delete events etcd delivered to this client's watches. */
+  /** Delete events etcd sent to this client's watches. */
   deletesDelivered: number;
 }
 
@@ -66,32 +66,20 @@ export function counting(
   hooks: { afterTxn?: (attempt: number, response: EtcdTxnResponse) => void | Promise<void>; beforeRange?: (request: EtcdRangeRequest) => Promise<void> } = {},
 ): { client: EtcdClient; counts: Counts } {
   const counts: Counts = { txn: 0, range: 0, deleteRange: 0, watchesMade: 0, watchesCreated: 0, deletesDelivered: 0 };
-  // The client's anchor watch (../../../src/sources/etcd/watch-anchor.ts) is no wait's: neither counted nor wrapped.
-  const wrapBuilder = (builder: EtcdWatchBuilder, key?: string | Buffer): EtcdWatchBuilder => ({
-    key: (k) => wrapBuilder(builder.key(k), k),
-    prefix: (p) => wrapBuilder(builder.prefix(p)),
-    startRevision: (r) => wrapBuilder(builder.startRevision(r), key),
-    watcher: () => {
-      if (key !== undefined && key.toString() === WATCH_ANCHOR_KEY) return builder.watcher();
-      counts.watchesMade++;
-      const watcher = builder.watcher();
-      // Counted before any listener of the source's runs (it registers after this).
-      watcher.on('connected', () => void counts.watchesCreated++);
-      const wrapped: EtcdWatcher = {
-        on: ((event: string, listener: (...args: unknown[]) => void) => {
-          if (event === 'delete') {
-            return watcher.on('delete', (kv: EtcdKeyValue) => {
-              counts.deletesDelivered++;
-              listener(kv);
-            });
-          }
-          return (watcher.on as (e: string, l: (...args: unknown[]) => void) => unknown)(event, listener);
-        }) as EtcdWatcher['on'],
-        cancel: () => watcher.cancel(),
-      };
-      return wrapped;
-    },
-  });
+  // What goes over the client's Watch stream (../../../src/sources/etcd/watches.ts): the creates it
+  // writes, the creations etcd answers, the delete events etcd sends. Seen before the source sees them.
+  const counted = (stream: EtcdDuplexStream<EtcdWatchRequest, EtcdWatchResponse>): EtcdDuplexStream<EtcdWatchRequest, EtcdWatchResponse> => {
+    const write = stream.write.bind(stream);
+    stream.write = (item) => {
+      if (item.create_request !== undefined) counts.watchesMade++;
+      return write(item);
+    };
+    stream.on('data', (response) => {
+      if (response.created && !response.canceled) counts.watchesCreated++;
+      for (const event of response.events ?? []) if (event.type === 'Delete') counts.deletesDelivered++;
+    });
+    return stream;
+  };
   const client: EtcdClient = {
     kv: {
       range: async (r) => {
@@ -111,7 +99,7 @@ export function counting(
       },
     },
     leaseClient: etcd.leaseClient,
-    watch: () => wrapBuilder(etcd.watch()),
+    watchClient: { watch: () => etcd.watchClient.watch().then(counted) },
   };
   return { client, counts };
 }
