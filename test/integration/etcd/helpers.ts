@@ -117,3 +117,49 @@ export async function queueKeys(etcd: Etcd3, name: string): Promise<{ key: strin
   const response = await etcd.kv.range({ key: Buffer.from(prefix), range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Ascend' });
   return response.kvs.map((kv) => ({ key: kv.key.toString(), createRevision: BigInt(kv.create_revision), lease: BigInt(kv.lease) }));
 }
+
+/** What went over a client's Watch stream(s), in order. */
+export interface WatchLog {
+  /** Create requests written: the id each named and its start revision (null: from the present). */
+  readonly creates: { readonly id: number; readonly from: bigint | null; readonly key: string }[];
+  /** Cancel requests written, by id. */
+  readonly cancels: number[];
+  /** Replies etcd sent, as they came. */
+  readonly replies: { readonly id: number; readonly created: boolean; readonly canceled: boolean; readonly compactRevision: bigint; readonly member: string; readonly deleted: string[] }[];
+  /** Watch streams opened. */
+  streams: number;
+}
+
+/** `etcd` as an EtcdClient whose Watch streams are logged (requests written, replies received), seen before the source sees them. */
+export function observedWatches(etcd: Etcd3): { client: EtcdClient; log: WatchLog } {
+  const log: WatchLog = { creates: [], cancels: [], replies: [], streams: 0 };
+  const client: EtcdClient = {
+    kv: etcd.kv,
+    leaseClient: etcd.leaseClient,
+    watchClient: {
+      watch: () =>
+        etcd.watchClient.watch().then((stream) => {
+          log.streams++;
+          const write = stream.write.bind(stream);
+          (stream as EtcdDuplexStream<EtcdWatchRequest, EtcdWatchResponse>).write = (item) => {
+            const create = item.create_request;
+            if (create !== undefined) log.creates.push({ id: create.watch_id ?? 0, from: create.start_revision === undefined ? null : BigInt(create.start_revision), key: create.key.toString() });
+            if (item.cancel_request !== undefined) log.cancels.push(item.cancel_request.watch_id);
+            return write(item as never);
+          };
+          stream.on('data', (r) =>
+            log.replies.push({
+              id: Number(r.watch_id),
+              created: r.created,
+              canceled: r.canceled,
+              compactRevision: BigInt(r.compact_revision || '0'),
+              member: r.header.member_id,
+              deleted: r.events.filter((e) => (e.type as string) === 'Delete').map((e) => e.kv.key.toString()),
+            }),
+          );
+          return stream as unknown as EtcdDuplexStream<EtcdWatchRequest, EtcdWatchResponse>;
+        }),
+    },
+  };
+  return { client, log };
+}
