@@ -122,10 +122,11 @@ export interface EtcdWatchCreateRequest {
   watch_id?: number;
 }
 
-/** One request on a Watch stream: create a watch, or cancel one by its id. */
+/** One request on a Watch stream: create a watch, cancel one by its id, or ask for progress (etcd 3.4+: answered at once, watch id -1). */
 export interface EtcdWatchRequest {
   create_request?: EtcdWatchCreateRequest;
   cancel_request?: { watch_id: number };
+  progress_request?: Record<string, never>;
 }
 
 /** A change a watch reports: the key as written, or as deleted (its mod_revision the deletion's). */

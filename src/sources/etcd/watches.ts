@@ -25,8 +25,17 @@
  * what happened meanwhile, so a deletion while the stream was down is still
  * reported. When etcd can no longer replay from there (the history was
  * compacted past it), the watch ends with a WatchLostError
- * (ETCD_WATCH_COMPACTED): its owner reads the state again instead.
+ * (ETCD_WATCH_COMPACTED): its owner reads the state again instead. A
+ * stream that goes silent (a member paused, or gone without closing its
+ * connection) is found by a progress request it leaves unanswered, and
+ * replaced the same way.
+ *
+ * Not covered: a member cut off from its cluster's leader still answers
+ * progress requests but has no new events to report; etcd cancels such a
+ * member's watches only for clients that send the "hasleader" metadata,
+ * which etcd3 does not let a caller add to a stream.
  */
+import { performance } from 'node:perf_hooks';
 import { ProtocolError } from '../../index.js';
 import { int64, type EtcdClient, type EtcdDuplexStream, type EtcdKeyValue, type EtcdWatchRequest, type EtcdWatchResponse } from './client.js';
 import { isClosedClient } from './client-errors.js';
@@ -90,6 +99,16 @@ const CREATING = 1; // create written, its reply not in yet
 const LIVE = 2; // created: events come
 const ENDED = 3; // cancelled or lost: nothing more for it
 
+/**
+ * A stream that said nothing for this long while watches are on it is asked
+ * for progress (etcd answers a WatchProgressRequest at once, from the member
+ * itself); still nothing one more interval later, it is taken for stuck and
+ * replaced. A member that is stopped without closing its connections (paused,
+ * or its machine gone without a reset) would otherwise hold every watch on
+ * it, and the waiters behind them, for as long as it stays so.
+ */
+const PROBE_MS = 5000;
+
 /** The reconnect delay after a broken stream: doubled at each failure in a row, up to MAX. */
 const FIRST_BACKOFF_MS = 50;
 const MAX_BACKOFF_MS = 2000;
@@ -150,6 +169,11 @@ class WatchStream {
   #count = 0;
   /** Close the stream once no watch is left (the client's session was closed). */
   #closeWhenIdle = false;
+  /** When the current stream last said anything (performance.now()). */
+  #heardAt = 0;
+  /** When a progress request went out unanswered (null: none). */
+  #probedAt: number | null = null;
+  #probe: NodeJS.Timeout | null = null;
 
   constructor(etcd: EtcdClient) {
     this.#etcd = etcd;
@@ -216,6 +240,9 @@ class WatchStream {
         this.#stream = stream;
         this.#full = false;
         this.#nextId = 1;
+        this.#heardAt = performance.now();
+        this.#probedAt = null;
+        this.#startProbe();
         stream.on('data', (response) => this.#received(stream, response));
         stream.on('error', (error) => this.#broken(stream, error));
         stream.on('end', () => this.#broken(stream, new Error('etcd ended the watch stream')));
@@ -281,8 +308,37 @@ class WatchStream {
     }
   }
 
+  #startProbe(): void {
+    if (this.#probe !== null) return;
+    this.#probe = setInterval(() => this.#checkAlive(), PROBE_MS);
+    this.#probe.unref();
+  }
+
+  #stopProbe(): void {
+    if (this.#probe !== null) clearInterval(this.#probe);
+    this.#probe = null;
+  }
+
+  #checkAlive(): void {
+    const stream = this.#stream;
+    if (stream === null || this.#count === 0) return;
+    const now = performance.now();
+    if (this.#probedAt !== null && now - this.#probedAt >= PROBE_MS) {
+      // Cancelled while still writable, on purpose: etcd3 then takes the member for failed (closes its
+      // connections, counts a failure on its circuit breaker), so the next stream likely goes elsewhere.
+      this.#broken(stream, new Error(`etcd answered nothing on the watch stream for ${Math.round(now - this.#heardAt)} ms`), (s) => s.cancel());
+      return;
+    }
+    if (this.#probedAt === null && now - this.#heardAt >= PROBE_MS) {
+      this.#probedAt = now;
+      stream.write({ progress_request: {} });
+    }
+  }
+
   #received(stream: EtcdDuplexStream<EtcdWatchRequest, EtcdWatchResponse>, response: EtcdWatchResponse): void {
     if (stream !== this.#stream) return;
+    this.#heardAt = performance.now();
+    this.#probedAt = null;
     this.#backoffMs = FIRST_BACKOFF_MS;
     if (response.created) {
       this.#createdReply(response);
@@ -360,10 +416,15 @@ class WatchStream {
   }
 
   /** The stream failed or ended: every watch on it waits for a new one, created from where it was. */
-  #broken(stream: EtcdDuplexStream<EtcdWatchRequest, EtcdWatchResponse>, error: Error): void {
+  #broken(stream: EtcdDuplexStream<EtcdWatchRequest, EtcdWatchResponse>, error: Error, close: (stream: EtcdDuplexStream<EtcdWatchRequest, EtcdWatchResponse>) => void = quietlyClose): void {
     if (stream !== this.#stream) return;
     this.#stream = null;
-    quietlyClose(stream);
+    this.#stopProbe();
+    try {
+      close(stream);
+    } catch {
+      // already closed
+    }
     const again: Watch[] = [];
     for (const watch of this.#byId.values()) {
       if (watch.state === ENDED) continue;
@@ -395,6 +456,7 @@ class WatchStream {
   #close(): void {
     const stream = this.#stream;
     this.#stream = null;
+    this.#stopProbe();
     this.#byId.clear();
     this.#creating = [];
     this.#creatingHead = 0;

@@ -1,9 +1,10 @@
 // The etcd source's watches on one Watch stream per client (src/sources/etcd/watches.ts),
 // against the real single node: creates pipelined and matched by the id each names,
 // cancel (a live watch's and one whose create is in flight), each deletion reaching the
-// watch of its key and no other, and a lock's waiters on one client woken one at a time.
+// watch of its key and no other, a stream that answers nothing replaced (its watch resumed
+// from its revision), and a lock's waiters on one client woken one at a time.
 import { describe, expect, it } from 'vitest';
-import type { EtcdKeyValue } from '../../../src/sources/etcd/client.js';
+import type { EtcdClient, EtcdKeyValue } from '../../../src/sources/etcd/client.js';
 import { acquireLock, etcdSession, type EtcdLock } from '../../../src/sources/etcd/index.js';
 import { liveWatchCount, watchRange, type WatchLostError } from '../../../src/sources/etcd/watches.js';
 import { uniqueLockName } from '../../helpers/unique.js';
@@ -119,6 +120,56 @@ describe('watches on one stream', () => {
     expect(log.replies.filter((r) => (r.id === liveId || r.id === inFlightId) && r.deleted.length > 0)).toEqual([]);
     sentinelWatch.cancel();
   });
+
+  it('a stream that answers nothing (a paused member) is given up after a progress request goes unanswered: a new stream resumes the watch and replays the deletion', async () => {
+    const etcd = pool.client();
+    // The first stream goes deaf on demand: its replies still come, the source no longer hears them,
+    // as it would hear nothing from a member stopped without closing its connection.
+    let deaf = false;
+    let streams = 0;
+    const creates: (string | undefined)[] = [];
+    const client: EtcdClient = {
+      kv: etcd.kv,
+      leaseClient: etcd.leaseClient,
+      watchClient: {
+        watch: () =>
+          etcd.watchClient.watch().then((stream) => {
+            const first = ++streams === 1;
+            const on = stream.on.bind(stream) as (event: string, listener: (...args: unknown[]) => void) => unknown;
+            (stream as { on: unknown }).on = (event: string, listener: (...args: unknown[]) => void) =>
+              on(event, event === 'data' ? (...args: unknown[]) => void (first && deaf ? undefined : listener(...args)) : listener);
+            const write = stream.write.bind(stream);
+            stream.write = (item) => {
+              if (item.create_request !== undefined) creates.push(item.create_request.start_revision?.toString());
+              write(item);
+            };
+            return stream as unknown as Awaited<ReturnType<EtcdClient['watchClient']['watch']>>;
+          }),
+      },
+    };
+    const key = `${uniqueLockName('watch_deaf')}/k`;
+    await etcd.put(key).value('x');
+    const heard: string[] = [];
+    let created = false;
+    const watch = watchRange(client, Buffer.from(key), undefined, 1n, true, {
+      created: () => void (created = true),
+      deleted: () => void heard.push('deleted'),
+      disconnected: (error) => void heard.push(`disconnected: ${error.message}`),
+      resumed: () => void heard.push('resumed'),
+      lost: failOnLost,
+    });
+    await until(() => created, 'the watch created');
+    deaf = true;
+    await etcd.delete().key(key);
+    await until(() => heard.includes('deleted'), 'the deletion reported on a new stream', 30_000);
+    expect(streams).toBe(2);
+    // Created again from a revision, not from the present (which is past the deletion).
+    expect(creates.length).toBe(2);
+    expect(creates[0]).toBeUndefined();
+    expect(creates[1]).toMatch(/^[0-9]+$/);
+    expect(heard).toEqual([expect.stringMatching(/^disconnected: etcd answered nothing on the watch stream for [0-9]+ ms$/), 'resumed', 'deleted']);
+    watch.cancel();
+  }, 40_000);
 
   it("a lock's waiters on one client (one stream): each release wakes the next waiter only", async () => {
     const etcd = pool.client();
