@@ -385,6 +385,7 @@ class WatchStream {
     }
     if (response.canceled) {
       // Refused (its id is -1 then): the oldest create not answered, as etcd answers in order.
+      this.#byId.delete(watch.id);
       this.#lose(watch, new WatchLostError('ETCD_WATCH_CANCELED', `etcd refused the watch on ${watch.key.toString('utf8')}${response.cancel_reason ? `: ${response.cancel_reason}` : ''}`));
       return;
     }
