@@ -64,15 +64,17 @@ function counting(etcd: Etcd3): { client: EtcdClient; requests: Requests } {
       leaseRevoke: (r) => (requests.lease++, etcd.leaseClient.leaseRevoke(r)),
       leaseKeepAlive: () => etcd.leaseClient.leaseKeepAlive(),
     },
-    watch: () => {
-      const builder = etcd.watch();
-      const wrap = (b: ReturnType<Etcd3['watch']>): ReturnType<EtcdClient['watch']> => ({
-        key: (k) => wrap(b.key(k)),
-        prefix: (p) => wrap(b.prefix(p)),
-        startRevision: (r) => wrap(b.startRevision(r)),
-        watcher: () => (requests.watches++, b.watcher()),
-      });
-      return wrap(builder);
+    // The source's watch creates, counted as they are written to its Watch stream.
+    watchClient: {
+      watch: () =>
+        etcd.watchClient.watch().then((stream) => {
+          const write = stream.write.bind(stream);
+          stream.write = (item) => {
+            if (item.create_request !== undefined) requests.watches++;
+            write(item);
+          };
+          return stream;
+        }),
     },
   };
   return { client, requests };

@@ -18,7 +18,7 @@ function recordingClient(): { client: EtcdClient; calls: string[] } {
   const client = {
     kv: { range: refuse('range'), txn: refuse('txn'), deleteRange: refuse('deleteRange') },
     leaseClient: { leaseGrant: refuse('leaseGrant'), leaseRevoke: refuse('leaseRevoke'), leaseKeepAlive: refuse('leaseKeepAlive') },
-    watch: refuse('watch'),
+    watchClient: { watch: refuse('watch') },
   } as unknown as EtcdClient;
   return { client, calls };
 }
@@ -71,7 +71,7 @@ describe('etcd source input', () => {
       expect(() => etcdSource(bad as unknown as EtcdClient)).toThrow(InvalidArgumentError);
     }
     const { client } = recordingClient();
-    const namespaced = Object.assign(Object.create(client) as object, { prefix: Buffer.from('app/'), kv: client.kv, leaseClient: client.leaseClient, watch: client.watch });
+    const namespaced = Object.assign(Object.create(client) as object, { prefix: Buffer.from('app/'), kv: client.kv, leaseClient: client.leaseClient, watchClient: client.watchClient });
     expect(() => etcdSource(namespaced as EtcdClient)).toThrow(/namespace/);
     for (const ttlSeconds of [0, -1, 1.5, Number.NaN, 86_401]) {
       expect(() => etcdSession(recordingClient().client, { ttlSeconds })).toThrow(InvalidArgumentError);

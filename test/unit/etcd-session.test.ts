@@ -48,8 +48,10 @@ function fakeClient(grantedTtl: string): { client: EtcdClient; streams: FakeStre
         return stream;
       },
     },
-    watch: () => {
-      throw new Error('no watches here');
+    watchClient: {
+      watch: () => {
+        throw new Error('no watches here');
+      },
     },
   } as unknown as EtcdClient;
   return { client, streams, revoked };

@@ -89,7 +89,10 @@ export interface EtcdKV {
 
 /** A bidirectional gRPC stream as etcd3 hands it out. */
 export interface EtcdDuplexStream<Request, Response> {
-  write(item: Request): void;
+  /** grpc-js returns false once its buffer is full (then emits 'drain'); etcd3's declaration says void. */
+  write(item: Request): unknown;
+  /** Node's stream method, there at run time though etcd3 does not declare it. */
+  once?(event: 'drain', listener: () => void): unknown;
   end(): void;
   cancel(): void;
   on(event: 'data', listener: (item: Response) => void): unknown;
@@ -109,33 +112,56 @@ export interface EtcdLeaseService {
   leaseKeepAlive(): Promise<EtcdDuplexStream<{ ID: string }, EtcdKeepAliveResponse>>;
 }
 
-/** etcd3's Watcher: events on the keys it watches, resumed by etcd3 across reconnects. */
-export interface EtcdWatcher {
-  on(event: 'delete', listener: (kv: EtcdKeyValue) => void): unknown;
-  on(event: 'put', listener: (kv: EtcdKeyValue) => void): unknown;
-  on(event: 'error', listener: (error: Error) => void): unknown;
-  on(event: 'disconnected', listener: (error: Error) => void): unknown;
-  on(event: 'connected', listener: (response: unknown) => void): unknown;
-  cancel(): Promise<void>;
+/** A create request on a Watch stream (etcd's WatchCreateRequest, the fields the source sets). */
+export interface EtcdWatchCreateRequest {
+  key: Buffer;
+  range_end?: Buffer;
+  /** The first revision to report (none: the store's next one). */
+  start_revision?: string;
+  /** Chosen by the client (etcd 3.4 and later): replies and events carry it. */
+  watch_id?: number;
 }
 
-/** etcd3's WatchBuilder (client.watch()). */
-export interface EtcdWatchBuilder {
-  key(key: string | Buffer): EtcdWatchBuilder;
-  prefix(prefix: string | Buffer): EtcdWatchBuilder;
-  startRevision(revision: string): EtcdWatchBuilder;
-  watcher(): EtcdWatcher;
+/** One request on a Watch stream: create a watch, cancel one by its id, or ask for progress (etcd 3.4+: answered at once, watch id -1). */
+export interface EtcdWatchRequest {
+  create_request?: EtcdWatchCreateRequest;
+  cancel_request?: { watch_id: number };
+  progress_request?: Record<string, never>;
+}
+
+/** A change a watch reports: the key as written, or as deleted (its mod_revision the deletion's). */
+export interface EtcdWatchEvent {
+  readonly type: 'Put' | 'Delete';
+  readonly kv: EtcdKeyValue;
+}
+
+/** One reply on a Watch stream (etcd's WatchResponse): a creation, a cancellation, or events of one watch. */
+export interface EtcdWatchResponse {
+  readonly header: EtcdResponseHeader;
+  /** Decimal: the watch it is about (-1: a refused create, or progress for the whole stream). */
+  readonly watch_id: string;
+  readonly created: boolean;
+  readonly canceled: boolean;
+  /** Non-zero: the watch's start revision was compacted (the watch is cancelled). */
+  readonly compact_revision?: string;
+  readonly cancel_reason?: string;
+  readonly events?: readonly EtcdWatchEvent[];
+}
+
+/** etcd3's WatchClient (client.watchClient): the raw Watch service, one bidirectional stream per call. */
+export interface EtcdWatchService {
+  watch(): Promise<EtcdDuplexStream<EtcdWatchRequest, EtcdWatchResponse>>;
 }
 
 /**
- * An etcd3 `Etcd3` client (not a namespace: its raw services would bypass a
- * namespace's prefix while its watches apply it).
+ * An etcd3 `Etcd3` client (not a namespace: its raw services, which the
+ * source uses, bypass a namespace's prefix).
  */
 export interface EtcdClient {
   readonly kv: EtcdKV;
   readonly leaseClient: EtcdLeaseService;
-  /** etcd3's client.watch(): the watch builder the observers use. */
-  watch(): EtcdWatchBuilder;
+  /** etcd3's raw Watch service: every watch of the source goes on one stream of it (./watches.ts). */
+  readonly watchClient: EtcdWatchService;
 }
 
 const DECIMAL = /^-?[0-9]+$/;

@@ -10,12 +10,13 @@
  */
 import type { SequencerKind, SourceIdentity } from '../../index.js';
 import { QueueGrant, type Holding } from '../../extend.js';
-import type { EtcdClient, EtcdRequestOp, EtcdTxnResponse } from './client.js';
+import { int64, type EtcdClient, type EtcdRequestOp, type EtcdTxnResponse } from './client.js';
 import { fencedTxn, type FencedKey } from './fenced-txn.js';
 import { leave, type QueueKey } from './queue.js';
 import type { Lease } from './session.js';
 import { etcdSourceIds } from './source-id.js';
-import { anchorWatchStream } from './watch-anchor.js';
+import { repeated } from './retry.js';
+import { watchRange } from './watches.js';
 
 export abstract class HeldKey extends QueueGrant<EtcdRequestOp, EtcdTxnResponse['responses']> {
   /** Our key. */
@@ -46,7 +47,7 @@ export abstract class HeldKey extends QueueGrant<EtcdRequestOp, EtcdTxnResponse[
     // starts on the next one. It watches from the revision our key was seen
     // at, so a deletion meanwhile is still reported.
     setImmediate(() => {
-      if (!holding.ended) watchOwnKey(etcd, node.key, revision, holding);
+      if (!holding.ended) watchOwnKey(etcd, lease, node, revision + 1n, holding);
     });
   }
 
@@ -86,11 +87,28 @@ export abstract class HeldKey extends QueueGrant<EtcdRequestOp, EtcdTxnResponse[
   }
 }
 
-function watchOwnKey(etcd: EtcdClient, key: string, revision: bigint, holding: Holding): void {
-  anchorWatchStream(etcd);
-  const watcher = etcd.watch().key(key).startRevision((revision + 1n).toString()).watcher();
-  watcher.on('delete', () => holding.lose('node_deleted', 'its key was deleted'));
-  // A watch etcd refuses (a compacted revision) cannot tell us of a deletion: the deadline still holds.
-  watcher.on('error', () => undefined);
-  holding.signal.addEventListener('abort', () => void watcher.cancel().catch(() => undefined), { once: true });
+/**
+ * Lose the grant when our key is deleted at or after revision `from` (an
+ * operator's delete; the lease's end is the clock's). A watch etcd can no
+ * longer serve from there (its history compacted past it) cannot tell
+ * whether our key went meanwhile: read it, and watch on from that read.
+ */
+function watchOwnKey(etcd: EtcdClient, lease: Lease, node: QueueKey, from: bigint, holding: Holding): void {
+  const watch = watchRange(etcd, node.keyBytes, undefined, from, false, {
+    deleted: () => holding.lose('node_deleted', 'its key was deleted'),
+    lost: (error) => {
+      if (error.code === 'ETCD_WATCH_CLOSED' || holding.ended) return;
+      repeated(() => etcd.kv.range({ key: node.keyBytes }), lease).then(
+        (response) => {
+          if (holding.ended) return;
+          const kv = response.kvs[0];
+          if (kv === undefined || int64(kv.create_revision, 'create revision') !== node.token) holding.lose('node_deleted', 'its key was deleted');
+          else watchOwnKey(etcd, lease, node, int64(response.header.revision, 'revision') + 1n, holding);
+        },
+        // The lease ended or the client was closed: the grant's deadline still holds.
+        () => undefined,
+      );
+    },
+  });
+  holding.signal.addEventListener('abort', () => watch.cancel(), { once: true });
 }

@@ -14,12 +14,12 @@ export function checkClient(etcd: unknown): asserts etcd is EtcdClient {
     typeof client !== 'object' ||
     typeof client.kv?.txn !== 'function' ||
     typeof client.leaseClient?.leaseKeepAlive !== 'function' ||
-    typeof client.watch !== 'function'
+    typeof client.watchClient?.watch !== 'function'
   ) {
     throw new InvalidArgumentError('expected an etcd3 client (new Etcd3({ hosts }))');
   }
-  // A namespace's raw services ignore its prefix while its watches apply it:
-  // keys and watches would disagree.
+  // A namespace's raw services ignore its prefix: the caller's keys would not
+  // be where the caller expects them.
   const prefix = (etcd as { prefix?: unknown }).prefix;
   if (Buffer.isBuffer(prefix) && prefix.length > 0) {
     throw new InvalidArgumentError('pass the Etcd3 client itself, not a namespace of it (its raw services ignore the namespace prefix)');

@@ -3,13 +3,15 @@
  * `fencekeeper status --watch`): the core's QueueObserver over etcd, its
  * cache invalidated by a watch on the queue's key prefix, so repeated reads
  * cost no request while nothing changes. The watch starts at the revision
- * after the first read, so no change after that read is missed; etcd3
- * resumes it from its last revision after a reconnect (read again then,
- * once, anyway).
+ * after the first read, so no change after that read is missed; a broken
+ * Watch stream resumes it from the revision it had reached (./watches.ts;
+ * read again then, once, anyway), and a watch etcd can no longer resume
+ * (compacted past it) is read anew and watched again from that read.
  */
 import { QueueObserver } from '../../extend.js';
-import { int64, type EtcdClient, type EtcdWatcher } from './client.js';
+import { int64, type EtcdClient } from './client.js';
 import { entryOf, prefixEnd, type EtcdQueueEntry } from './queue.js';
+import { watchRange, type EtcdWatch } from './watches.js';
 
 export type ConnectionListener = (state: 'disconnected' | 'reconnected', detail: string) => void;
 
@@ -18,7 +20,7 @@ export class EtcdQueueObserver extends QueueObserver<EtcdQueueEntry> {
   readonly #prefix: string;
   readonly #limit: number | undefined;
   readonly #connection = new Set<ConnectionListener>();
-  #watcher: EtcdWatcher | null = null;
+  #watcher: EtcdWatch | null = null;
 
   /** `limit`: read only the first entries (1: the head). */
   constructor(etcd: EtcdClient, prefix: string, limit?: number) {
@@ -39,7 +41,7 @@ export class EtcdQueueObserver extends QueueObserver<EtcdQueueEntry> {
 
   protected release(): void {
     this.#connection.clear();
-    void this.#watcher?.cancel().catch(() => undefined);
+    this.#watcher?.cancel();
     this.#watcher = null;
   }
 
@@ -58,21 +60,23 @@ export class EtcdQueueObserver extends QueueObserver<EtcdQueueEntry> {
   }
 
   #watch(from: bigint): void {
-    const watcher = this.#etcd.watch().prefix(this.#prefix).startRevision(from.toString()).watcher();
-    watcher.on('put', this.#changed);
-    watcher.on('delete', this.#changed);
-    watcher.on('error', this.#changed);
-    let connected = false;
-    watcher.on('disconnected', (error) => {
-      for (const listener of [...this.#connection]) listener('disconnected', `lost the watch on etcd (${error.message}); reconnecting`);
-    });
-    watcher.on('connected', () => {
-      if (connected) {
+    const watch = watchRange(this.#etcd, Buffer.from(this.#prefix, 'utf8'), prefixEnd(this.#prefix), from, false, {
+      put: this.#changed,
+      deleted: this.#changed,
+      disconnected: (error) => {
+        for (const listener of [...this.#connection]) listener('disconnected', `lost the watch on etcd (${error.message}); reconnecting`);
+      },
+      resumed: () => {
         for (const listener of [...this.#connection]) listener('reconnected', 'watching etcd again');
         this.#changed();
-      }
-      connected = true;
+      },
+      // etcd can no longer say what changed since `from` (its history compacted past it): the next
+      // read reads the queue anew and watches on from there.
+      lost: () => {
+        if (this.#watcher === watch) this.#watcher = null;
+        this.#changed();
+      },
     });
-    this.#watcher = watcher;
+    this.#watcher = watch;
   }
 }

@@ -39,7 +39,7 @@ import { freeSlot, joinOf, look, planJoinIn, prefixEnd, prefixRequests, queuePre
 import { repeated } from './retry.js';
 import type { Lease } from './session.js';
 import { etcdSourceIds, noteClusterId } from './source-id.js';
-import { anchorWatchStream } from './watch-anchor.js';
+import { watchRange, type EtcdWatch } from './watches.js';
 
 export const SEMAPHORES_ROOT = 'fencekeeper/semaphores/';
 
@@ -229,20 +229,19 @@ async function claimAtHead(etcd: EtcdClient, lease: Lease, semaphore: Semaphore,
 
 /** Resolves with the slot of the first slot key deleted after `revision` (a watch on the slot keys). */
 async function slotDeleted(etcd: EtcdClient, semaphore: Semaphore, revision: bigint, stop: Promise<never>): Promise<number> {
-  let cancel: () => void = () => undefined;
-  anchorWatchStream(etcd);
+  let watch: EtcdWatch | null = null;
   const deleted = new Promise<number>((resolve) => {
-    const watcher = etcd.watch().prefix(semaphore.slots.text).startRevision((revision + 1n).toString()).watcher();
-    watcher.on('delete', (kv: EtcdKeyValue) => resolve(slotOf(semaphore, kv)));
-    // A watch etcd cannot serve (a compacted revision): look again, from the lowest slot.
-    watcher.on('error', () => resolve(0));
-    cancel = () => void watcher.cancel().catch(() => undefined);
+    watch = watchRange(etcd, semaphore.slots.prefix, semaphore.slots.end, revision + 1n, false, {
+      deleted: (kv) => resolve(slotOf(semaphore, kv)),
+      // A watch etcd cannot serve (a compacted revision): look again, from the lowest slot.
+      lost: () => resolve(0),
+    });
   });
   try {
     const slot = await Promise.race([deleted, stop]);
     return Number.isInteger(slot) && slot >= 0 && slot < semaphore.permits ? slot : 0;
   } finally {
-    cancel();
+    (watch as EtcdWatch | null)?.cancel();
   }
 }
 

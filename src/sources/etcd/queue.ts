@@ -30,7 +30,7 @@ import { int64, type EtcdClient, type EtcdCompare, type EtcdKeyValue, type EtcdR
 import { repeated } from './retry.js';
 import type { Lease } from './session.js';
 import { noteClusterId } from './source-id.js';
-import { anchorWatchStream } from './watch-anchor.js';
+import { watchRange, type EtcdWatch } from './watches.js';
 
 export const LOCKS_ROOT = 'fencekeeper/locks/';
 export const ELECTIONS_ROOT = 'fencekeeper/elections/';
@@ -421,7 +421,10 @@ export function rangeAt(response: Pick<EtcdTxnResponse, 'responses'>, index: num
  * between our read and the watch's start is seen by looking again: when
  * etcd says the watch starts past the revision we read at, one range tells
  * whether our predecessor is still the key we watch (ZooKeeper's order:
- * set the watch, then read).
+ * set the watch, then read). A broken Watch stream creates the watch again
+ * from the revision it had reached (./watches.ts), so a deletion while it
+ * was down is still reported; a watch etcd can no longer resume (its history
+ * compacted past that revision) ends, and the queue is read again instead.
  */
 export async function waitForTurn(
   etcd: EtcdClient,
@@ -435,44 +438,34 @@ export async function waitForTurn(
     if (predecessor === null) return { outcome: 'turn', revision };
     const watched = predecessor;
     const readAt = revision;
-    let cancel: () => void = () => undefined;
-    anchorWatchStream(etcd);
+    let watch: EtcdWatch | null = null;
     const gone = new Promise<void>((resolve) => {
-      const watcher = etcd.watch().key(watched).watcher();
-      watcher.on('delete', () => resolve());
-      // A watch etcd cannot serve: look again instead.
-      watcher.on('error', () => resolve());
-      let created = false;
-      // etcd3 says 'connected' again after a reconnect, resuming from its last revision: only the creation matters.
-      watcher.on('connected', (response) => {
-        if (created) return;
-        created = true;
-        if (createdAt(response) <= readAt) return;
-        joined.look(etcd, lease, joined.node, givenUp).then(
-          (now) => {
-            if (now.predecessor !== watched) resolve();
-          },
-          () => resolve(),
-        );
+      watch = watchRange(etcd, Buffer.from(watched, 'utf8'), undefined, readAt + 1n, true, {
+        deleted: () => resolve(),
+        // etcd cannot report it (compacted past the revision it had to resume from, or refused):
+        // whether the predecessor is still there is read instead, below.
+        lost: () => resolve(),
+        created: (at) => {
+          if (at <= readAt) return;
+          joined.look(etcd, lease, joined.node, givenUp).then(
+            (now) => {
+              if (now.predecessor !== watched) resolve();
+            },
+            () => resolve(),
+          );
+        },
       });
-      cancel = () => void watcher.cancel().catch(() => undefined);
     });
     try {
       await Promise.race([gone, stop]);
     } finally {
-      cancel();
+      (watch as EtcdWatch | null)?.cancel();
     }
     const now = await Promise.race([joined.look(etcd, lease, joined.node, givenUp), stop]);
     revision = now.revision;
     if (now.predecessor === false) return { outcome: 'gone', revision };
     predecessor = now.predecessor;
   }
-}
-
-/** The store's revision a watch's creation reply carries (the watch reports what comes after it); unknown: larger than any. */
-function createdAt(response: unknown): bigint {
-  const text = (response as { header?: { revision?: unknown } } | null)?.header?.revision;
-  return typeof text === 'string' && /^[0-9]+$/.test(text) ? BigInt(text) : BigInt(Number.MAX_SAFE_INTEGER) ** 2n;
 }
 
 /**

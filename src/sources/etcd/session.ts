@@ -26,7 +26,7 @@ import { StepDownClock, publishSessionState } from '../../extend.js';
 import { int64, type EtcdClient, type EtcdDuplexStream, type EtcdKeepAliveResponse } from './client.js';
 import { checkClient } from './input.js';
 import { isClosedClient } from './client-errors.js';
-import { releaseWatchAnchor } from './watch-anchor.js';
+import { closeWatchStreamWhenIdle } from './watches.js';
 
 /** The lease of an etcd client's session: its TTL in seconds. */
 export interface EtcdSessionOptions {
@@ -154,7 +154,7 @@ export class EtcdSession {
     if (this.#closed) return;
     this.#closed = true;
     if (sessions.get(this.#etcd) === this) sessions.delete(this.#etcd);
-    releaseWatchAnchor(this.#etcd);
+    closeWatchStreamWhenIdle(this.#etcd);
     const lease = this.#lease ?? (await this.#granting?.catch(() => null)) ?? null;
     this.#lease = null;
     await lease?.close();

@@ -4,10 +4,9 @@
 // and raw reads of a queue behind the source's back.
 import { Etcd3 } from 'etcd3';
 import { afterEach } from 'vitest';
-import type { EtcdClient, EtcdKeyValue, EtcdRangeRequest, EtcdTxnResponse, EtcdWatchBuilder, EtcdWatcher } from '../../../src/sources/etcd/client.js';
+import type { EtcdClient, EtcdDuplexStream, EtcdRangeRequest, EtcdTxnResponse, EtcdWatchRequest, EtcdWatchResponse } from '../../../src/sources/etcd/client.js';
 import { etcdSession } from '../../../src/sources/etcd/index.js';
 import { prefixEnd, queuePrefix, LOCKS_ROOT } from '../../../src/sources/etcd/queue.js';
-import { WATCH_ANCHOR_KEY } from '../../../src/sources/etcd/watch-anchor.js';
 import { testServers } from '../../helpers/servers.js';
 
 /** host:port list of the single node, as etcd3 takes it. */
@@ -49,10 +48,11 @@ export interface Counts {
   txn: number;
   range: number;
   deleteRange: number;
+  /** Watch creates written to the client's Watch stream (again after a reconnect). */
   watchesMade: number;
   /** Creation replies etcd sent for them (and again after a reconnect). */
   watchesCreated: number;
-  /** Delete events etcd delivered to this client's watches. */
+  /** Delete events etcd sent to this client's watches. */
   deletesDelivered: number;
 }
 
@@ -66,32 +66,20 @@ export function counting(
   hooks: { afterTxn?: (attempt: number, response: EtcdTxnResponse) => void | Promise<void>; beforeRange?: (request: EtcdRangeRequest) => Promise<void> } = {},
 ): { client: EtcdClient; counts: Counts } {
   const counts: Counts = { txn: 0, range: 0, deleteRange: 0, watchesMade: 0, watchesCreated: 0, deletesDelivered: 0 };
-  // The client's anchor watch (../../../src/sources/etcd/watch-anchor.ts) is no wait's: neither counted nor wrapped.
-  const wrapBuilder = (builder: EtcdWatchBuilder, key?: string | Buffer): EtcdWatchBuilder => ({
-    key: (k) => wrapBuilder(builder.key(k), k),
-    prefix: (p) => wrapBuilder(builder.prefix(p)),
-    startRevision: (r) => wrapBuilder(builder.startRevision(r), key),
-    watcher: () => {
-      if (key !== undefined && key.toString() === WATCH_ANCHOR_KEY) return builder.watcher();
-      counts.watchesMade++;
-      const watcher = builder.watcher();
-      // Counted before any listener of the source's runs (it registers after this).
-      watcher.on('connected', () => void counts.watchesCreated++);
-      const wrapped: EtcdWatcher = {
-        on: ((event: string, listener: (...args: unknown[]) => void) => {
-          if (event === 'delete') {
-            return watcher.on('delete', (kv: EtcdKeyValue) => {
-              counts.deletesDelivered++;
-              listener(kv);
-            });
-          }
-          return (watcher.on as (e: string, l: (...args: unknown[]) => void) => unknown)(event, listener);
-        }) as EtcdWatcher['on'],
-        cancel: () => watcher.cancel(),
-      };
-      return wrapped;
-    },
-  });
+  // What goes over the client's Watch stream (../../../src/sources/etcd/watches.ts): the creates it
+  // writes, the creations etcd answers, the delete events etcd sends. Seen before the source sees them.
+  const counted = (stream: EtcdDuplexStream<EtcdWatchRequest, EtcdWatchResponse>): EtcdDuplexStream<EtcdWatchRequest, EtcdWatchResponse> => {
+    const write = stream.write.bind(stream);
+    stream.write = (item) => {
+      if (item.create_request !== undefined) counts.watchesMade++;
+      return write(item);
+    };
+    stream.on('data', (response) => {
+      if (response.created && !response.canceled) counts.watchesCreated++;
+      for (const event of response.events ?? []) if (event.type === 'Delete') counts.deletesDelivered++;
+    });
+    return stream;
+  };
   const client: EtcdClient = {
     kv: {
       range: async (r) => {
@@ -111,7 +99,7 @@ export function counting(
       },
     },
     leaseClient: etcd.leaseClient,
-    watch: () => wrapBuilder(etcd.watch()),
+    watchClient: { watch: () => etcd.watchClient.watch().then(counted) },
   };
   return { client, counts };
 }
@@ -128,4 +116,50 @@ export async function queueKeys(etcd: Etcd3, name: string): Promise<{ key: strin
   const prefix = queuePrefix(LOCKS_ROOT, name);
   const response = await etcd.kv.range({ key: Buffer.from(prefix), range_end: prefixEnd(prefix), sort_target: 'Create', sort_order: 'Ascend' });
   return response.kvs.map((kv) => ({ key: kv.key.toString(), createRevision: BigInt(kv.create_revision), lease: BigInt(kv.lease) }));
+}
+
+/** What went over a client's Watch stream(s), in order. */
+export interface WatchLog {
+  /** Create requests written: the id each named and its start revision (null: from the present). */
+  readonly creates: { readonly id: number; readonly from: bigint | null; readonly key: string }[];
+  /** Cancel requests written, by id. */
+  readonly cancels: number[];
+  /** Replies etcd sent, as they came. */
+  readonly replies: { readonly id: number; readonly created: boolean; readonly canceled: boolean; readonly compactRevision: bigint; readonly member: string; readonly deleted: string[] }[];
+  /** Watch streams opened. */
+  streams: number;
+}
+
+/** `etcd` as an EtcdClient whose Watch streams are logged (requests written, replies received), seen before the source sees them. */
+export function observedWatches(etcd: Etcd3): { client: EtcdClient; log: WatchLog } {
+  const log: WatchLog = { creates: [], cancels: [], replies: [], streams: 0 };
+  const client: EtcdClient = {
+    kv: etcd.kv,
+    leaseClient: etcd.leaseClient,
+    watchClient: {
+      watch: () =>
+        etcd.watchClient.watch().then((stream) => {
+          log.streams++;
+          const write = stream.write.bind(stream);
+          (stream as EtcdDuplexStream<EtcdWatchRequest, EtcdWatchResponse>).write = (item) => {
+            const create = item.create_request;
+            if (create !== undefined) log.creates.push({ id: create.watch_id ?? 0, from: create.start_revision === undefined ? null : BigInt(create.start_revision), key: create.key.toString() });
+            if (item.cancel_request !== undefined) log.cancels.push(item.cancel_request.watch_id);
+            return write(item as never);
+          };
+          stream.on('data', (r) =>
+            log.replies.push({
+              id: Number(r.watch_id),
+              created: r.created,
+              canceled: r.canceled,
+              compactRevision: BigInt(r.compact_revision || '0'),
+              member: r.header.member_id,
+              deleted: r.events.filter((e) => (e.type as string) === 'Delete').map((e) => e.kv.key.toString()),
+            }),
+          );
+          return stream as unknown as EtcdDuplexStream<EtcdWatchRequest, EtcdWatchResponse>;
+        }),
+    },
+  };
+  return { client, log };
 }
