@@ -160,7 +160,7 @@ export interface EtcdWatchService {
 export interface EtcdClient {
   readonly kv: EtcdKV;
   readonly leaseClient: EtcdLeaseService;
-  /** etcd3's raw Watch service: every watch of the source goes on one stream of it (./watches.ts). */
+  /** etcd3's raw Watch service: the source keeps all its watches on one stream of it, resumed from the last revision it saw when the stream breaks. */
   readonly watchClient: EtcdWatchService;
 }
 
