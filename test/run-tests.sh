@@ -42,6 +42,8 @@ if [ -z "${FK_NO_SERVERS:-}" ]; then
     if ! fk_port_open "${FK_PG_PORT:-5432}"; then pkgs+=("${FK_PKGS_PG[@]}")
     elif ! command -v psql >/dev/null || ! command -v pg_isready >/dev/null; then pkgs+=(postgresql-client); fi
   fi
+  # the PgBouncer test starts a private one in front of whichever PostgreSQL
+  pkgs+=(pgbouncer)
   [ ${#pkgs[@]} -eq 0 ] || fk_ensure_packages "${pkgs[@]}"
 fi
 
