@@ -13,7 +13,7 @@ import type { ZooKeeperClient } from '../../../src/sources/zookeeper/client.js';
 import { acquireLock, lockStatus, type ZooKeeperLock } from '../../../src/sources/zookeeper/recipes/lock.js';
 import { KnownQueue } from '../../../src/sources/zookeeper/recipes/queue-known.js';
 import { expireSession } from '../../../src/testing/expire-session.js';
-import { testServers } from '../../helpers/servers.js';
+import { testServers, useEnsembleForFaults } from '../../helpers/servers.js';
 import { TcpProxy } from '../../helpers/tcp-proxy.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { until, within } from '../../helpers/wait.js';
@@ -22,6 +22,9 @@ import { LOCKS, serverWatchCount } from './lock-helpers.js';
 
 const ensemble = testServers().zkEnsemble.split(',');
 const clients = new ClientPool();
+// Other files kill the ensemble's leader: an election can outlast these 8 s
+// sessions, and the handoffs here are timed. One such file at a time.
+useEnsembleForFaults(() => clients.closeAll());
 const proxies: TcpProxy[] = [];
 afterEach(async () => {
   for (const proxy of proxies.splice(0)) await proxy.close();
@@ -73,16 +76,28 @@ async function watchesOn(name: string): Promise<number> {
   return sum;
 }
 
-/** Join `n` waiters one after the other (each queued before the next joins), the i-th on `clientOf(i)`. */
+/**
+ * Join waiters one after the other behind the holder (each queued before the
+ * next joins), the i-th on `zks[i]`. The depth each must reach is counted
+ * from the one holder, not read: `admin` is on another server than the
+ * holder's, and a read there may not show the holder's node yet (ZooKeeper's
+ * reads are not linearizable across servers), which would make every count
+ * after it one short of what the queue reaches.
+ */
 async function joinInOrder(admin: ZooKeeperClient, name: string, grants: Grants, zks: readonly ZooKeeperClient[], signals: (AbortSignal | undefined)[] = []): Promise<Promise<ZooKeeperLock>[]> {
   const waiting: Promise<ZooKeeperLock>[] = [];
-  const before = await depth(admin, name);
+  const before = 1;
   for (let i = 0; i < zks.length; i++) {
     const w = grants.take(zks[i]!, name, `w${i + 1}`, signals[i]);
-    // A waiter that gives up rejects: handled where it is awaited.
-    w.catch(() => undefined);
+    // A waiter that gives up rejects: handled where it is awaited. One that
+    // fails before it queued fails the test now, not after until()'s limit.
+    let failed: unknown;
+    w.catch((error: unknown) => (failed ??= error ?? new Error('rejected')));
     waiting.push(w);
-    await until(async () => (await depth(admin, name)) === before + i + 1, `w${i + 1} queued`);
+    await until(async () => {
+      if (failed !== undefined) throw new Error(`w${i + 1} failed before it queued`, { cause: failed });
+      return (await depth(admin, name)) === before + i + 1;
+    }, `w${i + 1} queued`);
   }
   return waiting;
 }
