@@ -5,31 +5,16 @@
 // down), the queue keeps its order, and tokens keep increasing across the
 // failover. The file takes the cluster's fault turn for its run and heals
 // the cluster after.
-import { execFile } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Etcd3 } from 'etcd3';
 import type { EtcdClient } from '../../../src/sources/etcd/client.js';
 import { acquireLock, etcdSession, lockStatus, type EtcdLock } from '../../../src/sources/etcd/index.js';
 import { healedTurn, scriptTurn } from '../../helpers/fault-turn.js';
-import { SERVER_ENV } from '../../helpers/servers.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { until, within } from '../../helpers/wait.js';
 import { watchedKeepalives } from '../../fixtures/etcd-keepalives.mjs';
-import { EtcdPool, clusterHosts } from './helpers.js';
-
-function ctl(...args: string[]): Promise<string> {
-  const script = process.env[SERVER_ENV.etcdCtl];
-  if (script === undefined || script === '') {
-    return Promise.reject(new Error(`${SERVER_ENV.etcdCtl} is not set: the etcd cluster was not started by this run, so it cannot be driven`));
-  }
-  return new Promise((resolve, reject) => {
-    execFile('bash', [script, ...args], { env: { ...process.env, FK_USER_PID: String(process.pid) }, timeout: 660_000 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`etcd.sh ${args.join(' ')} failed: ${error.message}\n${stderr}`));
-      else resolve(stdout.trim());
-    });
-  });
-}
+import { EtcdPool, clusterHosts, etcdCtl as ctl } from './helpers.js';
 
 const pool = new EtcdPool();
 

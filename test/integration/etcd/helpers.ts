@@ -2,12 +2,13 @@
 // (their sessions first, so no lease outlives its test), a client that
 // counts what the source asks of etcd and what etcd's watches deliver to it,
 // and raw reads of a queue behind the source's back.
+import { execFile } from 'node:child_process';
 import { Etcd3 } from 'etcd3';
 import { afterEach } from 'vitest';
 import type { EtcdClient, EtcdDuplexStream, EtcdRangeRequest, EtcdTxnResponse, EtcdWatchRequest, EtcdWatchResponse } from '../../../src/sources/etcd/client.js';
 import { etcdSession } from '../../../src/sources/etcd/index.js';
 import { prefixEnd, queuePrefix, LOCKS_ROOT } from '../../../src/sources/etcd/queue.js';
-import { testServers } from '../../helpers/servers.js';
+import { SERVER_ENV, testServers } from '../../helpers/servers.js';
 
 /** host:port list of the single node, as etcd3 takes it. */
 export function singleHosts(): string[] {
@@ -162,4 +163,18 @@ export function observedWatches(etcd: Etcd3): { client: EtcdClient; log: WatchLo
     },
   };
   return { client, log };
+}
+
+/** Run test/servers/etcd.sh (this run's, from FK_ETCD_CTL) with `args` on the etcd cluster: its fault turn, kills, heals. */
+export function etcdCtl(...args: string[]): Promise<string> {
+  const script = process.env[SERVER_ENV.etcdCtl];
+  if (script === undefined || script === '') {
+    return Promise.reject(new Error(`${SERVER_ENV.etcdCtl} is not set: the etcd cluster was not started by this run, so it cannot be driven`));
+  }
+  return new Promise((resolve, reject) => {
+    execFile('bash', [script, ...args], { env: { ...process.env, FK_USER_PID: String(process.pid) }, timeout: 660_000 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`etcd.sh ${args.join(' ')} failed: ${error.message}\n${stderr}`));
+      else resolve(stdout.trim());
+    });
+  });
 }

@@ -6,29 +6,14 @@
 // watch is lost with ETCD_WATCH_COMPACTED and the waiter reads its place instead); and a
 // watch asked for from a compacted revision. The file takes the cluster's fault turn
 // for its run and heals the cluster after.
-import { execFile } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Etcd3 } from 'etcd3';
 import { acquireLock, etcdSession, lockStatus } from '../../../src/sources/etcd/index.js';
 import { watchRange, type WatchLostError } from '../../../src/sources/etcd/watches.js';
 import { healedTurn, scriptTurn } from '../../helpers/fault-turn.js';
-import { SERVER_ENV } from '../../helpers/servers.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { until, within } from '../../helpers/wait.js';
-import { EtcdPool, clusterHosts, observedWatches } from './helpers.js';
-
-function ctl(...args: string[]): Promise<string> {
-  const script = process.env[SERVER_ENV.etcdCtl];
-  if (script === undefined || script === '') {
-    return Promise.reject(new Error(`${SERVER_ENV.etcdCtl} is not set: the etcd cluster was not started by this run, so it cannot be driven`));
-  }
-  return new Promise((resolve, reject) => {
-    execFile('bash', [script, ...args], { env: { ...process.env, FK_USER_PID: String(process.pid) }, timeout: 660_000 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`etcd.sh ${args.join(' ')} failed: ${error.message}\n${stderr}`));
-      else resolve(stdout.trim());
-    });
-  });
-}
+import { EtcdPool, clusterHosts, etcdCtl as ctl, observedWatches } from './helpers.js';
 
 const pool = new EtcdPool();
 
