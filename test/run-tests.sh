@@ -44,7 +44,7 @@ if [ -z "${FK_NO_SERVERS:-}" ]; then
   fi
   # the PgBouncer test starts a private one in front of whichever PostgreSQL
   pkgs+=(pgbouncer)
-  [ ${#pkgs[@]} -eq 0 ] || fk_ensure_packages "${pkgs[@]}"
+  fk_ensure_packages "${pkgs[@]}"
 fi
 
 # Servers start while tsc builds: on two cores both are mostly waiting anyway.

@@ -6,15 +6,14 @@
 // failover. The file takes the cluster's fault turn for its run and heals
 // the cluster after.
 import { performance } from 'node:perf_hooks';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Etcd3 } from 'etcd3';
 import type { EtcdClient } from '../../../src/sources/etcd/client.js';
 import { acquireLock, etcdSession, lockStatus, type EtcdLock } from '../../../src/sources/etcd/index.js';
-import { healedTurn, scriptTurn } from '../../helpers/fault-turn.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { until, within } from '../../helpers/wait.js';
 import { watchedKeepalives } from '../../fixtures/etcd-keepalives.mjs';
-import { EtcdPool, clusterHosts, etcdCtl as ctl } from './helpers.js';
+import { EtcdPool, clusterHosts, etcdCtl as ctl, holdEtcdFaultsForFile } from './helpers.js';
 
 const pool = new EtcdPool();
 
@@ -65,14 +64,7 @@ async function moveLeaderTo(target: Member): Promise<void> {
   }
 }
 
-let giveBack: (() => Promise<void>) | undefined;
-beforeAll(async () => {
-  giveBack = await healedTurn(scriptTurn(ctl, 600), () => ctl('wait-healthy', '60'), async () => {
-    await ctl('heal');
-    await ctl('wait-healthy', '60');
-  });
-}, 700_000);
-afterAll(() => giveBack?.(), 120_000);
+holdEtcdFaultsForFile();
 
 describe('etcd leader failover', () => {
   it('SIGKILL of the etcd leader while a lock is held and waited for: the lease survives, the order is kept, tokens keep increasing', async () => {

@@ -1,14 +1,18 @@
 // etcd clients for the etcd source's tests: a pool closed after each test
 // (their sessions first, so no lease outlives its test), a client that
 // counts what the source asks of etcd and what etcd's watches deliver to it,
-// and raw reads of a queue behind the source's back.
-import { execFile } from 'node:child_process';
+// raw reads of a queue behind the source's back, and the cluster's fault
+// turn for a file that breaks it (etcdCtl drives test/servers/etcd.sh).
 import { Etcd3 } from 'etcd3';
-import { afterEach } from 'vitest';
+import { afterAll, afterEach, beforeAll } from 'vitest';
 import type { EtcdClient, EtcdDuplexStream, EtcdRangeRequest, EtcdTxnResponse, EtcdWatchRequest, EtcdWatchResponse } from '../../../src/sources/etcd/client.js';
 import { etcdSession } from '../../../src/sources/etcd/index.js';
 import { prefixEnd, queuePrefix, LOCKS_ROOT } from '../../../src/sources/etcd/queue.js';
-import { SERVER_ENV, testServers } from '../../helpers/servers.js';
+import { etcdCtl } from '../../compare/control.js';
+import { healedTurn, scriptTurn } from '../../helpers/fault-turn.js';
+import { testServers } from '../../helpers/servers.js';
+
+export { etcdCtl };
 
 /** host:port list of the single node, as etcd3 takes it. */
 export function singleHosts(): string[] {
@@ -165,16 +169,18 @@ export function observedWatches(etcd: Etcd3): { client: EtcdClient; log: WatchLo
   return { client, log };
 }
 
-/** Run test/servers/etcd.sh (this run's, from FK_ETCD_CTL) with `args` on the etcd cluster: its fault turn, kills, heals. */
-export function etcdCtl(...args: string[]): Promise<string> {
-  const script = process.env[SERVER_ENV.etcdCtl];
-  if (script === undefined || script === '') {
-    return Promise.reject(new Error(`${SERVER_ENV.etcdCtl} is not set: the etcd cluster was not started by this run, so it cannot be driven`));
-  }
-  return new Promise((resolve, reject) => {
-    execFile('bash', [script, ...args], { env: { ...process.env, FK_USER_PID: String(process.pid) }, timeout: 660_000 }, (error, stdout, stderr) => {
-      if (error) reject(new Error(`etcd.sh ${args.join(' ')} failed: ${error.message}\n${stderr}`));
-      else resolve(stdout.trim());
+/**
+ * The etcd cluster's fault turn for the whole of the calling file: taken in
+ * its beforeAll once the cluster is healthy (waiting up to 10 minutes for
+ * the turn), given back healed and healthy in its afterAll.
+ */
+export function holdEtcdFaultsForFile(): void {
+  let giveBack: (() => Promise<void>) | undefined;
+  beforeAll(async () => {
+    giveBack = await healedTurn(scriptTurn(etcdCtl, 600), () => etcdCtl('wait-healthy', '60'), async () => {
+      await etcdCtl('heal');
+      await etcdCtl('wait-healthy', '60');
     });
-  });
+  }, 700_000);
+  afterAll(() => giveBack?.(), 120_000);
 }

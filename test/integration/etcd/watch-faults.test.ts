@@ -6,25 +6,17 @@
 // watch is lost with ETCD_WATCH_COMPACTED and the waiter reads its place instead); and a
 // watch asked for from a compacted revision. The file takes the cluster's fault turn
 // for its run and heals the cluster after.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Etcd3 } from 'etcd3';
 import { acquireLock, etcdSession, lockStatus } from '../../../src/sources/etcd/index.js';
 import { watchRange, type WatchLostError } from '../../../src/sources/etcd/watches.js';
-import { healedTurn, scriptTurn } from '../../helpers/fault-turn.js';
 import { uniqueLockName } from '../../helpers/unique.js';
 import { until, within } from '../../helpers/wait.js';
-import { EtcdPool, clusterHosts, etcdCtl as ctl, observedWatches } from './helpers.js';
+import { EtcdPool, clusterHosts, etcdCtl as ctl, holdEtcdFaultsForFile, observedWatches } from './helpers.js';
 
 const pool = new EtcdPool();
 
-let giveBack: (() => Promise<void>) | undefined;
-beforeAll(async () => {
-  giveBack = await healedTurn(scriptTurn(ctl, 600), () => ctl('wait-healthy', '60'), async () => {
-    await ctl('heal');
-    await ctl('wait-healthy', '60');
-  });
-}, 700_000);
-afterAll(() => giveBack?.(), 120_000);
+holdEtcdFaultsForFile();
 
 /** Compact the cluster's history up to the store's revision now (after one more write, so it passes every earlier one). */
 async function compactNow(etcd: Etcd3, key: string): Promise<bigint> {
