@@ -2,14 +2,18 @@
 // a Request in, a Response out. The admission is held until the response's
 // body has been read to its end (committed if the status is below 500) or
 // cancelled (aborted), not just until the handler returned: a streamed body
-// is written while the fence is held. The body passes through chunk for
-// chunk, unchanged. The client leaving aborts the admission, or the wait for
-// it: see FetchFencing for how that is watched without building a Request.
+// is written while the fence is held. Under @hono/node-server the guard
+// knows the Node response the body is written to, and holds the admission
+// until that response is over, leaving the Response as the handler made it
+// (node-server then writes a string or bytes body at once, without a
+// stream); under any other runtime the body passes through a stream of the
+// guard's, chunk for chunk, unchanged, which tells when it was read. The
+// client leaving aborts the admission, or the wait for it: see FetchFencing.
 import { ServerResponse } from 'node:http';
 import type { FenceStore, FencingToken, Sequencer } from '../../index.js';
 import { Fencing, settle } from './exchange.js';
 import { CLOSED, admitExchange, admitNow, rejoinExchange, type FencingSettings } from './fencing-core.js';
-import { WHEN_ABANDONED } from './memory-fence-store.js';
+import { settleWithResponse } from './node-exchange.js';
 import { problemResponse, type Problem } from './problem.js';
 
 /**
@@ -40,78 +44,52 @@ export function nodeServerResponse(env: unknown): ServerResponse | undefined {
 /**
  * One Request's state under one resource's fence.
  *
- * The client leaving. On @hono/node-server (`outgoing` known) nothing is
- * watched on the hot path: the Request there is a lightweight object, and
- * reading its `signal` builds the full Request (headers, body stream,
- * AbortController), which cost four times the bare route's CPU. What needs
- * to know is asked instead: the store (a request that has to wait, or a
- * store that reads `signal`), a handler that reads `fencing.signal`, and a
- * body passing through start watching the response's 'close' then; the
- * guard checks `outgoing.closed` once admitted and again when the handler
- * returns. The request's own signal would not do there even lazily:
- * node-server aborts it on 'close' only if it was made before. Under any
- * other runtime the request's signal is the only word of the client
- * leaving, so it is watched from the start (a signal made lazily by the
- * runtime, then, is made before the client can leave unseen).
+ * Under @hono/node-server (`outgoing` known) the Node response says it all,
+ * as it does for Express and Fastify: its 'close' settles the admission
+ * (committed when the response finished below 500, aborted when the client
+ * left first), and nothing reads the Request's `signal`: the Request there
+ * is a lightweight object, and reading its `signal` builds the full Request
+ * (headers, body stream, AbortController), which cost four times the bare
+ * route's CPU. Under any other runtime the request's signal is the only
+ * word of the client leaving, so it is watched from the start (a signal
+ * made lazily by the runtime, then, is made before the client can leave
+ * unseen), and the end of the body is seen where the guard's own stream
+ * hands out its last chunk.
  */
 class FetchFencing extends Fencing {
   readonly #request: Request;
   /** The Node response under @hono/node-server; undefined elsewhere. */
   readonly #outgoing: ServerResponse | undefined;
+  /** The pipelined responses' queue this one waits in (node-server), if any. */
+  readonly #queuedOn: Set<Fencing> | undefined = undefined;
   /** Resolves with the answer to give when maxHoldMs passes before the handler returned. */
   #expiredBeforeResponse: ((response: Response) => void) | undefined = undefined;
-  /** Set once the handler returned a body being passed through: what breaks it off. */
+  /** Set once the handler returned a body being passed through (other runtimes): what breaks it off. */
   #breakBody: ((reason: unknown) => void) | undefined = undefined;
-  /** Set while the client is watched: stops watching. */
+  /** Set once the handler has returned its response. */
+  #responded = false;
+  /** Set while the request's signal is watched (other runtimes): stops watching. */
   #unwatch: (() => void) | undefined = undefined;
 
   constructor(request: Request, store: FenceStore<unknown>, resource: string, token: FencingToken, outer: Fencing | undefined, maxHoldMs: number, outgoing: ServerResponse | undefined) {
     super(request, store, resource, token, outer, maxHoldMs);
     this.#request = request;
     this.#outgoing = outgoing;
-    if (outgoing === undefined) this.watchClient();
-  }
-
-  /** Aborts as every fencing context's does; reading it starts watching the client. */
-  override get signal(): AbortSignal {
-    this.watchClient();
-    return super.signal;
-  }
-
-  /** The store is about to wait: the client leaving must end that wait. */
-  override [WHEN_ABANDONED](abandoned: (reason: unknown) => void): unknown {
-    this.watchClient();
-    return super[WHEN_ABANDONED](abandoned);
-  }
-
-  /** Watch the client from here on (once); closes at once if it has left already. */
-  watchClient(): void {
-    if (this.#unwatch !== undefined || this.closed) return;
-    const gone = (): void => this.close(false, 0);
-    const outgoing = this.#outgoing;
     if (outgoing === undefined) {
-      const signal = this.#request.signal;
-      signal.addEventListener('abort', gone, { once: true });
-      this.#unwatch = () => signal.removeEventListener('abort', gone);
-      if (signal.aborted) gone();
+      this.#watchSignal(request.signal);
       return;
     }
-    const onClose = (): void => {
-      if (!outgoing.writableFinished) gone();
-    };
-    outgoing.once('close', onClose);
-    this.#unwatch = () => outgoing.off('close', onClose);
-    this.checkLeft();
+    this.#queuedOn = settleWithResponse(this, outgoing.req, outgoing);
+    // The client left before the guard was reached: 'close' has been emitted already.
+    if (outgoing.closed && !outgoing.writableFinished) this.close(false, 0);
   }
 
-  /**
-   * Whether the exchange is over: closed already, or (node-server) its
-   * response closed before it finished, which closes it now.
-   */
-  checkLeft(): boolean {
-    const outgoing = this.#outgoing;
-    if (outgoing !== undefined && outgoing.closed && !outgoing.writableFinished) this.close(false, 0);
-    return this.closed;
+  /** Other runtimes: the request's signal aborting is the client leaving. */
+  #watchSignal(signal: AbortSignal): void {
+    const gone = (): void => this.close(false, 0);
+    signal.addEventListener('abort', gone, { once: true });
+    this.#unwatch = () => signal.removeEventListener('abort', gone);
+    if (signal.aborted) gone();
   }
 
   /** Admitted: from here on this is the request's innermost context. */
@@ -124,19 +102,25 @@ class FetchFencing extends Fencing {
     this.#expiredBeforeResponse = answer;
   }
 
-  /** The handler returned: from here on maxHoldMs breaks off `breakBody` instead. */
+  /**
+   * The handler returned: from here on maxHoldMs breaks off the response
+   * (`breakBody`, the guard's stream on other runtimes) instead of answering.
+   */
   responded(breakBody: ((reason: unknown) => void) | undefined): void {
     this.#expiredBeforeResponse = undefined;
+    this.#responded = true;
     this.#breakBody = breakBody;
   }
 
-  // A body still passing through is never "ended": the fence covers it until it is read.
+  // node-server: the handler's response has been handed to Node in full
+  // (only its delivery is under way). Elsewhere a body still passing through
+  // is never "ended": the fence covers it until it is read.
   protected responseEnded(): boolean {
-    return false;
+    return this.#responded && this.#outgoing !== undefined && this.#outgoing.writableEnded;
   }
 
   protected responseStatus(): number {
-    return 0;
+    return this.#outgoing?.statusCode ?? 0;
   }
 
   protected innermost(): Fencing | undefined {
@@ -150,12 +134,14 @@ class FetchFencing extends Fencing {
       answer(problemResponse(problem));
       return;
     }
-    // Part of the response is out: break it off (the client sees a truncated
-    // body, never a complete-looking one).
-    this.#breakBody?.(this.signal.reason);
+    // Part of the response may be out: break it off (the client sees a
+    // truncated body or none, never a complete-looking one).
+    if (this.#outgoing !== undefined) this.#outgoing.destroy();
+    else this.#breakBody?.(this.signal.reason);
   }
 
   protected override finished(): void {
+    this.#queuedOn?.delete(this);
     this.#unwatch?.();
     this.#unwatch = undefined;
   }
@@ -194,7 +180,7 @@ export async function fenceFetch<R, C>(
   const admission = admitNow(settings, exchange, token, presented) ?? (await admitExchange(settings, req, exchange, token, presented));
   if (admission === CLOSED) return problemResponse(GONE);
   if ('status' in admission) return problemResponse(admission);
-  if (exchange.checkLeft()) {
+  if (exchange.closed) {
     settle(admission, false);
     return problemResponse(GONE);
   }
@@ -228,14 +214,19 @@ export async function fenceFetch<R, C>(
     exchange.close(true, 500);
     throw error;
   }
+  if (outgoing !== undefined) {
+    // node-server writes the Response to `outgoing`, whose 'close' settles
+    // the admission: the Response is handed on untouched (reading its body
+    // here would turn node-server's lightweight Response into a full one).
+    exchange.responded(undefined);
+    return response;
+  }
   const body = response.body;
-  // (checkLeft first: a client that left while the handler ran aborts, even with no body to hold)
-  if (exchange.checkLeft() || body === null) {
+  // (closed first: a client that left while the handler ran has aborted it, even with no body to hold)
+  if (exchange.closed || body === null) {
     exchange.close(true, response.status);
     return response;
   }
-  // The body is written while the fence is held: a client leaving mid-way must end it.
-  exchange.watchClient();
   const status = response.status;
   const reader = body.getReader();
   let breakOff: ((reason: unknown) => void) | undefined;

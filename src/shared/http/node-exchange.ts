@@ -14,7 +14,41 @@ import { writeProblem, type Problem } from './problem.js';
  * closes first, Node drops such a response without emitting 'close' on it,
  * so its admission would never settle: the socket's 'close' settles them.
  */
-const queuedOn = new WeakMap<Socket, Set<NodeFencing>>();
+const queuedOn = new WeakMap<Socket, Set<Fencing>>();
+
+/**
+ * Settle `fencing` when Node's response `res` to `req` is over: on the
+ * response's 'close', which comes once per response, after 'finish' when it
+ * was sent in full (commit below 500) and alone when the connection closed
+ * first (abort); for a pipelined response still queued behind an earlier
+ * one, on its connection's 'close' if that comes first. What `fencing`'s
+ * finished() must call to leave that queue is returned (undefined: not
+ * queued). Used by every guard that knows the Node response: Express,
+ * Fastify, and the Fetch guards under @hono/node-server.
+ */
+export function settleWithResponse(fencing: Fencing, req: IncomingMessage, res: ServerResponse): Set<Fencing> | undefined {
+  // One closure per request, on purpose: keeping the state on `res` under a
+  // symbol instead is a keyed store on an object with many properties, which
+  // turns the ServerResponse into a dictionary-mode object and slows every
+  // later write to it (measured: +20% server CPU per request).
+  res.on('close', () => fencing.close(res.writableFinished, res.statusCode));
+  // A response without a socket is queued behind an earlier one on its connection.
+  if (res.socket !== null) return undefined;
+  const socket = req.socket;
+  if (socket === null || socket === undefined) return undefined;
+  let queued = queuedOn.get(socket);
+  if (queued === undefined) {
+    const set = (queued = new Set());
+    queuedOn.set(socket, set);
+    socket.once('close', () => {
+      for (const f of [...set]) f.close(false, 0);
+    });
+  }
+  queued.add(fencing);
+  // Closed already: the 'close' above has been emitted and will not be again.
+  if (socket.destroyed) queueMicrotask(() => fencing.close(false, 0));
+  return queued;
+}
 
 /**
  * The framework's request object that a handler reads its fencing context
@@ -40,22 +74,15 @@ export function nodeFencingOf(holder: FencingHolder): NodeFencing | undefined {
 export class NodeFencing extends Fencing {
   readonly #holder: FencingHolder;
   readonly #res: ServerResponse;
-  #queuedOn: Set<NodeFencing> | undefined = undefined;
+  /** The pipelined responses' queue this one waits in, if any (see settleWithResponse). */
+  readonly #queuedOn: Set<Fencing> | undefined;
 
   /** `holder`: the framework's request object (its `fencing` is set on admission); `req`: Node's. */
   constructor(holder: FencingHolder, req: IncomingMessage, res: ServerResponse, store: FenceStore<unknown>, resource: string, token: FencingToken, outer: Fencing | undefined, maxHoldMs: number) {
     super(req, store, resource, token, outer, maxHoldMs);
     this.#holder = holder;
     this.#res = res;
-    // 'close' comes once per response, after 'finish' when the response was
-    // sent in full, alone when the connection closed first: it settles both.
-    // One closure per request, on purpose: keeping the state on `res` under a
-    // symbol instead is a keyed store on an object with many properties, which
-    // turns the ServerResponse into a dictionary-mode object and slows every
-    // later write to it (measured: +20% server CPU per request).
-    res.on('close', () => this.close(res.writableFinished, res.statusCode));
-    // A response without a socket is queued behind an earlier one on its connection.
-    if (res.socket === null) this.#watchQueued(req.socket);
+    this.#queuedOn = settleWithResponse(this, req, res);
   }
 
   /** Admitted: from here on this is the request's innermost context (`req.fencing`, `request.fencing`). */
@@ -93,22 +120,5 @@ export class NodeFencing extends Fencing {
 
   protected override finished(): void {
     this.#queuedOn?.delete(this);
-    this.#queuedOn = undefined;
-  }
-
-  #watchQueued(socket: Socket | null | undefined): void {
-    if (socket === null || socket === undefined) return;
-    let queued = queuedOn.get(socket);
-    if (queued === undefined) {
-      const set = (queued = new Set());
-      queuedOn.set(socket, set);
-      socket.once('close', () => {
-        for (const f of [...set]) f.close(false, 0);
-      });
-    }
-    queued.add(this);
-    this.#queuedOn = queued;
-    // Closed already: the 'close' above has been emitted and will not be again.
-    if (socket.destroyed) queueMicrotask(() => this.close(false, 0));
   }
 }

@@ -1,9 +1,11 @@
 // The Fetch guard and the Hono middleware served by @hono/node-server on a
-// real socket, and clients that leave: mid-response, while the handler runs
-// (whether or not it ever reads fencing.signal), and while waiting behind
-// another holder. There the guard watches the Node response, not the
-// request's signal (reading that builds the full Request), and only once
-// something needs it: these tests hold it to releasing the admission every
+// real socket: the handler's Response handed to node-server as it was made
+// (a string body is not turned into a stream), the admission held until the
+// response has been written, maxHoldMs passing mid-body, and clients that
+// leave: mid-response, while the handler runs (whether or not it ever reads
+// fencing.signal), and while waiting behind another holder. There the guard
+// watches the Node response, not the request's signal (reading that builds
+// the full Request): these tests hold it to releasing the admission every
 // time all the same, and to a signal that aborts even when it is first read
 // after the client left.
 import net from 'node:net';
@@ -58,7 +60,13 @@ interface Scene {
   signals: Map<string, AbortSignal>;
   ran: string[];
   built: string[];
+  /** Per path, the Response the route made and the one the guard handed on (they must be one object). */
+  made: Map<string, Response>;
+  handed: Map<string, Response>;
 }
+
+/** A body larger than the socket buffers on both ends: its writing waits for the client to read. */
+const BIG = 'x'.repeat(32 * 1024 * 1024);
 
 /**
  * One route per path: `/stream` sends a chunk and waits for its gate,
@@ -75,7 +83,12 @@ async function route(scene: Scene, path: string, request: Request, admitted: Fen
     scene.built.push(inspect(request).includes('nativeRequest: undefined') ? 'lightweight' : 'built');
     return new Response(null, { status: 204 });
   }
-  if (path === '/stream') {
+  if (path === '/json' || path === '/big') {
+    const made = path === '/json' ? new Response(JSON.stringify({ ok: true }), { headers: { 'content-type': 'application/json' } }) : new Response(BIG);
+    scene.made.set(path, made);
+    return made;
+  }
+  if (path === '/stream' || path === '/expire') {
     return new Response(new ReadableStream<Uint8Array>({
       start: (controller) => controller.enqueue(new TextEncoder().encode('first chunk;')),
       pull: async (controller) => {
@@ -102,34 +115,44 @@ function fetchApp(scene: Scene): (request: Request, env?: unknown) => Promise<Re
     const path = new URL(request.url).pathname;
     let g = guarded.get(path);
     if (g === undefined) {
-      g = withFencing({ store: scene.store, resource: path, maxHoldMs: 20_000 }, (r, admitted) => route(scene, path, r, admitted));
+      g = withFencing({ store: scene.store, resource: path, maxHoldMs: path === '/expire' ? 300 : 20_000 }, (r, admitted) => route(scene, path, r, admitted));
       guarded.set(path, g);
     }
-    return g(request, env);
+    return g(request, env).then((response) => (scene.handed.set(path, response), response));
   };
 }
 
 function honoApp(scene: Scene): Hono<FencingEnv> {
   const app = new Hono<FencingEnv>();
+  // What the guard handed on, as the middleware outside it sees it.
+  app.use('*', async (c, next) => {
+    await next();
+    scene.handed.set(c.req.path, c.res);
+  });
+  app.all('/expire', fencing({ store: scene.store, resource: (c) => c.req.path, maxHoldMs: 300 }), (c) => route(scene, c.req.path, c.req.raw, c.get('fencing')));
   app.all('*', fencing({ store: scene.store, resource: (c) => c.req.path, maxHoldMs: 20_000 }), (c) => route(scene, c.req.path, c.req.raw, c.get('fencing')));
   return app;
 }
 
-/** Send a GET on a socket of its own; `leave()` destroys the socket. */
-function sendRaw(port: number, path: string, token: string): { received: () => string; closed: Promise<void>; leave(): void } {
+/**
+ * Send a GET on a socket of its own; `leave()` destroys the socket.
+ * `paused`: nothing is read until `read()` (the response's writing waits).
+ */
+function sendRaw(port: number, path: string, token: string, paused = false): { received: () => string; closed: Promise<void>; leave(): void; read(): void } {
   const socket = net.connect(port, '127.0.0.1');
   let text = '';
   socket.setEncoding('latin1');
+  if (paused) socket.pause();
   socket.on('data', (chunk: string) => (text += chunk));
   socket.on('error', () => undefined);
   const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
   socket.write(`GET ${path} HTTP/1.1\r\nHost: x\r\nfencing-token: ${token}\r\n\r\n`);
-  return { received: () => text, closed, leave: () => socket.destroy() };
+  return { received: () => text, closed, leave: () => socket.destroy(), read: () => void socket.resume() };
 }
 
 for (const kind of ['fetch', 'hono'] as const) {
   describe(`${kind === 'fetch' ? 'withFencing()' : 'Hono fencing()'} on @hono/node-server: clients that leave`, () => {
-    const scene: Scene = { store: new RecordingStore(), gates: new Map(), signals: new Map(), ran: [], built: [] };
+    const scene: Scene = { store: new RecordingStore(), gates: new Map(), signals: new Map(), ran: [], built: [], made: new Map(), handed: new Map() };
     let served: Served;
     beforeAll(async () => {
       served = await serve(getRequestListener(kind === 'fetch' ? fetchApp(scene) : honoApp(scene).fetch));
@@ -142,6 +165,69 @@ for (const kind of ['fetch', 'hono'] as const) {
       expect(answer.status).toBe(204);
       expect(scene.built).toEqual(['lightweight']);
       expect(scene.store.settled).toEqual(['/quick commit']);
+    });
+
+    it("hands node-server the handler's Response as it was made: a JSON body is not read, copied or turned into a stream", async () => {
+      const answer = await get('/json', '1');
+      expect(answer.status).toBe(200);
+      expect(await answer.json()).toEqual({ ok: true });
+      expect(scene.handed.get('/json')).toBe(scene.made.get('/json'));
+      // Nothing read its body: it is still node-server's lightweight Response, written without a stream.
+      expect(inspect(scene.made.get('/json'))).toContain('nativeResponse: undefined');
+      await until(() => scene.store.settled.includes('/json commit'));
+    });
+
+    it('holds the admission until a body the client reads slowly has been written; then, or when the client leaves mid-way, it is settled once and the fence is free', async () => {
+      const reader = sendRaw(served.port, '/big', '2', true);
+      await until(() => scene.ran.includes('/big 2'));
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      // 32 MB wait in the socket buffers and node's own: the response has not finished.
+      expect(scene.store.settled.filter((s) => s.startsWith('/big'))).toEqual([]);
+      reader.read();
+      await until(() => reader.received().length >= BIG.length, 10_000);
+      await until(() => scene.store.settled.includes('/big commit'));
+      reader.leave();
+      // A client that leaves mid-body of a string: node-server handed Node the
+      // whole body at once, and Node counts such a response finished (as for
+      // Express and Fastify): it is settled then, once.
+      const leaver = sendRaw(served.port, '/big', '3', true);
+      await until(() => scene.ran.includes('/big 3'));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(scene.store.settled.filter((s) => s.startsWith('/big'))).toEqual(['/big commit']);
+      leaver.leave();
+      await until(() => scene.store.settled.filter((s) => s.startsWith('/big')).length === 2);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(scene.store.settled.filter((s) => s.startsWith('/big'))).toEqual(['/big commit', '/big commit']);
+      const next = sendRaw(served.port, '/big', '4');
+      await until(() => scene.ran.includes('/big 4'));
+      next.leave();
+    });
+
+    it('a pipelined response queued behind an earlier one is settled when the connection closes before its turn', async () => {
+      // Node runs the second request's handler as it parses it, and queues its answer behind the first's.
+      const socket = net.connect(served.port, '127.0.0.1');
+      socket.on('error', () => undefined);
+      const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()));
+      socket.write('GET /held HTTP/1.1\r\nHost: x\r\nfencing-token: 1\r\n\r\nGET /json HTTP/1.1\r\nHost: x\r\nfencing-token: 5\r\n\r\n');
+      await until(() => scene.ran.includes('/held 1') && scene.handed.has('/json') && scene.made.get('/json') === scene.handed.get('/json') && scene.ran.includes('/json 5'));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(scene.store.settled.filter((s) => s.startsWith('/held') || s.endsWith('/json abort'))).toEqual([]);
+      // Node drops the queued response without a 'close' of its own: the connection's settles it.
+      socket.destroy();
+      await closed;
+      await until(() => scene.store.settled.includes('/held abort') && scene.store.settled.includes('/json abort'));
+      scene.gates.get('/held')!.open();
+    });
+
+    it('past maxHoldMs with the body still being written: the response is broken off (no complete-looking one) and the admission aborted', async () => {
+      const client = sendRaw(served.port, '/expire', '4');
+      await until(() => client.received().includes('first chunk;'));
+      await client.closed;
+      expect(scene.store.settled.filter((s) => s.startsWith('/expire'))).toEqual(['/expire abort']);
+      // Chunked and never ended: no terminating zero-length chunk.
+      expect(client.received()).toMatch(/transfer-encoding: chunked/i);
+      expect(client.received()).not.toMatch(/\r\n0\r\n\r\n$/);
+      scene.gates.get('/expire')!.open();
     });
 
     it('a client that leaves mid-response (part of a streamed body out) has its admission aborted at once', async () => {
@@ -160,7 +246,7 @@ for (const kind of ['fetch', 'hono'] as const) {
     });
 
     for (const path of ['/quiet', '/quiet-empty']) {
-      it(`a client that leaves while the handler runs, which never reads the signal, has its admission aborted when the handler returns (${path === '/quiet' ? 'a body' : 'no body'})`, async () => {
+      it(`a client that leaves while the handler runs, which never reads the signal, has its admission aborted (${path === '/quiet' ? 'a body' : 'no body'})`, async () => {
         const client = sendRaw(served.port, path, '7');
         await until(() => scene.ran.includes(`${path} 7`));
         client.leave();
