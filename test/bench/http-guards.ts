@@ -11,6 +11,9 @@
 // noop). And a "bound" route: the bare handler doing by hand, with the
 // store's public promise API, the least a guard must do (read the header,
 // parse the token, MemoryFenceStore admit, answer, commit): a reference.
+// And the pair most routes are: "bare-json" and "guarded-json" answer a
+// small JSON body the framework's usual way (res.json, a returned object,
+// c.json, a Response of a string), bare and behind fencing().
 // Not in the suite: a script that prints figures, nothing here asserts on time.
 //
 //   npm run build && node node_modules/vite-node/vite-node.mjs test/bench/http-guards.ts
@@ -28,15 +31,22 @@
 // The CPU column is the server process's CPU time per request (process.cpuUsage).
 // BENCH_CHART (default docs/images/bench/http-guards.svg; '' for none): the
 // req/s of every route as a bar chart, with the command, machine and load.
-import { fork, type ChildProcess } from 'node:child_process';
+import { execFileSync, fork, type ChildProcess } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import { cpus, loadavg } from 'node:os';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { barChartSpec, machineLine, writeSvg, type BarPoint } from './lib/chart.js';
 
 const TOKEN = '34';
+/** The chart's name of each route. */
+const SERIES: Record<string, string> = { bare: 'bare', noop: 'no-op middleware', bound: 'by hand', guarded: 'fencing()', 'bare-json': 'bare, JSON body', 'guarded-json': 'fencing(), JSON body' };
+/** What the -json routes answer. */
+const JSON_BODY = Object.freeze({ ok: true, id: 34 });
 /** What the no-op routes hand their handler, as a guard hands its fencing context. */
 const CONTEXT = Object.freeze({ resource: 'bench' });
+/** The cores of a pinned run (BENCH_PIN): the load generator's, the servers'. */
+const LOAD_CPU = 0;
+const SERVER_CPU = 1;
 const FRAMEWORKS = ['express', 'fastify', 'hono', 'fetch'] as const;
 type Framework = (typeof FRAMEWORKS)[number];
 
@@ -85,6 +95,8 @@ async function serve(framework: Framework): Promise<void> {
     });
   });
   for (const [route, g] of builds) e.get(`/${route}`, g.express.fencing({ store: new g.express.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { end(): void }) => void res.end());
+  e.get('/bare-json', (_req, res) => void res.json(JSON_BODY));
+  for (const [route, g] of builds) e.get(`/${route}-json`, g.express.fencing({ store: new g.express.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { json(body: unknown): void }) => void res.json(JSON_BODY));
   ports.express = await new Promise<number>((resolve) => {
     const server = e.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
   });
@@ -112,8 +124,10 @@ async function serve(framework: Framework): Promise<void> {
     await f.register(async (scope) => {
       await scope.register(g.fastify.fencing, { store: new g.fastify.MemoryFenceStore(), resource: 'bench' });
       scope.get(`/${route}`, async (_request, reply) => reply.send());
+      scope.get(`/${route}-json`, async () => JSON_BODY);
     });
   }
+  f.get('/bare-json', async () => JSON_BODY);
   await f.listen({ port: 0, host: '127.0.0.1' });
   ports.fastify = (f.server.address() as AddressInfo).port;
 
@@ -131,6 +145,8 @@ async function serve(framework: Framework): Promise<void> {
     return c.body(null);
   });
   for (const [route, g] of builds) h.get(`/${route}`, g.hono.fencing({ store: new g.hono.MemoryFenceStore(), resource: 'bench' }), (c) => c.body(null));
+  h.get('/bare-json', (c) => c.json(JSON_BODY));
+  for (const [route, g] of builds) h.get(`/${route}-json`, g.hono.fencing({ store: new g.hono.MemoryFenceStore(), resource: 'bench' }), (c) => c.json(JSON_BODY));
   ports.hono = await new Promise<number>((resolve) => {
     honoServe({ fetch: h.fetch, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
   });
@@ -138,6 +154,10 @@ async function serve(framework: Framework): Promise<void> {
   }
   if (framework === 'fetch') {
   const fetchRoutes = new Map(builds.map(([route, g]) => [`/${route}`, g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, () => new Response(null))]));
+  // As Hono's c.json makes it (Response.json would make undici's own, not node-server's lightweight one).
+  const json = (): Response => new Response(JSON.stringify(JSON_BODY), { headers: { 'content-type': 'application/json' } });
+  fetchRoutes.set('/bare-json', () => Promise.resolve(json()));
+  for (const [route, g] of builds) fetchRoutes.set(`/${route}-json`, g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, json));
   // The least wrapper that waits for the handler, handing it a context (as withFencing's second argument).
   const contextHandler = (_request: Request, context: object): Response => (context === CONTEXT ? new Response(null) : new Response(null, { status: 500 }));
   fetchRoutes.set('/noop', async (request: Request) => await contextHandler(request, CONTEXT));
@@ -157,7 +177,7 @@ async function serve(framework: Framework): Promise<void> {
   });
 
   }
-  process.send!({ ports, routes: ['bare', 'noop', 'bound', ...builds.map(([route]) => route)] });
+  process.send!({ ports, routes: ['bare', 'noop', 'bound', ...builds.map(([route]) => route), 'bare-json', ...builds.map(([route]) => `${route}-json`)] });
   process.on('message', (message) => {
     if (message === 'cpu') {
       const { user, system } = process.cpuUsage();
@@ -181,6 +201,13 @@ async function measure(): Promise<void> {
   // One server process per framework, as an application runs one: the
   // guards share their core, and four frameworks' requests through it in one
   // process would make its calls polymorphic, a cost no application pays.
+  // The load generator (this process, autocannon) and the servers each on a
+  // core of their own, as on separate machines (BENCH_PIN=0: left to the
+  // scheduler). Unpinned, the scheduler moves a sleeping load generator onto
+  // the server's core, and every response that wakes it costs the server the
+  // wakeup: the slower route is charged more of them per request.
+  const pinned = process.env.BENCH_PIN !== '0' && cpus().length >= 2;
+  if (pinned) pin(process.pid, LOAD_CPU);
   const children = new Map<Framework, ChildProcess>();
   const ports: Partial<Record<Framework, number>> = {};
   let routes: string[] = [];
@@ -191,6 +218,7 @@ async function measure(): Promise<void> {
       child.once('exit', (code) => reject(new Error(`${framework} server exited (${code})`)));
     });
     children.set(framework, child);
+    if (pinned) pin(child.pid!, SERVER_CPU);
     ports[framework] = started.ports[framework]!;
     routes = started.routes;
   }
@@ -237,7 +265,8 @@ async function measure(): Promise<void> {
   console.log(`${'route'.padEnd(18)}   req/s  p99 ms  req/s vs bare [IQR]       server CPU µs/req [IQR]   CPU vs bare`);
   for (const t of targets) {
     const s = samples.get(t.name)!;
-    const bare = samples.get(`${t.framework} bare`)!;
+    // The -json routes against the bare route answering the same body.
+    const bare = samples.get(`${t.framework} ${t.route.endsWith('-json') ? 'bare-json' : 'bare'}`)!;
     const pick = (k: 'rps' | 'cpu' | 'p99'): number => median(s.map((x) => x[k]));
     const ratios = (k: 'rps' | 'cpu'): number[] => s.map((x, i) => x[k] / bare[i]![k]);
     const cpuAll = s.map((x) => x.cpu);
@@ -266,10 +295,19 @@ async function measure(): Promise<void> {
       `${framework.padEnd(10)} ${ratio('guarded', 'bare').toFixed(3).padStart(12)} ${ratio('noop', 'bare').toFixed(3).padStart(10)} ${ratio('bound', 'bare').toFixed(3).padStart(11)} ${ratio('guarded', 'noop').toFixed(3).padStart(13)}   ${bare.toFixed(1).padStart(8)} ${noop.toFixed(1).padStart(7)} ${bound.toFixed(1).padStart(7)} ${guarded.toFixed(1).padStart(8)}   ${us(noop - bare).padEnd(23)}  ${us(guarded - noop)}`,
     );
   }
+  console.log('');
+  console.log('with a small JSON body (the -json routes): guarded vs bare answering the same body');
+  console.log(`${'framework'.padEnd(10)} ${'guarded/bare'.padStart(12)}   ${'CPU bare'.padStart(8)} ${'guarded'.padStart(8)}   guard's (guarded-bare)`);
+  for (const framework of FRAMEWORKS) {
+    const of = (route: string) => samples.get(`${framework} ${route}`)!;
+    const ratio = median(of('guarded-json').map((x, i) => x.rps / of('bare-json')[i]!.rps));
+    const [bare, guarded] = [median(of('bare-json').map((x) => x.cpu)), median(of('guarded-json').map((x) => x.cpu))];
+    console.log(`${framework.padEnd(10)} ${ratio.toFixed(3).padStart(12)}   ${bare.toFixed(1).padStart(8)} ${guarded.toFixed(1).padStart(8)}   ${(guarded - bare).toFixed(1).padStart(6)} µs`);
+  }
   const chart = process.env.BENCH_CHART ?? fileURLToPath(new URL('../../docs/images/bench/http-guards.svg', import.meta.url));
   if (chart !== '') {
     // The same medians as the table: one group per framework, bare beside guarded.
-    const points: BarPoint[] = targets.map((t) => ({ group: t.framework, series: t.route === 'bare' ? 'bare' : t.route === 'noop' ? 'no-op middleware' : t.route === 'bound' ? 'by hand' : t.route === 'guarded' ? 'fencing()' : t.route, value: Math.round(median(samples.get(t.name)!.map((x) => x.rps))) }));
+    const points: BarPoint[] = targets.map((t) => ({ group: t.framework, series: SERIES[t.route] ?? t.route, value: Math.round(median(samples.get(t.name)!.map((x) => x.rps))) }));
     const written = await writeSvg(
       chart,
       barChartSpec(points, {
@@ -286,4 +324,9 @@ async function measure(): Promise<void> {
     );
     console.log(`chart: ${written}`);
   }
+}
+
+/** Pin every thread of process `pid` to core `cpu` (util-linux's taskset). */
+function pin(pid: number, cpu: number): void {
+  execFileSync('taskset', ['--all-tasks', '--pid', '--cpu-list', String(cpu), String(pid)], { stdio: 'ignore' });
 }
