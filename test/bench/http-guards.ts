@@ -28,9 +28,12 @@
 // built package, dist/) so that they and autocannon do not share one core;
 // rounds alternate the routes' order; medians over rounds, and "vs bare" is
 // the median of the per-round ratios against the same framework's bare route.
-// The CPU column is the server process's CPU time per request (process.cpuUsage).
-// BENCH_CHART (default docs/images/bench/http-guards.svg; '' for none): the
-// req/s of every route as a bar chart, with the command, machine and load.
+// The CPU column is the server process's CPU time per request (process.cpuUsage),
+// user + system; the user column is its JavaScript and native code alone (the
+// kernel's share of loopback TCP for both ends, and of waking the load
+// generator, is charged to whichever side sends: system time moves with the
+// timing of the two, though perf counts the same syscalls and packets per
+// request for an unguarded and a guarded route).
 import { execFileSync, fork, type ChildProcess } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import { cpus, loadavg } from 'node:os';
@@ -39,7 +42,16 @@ import { barChartSpec, machineLine, writeSvg, type BarPoint } from './lib/chart.
 
 const TOKEN = '34';
 /** The chart's name of each route. */
-const SERIES: Record<string, string> = { bare: 'bare', noop: 'no-op middleware', bound: 'by hand', guarded: 'fencing()', 'bare-json': 'bare, JSON body', 'guarded-json': 'fencing(), JSON body' };
+const SERIES: Record<string, string> = {
+  bare: 'bare',
+  noop: 'no-op middleware',
+  bound: 'by hand',
+  guarded: 'fencing()',
+  baseline: 'before (FK_BASELINE)',
+  'bare-json': 'bare, JSON body',
+  'guarded-json': 'fencing(), JSON body',
+  'baseline-json': 'before, JSON body',
+};
 /** What the -json routes answer. */
 const JSON_BODY = Object.freeze({ ok: true, id: 34 });
 /** What the no-op routes hand their handler, as a guard hands its fencing context. */
@@ -181,7 +193,7 @@ async function serve(framework: Framework): Promise<void> {
   process.on('message', (message) => {
     if (message === 'cpu') {
       const { user, system } = process.cpuUsage();
-      process.send!({ cpu: user + system });
+      process.send!({ cpu: user + system, user });
     }
   });
   process.on('disconnect', () => process.exit(0));
@@ -202,10 +214,11 @@ async function measure(): Promise<void> {
   // guards share their core, and four frameworks' requests through it in one
   // process would make its calls polymorphic, a cost no application pays.
   // The load generator (this process, autocannon) and the servers each on a
-  // core of their own, as on separate machines (BENCH_PIN=0: left to the
-  // scheduler). Unpinned, the scheduler moves a sleeping load generator onto
-  // the server's core, and every response that wakes it costs the server the
-  // wakeup: the slower route is charged more of them per request.
+  // core of their own, as on separate machines, so that neither ever waits
+  // for the other's core (BENCH_PIN=0: left to the scheduler; on this
+  // 2-core machine the ratios were the same either way, within the rounds'
+  // spread). The kernel's work for loopback TCP is still charged to
+  // whichever side sends.
   const pinned = process.env.BENCH_PIN !== '0' && cpus().length >= 2;
   if (pinned) pin(process.pid, LOAD_CPU);
   const children = new Map<Framework, ChildProcess>();
@@ -222,13 +235,13 @@ async function measure(): Promise<void> {
     ports[framework] = started.ports[framework]!;
     routes = started.routes;
   }
-  const cpu = (framework: Framework): Promise<number> =>
+  const cpu = (framework: Framework): Promise<{ cpu: number; user: number }> =>
     new Promise((resolve) => {
       const child = children.get(framework)!;
       const on = (m: unknown): void => {
         if (typeof (m as { cpu?: unknown }).cpu === 'number') {
           child.off('message', on);
-          resolve((m as { cpu: number }).cpu);
+          resolve(m as { cpu: number; user: number });
         }
       };
       child.on('message', on);
@@ -240,14 +253,15 @@ async function measure(): Promise<void> {
 
   const loadBefore = loadavg().map((l) => l.toFixed(2)).join(' ');
   for (const t of targets) await run(t, 1); // warm up
-  const samples = new Map(targets.map((t) => [t.name, [] as { rps: number; cpu: number; p99: number }[]]));
+  const samples = new Map(targets.map((t) => [t.name, [] as { rps: number; cpu: number; user: number; p99: number }[]]));
   for (let round = 0; round < rounds; round++) {
     for (const t of round % 2 === 0 ? targets : [...targets].reverse()) {
       const before = await cpu(t.framework);
       const result = await run(t, duration);
       const after = await cpu(t.framework);
       if (result.non2xx !== 0 || result.errors !== 0) throw new Error(`${t.name}: ${result.non2xx} non-2xx, ${result.errors} errors`);
-      samples.get(t.name)!.push({ rps: result.requests.average, p99: result.latency.p99, cpu: (after - before) / result.requests.total });
+      const n = result.requests.total;
+      samples.get(t.name)!.push({ rps: result.requests.average, p99: result.latency.p99, cpu: (after.cpu - before.cpu) / n, user: (after.user - before.user) / n });
     }
   }
   for (const child of children.values()) child.disconnect();
@@ -262,16 +276,16 @@ async function measure(): Promise<void> {
   console.log(`node ${process.version}, ${connections} connections, ${rounds} rounds of ${duration} s per route (order reversed every other round), medians over rounds [IQR]`);
   console.log(`${cpus().length} CPUs, load average ${loadBefore} (before), ${loadavg().map((l) => l.toFixed(2)).join(' ')} (after)`);
   if (routes.includes('baseline')) console.log(`baseline: ${process.env.FK_BASELINE}/dist (guarded = this checkout's dist)`);
-  console.log(`${'route'.padEnd(18)}   req/s  p99 ms  req/s vs bare [IQR]       server CPU µs/req [IQR]   CPU vs bare`);
+  console.log(`${'route'.padEnd(18)}   req/s  p99 ms  req/s vs bare [IQR]       server CPU µs/req [IQR]   CPU vs bare  user µs/req`);
   for (const t of targets) {
     const s = samples.get(t.name)!;
     // The -json routes against the bare route answering the same body.
     const bare = samples.get(`${t.framework} ${t.route.endsWith('-json') ? 'bare-json' : 'bare'}`)!;
-    const pick = (k: 'rps' | 'cpu' | 'p99'): number => median(s.map((x) => x[k]));
+    const pick = (k: 'rps' | 'cpu' | 'user' | 'p99'): number => median(s.map((x) => x[k]));
     const ratios = (k: 'rps' | 'cpu'): number[] => s.map((x, i) => x[k] / bare[i]![k]);
     const cpuAll = s.map((x) => x.cpu);
     console.log(
-      `${t.name.padEnd(18)} ${pick('rps').toFixed(0).padStart(7)} ${String(pick('p99')).padStart(7)}  ${median(ratios('rps')).toFixed(3).padStart(6)} [${iqr(ratios('rps'), 3)}]  ${pick('cpu').toFixed(1).padStart(7)} [${iqr(cpuAll, 1)}]  ${median(ratios('cpu')).toFixed(3).padStart(11)}`,
+      `${t.name.padEnd(18)} ${pick('rps').toFixed(0).padStart(7)} ${String(pick('p99')).padStart(7)}  ${median(ratios('rps')).toFixed(3).padStart(6)} [${iqr(ratios('rps'), 3)}]  ${pick('cpu').toFixed(1).padStart(7)} [${iqr(cpuAll, 1)}]  ${median(ratios('cpu')).toFixed(3).padStart(11)}  ${pick('user').toFixed(1).padStart(11)}`,
     );
   }
   // The gap to bare, split three ways (CPU per request): what the framework
@@ -284,25 +298,27 @@ async function measure(): Promise<void> {
   // or the client leaving, the admission).
   console.log('');
   console.log('where the gap goes: ratios are medians of per-round ratios (req/s); CPU µs/req medians');
-  console.log(`${'framework'.padEnd(10)} ${'guarded/bare'.padStart(12)} ${'noop/bare'.padStart(10)} ${'bound/bare'.padStart(11)} ${'guarded/noop'.padStart(13)}   ${'CPU bare'.padStart(8)} ${'noop'.padStart(7)} ${'bound'.padStart(7)} ${'guarded'.padStart(8)}   framework's (noop-bare)  guard's own (guarded-noop)`);
+  console.log(`${'framework'.padEnd(10)} ${'guarded/bare'.padStart(12)} ${'noop/bare'.padStart(10)} ${'bound/bare'.padStart(11)} ${'guarded/noop'.padStart(13)}   ${'CPU bare'.padStart(8)} ${'noop'.padStart(7)} ${'bound'.padStart(7)} ${'guarded'.padStart(8)}   framework's (noop-bare)  guard's own (guarded-noop)  of which user`);
   for (const framework of FRAMEWORKS) {
     const of = (route: string) => samples.get(`${framework} ${route}`)!;
     const ratio = (a: string, b: string): number => median(of(a).map((x, i) => x.rps / of(b)[i]!.rps));
     const cpuOf = (route: string): number => median(of(route).map((x) => x.cpu));
+    const userOf = (route: string): number => median(of(route).map((x) => x.user));
     const [bare, noop, bound, guarded] = [cpuOf('bare'), cpuOf('noop'), cpuOf('bound'), cpuOf('guarded')];
     const us = (v: number): string => `${v.toFixed(1).padStart(6)} µs`;
     console.log(
-      `${framework.padEnd(10)} ${ratio('guarded', 'bare').toFixed(3).padStart(12)} ${ratio('noop', 'bare').toFixed(3).padStart(10)} ${ratio('bound', 'bare').toFixed(3).padStart(11)} ${ratio('guarded', 'noop').toFixed(3).padStart(13)}   ${bare.toFixed(1).padStart(8)} ${noop.toFixed(1).padStart(7)} ${bound.toFixed(1).padStart(7)} ${guarded.toFixed(1).padStart(8)}   ${us(noop - bare).padEnd(23)}  ${us(guarded - noop)}`,
+      `${framework.padEnd(10)} ${ratio('guarded', 'bare').toFixed(3).padStart(12)} ${ratio('noop', 'bare').toFixed(3).padStart(10)} ${ratio('bound', 'bare').toFixed(3).padStart(11)} ${ratio('guarded', 'noop').toFixed(3).padStart(13)}   ${bare.toFixed(1).padStart(8)} ${noop.toFixed(1).padStart(7)} ${bound.toFixed(1).padStart(7)} ${guarded.toFixed(1).padStart(8)}   ${us(noop - bare).padEnd(23)}  ${us(guarded - noop).padEnd(26)}  ${us(userOf('guarded') - userOf('noop'))}`,
     );
   }
   console.log('');
   console.log('with a small JSON body (the -json routes): guarded vs bare answering the same body');
-  console.log(`${'framework'.padEnd(10)} ${'guarded/bare'.padStart(12)}   ${'CPU bare'.padStart(8)} ${'guarded'.padStart(8)}   guard's (guarded-bare)`);
+  console.log(`${'framework'.padEnd(10)} ${'guarded/bare'.padStart(12)}   ${'CPU bare'.padStart(8)} ${'guarded'.padStart(8)}   guard's (guarded-bare)  of which user`);
   for (const framework of FRAMEWORKS) {
     const of = (route: string) => samples.get(`${framework} ${route}`)!;
     const ratio = median(of('guarded-json').map((x, i) => x.rps / of('bare-json')[i]!.rps));
     const [bare, guarded] = [median(of('bare-json').map((x) => x.cpu)), median(of('guarded-json').map((x) => x.cpu))];
-    console.log(`${framework.padEnd(10)} ${ratio.toFixed(3).padStart(12)}   ${bare.toFixed(1).padStart(8)} ${guarded.toFixed(1).padStart(8)}   ${(guarded - bare).toFixed(1).padStart(6)} µs`);
+    const user = median(of('guarded-json').map((x) => x.user)) - median(of('bare-json').map((x) => x.user));
+    console.log(`${framework.padEnd(10)} ${ratio.toFixed(3).padStart(12)}   ${bare.toFixed(1).padStart(8)} ${guarded.toFixed(1).padStart(8)}   ${(guarded - bare).toFixed(1).padStart(6)} µs               ${user.toFixed(1).padStart(6)} µs`);
   }
   const chart = process.env.BENCH_CHART ?? fileURLToPath(new URL('../../docs/images/bench/http-guards.svg', import.meta.url));
   if (chart !== '') {
@@ -320,6 +336,7 @@ async function measure(): Promise<void> {
         yTitle: 'requests/s (median of rounds)',
         width: 560,
         height: 280,
+        seriesOrder: Object.values(SERIES),
       }),
     );
     console.log(`chart: ${written}`);

@@ -39,4 +39,14 @@ describe('bench charts', () => {
     expect(svg).toContain('mark-rule');
     expect(svg).toContain('mark-rect');
   });
+
+  it('draws the series in the order given, legend included, with no label cut short', async () => {
+    const points = ['zeta, a long series name that a legend would cut', 'alpha', 'mu'].map((series, i) => ({ group: 'g', series, value: i + 1 }));
+    const ordered = await renderSvg(barChartSpec(points, { title: 't', yTitle: 'y', seriesOrder: ['zeta, a long series name that a legend would cut', 'alpha', 'mu'] }));
+    const legend = (svg: string): string[] => [...svg.matchAll(/<text[^>]*>(zeta[^<]*|alpha|mu)<\/text>/g)].map((m) => m[1]!);
+    expect(legend(ordered)).toEqual(['zeta, a long series name that a legend would cut', 'alpha', 'mu']);
+    // Without an order: by name.
+    const byName = await renderSvg(barChartSpec(points, { title: 't', yTitle: 'y' }));
+    expect(legend(byName)[0]).toBe('alpha');
+  });
 });

@@ -48,6 +48,8 @@ export interface BarChartOptions {
   readonly rule?: { readonly value: number; readonly label: string };
   readonly width?: number;
   readonly height?: number;
+  /** The series in the order their bars and legend entries are drawn (default: by name). */
+  readonly seriesOrder?: readonly string[];
 }
 
 /** Renders a Vega-Lite spec to an SVG string. */
@@ -93,9 +95,9 @@ export function barChartSpec(points: readonly BarPoint[], options: BarChartOptio
     mark: { type: 'bar' },
     encoding: {
       x: { field: 'group', type: 'nominal', title: null, axis: { labelAngle: 0 } },
-      xOffset: { field: 'series', type: 'nominal' },
+      xOffset: { field: 'series', type: 'nominal', ...(options.seriesOrder === undefined ? {} : { sort: [...options.seriesOrder] }) },
       y: { field: 'value', type: 'quantitative', title: options.yTitle },
-      color: { field: 'series', type: 'nominal', title: null },
+      color: { field: 'series', type: 'nominal', title: null, legend: { labelLimit: 0 }, ...(options.seriesOrder === undefined ? {} : { sort: [...options.seriesOrder] }) },
     },
   };
   const layers: unknown[] = [bars];
