@@ -11,12 +11,6 @@ export interface Served {
   close(): Promise<void>;
 }
 
-export interface Served {
-  server: http.Server;
-  port: number;
-  close(): Promise<void>;
-}
-
 export async function serve(app: Express | http.RequestListener): Promise<Served> {
   const server = http.createServer(app);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

@@ -26,7 +26,7 @@ const queuedOn = new WeakMap<Socket, Set<Fencing>>();
  * queued). Used by every guard that knows the Node response: Express,
  * Fastify, and the Fetch guards under @hono/node-server.
  */
-export function settleWithResponse(fencing: Fencing, req: IncomingMessage, res: ServerResponse): Set<Fencing> | undefined {
+export function settleWithResponse(fencing: Fencing, req: IncomingMessage | undefined, res: ServerResponse): Set<Fencing> | undefined {
   // One closure per request, on purpose: keeping the state on `res` under a
   // symbol instead is a keyed store on an object with many properties, which
   // turns the ServerResponse into a dictionary-mode object and slows every
@@ -34,7 +34,8 @@ export function settleWithResponse(fencing: Fencing, req: IncomingMessage, res: 
   res.on('close', () => fencing.close(res.writableFinished, res.statusCode));
   // A response without a socket is queued behind an earlier one on its connection.
   if (res.socket !== null) return undefined;
-  const socket = req.socket;
+  // (`req` is the ServerResponse's own `req` for the Fetch guards: Node's server always sets it)
+  const socket = req?.socket;
   if (socket === null || socket === undefined) return undefined;
   let queued = queuedOn.get(socket);
   if (queued === undefined) {
