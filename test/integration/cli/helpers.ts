@@ -1,7 +1,7 @@
 // The `fencekeeper` bin as an operator runs it: the built file in a real
 // process. Shared by the CLI's test files.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 export const BIN = fileURLToPath(new URL('../../../dist/src/cli/main.js', import.meta.url));
@@ -103,4 +103,68 @@ export function killSurvivors(witnesses: readonly Witness[]): void {
       // gone meanwhile
     }
   }
+}
+
+/**
+ * What to pass in a CLI run's environment so that stuckReport() can ask it
+ * for a Node diagnostic report (SIGUSR2 writes one into `dir`).
+ */
+export function reportOnSignal(dir: string): NodeJS.ProcessEnv {
+  return { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --report-on-signal --report-signal=SIGUSR2 --report-directory=${dir}`.trim() };
+}
+
+/**
+ * For a run that did not end when it should: its process tree (the CLI, the
+ * supervisor it started, the command: pid, state, command line), and, from
+ * a Node diagnostic report of the CLI (started with reportOnSignal(dir)),
+ * the handles its event loop still waits on (sockets with their ends, pipes,
+ * child processes, timers). What a hang seen once in a long run needs to
+ * say where it is.
+ */
+export async function stuckReport(pid: number, dir: string): Promise<string> {
+  const lines: string[] = [];
+  const parentOf = new Map<number, number>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const text = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      parentOf.set(Number(entry), Number(text.slice(text.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const under = (p: number): boolean => {
+    for (let at: number | undefined = p; at !== undefined && at > 1; at = parentOf.get(at)) if (at === pid) return true;
+    return false;
+  };
+  for (const p of [...parentOf.keys()].filter(under).sort((a, b) => a - b)) {
+    const s = stat(p);
+    let cmd = '';
+    try {
+      cmd = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0').join(' ').trim();
+    } catch {
+      // gone meanwhile
+    }
+    lines.push(`process ${p} (parent ${parentOf.get(p)}) ${s?.state ?? '?'}: ${cmd.slice(0, 200)}`);
+  }
+  try {
+    process.kill(pid, 'SIGUSR2');
+    let file: string | undefined;
+    for (let i = 0; i < 30 && file === undefined; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      file = readdirSync(dir).find((f) => f.startsWith('report.') && f.endsWith('.json'));
+    }
+    if (file === undefined) {
+      lines.push('no diagnostic report was written');
+    } else {
+      const report = JSON.parse(readFileSync(`${dir}/${file}`, 'utf8')) as { libuv?: { type: string; is_active?: boolean; is_referenced?: boolean; details?: string; localEndpoint?: unknown; remoteEndpoint?: unknown }[] };
+      for (const h of report.libuv ?? []) {
+        if (h.is_active !== true) continue;
+        lines.push(`handle ${h.type}${h.is_referenced === false ? ' (unref)' : ''} ${JSON.stringify({ local: h.localEndpoint, remote: h.remoteEndpoint, details: h.details })}`);
+      }
+    }
+  } catch (error) {
+    lines.push(`no report: ${(error as Error).message}`);
+  }
+  return lines.join('\n');
 }
