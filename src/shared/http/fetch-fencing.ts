@@ -66,8 +66,6 @@ class FetchFencing extends Fencing {
   #expiredBeforeResponse: ((response: Response) => void) | undefined = undefined;
   /** Set once the handler returned a body being passed through (other runtimes): what breaks it off. */
   #breakBody: ((reason: unknown) => void) | undefined = undefined;
-  /** Set once the handler has returned its response. */
-  #responded = false;
   /** Set while the request's signal is watched (other runtimes): stops watching. */
   #unwatch: (() => void) | undefined = undefined;
 
@@ -108,15 +106,15 @@ class FetchFencing extends Fencing {
    */
   responded(breakBody: ((reason: unknown) => void) | undefined): void {
     this.#expiredBeforeResponse = undefined;
-    this.#responded = true;
     this.#breakBody = breakBody;
   }
 
-  // node-server: the handler's response has been handed to Node in full
-  // (only its delivery is under way). Elsewhere a body still passing through
-  // is never "ended": the fence covers it until it is read.
+  // node-server: the response has been handed to Node in full (only its
+  // delivery is under way; node-server writes it only after the handler
+  // returned). Elsewhere a body still passing through is never "ended": the
+  // fence covers it until it is read.
   protected responseEnded(): boolean {
-    return this.#responded && this.#outgoing !== undefined && this.#outgoing.writableEnded;
+    return this.#outgoing?.writableEnded ?? false;
   }
 
   protected responseStatus(): number {
