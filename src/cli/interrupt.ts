@@ -10,8 +10,8 @@
  * signal aborted) and exits 128 + the signal's number.
  *
  * Listening starts before the first connect and ends when the lock is held,
- * in the same tick as the supervisor (../supervise.ts) takes the signals
- * over to hand them on to the command.
+ * handed over (`handOver`) to the supervisor (../supervise.ts), which takes
+ * the signals on to hand them to the command.
  */
 import { ExitCode } from './exit-codes.js';
 import type { LockService, LockServiceAddress } from './lock-service.js';
@@ -29,6 +29,17 @@ export interface Interruption {
   readonly exitCode: number;
   /** Stop listening; idempotent. */
   end(): void;
+  /**
+   * Call `next`, which starts listening for these signals itself, and only
+   * then stop listening; returns what `next` returned. Node keeps a
+   * signal's watcher only while some listener for it is registered: ending
+   * first and listening again, even in the same tick, would drop a signal
+   * the process has already caught but whose listener call the event loop
+   * has not made yet, and the command would go on as if it had never come.
+   * Listening in both places for that moment, the signal goes to `next`'s
+   * listener. Ends the listening even when `next` throws.
+   */
+  handOver<T>(next: () => T): T;
 }
 
 export function listenForInterrupt(): Interruption {
@@ -55,6 +66,13 @@ export function listenForInterrupt(): Interruption {
     end() {
       process.off('SIGINT', onInt);
       process.off('SIGTERM', onTerm);
+    },
+    handOver(next) {
+      try {
+        return next();
+      } finally {
+        this.end();
+      }
     },
   };
 }

@@ -108,9 +108,6 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
         return interruption.exitCode;
       }
       throw error;
-    } finally {
-      // supervise() below takes the signals over in this same tick.
-      interruption.end();
     }
     // The operator's signal arrived but the grant was handed out anyway (a
     // source finishing its last step as the signal came): the signal was
@@ -132,10 +129,14 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
     else Object.assign(env, { FENCEKEEPER_ELECTION: name, FENCEKEEPER_EPOCH: token });
     const what = kind === 'lock' ? 'lock' : 'leadership of';
     try {
-      const result = await supervise(cmd, env, holding, {
-        graceMs,
-        onLoss: (reason) => err(`${what} ${name} lost (${(reason as Error)?.message ?? 'unknown'}); stopping ${cmd[0]}`),
-      });
+      // From here on an operator's signal is the command's: supervise() listens before we stop.
+      const supervised = interruption.handOver(() =>
+        supervise(cmd, env, holding, {
+          graceMs,
+          onLoss: (reason) => err(`${what} ${name} lost (${(reason as Error)?.message ?? 'unknown'}); stopping ${cmd[0]}`),
+        }),
+      );
+      const result = await supervised;
       if (!result.started) {
         err(`${what} ${name} lost before ${cmd[0]} could start`);
         return ExitCode.lockLost;

@@ -33,11 +33,13 @@ export async function status(argv: readonly string[]): Promise<number> {
   // A SIGINT or SIGTERM during the first connect ends the command at once (../interrupt.ts).
   const interruption = listenForInterrupt();
   const service = await connectUnlessInterrupted(address, interruption);
-  if (service === null || values.watch) {
-    // --watch handles the signals itself from here: they end it with exit 0.
+  if (service === null) {
     interruption.end();
-    return service === null ? interruption.exitCode : watch(address, service, name, json);
+    return interruption.exitCode;
   }
+  // --watch handles the signals itself from here: they end it with exit 0.
+  // It listens before we stop, so a signal caught meanwhile reaches it.
+  if (values.watch) return interruption.handOver(() => watch(address, service, name, json));
   // Interrupted during the read: closing the connection ends it.
   const connected = service;
   const onInterrupt = (): void => void connected.close().catch(() => undefined);
