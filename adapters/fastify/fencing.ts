@@ -65,6 +65,11 @@ const plugin: FastifyPluginAsync<FastifyFencingOptions<unknown>> = async (instan
     if (typeof name !== 'string') return void replyProblem(reply, name);
     const req = request.raw;
     const res = reply.raw;
+    // The client left while an earlier hook ran (an authentication's round
+    // trip, say): the response's 'close', which settles an admission, has
+    // come and will not come again, so an admission now would hold the fence
+    // until maxHoldMs with nobody to answer. Not admitted, not handled.
+    if (res.closed) return void replyProblem(reply, GONE);
     const outer = nodeFencingOf(request);
     // This request already holds this fence (the plugin registered twice on its path).
     const held = outer?.find(settings.store, name);

@@ -7,6 +7,7 @@ import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
 import { MemoryFenceStore, MemoryIdempotencyStore, fencing, idempotency, type FencingContext } from '../../../adapters/fastify/index.js';
 import { FenceReleasedError } from '../../../src/index.js';
+import { until, within } from '../../helpers/wait.js';
 
 const tick = (ms = 10): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -23,6 +24,9 @@ describe.each([
   let releaseSlow: (() => void) | undefined;
   let runs = 0;
   let releaseOrder: (() => void) | undefined;
+  let lateRuns = 0;
+  let lateResponse: { readonly closed: boolean } | undefined;
+  let releaseLate: (() => void) | undefined;
 
   beforeAll(async () => {
     const Fastify = (await load()).default as unknown as (options?: object) => FastifyInstance;
@@ -48,6 +52,20 @@ describe.each([
         slowSignal = request.fencing!.signal;
         await new Promise<void>((resolve) => (releaseSlow = resolve));
         return 'late';
+      });
+    });
+    // A context whose onRequest hook (an application's authentication, say) holds
+    // a request marked x-gate until the test lets it go, before the guard is reached.
+    await app.register(async (scope) => {
+      scope.addHook('onRequest', async (request, reply) => {
+        if (request.headers['x-gate'] === undefined) return;
+        lateResponse = reply.raw;
+        await new Promise<void>((resolve) => (releaseLate = resolve));
+      });
+      await scope.register(fencing, { store, resource: (request) => `fastify/${(request.params as { id: string }).id}`, maxHoldMs: 20_000 });
+      scope.put('/late/:id', async () => {
+        lateRuns++;
+        return 'ran';
       });
     });
     // A sibling context: idempotency only (behind a fence, a retry of one resource waits for the first instead of 409).
@@ -110,6 +128,21 @@ describe.each([
     releaseSlow!();
     expect((await next).status).toBe(200);
     expect((await put('/slow/x', '2')).status).toBe(409);
+  });
+
+  it('a client that left before the guard was reached (an earlier hook still running) is not admitted: the fence stays free', async () => {
+    const socket = net.connect(port, '127.0.0.1');
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.write('PUT /late/g HTTP/1.1\r\nHost: x\r\nx-gate: 1\r\nfencing-token: 4\r\nContent-Length: 0\r\n\r\n');
+    await until(() => releaseLate !== undefined, 'the request held in the onRequest hook');
+    socket.destroy();
+    await until(() => lateResponse!.closed, "Node's response closing with the connection");
+    releaseLate!();
+    // Admitted, it would hold the fence until its maxHoldMs (20 s) with nobody to
+    // answer: the next request of the resource would wait that long.
+    const next = await within(put('/late/g', '4'), 10_000, 'the next request of the resource');
+    expect(next.status).toBe(200);
+    expect(lateRuns).toBe(1);
   });
 
   it('idempotency: a byte-identical replay with the kept headers, 409 while running, 422 for another body, 413 past maxRequestBytes', async () => {
