@@ -23,9 +23,16 @@
 // per framework, a third route guarded by that build's guards (e.g. main's,
 // built in a scratch directory), measured in the same run: the before and
 // after of a change side by side. BENCH_CPU_PROF=<dir>: the server process
-// writes V8 CPU profiles (node --cpu-prof) there. The servers run in child processes, one per
-// framework as an application runs one (the
-// built package, dist/) so that they and autocannon do not share one core;
+// writes V8 CPU profiles (node --cpu-prof) there. Each route is served by
+// a child process of its own (the built package, dist/), as an application
+// serves its routes, so that no route pays for another: in one Express app,
+// the router tries its routes in the order they were added, so a route paid
+// for every one before it (measured: about 1 µs per request per earlier
+// route, which put the guarded route, the fourth, about 3 µs behind the
+// bare one); in one process, several apps, or several frameworks, make the
+// shared code's calls see several kinds of objects (measured: Express's
+// guarded route 25 µs slower per request beside five other apps). The
+// servers and autocannon do not share one core;
 // rounds alternate the routes' order; medians over rounds, and "vs bare" is
 // the median of the per-round ratios against the same framework's bare route.
 // The CPU column is the server process's CPU time per request (process.cpuUsage),
@@ -62,7 +69,7 @@ const SERVER_CPU = 1;
 const FRAMEWORKS = ['express', 'fastify', 'hono', 'fetch'] as const;
 type Framework = (typeof FRAMEWORKS)[number];
 
-if (process.argv.includes('--serve')) await serve(process.argv[process.argv.indexOf('--serve') + 1] as Framework);
+if (process.argv.includes('--serve')) await serve(process.argv[process.argv.indexOf('--serve') + 1] as Framework, process.argv[process.argv.indexOf('--serve') + 2]!);
 else await measure();
 
 /** The guards of one build (a dist/ directory's adapters), by framework. */
@@ -75,7 +82,16 @@ async function guardsOf(dist: string) {
   };
 }
 
-async function serve(framework: Framework): Promise<void> {
+/** The routes of a run: `baseline` ones when FK_BASELINE names a build. */
+function routesOf(baseline: boolean): string[] {
+  const builds = baseline ? ['guarded', 'baseline'] : ['guarded'];
+  return ['bare', 'noop', 'bound', ...builds, 'bare-json', ...builds.map((route) => `${route}-json`)];
+}
+
+/** Serve `only` (one route of routesOf()) under `framework`, and report the port. */
+async function serve(framework: Framework, only: string): Promise<void> {
+  // Every route below is added only when it is the one this process serves.
+  const want = (route: string): boolean => route === only;
   const builds: [string, Awaited<ReturnType<typeof guardsOf>>][] = [['guarded', await guardsOf(new URL('../../dist/adapters/', import.meta.url).href)]];
   const { parseFencing } = (await import(new URL('../../dist/src/index.js', import.meta.url).href)) as typeof import('../../src/index.js');
   const { MemoryFenceStore } = builds[0]![1].fetch as typeof import('../../adapters/fetch/index.js');
@@ -89,107 +105,118 @@ async function serve(framework: Framework): Promise<void> {
   const { default: Fastify } = await import('fastify');
   const { Hono } = await import('hono');
   const { serve: honoServe } = await import('@hono/node-server');
-  const ports: Partial<Record<Framework, number>> = {};
+
+  const port = (server: { address(): AddressInfo | string | null }): number => (server.address() as AddressInfo).port;
+  let served: number | undefined;
 
   if (framework === 'express') {
-  const e = express();
-  e.disable('x-powered-by');
-  e.disable('etag');
-  e.get('/bare', (_req, res) => void res.end());
-  // The least middleware that hands its handler a context on req, as fencing() does (req.fencing):
-  // Express's own price of any such guard. (Express gives every request object a hidden class
-  // of its own, so a property added to req is a new one each request: that is Express's, not the guard's.)
-  e.get('/noop', (req, _res, next) => { (req as unknown as { fencing: object }).fencing = CONTEXT; next(); }, (_req, res) => void res.end());
-  e.get('/bound', (req, res) => {
-    void boundStore.express.admit('bench', tokenOf(req)).then((admission) => {
-      res.end();
-      void admission.commit();
+    const e = express();
+    e.disable('x-powered-by');
+    e.disable('etag');
+    if (want('bare')) e.get('/bare', (_req, res) => void res.end());
+    // The least middleware that hands its handler a context on req, as fencing() does (req.fencing):
+    // Express's own price of any such guard. (Express gives every request object a hidden class
+    // of its own, so a property added to req is a new one each request: that is Express's, not the guard's.)
+    if (want('noop')) e.get('/noop', (req, _res, next) => { (req as unknown as { fencing: object }).fencing = CONTEXT; next(); }, (_req, res) => void res.end());
+    if (want('bound')) {
+      e.get('/bound', (req, res) => {
+        void boundStore.express.admit('bench', tokenOf(req)).then((admission) => {
+          res.end();
+          void admission.commit();
+        });
+      });
+    }
+    for (const [route, g] of builds) {
+      if (want(route)) e.get(`/${route}`, g.express.fencing({ store: new g.express.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { end(): void }) => void res.end());
+      if (want(`${route}-json`)) e.get(`/${route}-json`, g.express.fencing({ store: new g.express.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { json(body: unknown): void }) => void res.json(JSON_BODY));
+    }
+    if (want('bare-json')) e.get('/bare-json', (_req, res) => void res.json(JSON_BODY));
+    served = await new Promise<number>((resolve) => {
+      const server = e.listen(0, '127.0.0.1', () => resolve(port(server)));
     });
-  });
-  for (const [route, g] of builds) e.get(`/${route}`, g.express.fencing({ store: new g.express.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { end(): void }) => void res.end());
-  e.get('/bare-json', (_req, res) => void res.json(JSON_BODY));
-  for (const [route, g] of builds) e.get(`/${route}-json`, g.express.fencing({ store: new g.express.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { json(body: unknown): void }) => void res.json(JSON_BODY));
-  ports.express = await new Promise<number>((resolve) => {
-    const server = e.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
-  });
-
   }
   if (framework === 'fastify') {
-  const f = Fastify();
-  f.get('/bare', async (_request, reply) => reply.send());
-  // The least preHandler hook (a callback one, as fencing's) handing a context on a decorated
-  // request property (as request.fencing): Fastify's own price of any guard that is a hook.
-  await f.register(async (scope) => {
-    scope.decorateRequest('benchContext', undefined);
-    scope.addHook('preHandler', (request, _reply, done) => {
-      (request as unknown as { benchContext: object }).benchContext = CONTEXT;
-      done();
-    });
-    scope.get('/noop', async (_request, reply) => reply.send());
-  });
-  f.get('/bound', async (request, reply) => {
-    const admission = await boundStore.fastify.admit('bench', tokenOf(request));
-    void admission.commit();
-    return reply.send();
-  });
-  for (const [route, g] of builds) {
-    await f.register(async (scope) => {
-      await scope.register(g.fastify.fencing, { store: new g.fastify.MemoryFenceStore(), resource: 'bench' });
-      scope.get(`/${route}`, async (_request, reply) => reply.send());
-      scope.get(`/${route}-json`, async () => JSON_BODY);
-    });
-  }
-  f.get('/bare-json', async () => JSON_BODY);
-  await f.listen({ port: 0, host: '127.0.0.1' });
-  ports.fastify = (f.server.address() as AddressInfo).port;
-
+    const f = Fastify();
+    if (want('bare')) f.get('/bare', async (_request, reply) => reply.send());
+    // The least preHandler hook (a callback one, as fencing's) handing a context on a decorated
+    // request property (as request.fencing): Fastify's own price of any guard that is a hook.
+    if (want('noop')) {
+      await f.register(async (scope) => {
+        scope.decorateRequest('benchContext', undefined);
+        scope.addHook('preHandler', (request, _reply, done) => {
+          (request as unknown as { benchContext: object }).benchContext = CONTEXT;
+          done();
+        });
+        scope.get('/noop', async (_request, reply) => reply.send());
+      });
+    }
+    if (want('bound')) {
+      f.get('/bound', async (request, reply) => {
+        const admission = await boundStore.fastify.admit('bench', tokenOf(request));
+        void admission.commit();
+        return reply.send();
+      });
+    }
+    for (const [route, g] of builds) {
+      if (!want(route) && !want(`${route}-json`)) continue;
+      await f.register(async (scope) => {
+        await scope.register(g.fastify.fencing, { store: new g.fastify.MemoryFenceStore(), resource: 'bench' });
+        if (want(route)) scope.get(`/${route}`, async (_request, reply) => reply.send());
+        if (want(`${route}-json`)) scope.get(`/${route}-json`, async () => JSON_BODY);
+      });
+    }
+    if (want('bare-json')) f.get('/bare-json', async () => JSON_BODY);
+    await f.listen({ port: 0, host: '127.0.0.1' });
+    served = port(f.server);
   }
   if (framework === 'hono') {
-  const h = new Hono();
-  h.get('/bare', (c) => c.body(null));
-  // The least middleware (Hono's are async) handing a context through c.set (as c.get('fencing')):
-  // Hono's own price of any guard that is a middleware.
-  h.get('/noop', async (c, next) => { c.set('fencing' as never, CONTEXT as never); await next(); }, (c) => c.body(null));
-  // Node's headers (c.env.incoming), as the guard reads Node's rawHeaders: c.req.header() would build a Headers.
-  h.get('/bound', async (c) => {
-    const admission = await boundStore.hono.admit('bench', tokenOf((c.env as { incoming: NodeHeaders }).incoming));
-    void admission.commit();
-    return c.body(null);
-  });
-  for (const [route, g] of builds) h.get(`/${route}`, g.hono.fencing({ store: new g.hono.MemoryFenceStore(), resource: 'bench' }), (c) => c.body(null));
-  h.get('/bare-json', (c) => c.json(JSON_BODY));
-  for (const [route, g] of builds) h.get(`/${route}-json`, g.hono.fencing({ store: new g.hono.MemoryFenceStore(), resource: 'bench' }), (c) => c.json(JSON_BODY));
-  ports.hono = await new Promise<number>((resolve) => {
-    honoServe({ fetch: h.fetch, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
-  });
-
+    const h = new Hono();
+    if (want('bare')) h.get('/bare', (c) => c.body(null));
+    // The least middleware (Hono's are async) handing a context through c.set (as c.get('fencing')):
+    // Hono's own price of any guard that is a middleware.
+    if (want('noop')) h.get('/noop', async (c, next) => { c.set('fencing' as never, CONTEXT as never); await next(); }, (c) => c.body(null));
+    // Node's headers (c.env.incoming), as the guard reads Node's rawHeaders: c.req.header() would build a Headers.
+    if (want('bound')) {
+      h.get('/bound', async (c) => {
+        const admission = await boundStore.hono.admit('bench', tokenOf((c.env as { incoming: NodeHeaders }).incoming));
+        void admission.commit();
+        return c.body(null);
+      });
+    }
+    for (const [route, g] of builds) {
+      if (want(route)) h.get(`/${route}`, g.hono.fencing({ store: new g.hono.MemoryFenceStore(), resource: 'bench' }), (c) => c.body(null));
+      if (want(`${route}-json`)) h.get(`/${route}-json`, g.hono.fencing({ store: new g.hono.MemoryFenceStore(), resource: 'bench' }), (c) => c.json(JSON_BODY));
+    }
+    if (want('bare-json')) h.get('/bare-json', (c) => c.json(JSON_BODY));
+    served = await new Promise<number>((resolve) => {
+      honoServe({ fetch: h.fetch, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
+    });
   }
   if (framework === 'fetch') {
-  const fetchRoutes = new Map(builds.map(([route, g]) => [`/${route}`, g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, () => new Response(null))]));
-  // As Hono's c.json makes it (Response.json would make undici's own, not node-server's lightweight one).
-  const json = (): Response => new Response(JSON.stringify(JSON_BODY), { headers: { 'content-type': 'application/json' } });
-  fetchRoutes.set('/bare-json', () => Promise.resolve(json()));
-  for (const [route, g] of builds) fetchRoutes.set(`/${route}-json`, g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, json));
-  // The least wrapper that waits for the handler, handing it a context (as withFencing's second argument).
-  const contextHandler = (_request: Request, context: object): Response => (context === CONTEXT ? new Response(null) : new Response(null, { status: 500 }));
-  fetchRoutes.set('/noop', async (request: Request) => await contextHandler(request, CONTEXT));
-  fetchRoutes.set('/bound', (_request: Request, env?: unknown) =>
-    boundStore.fetch.admit('bench', tokenOf((env as { incoming: NodeHeaders }).incoming)).then((admission) => {
-      void admission.commit();
-      return new Response(null);
-    }),
-  );
-  // The server's second argument passed on, as serve({ fetch: guarded }) would.
-  const plain = (request: Request, env: unknown): Response | Promise<Response> => {
-    const guarded = fetchRoutes.get(new URL(request.url).pathname);
-    return guarded === undefined ? new Response(null) : guarded(request, env);
-  };
-  ports.fetch = await new Promise<number>((resolve) => {
-    honoServe({ fetch: plain, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
-  });
-
+    // As Hono's c.json makes it (Response.json would make undici's own, not node-server's lightweight one).
+    const json = (): Response => new Response(JSON.stringify(JSON_BODY), { headers: { 'content-type': 'application/json' } });
+    // The least wrapper that waits for the handler, handing it a context (as withFencing's second argument).
+    const contextHandler = (_request: Request, context: object): Response => (context === CONTEXT ? new Response(null) : new Response(null, { status: 500 }));
+    // The one route this process serves is the server's whole handler (node-server hands it the Node request and response second).
+    let handler: (request: Request, env: unknown) => Response | Promise<Response> = () => new Response(null); // bare
+    if (want('bare-json')) handler = () => Promise.resolve(json());
+    if (want('noop')) handler = async (request) => await contextHandler(request, CONTEXT);
+    if (want('bound')) {
+      handler = (_request, env) =>
+        boundStore.fetch.admit('bench', tokenOf((env as { incoming: NodeHeaders }).incoming)).then((admission) => {
+          void admission.commit();
+          return new Response(null);
+        });
+    }
+    for (const [route, g] of builds) {
+      if (want(route)) handler = g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, () => new Response(null));
+      if (want(`${route}-json`)) handler = g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, json);
+    }
+    served = await new Promise<number>((resolve) => {
+      honoServe({ fetch: handler, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
+    });
   }
-  process.send!({ ports, routes: ['bare', 'noop', 'bound', ...builds.map(([route]) => route), 'bare-json', ...builds.map(([route]) => `${route}-json`)] });
+  process.send!({ port: served });
   process.on('message', (message) => {
     if (message === 'cpu') {
       const { user, system } = process.cpuUsage();
@@ -210,9 +237,7 @@ async function measure(): Promise<void> {
   // BENCH_CPU_PROF=<dir>: the server process writes a V8 CPU profile there when it exits.
   const profile = process.env.BENCH_CPU_PROF;
   const execArgv = profile === undefined || profile === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`];
-  // One server process per framework, as an application runs one: the
-  // guards share their core, and four frameworks' requests through it in one
-  // process would make its calls polymorphic, a cost no application pays.
+  // One server process per route (see the top of this file).
   // The load generator (this process, autocannon) and the servers each on a
   // core of their own, as on separate machines, so that neither ever waits
   // for the other's core (BENCH_PIN=0: left to the scheduler; on this
@@ -221,23 +246,21 @@ async function measure(): Promise<void> {
   // whichever side sends.
   const pinned = process.env.BENCH_PIN !== '0' && cpus().length >= 2;
   if (pinned) pin(process.pid, LOAD_CPU);
-  const children = new Map<Framework, ChildProcess>();
-  const ports: Partial<Record<Framework, number>> = {};
-  let routes: string[] = [];
-  for (const framework of FRAMEWORKS) {
-    const child: ChildProcess = fork(viteNode, [fileURLToPath(import.meta.url), '--', '--serve', framework], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv });
-    const started = await new Promise<{ ports: Partial<Record<Framework, number>>; routes: string[] }>((resolve, reject) => {
-      child.once('message', (m) => resolve(m as { ports: Partial<Record<Framework, number>>; routes: string[] }));
-      child.once('exit', (code) => reject(new Error(`${framework} server exited (${code})`)));
+  const routes = routesOf(process.env.FK_BASELINE !== undefined && process.env.FK_BASELINE !== '');
+  const targets = FRAMEWORKS.flatMap((framework) => routes.map((route) => ({ framework, route, name: `${framework} ${route}` })));
+  const servers = new Map<string, { child: ChildProcess; port: number }>();
+  for (const t of targets) {
+    const child: ChildProcess = fork(viteNode, [fileURLToPath(import.meta.url), '--', '--serve', t.framework, t.route], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv });
+    const started = await new Promise<{ port: number }>((resolve, reject) => {
+      child.once('message', (m) => resolve(m as { port: number }));
+      child.once('exit', (code) => reject(new Error(`the server of ${t.name} exited (${code})`)));
     });
-    children.set(framework, child);
     if (pinned) pin(child.pid!, SERVER_CPU);
-    ports[framework] = started.ports[framework]!;
-    routes = started.routes;
+    servers.set(t.name, { child, port: started.port });
   }
-  const cpu = (framework: Framework): Promise<{ cpu: number; user: number }> =>
+  const cpu = (name: string): Promise<{ cpu: number; user: number }> =>
     new Promise((resolve) => {
-      const child = children.get(framework)!;
+      const { child } = servers.get(name)!;
       const on = (m: unknown): void => {
         if (typeof (m as { cpu?: unknown }).cpu === 'number') {
           child.off('message', on);
@@ -247,24 +270,23 @@ async function measure(): Promise<void> {
       child.on('message', on);
       child.send('cpu');
     });
-  const targets = FRAMEWORKS.flatMap((framework) => routes.map((route) => ({ framework, route, name: `${framework} ${route}` })));
   const run = (t: (typeof targets)[number], seconds: number) =>
-    autocannon({ url: `http://127.0.0.1:${ports[t.framework]}/${t.route}`, headers: { 'fencing-token': TOKEN }, connections, duration: seconds });
+    autocannon({ url: `http://127.0.0.1:${servers.get(t.name)!.port}/${t.route}`, headers: { 'fencing-token': TOKEN }, connections, duration: seconds });
 
   const loadBefore = loadavg().map((l) => l.toFixed(2)).join(' ');
   for (const t of targets) await run(t, 1); // warm up
   const samples = new Map(targets.map((t) => [t.name, [] as { rps: number; cpu: number; user: number; p99: number }[]]));
   for (let round = 0; round < rounds; round++) {
     for (const t of round % 2 === 0 ? targets : [...targets].reverse()) {
-      const before = await cpu(t.framework);
+      const before = await cpu(t.name);
       const result = await run(t, duration);
-      const after = await cpu(t.framework);
+      const after = await cpu(t.name);
       if (result.non2xx !== 0 || result.errors !== 0) throw new Error(`${t.name}: ${result.non2xx} non-2xx, ${result.errors} errors`);
       const n = result.requests.total;
       samples.get(t.name)!.push({ rps: result.requests.average, p99: result.latency.p99, cpu: (after.cpu - before.cpu) / n, user: (after.user - before.user) / n });
     }
   }
-  for (const child of children.values()) child.disconnect();
+  for (const { child } of servers.values()) child.disconnect();
   const quantile = (values: number[], q: number): number => {
     const sorted = [...values].sort((x, y) => x - y);
     const at = (sorted.length - 1) * q;
