@@ -29,10 +29,10 @@
 // the router tries its routes in the order they were added, so a route paid
 // for every one before it (measured: about 1 µs per request per earlier
 // route, which put the guarded route, the fourth, about 3 µs behind the
-// bare one); in one process, several apps, or several frameworks, make the
+// bare one); several apps, or several frameworks, in one process make the
 // shared code's calls see several kinds of objects (measured: Express's
-// guarded route 25 µs slower per request beside five other apps). The
-// servers and autocannon do not share one core;
+// guarded route 34 µs per request above bare beside two other apps, 5-10
+// µs in a process of its own). The servers and autocannon do not share one core;
 // rounds alternate the routes' order; medians over rounds, and "vs bare" is
 // the median of the per-round ratios against the same framework's bare route.
 // The CPU column is the server process's CPU time per request (process.cpuUsage),
