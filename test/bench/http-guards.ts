@@ -18,22 +18,26 @@
 //
 //   npm run build && node node_modules/vite-node/vite-node.mjs test/bench/http-guards.ts
 //
-// BENCH_DURATION (s per measurement, default 2), BENCH_ROUNDS (default 5),
+// BENCH_DURATION (s per measurement, default 2), BENCH_ROUNDS (default 8),
 // BENCH_CONNECTIONS (default 32). FK_BASELINE=<a checkout with dist/> adds,
 // per framework, a third route guarded by that build's guards (e.g. main's,
 // built in a scratch directory), measured in the same run: the before and
 // after of a change side by side. BENCH_CPU_PROF=<dir>: the server process
-// writes V8 CPU profiles (node --cpu-prof) there. Each route is served by
-// a child process of its own (the built package, dist/), as an application
-// serves its routes, so that no route pays for another: in one Express app,
-// the router tries its routes in the order they were added, so a route paid
-// for every one before it (measured: about 1 µs per request per earlier
-// route, which put the guarded route, the fourth, about 3 µs behind the
-// bare one); several apps, or several frameworks, in one process make the
-// shared code's calls see several kinds of objects (measured: Express's
-// guarded route 34 µs per request above bare beside two other apps, 5-10
-// µs in a process of its own). The servers and autocannon do not share one core;
-// rounds alternate the routes' order; medians over rounds, and "vs bare" is
+// writes V8 CPU profiles (node --cpu-prof) there. One server process per
+// framework (the built package, dist/), as an application runs one: the
+// guards share their core, and four frameworks' requests through it in one
+// process would make its calls see four kinds of objects, a cost no
+// application pays. BENCH_COPIES (default 4) such servers per framework,
+// each with the routes added in another (rotated) order, all warmed up
+// first and kept for the run, take the rounds in turn: Express's router
+// tries routes in the order they were added, so a route pays for every one
+// before it (measured: about 1 µs per request per earlier route, which had
+// put the guarded route, added fourth, about 3 µs behind the bare one,
+// added first), and two processes serving the same route differ by a few
+// µs per request (measured: 19.6 and 22.6 µs for Hono's bare route); so
+// every route shares the places and the processes alike. The
+// servers and autocannon do not share one core; within a round the routes
+// are measured in alternating order; medians over rounds, and "vs bare" is
 // the median of the per-round ratios against the same framework's bare route.
 // The CPU column is the server process's CPU time per request (process.cpuUsage),
 // user + system; the user column is its JavaScript and native code alone (the
@@ -69,7 +73,7 @@ const SERVER_CPU = 1;
 const FRAMEWORKS = ['express', 'fastify', 'hono', 'fetch'] as const;
 type Framework = (typeof FRAMEWORKS)[number];
 
-if (process.argv.includes('--serve')) await serve(process.argv[process.argv.indexOf('--serve') + 1] as Framework, process.argv[process.argv.indexOf('--serve') + 2]!);
+if (process.argv.includes('--serve')) await serve(process.argv[process.argv.indexOf('--serve') + 1] as Framework, process.argv[process.argv.indexOf('--serve') + 2]!.split(','));
 else await measure();
 
 /** The guards of one build (a dist/ directory's adapters), by framework. */
@@ -88,10 +92,8 @@ function routesOf(baseline: boolean): string[] {
   return ['bare', 'noop', 'bound', ...builds, 'bare-json', ...builds.map((route) => `${route}-json`)];
 }
 
-/** Serve `only` (one route of routesOf()) under `framework`, and report the port. */
-async function serve(framework: Framework, only: string): Promise<void> {
-  // Every route below is added only when it is the one this process serves.
-  const want = (route: string): boolean => route === only;
+/** Serve the routes of `order` (routesOf()'s, rotated) under `framework`, added in that order, and report the port. */
+async function serve(framework: Framework, order: readonly string[]): Promise<void> {
   const builds: [string, Awaited<ReturnType<typeof guardsOf>>][] = [['guarded', await guardsOf(new URL('../../dist/adapters/', import.meta.url).href)]];
   const { parseFencing } = (await import(new URL('../../dist/src/index.js', import.meta.url).href)) as typeof import('../../src/index.js');
   const { MemoryFenceStore } = builds[0]![1].fetch as typeof import('../../adapters/fetch/index.js');
@@ -107,115 +109,135 @@ async function serve(framework: Framework, only: string): Promise<void> {
   const { serve: honoServe } = await import('@hono/node-server');
 
   const port = (server: { address(): AddressInfo | string | null }): number => (server.address() as AddressInfo).port;
-  let served: number | undefined;
+  /** How each route is added to the framework's one app; called in `order`. */
+  let adders: Record<string, () => unknown> = {};
+  let listen: () => Promise<number> = () => Promise.reject(new Error(`unknown framework ${framework}`));
 
   if (framework === 'express') {
     const e = express();
     e.disable('x-powered-by');
     e.disable('etag');
-    if (want('bare')) e.get('/bare', (_req, res) => void res.end());
-    // The least middleware that hands its handler a context on req, as fencing() does (req.fencing):
-    // Express's own price of any such guard. (Express gives every request object a hidden class
-    // of its own, so a property added to req is a new one each request: that is Express's, not the guard's.)
-    if (want('noop')) e.get('/noop', (req, _res, next) => { (req as unknown as { fencing: object }).fencing = CONTEXT; next(); }, (_req, res) => void res.end());
-    if (want('bound')) {
-      e.get('/bound', (req, res) => {
-        void boundStore.express.admit('bench', tokenOf(req)).then((admission) => {
-          res.end();
-          void admission.commit();
-        });
-      });
-    }
+    adders = {
+      bare: () => e.get('/bare', (_req, res) => void res.end()),
+      // The least middleware that hands its handler a context on req, as fencing() does (req.fencing):
+      // Express's own price of any such guard. (Express gives every request object a hidden class
+      // of its own, so a property added to req is a new one each request: that is Express's, not the guard's.)
+      noop: () => e.get('/noop', (req, _res, next) => { (req as unknown as { fencing: object }).fencing = CONTEXT; next(); }, (_req, res) => void res.end()),
+      bound: () =>
+        e.get('/bound', (req, res) => {
+          void boundStore.express.admit('bench', tokenOf(req)).then((admission) => {
+            res.end();
+            void admission.commit();
+          });
+        }),
+      'bare-json': () => e.get('/bare-json', (_req, res) => void res.json(JSON_BODY)),
+    };
     for (const [route, g] of builds) {
-      if (want(route)) e.get(`/${route}`, g.express.fencing({ store: new g.express.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { end(): void }) => void res.end());
-      if (want(`${route}-json`)) e.get(`/${route}-json`, g.express.fencing({ store: new g.express.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { json(body: unknown): void }) => void res.json(JSON_BODY));
+      adders[route] = () => e.get(`/${route}`, g.express.fencing({ store: new g.express.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { end(): void }) => void res.end());
+      adders[`${route}-json`] = () => e.get(`/${route}-json`, g.express.fencing({ store: new g.express.MemoryFenceStore(), resource: 'bench' }), (_req: unknown, res: { json(body: unknown): void }) => void res.json(JSON_BODY));
     }
-    if (want('bare-json')) e.get('/bare-json', (_req, res) => void res.json(JSON_BODY));
-    served = await new Promise<number>((resolve) => {
+    listen = () => new Promise<number>((resolve) => {
       const server = e.listen(0, '127.0.0.1', () => resolve(port(server)));
     });
   }
   if (framework === 'fastify') {
     const f = Fastify();
-    if (want('bare')) f.get('/bare', async (_request, reply) => reply.send());
-    // The least preHandler hook (a callback one, as fencing's) handing a context on a decorated
-    // request property (as request.fencing): Fastify's own price of any guard that is a hook.
-    if (want('noop')) {
-      await f.register(async (scope) => {
-        scope.decorateRequest('benchContext', undefined);
-        scope.addHook('preHandler', (request, _reply, done) => {
-          (request as unknown as { benchContext: object }).benchContext = CONTEXT;
-          done();
-        });
-        scope.get('/noop', async (_request, reply) => reply.send());
-      });
-    }
-    if (want('bound')) {
-      f.get('/bound', async (request, reply) => {
-        const admission = await boundStore.fastify.admit('bench', tokenOf(request));
-        void admission.commit();
-        return reply.send();
-      });
-    }
+    adders = {
+      bare: () => f.get('/bare', async (_request, reply) => reply.send()),
+      // The least preHandler hook (a callback one, as fencing's) handing a context on a decorated
+      // request property (as request.fencing): Fastify's own price of any guard that is a hook.
+      noop: () =>
+        f.register(async (scope) => {
+          scope.decorateRequest('benchContext', undefined);
+          scope.addHook('preHandler', (request, _reply, done) => {
+            (request as unknown as { benchContext: object }).benchContext = CONTEXT;
+            done();
+          });
+          scope.get('/noop', async (_request, reply) => reply.send());
+        }),
+      bound: () =>
+        f.get('/bound', async (request, reply) => {
+          const admission = await boundStore.fastify.admit('bench', tokenOf(request));
+          void admission.commit();
+          return reply.send();
+        }),
+      'bare-json': () => f.get('/bare-json', async () => JSON_BODY),
+    };
     for (const [route, g] of builds) {
-      if (!want(route) && !want(`${route}-json`)) continue;
-      await f.register(async (scope) => {
-        await scope.register(g.fastify.fencing, { store: new g.fastify.MemoryFenceStore(), resource: 'bench' });
-        if (want(route)) scope.get(`/${route}`, async (_request, reply) => reply.send());
-        if (want(`${route}-json`)) scope.get(`/${route}-json`, async () => JSON_BODY);
-      });
+      adders[route] = () =>
+        f.register(async (scope) => {
+          await scope.register(g.fastify.fencing, { store: new g.fastify.MemoryFenceStore(), resource: 'bench' });
+          scope.get(`/${route}`, async (_request, reply) => reply.send());
+        });
+      adders[`${route}-json`] = () =>
+        f.register(async (scope) => {
+          await scope.register(g.fastify.fencing, { store: new g.fastify.MemoryFenceStore(), resource: 'bench' });
+          scope.get(`/${route}-json`, async () => JSON_BODY);
+        });
     }
-    if (want('bare-json')) f.get('/bare-json', async () => JSON_BODY);
-    await f.listen({ port: 0, host: '127.0.0.1' });
-    served = port(f.server);
+    listen = async () => {
+      await f.listen({ port: 0, host: '127.0.0.1' });
+      return port(f.server);
+    };
   }
   if (framework === 'hono') {
     const h = new Hono();
-    if (want('bare')) h.get('/bare', (c) => c.body(null));
-    // The least middleware (Hono's are async) handing a context through c.set (as c.get('fencing')):
-    // Hono's own price of any guard that is a middleware.
-    if (want('noop')) h.get('/noop', async (c, next) => { c.set('fencing' as never, CONTEXT as never); await next(); }, (c) => c.body(null));
-    // Node's headers (c.env.incoming), as the guard reads Node's rawHeaders: c.req.header() would build a Headers.
-    if (want('bound')) {
-      h.get('/bound', async (c) => {
-        const admission = await boundStore.hono.admit('bench', tokenOf((c.env as { incoming: NodeHeaders }).incoming));
-        void admission.commit();
-        return c.body(null);
-      });
-    }
+    adders = {
+      bare: () => h.get('/bare', (c) => c.body(null)),
+      // The least middleware (Hono's are async) handing a context through c.set (as c.get('fencing')):
+      // Hono's own price of any guard that is a middleware.
+      noop: () => h.get('/noop', async (c, next) => { c.set('fencing' as never, CONTEXT as never); await next(); }, (c) => c.body(null)),
+      // Node's headers (c.env.incoming), as the guard reads Node's rawHeaders: c.req.header() would build a Headers.
+      bound: () =>
+        h.get('/bound', async (c) => {
+          const admission = await boundStore.hono.admit('bench', tokenOf((c.env as { incoming: NodeHeaders }).incoming));
+          void admission.commit();
+          return c.body(null);
+        }),
+      'bare-json': () => h.get('/bare-json', (c) => c.json(JSON_BODY)),
+    };
     for (const [route, g] of builds) {
-      if (want(route)) h.get(`/${route}`, g.hono.fencing({ store: new g.hono.MemoryFenceStore(), resource: 'bench' }), (c) => c.body(null));
-      if (want(`${route}-json`)) h.get(`/${route}-json`, g.hono.fencing({ store: new g.hono.MemoryFenceStore(), resource: 'bench' }), (c) => c.json(JSON_BODY));
+      adders[route] = () => h.get(`/${route}`, g.hono.fencing({ store: new g.hono.MemoryFenceStore(), resource: 'bench' }), (c) => c.body(null));
+      adders[`${route}-json`] = () => h.get(`/${route}-json`, g.hono.fencing({ store: new g.hono.MemoryFenceStore(), resource: 'bench' }), (c) => c.json(JSON_BODY));
     }
-    if (want('bare-json')) h.get('/bare-json', (c) => c.json(JSON_BODY));
-    served = await new Promise<number>((resolve) => {
+    listen = () => new Promise<number>((resolve) => {
       honoServe({ fetch: h.fetch, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
     });
   }
   if (framework === 'fetch') {
+    // A Map from path to handler: the same steps for every route, wherever it was added. The bare route is the miss.
+    const fetchRoutes = new Map<string, (request: Request, env: unknown) => Response | Promise<Response>>();
     // As Hono's c.json makes it (Response.json would make undici's own, not node-server's lightweight one).
     const json = (): Response => new Response(JSON.stringify(JSON_BODY), { headers: { 'content-type': 'application/json' } });
     // The least wrapper that waits for the handler, handing it a context (as withFencing's second argument).
     const contextHandler = (_request: Request, context: object): Response => (context === CONTEXT ? new Response(null) : new Response(null, { status: 500 }));
-    // The one route this process serves is the server's whole handler (node-server hands it the Node request and response second).
-    let handler: (request: Request, env: unknown) => Response | Promise<Response> = () => new Response(null); // bare
-    if (want('bare-json')) handler = () => Promise.resolve(json());
-    if (want('noop')) handler = async (request) => await contextHandler(request, CONTEXT);
-    if (want('bound')) {
-      handler = (_request, env) =>
-        boundStore.fetch.admit('bench', tokenOf((env as { incoming: NodeHeaders }).incoming)).then((admission) => {
-          void admission.commit();
-          return new Response(null);
-        });
-    }
+    adders = {
+      bare: () => undefined,
+      noop: () => fetchRoutes.set('/noop', async (request: Request) => await contextHandler(request, CONTEXT)),
+      bound: () =>
+        fetchRoutes.set('/bound', (_request: Request, env?: unknown) =>
+          boundStore.fetch.admit('bench', tokenOf((env as { incoming: NodeHeaders }).incoming)).then((admission) => {
+            void admission.commit();
+            return new Response(null);
+          }),
+        ),
+      'bare-json': () => fetchRoutes.set('/bare-json', () => Promise.resolve(json())),
+    };
     for (const [route, g] of builds) {
-      if (want(route)) handler = g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, () => new Response(null));
-      if (want(`${route}-json`)) handler = g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, json);
+      adders[route] = () => fetchRoutes.set(`/${route}`, g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, () => new Response(null)));
+      adders[`${route}-json`] = () => fetchRoutes.set(`/${route}-json`, g.fetch.withFencing({ store: new g.fetch.MemoryFenceStore(), resource: 'bench' }, json));
     }
-    served = await new Promise<number>((resolve) => {
-      honoServe({ fetch: handler, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
+    // The server's second argument passed on, as serve({ fetch: guarded }) would.
+    const plain = (request: Request, env: unknown): Response | Promise<Response> => {
+      const guarded = fetchRoutes.get(new URL(request.url).pathname);
+      return guarded === undefined ? new Response(null) : guarded(request, env);
+    };
+    listen = () => new Promise<number>((resolve) => {
+      honoServe({ fetch: plain, port: 0, hostname: '127.0.0.1' }, (info) => resolve(info.port));
     });
   }
+  for (const route of order) await adders[route]!();
+  const served = await listen();
   process.send!({ port: served });
   process.on('message', (message) => {
     if (message === 'cpu') {
@@ -231,13 +253,12 @@ async function measure(): Promise<void> {
   type Result = { non2xx: number; errors: number; requests: { average: number; total: number }; latency: { p99: number } };
   const { default: autocannon } = (await import('autocannon' as string)) as { default: (options: object) => Promise<Result> };
   const duration = Number(process.env.BENCH_DURATION ?? 2);
-  const rounds = Number(process.env.BENCH_ROUNDS ?? 5);
+  const rounds = Number(process.env.BENCH_ROUNDS ?? 8);
   const connections = Number(process.env.BENCH_CONNECTIONS ?? 32);
   const viteNode = fileURLToPath(new URL('../../node_modules/vite-node/vite-node.mjs', import.meta.url));
   // BENCH_CPU_PROF=<dir>: the server process writes a V8 CPU profile there when it exits.
   const profile = process.env.BENCH_CPU_PROF;
   const execArgv = profile === undefined || profile === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`];
-  // One server process per route (see the top of this file).
   // The load generator (this process, autocannon) and the servers each on a
   // core of their own, as on separate machines, so that neither ever waits
   // for the other's core (BENCH_PIN=0: left to the scheduler; on this
@@ -248,19 +269,22 @@ async function measure(): Promise<void> {
   if (pinned) pin(process.pid, LOAD_CPU);
   const routes = routesOf(process.env.FK_BASELINE !== undefined && process.env.FK_BASELINE !== '');
   const targets = FRAMEWORKS.flatMap((framework) => routes.map((route) => ({ framework, route, name: `${framework} ${route}` })));
-  const servers = new Map<string, { child: ChildProcess; port: number }>();
-  for (const t of targets) {
-    const child: ChildProcess = fork(viteNode, [fileURLToPath(import.meta.url), '--', '--serve', t.framework, t.route], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv });
-    const started = await new Promise<{ port: number }>((resolve, reject) => {
-      child.once('message', (m) => resolve(m as { port: number }));
-      child.once('exit', (code) => reject(new Error(`the server of ${t.name} exited (${code})`)));
-    });
-    if (pinned) pin(child.pid!, SERVER_CPU);
-    servers.set(t.name, { child, port: started.port });
-  }
-  const cpu = (name: string): Promise<{ cpu: number; user: number }> =>
+  /** Start one server per framework, its routes added in `order`; resolves once each reported its port. */
+  const start = async (order: readonly string[]): Promise<Map<Framework, { child: ChildProcess; port: number }>> => {
+    const servers = new Map<Framework, { child: ChildProcess; port: number }>();
+    for (const framework of FRAMEWORKS) {
+      const child: ChildProcess = fork(viteNode, [fileURLToPath(import.meta.url), '--', '--serve', framework, order.join(',')], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv });
+      const started = await new Promise<{ port: number }>((resolve, reject) => {
+        child.once('message', (m) => resolve(m as { port: number }));
+        child.once('exit', (code) => reject(new Error(`the ${framework} server exited (${code})`)));
+      });
+      if (pinned) pin(child.pid!, SERVER_CPU);
+      servers.set(framework, { child, port: started.port });
+    }
+    return servers;
+  };
+  const cpu = (child: ChildProcess): Promise<{ cpu: number; user: number }> =>
     new Promise((resolve) => {
-      const { child } = servers.get(name)!;
       const on = (m: unknown): void => {
         if (typeof (m as { cpu?: unknown }).cpu === 'number') {
           child.off('message', on);
@@ -270,23 +294,43 @@ async function measure(): Promise<void> {
       child.on('message', on);
       child.send('cpu');
     });
-  const run = (t: (typeof targets)[number], seconds: number) =>
-    autocannon({ url: `http://127.0.0.1:${servers.get(t.name)!.port}/${t.route}`, headers: { 'fencing-token': TOKEN }, connections, duration: seconds });
+  const run = (port: number, route: string, seconds: number) =>
+    autocannon({ url: `http://127.0.0.1:${port}/${route}`, headers: { 'fencing-token': TOKEN }, connections, duration: seconds });
 
   const loadBefore = loadavg().map((l) => l.toFixed(2)).join(' ');
-  for (const t of targets) await run(t, 1); // warm up
   const samples = new Map(targets.map((t) => [t.name, [] as { rps: number; cpu: number; user: number; p99: number }[]]));
+  // BENCH_COPIES servers per framework, each with its routes added in
+  // another order (rotated by an equal step), all started and warmed up
+  // first, kept for the whole run, and taking the rounds in turn: Express's
+  // router tries routes in the order they were added (a route pays about
+  // 1 µs per request for each route before it), and two processes serving
+  // the same route differ by a few µs per request (their code compiled and
+  // laid out differently); so every route shares the places and the copies
+  // alike. (Fresh servers each round instead measured code still warming
+  // up: Hono's guarded route 5-8 µs slower than in a process that had
+  // served it for longer.)
+  const copies = Math.max(1, Number(process.env.BENCH_COPIES ?? 4));
+  const step = Math.max(1, Math.floor(routes.length / copies));
+  const fleets: Map<Framework, { child: ChildProcess; port: number }>[] = [];
+  for (let copy = 0; copy < copies; copy++) {
+    const order = routes.map((_, i) => routes[(i + copy * step) % routes.length]!);
+    const servers = await start(order);
+    for (const t of targets) await run(servers.get(t.framework)!.port, t.route, 2); // warm up
+    fleets.push(servers);
+  }
   for (let round = 0; round < rounds; round++) {
+    const servers = fleets[round % copies]!;
     for (const t of round % 2 === 0 ? targets : [...targets].reverse()) {
-      const before = await cpu(t.name);
-      const result = await run(t, duration);
-      const after = await cpu(t.name);
+      const { child, port } = servers.get(t.framework)!;
+      const before = await cpu(child);
+      const result = await run(port, t.route, duration);
+      const after = await cpu(child);
       if (result.non2xx !== 0 || result.errors !== 0) throw new Error(`${t.name}: ${result.non2xx} non-2xx, ${result.errors} errors`);
       const n = result.requests.total;
       samples.get(t.name)!.push({ rps: result.requests.average, p99: result.latency.p99, cpu: (after.cpu - before.cpu) / n, user: (after.user - before.user) / n });
     }
   }
-  for (const { child } of servers.values()) child.disconnect();
+  for (const servers of fleets) for (const { child } of servers.values()) child.disconnect();
   const quantile = (values: number[], q: number): number => {
     const sorted = [...values].sort((x, y) => x - y);
     const at = (sorted.length - 1) * q;
@@ -295,7 +339,7 @@ async function measure(): Promise<void> {
   };
   const median = (values: number[]): number => quantile(values, 0.5);
   const iqr = (values: number[], digits: number): string => `${quantile(values, 0.25).toFixed(digits)}..${quantile(values, 0.75).toFixed(digits)}`;
-  console.log(`node ${process.version}, ${connections} connections, ${rounds} rounds of ${duration} s per route (order reversed every other round), medians over rounds [IQR]`);
+  console.log(`node ${process.version}, ${connections} connections, ${rounds} rounds of ${duration} s per route (${copies} servers per framework with the routes added in rotated orders, one per round in turn; order reversed every other round), medians over rounds [IQR]`);
   console.log(`${cpus().length} CPUs, load average ${loadBefore} (before), ${loadavg().map((l) => l.toFixed(2)).join(' ')} (after)`);
   if (routes.includes('baseline')) console.log(`baseline: ${process.env.FK_BASELINE}/dist (guarded = this checkout's dist)`);
   console.log(`${'route'.padEnd(18)}   req/s  p99 ms  req/s vs bare [IQR]       server CPU µs/req [IQR]   CPU vs bare  user µs/req`);
