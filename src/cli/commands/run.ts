@@ -130,13 +130,12 @@ export async function runOrElect(command: 'run' | 'elect', argv: readonly string
     const what = kind === 'lock' ? 'lock' : 'leadership of';
     try {
       // From here on an operator's signal is the command's: supervise() listens before we stop.
-      const supervised = interruption.handOver(() =>
+      const result = await interruption.handOver(() =>
         supervise(cmd, env, holding, {
           graceMs,
           onLoss: (reason) => err(`${what} ${name} lost (${(reason as Error)?.message ?? 'unknown'}); stopping ${cmd[0]}`),
         }),
       );
-      const result = await supervised;
       if (!result.started) {
         err(`${what} ${name} lost before ${cmd[0]} could start`);
         return ExitCode.lockLost;

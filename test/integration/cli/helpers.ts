@@ -64,7 +64,7 @@ export interface Witness {
   readonly startTime: string;
 }
 
-function stat(pid: number): { state: string; startTime: string } | null {
+function stat(pid: number): { state: string; parent: number; startTime: string } | null {
   let text: string;
   try {
     text = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -73,7 +73,7 @@ function stat(pid: number): { state: string; startTime: string } | null {
   }
   // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
   const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return { state: fields[0] as string, startTime: fields[19] as string };
+  return { state: fields[0] as string, parent: Number(fields[1]), startTime: fields[19] as string };
 }
 
 export function witness(pid: number): Witness {
@@ -126,12 +126,8 @@ export async function stuckReport(pid: number, dir: string): Promise<string> {
   const parentOf = new Map<number, number>();
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
-    try {
-      const text = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      parentOf.set(Number(entry), Number(text.slice(text.lastIndexOf(')') + 2).split(' ')[1]));
-    } catch {
-      // gone meanwhile
-    }
+    const s = stat(Number(entry)); // null: gone meanwhile
+    if (s !== null) parentOf.set(Number(entry), s.parent);
   }
   const under = (p: number): boolean => {
     for (let at: number | undefined = p; at !== undefined && at > 1; at = parentOf.get(at)) if (at === pid) return true;
