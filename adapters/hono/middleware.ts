@@ -59,22 +59,26 @@ function header(c: Context, name: string): HeaderValue {
 export function fencing<Transaction = undefined>(options: HonoFencingOptions<Transaction>): MiddlewareHandler<FencingEnv<Transaction>> {
   const settings = fencingSettings<Context>('hono', options as FencingGuardOptions<unknown, Context>);
   const name = settings.header;
-  return async function fencingMiddleware(c, next) {
+  // Not async, and no async step of its own: the guard's promise is the
+  // middleware's (each async layer was a promise and microtask turns more
+  // per request).
+  return function fencingMiddleware(c, next) {
     const parsed = presentedToken(header(c, name), name);
-    if ('status' in parsed) return problemResponse(parsed);
+    if ('status' in parsed) return Promise.resolve(problemResponse(parsed));
     const resource = resourceOf(settings, c as unknown as Context);
-    if (typeof resource !== 'string') return problemResponse(resource);
+    if (typeof resource !== 'string') return Promise.resolve(problemResponse(resource));
     let ran = false;
-    const response = await fenceFetch(settings, c.req.raw, c as unknown as Context, resource, parsed.token, parsed.presented, async (admitted: FencingContext<Transaction>) => {
+    const fenced = fenceFetch(settings, c.req.raw, c as unknown as Context, resource, parsed.token, parsed.presented, (admitted: FencingContext<Transaction>) => {
       ran = true;
       c.set('fencing', admitted);
-      await next();
-      return c.res;
+      return next().then(() => c.res);
     }, nodeServerResponse(c.env));
-    if (!ran) return response;
-    // Unchanged (no body to hold): setting c.res again would only copy it.
-    if (response !== c.res) c.res = response;
-    return undefined;
+    return fenced.then((response) => {
+      if (!ran) return response;
+      // Unchanged (no body to hold): setting c.res again would only copy it.
+      if (response !== c.res) c.res = response;
+      return undefined;
+    });
   };
 }
 

@@ -116,6 +116,20 @@ describe('withFencing()', () => {
     expect((await withFencing({ store, resource: 'fetch/throw' }, () => new Response('ok'))(put('3'))).status).toBe(200);
   });
 
+  it('a handler whose promise rejects has its admission aborted and the rejection passed on', async () => {
+    const store = new MemoryFenceStore();
+    const boom = new Error('boom');
+    const rejecting = withFencing({ store, resource: 'fetch/reject' }, async () => {
+      await tick();
+      throw boom;
+    });
+    await expect(rejecting(put('3'))).rejects.toBe(boom);
+    // Released: the next requests are answered at once (a held admission would keep them waiting); the mark kept.
+    expect((await withFencing({ store, resource: 'fetch/reject' }, () => new Response('ok'))(put('2'))).status).toBe(409);
+    expect((await withFencing({ store, resource: 'fetch/reject' }, () => new Response('ok'))(put('3'))).status).toBe(200);
+    // (the bound: a held admission would keep the last request waiting maxHoldMs, 30 s)
+  }, 10_000);
+
   it('a request aborted while its handler runs releases the admission and aborts the signal', async () => {
     const store = new MemoryFenceStore();
     const client = new AbortController();
