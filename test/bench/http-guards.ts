@@ -21,8 +21,9 @@
 //   npm run build && node node_modules/vite-node/vite-node.mjs test/bench/http-guards.ts
 //
 // BENCH_DURATION (s per measurement, default 2), BENCH_ROUNDS (default 8),
-// BENCH_CONNECTIONS (per server, default 32), BENCH_WARM_UP (s each server
-// is loaded alone first, default 5), BENCH_FRAMEWORKS and
+// BENCH_CONNECTIONS (per server, default 32), BENCH_WARM_UP (s a pair is
+// loaded first, default 6), BENCH_COPIES (pairs of processes per pair,
+// default 2), BENCH_FRAMEWORKS and
 // BENCH_ROUTES (comma lists, for a focused run). FK_BASELINE=<a checkout
 // with dist/> adds, per framework, "baseline" routes guarded by that build
 // (e.g. main's, built in a scratch directory), each measured against this
@@ -38,10 +39,17 @@
 //   different machines: the CPU per request of one route moved by 10-40%
 //   between rounds (a shared host), which drowned a guard's few µs (the same
 //   route measured 0.66x and 0.82x of bare in two runs). At the same time both
-//   see the same machine: the per-round ratios of a pair then spread by
-//   about ±1%. A control pair, two processes serving the same bare route,
-//   shows the floor (two processes of one route differ by about 1%).
-// - One process per route, each serving only that route (http-guards-server.mjs:
+//   see the same machine: the per-round ratios of one pair of processes
+//   then spread by about ±1%. A control pair, processes serving the same bare route,
+//   shows the floor.
+// - Processes of their own for every pair, two pairs of them (BENCH_COPIES)
+//   taking the rounds in turn, each pair warmed up together: two processes
+//   serving the same route differ by up to about 6% in CPU per request (the
+//   control pair of a run with one process per route: 0.95x to 1.06x), and
+//   a process's CPU per request keeps falling for as long as it serves, so
+//   a process shared by several pairs (more requests) is cheaper than its
+//   partners (the bare route's, shared: its control partner 0.89x-0.95x).
+// - Each process serves one route only (http-guards-server.mjs:
 //   plain node on the built package, dist/, as an application runs it; not
 //   vite-node, which would transform dist/'s modules and charge every call
 //   between them to the guards): no route pays for others before it in a
@@ -63,7 +71,7 @@ import { barChartSpec, machineLine, writeSvg, type BarPoint } from './lib/chart.
 
 const TOKEN = '34';
 /** Seconds each server is loaded alone before the rounds (BENCH_WARM_UP). */
-const WARM_UP_S = Number(process.env.BENCH_WARM_UP ?? 5);
+const WARM_UP_S = Number(process.env.BENCH_WARM_UP ?? 6);
 /** The chart's name of each route. */
 const SERIES: Record<string, string> = {
   bare: 'bare',
@@ -107,8 +115,8 @@ async function measure(): Promise<void> {
   const chosen = only(allRoutes, process.env.BENCH_ROUTES);
   const frameworks = only(FRAMEWORKS, process.env.BENCH_FRAMEWORKS);
   const pairs = pairsOf(allRoutes, chosen);
-  // Every process a pair names: one per route, and the control's second bare one.
-  const processes = [...new Set(pairs.flatMap((p) => [p.a, p.b]))];
+  // BENCH_COPIES pairs of processes per pair, taking the rounds in turn.
+  const copies = Math.max(1, Number(process.env.BENCH_COPIES ?? 2));
 
   type Server = { child: ChildProcess; port: number; route: string };
   const start = async (framework: Framework, name: string): Promise<Server> => {
@@ -150,21 +158,30 @@ async function measure(): Promise<void> {
   const results = new Map<string, { a: Sample[]; b: Sample[] }>();
   for (const framework of frameworks) {
     // One framework's servers at a time: a pair's two are the only ones loaded.
-    const servers = new Map<string, Server>();
-    for (const name of processes) servers.set(name, await start(framework, name));
-    // Warmed up alone first: a process that had served its route for 2-3 s
-    // still measured it 5-10% slower than one that had served it longer.
-    for (const server of servers.values()) await load(server, WARM_UP_S);
+    // Processes of their own for every pair (a process in several pairs
+    // would serve more requests than its partners, and a process's CPU per
+    // request keeps falling for as long as it serves: the bare route, in
+    // every pair, measured its control partner 0.89x-0.95x), each pair's
+    // two warmed up together, as they are measured.
+    const servers = new Map<string, readonly [Server, Server]>();
+    for (const p of pairs) {
+      for (let copy = 0; copy < copies; copy++) {
+        const both = [await start(framework, p.a), await start(framework, p.b)] as const;
+        await together(both[0], both[1], WARM_UP_S);
+        servers.set(`${p.a} ${p.b}#${copy}`, both);
+      }
+    }
     for (const p of pairs) results.set(`${framework} ${p.a} ${p.b}`, { a: [], b: [] });
     for (let round = 0; round < rounds; round++) {
       for (const p of round % 2 === 0 ? pairs : [...pairs].reverse()) {
-        const [sa, sb] = await together(servers.get(p.a)!, servers.get(p.b)!, duration);
+        const [a, b] = servers.get(`${p.a} ${p.b}#${round % copies}`)!;
+        const [sa, sb] = await together(a, b, duration);
         const r = results.get(`${framework} ${p.a} ${p.b}`)!;
         r.a.push(sa);
         r.b.push(sb);
       }
     }
-    for (const { child } of servers.values()) child.disconnect();
+    for (const both of servers.values()) for (const { child } of both) child.disconnect();
   }
 
   const quantile = (values: number[], q: number): number => {
@@ -177,7 +194,7 @@ async function measure(): Promise<void> {
   /** b against a, round by round: a's CPU per request over b's (above 1: b is cheaper). */
   const ratios = (r: { a: Sample[]; b: Sample[] }, k: 'cpu' | 'user'): number[] => r.a.map((x, i) => x[k] / r.b[i]![k]);
   const x = (values: number[]): string => `${median(values).toFixed(3)}x [${quantile(values, 0.25).toFixed(3)}..${quantile(values, 0.75).toFixed(3)}]`;
-  console.log(`node ${process.version}, ${rounds} rounds of ${duration} s per pair, both servers of a pair loaded at once (${connections} connections each) on one core, autocannon on the other`);
+  console.log(`node ${process.version}, ${rounds} rounds of ${duration} s per pair, both servers of a pair loaded at once (${connections} connections each) on one core, autocannon on the other; ${copies} processes per route, taking the rounds in turn`);
   console.log(`${cpus().length} CPUs, load average ${loadBefore} (before), ${loadavg().map((l) => l.toFixed(2)).join(' ')} (after)`);
   if (baseline) console.log(`baseline: ${process.env.FK_BASELINE}/dist (guarded = this checkout's dist)`);
   console.log('"x": the first route\'s CPU per request over the second\'s, median of the per-round ratios [IQR] (throughput of the second relative to the first)');
