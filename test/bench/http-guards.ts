@@ -70,7 +70,7 @@ import { fileURLToPath } from 'node:url';
 import { barChartSpec, machineLine, writeSvg, type BarPoint } from './lib/chart.js';
 
 const TOKEN = '34';
-/** Seconds each server is loaded alone before the rounds (BENCH_WARM_UP). */
+/** Seconds each pair of processes is loaded together before the rounds (BENCH_WARM_UP). */
 const WARM_UP_S = Number(process.env.BENCH_WARM_UP ?? 6);
 /** The chart's name of each route. */
 const SERIES: Record<string, string> = {
