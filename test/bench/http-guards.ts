@@ -72,14 +72,12 @@ import { barChartSpec, machineLine, writeSvg, type BarPoint } from './lib/chart.
 const TOKEN = '34';
 /** Seconds each pair of processes is loaded together before the rounds (BENCH_WARM_UP). */
 const WARM_UP_S = Number(process.env.BENCH_WARM_UP ?? 6);
-/** The chart's name of each route. */
+/** The chart's name of each route drawn (every one but the bare routes, the 1.0x they are compared with). */
 const SERIES: Record<string, string> = {
-  bare: 'bare',
   noop: 'no-op middleware',
   bound: 'by hand',
   guarded: 'fencing()',
   baseline: 'before (FK_BASELINE)',
-  'bare-json': 'bare, JSON body',
   'noop-json': 'no-op, JSON body',
   'guarded-json': 'fencing(), JSON body',
   'baseline-json': 'before, JSON body',
