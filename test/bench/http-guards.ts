@@ -23,7 +23,7 @@
 // BENCH_DURATION (s per measurement, default 2), BENCH_ROUNDS (default 8),
 // BENCH_CONNECTIONS (per server, default 32), BENCH_WARM_UP (s a pair is
 // loaded first, default 6), BENCH_COPIES (pairs of processes per pair,
-// default 2), BENCH_FRAMEWORKS and
+// default 4), BENCH_FRAMEWORKS and
 // BENCH_ROUTES (comma lists, for a focused run). FK_BASELINE=<a checkout
 // with dist/> adds, per framework, "baseline" routes guarded by that build
 // (e.g. main's, built in a scratch directory), each measured against this
@@ -42,8 +42,13 @@
 //   see the same machine: the per-round ratios of one pair of processes
 //   then spread by about ±1%. A control pair, processes serving the same bare route,
 //   shows the floor.
-// - Processes of their own for every pair, two pairs of them (BENCH_COPIES)
-//   taking the rounds in turn, each pair warmed up together: two processes
+// - Processes of their own for every pair, four pairs of them (BENCH_COPIES)
+//   taking the rounds in turn, each pair warmed up together, started in
+//   turn first-route-first and second-route-first: of two processes serving
+//   different routes, the one started first measured about 2% dearer
+//   (guarded vs no-op Hono JSON, one pair at a time, four runs each way:
+//   0.90-0.94x started no-op first, 0.86-0.88x started guarded first), and
+//   two processes
 //   serving the same route differ by up to about 6% in CPU per request (the
 //   control pair of a run with one process per route: 0.95x to 1.06x), and
 //   a process's CPU per request keeps falling for as long as it serves, so
@@ -114,7 +119,7 @@ async function measure(): Promise<void> {
   const frameworks = only(FRAMEWORKS, process.env.BENCH_FRAMEWORKS);
   const pairs = pairsOf(allRoutes, chosen);
   // BENCH_COPIES pairs of processes per pair, taking the rounds in turn.
-  const copies = Math.max(1, Number(process.env.BENCH_COPIES ?? 2));
+  const copies = Math.max(1, Number(process.env.BENCH_COPIES ?? 4));
 
   type Server = { child: ChildProcess; port: number; route: string };
   const start = async (framework: Framework, name: string): Promise<Server> => {
@@ -164,7 +169,13 @@ async function measure(): Promise<void> {
     const servers = new Map<string, readonly [Server, Server]>();
     for (const p of pairs) {
       for (let copy = 0; copy < copies; copy++) {
-        const both = [await start(framework, p.a), await start(framework, p.b)] as const;
+        // Every other copy is started second route first (the one started first measures dearer).
+        let both: readonly [Server, Server];
+        if (copy % 2 === 0) both = [await start(framework, p.a), await start(framework, p.b)];
+        else {
+          const b = await start(framework, p.b);
+          both = [await start(framework, p.a), b];
+        }
         await together(both[0], both[1], WARM_UP_S);
         servers.set(`${p.a} ${p.b}#${copy}`, both);
       }
@@ -192,7 +203,7 @@ async function measure(): Promise<void> {
   /** b against a, round by round: a's CPU per request over b's (above 1: b is cheaper). */
   const ratios = (r: { a: Sample[]; b: Sample[] }, k: 'cpu' | 'user'): number[] => r.a.map((x, i) => x[k] / r.b[i]![k]);
   const x = (values: number[]): string => `${median(values).toFixed(3)}x [${quantile(values, 0.25).toFixed(3)}..${quantile(values, 0.75).toFixed(3)}]`;
-  console.log(`node ${process.version}, ${rounds} rounds of ${duration} s per pair, both servers of a pair loaded at once (${connections} connections each) on one core, autocannon on the other; ${copies} processes per route, taking the rounds in turn`);
+  console.log(`node ${process.version}, ${rounds} rounds of ${duration} s per pair, both servers of a pair loaded at once (${connections} connections each) on one core, autocannon on the other; ${copies} pairs of processes per pair, started in turn first route first and second route first, taking the rounds in turn`);
   console.log(`${cpus().length} CPUs, load average ${loadBefore} (before), ${loadavg().map((l) => l.toFixed(2)).join(' ')} (after)`);
   if (baseline) console.log(`baseline: ${process.env.FK_BASELINE}/dist (guarded = this checkout's dist)`);
   console.log('"x": the first route\'s CPU per request over the second\'s, median of the per-round ratios [IQR] (throughput of the second relative to the first)');
