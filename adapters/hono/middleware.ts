@@ -76,10 +76,22 @@ export function fencing<Transaction = undefined>(options: HonoFencingOptions<Tra
     return fenced.then((response) => {
       if (!ran) return response;
       // Unchanged (no body to hold): setting c.res again would only copy it.
-      if (response !== c.res) c.res = response;
+      if (response !== c.res) replaceResponse(c, response);
       return undefined;
     });
   };
+}
+
+/**
+ * Make `response` the Context's response as it is. Hono's setter copies the
+ * previous response's headers onto a new one; cleared first, nothing is
+ * copied: maxHoldMs's 503 must not carry headers the handler had set for its
+ * own answer (a content-language, a content-encoding), and the guard's
+ * pass-through of the handler's response has its headers already.
+ */
+function replaceResponse(c: Context, response: Response): void {
+  c.res = undefined;
+  c.res = response;
 }
 
 /**
@@ -114,7 +126,7 @@ export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler 
     });
     if (!ran) return response;
     // Unchanged (no body to hold): setting c.res again would only copy it.
-    if (response !== c.res) c.res = response;
+    if (response !== c.res) replaceResponse(c, response);
     return undefined;
   };
 }

@@ -44,6 +44,13 @@ app.put('/slow', fencing({ store, resource: 'hono/slow' }), async (c) => {
   await new Promise<void>((resolve) => (releaseSlow = resolve));
   return c.text('late');
 });
+let releaseHang: (() => void) | undefined;
+app.put('/hang/:way', fencing({ store, resource: (c) => `hono/hang/${c.req.param('way')}`, maxHoldMs: 100 }), async (c) => {
+  // A header that describes the handler's answer, not the guard's.
+  c.header('content-language', 'fr');
+  if (c.get('fencing').token === 1n) await new Promise<void>((resolve) => (releaseHang = resolve));
+  return c.text('late');
+});
 app.post('/orders', fencing({ store, resource: 'hono/orders' }), idempotency({ store: new MemoryIdempotencyStore(), maxRequestBytes: 64 }), async (c) => {
   runs++;
   const body = await c.req.text();
@@ -118,6 +125,31 @@ describe('fencing() on Hono', () => {
     expect((await next).status).toBe(200);
     expect((await put('/slow', '2')).status).toBe(409);
   });
+});
+
+describe('fencing() on Hono: maxHoldMs', () => {
+  // On @hono/node-server (the Node response known) and through app.request (the Fetch API alone).
+  const ways: [string, (token: string) => Promise<Response>][] = [
+    ['on @hono/node-server', (token) => put('/hang/node', token)],
+    ['through app.request', (token) => Promise.resolve(app.request('/hang/request', { method: 'PUT', headers: { 'fencing-token': token } }))],
+  ];
+  for (const [way, send] of ways) {
+    it(`${way}: a route still running past it is answered 503 FENCE_HOLD_EXPIRED without the headers it had set, and the fence is free`, async () => {
+      releaseHang = undefined;
+      const answer = await send('1');
+      expect(answer.status).toBe(503);
+      expect(answer.headers.get('content-type')).toBe('application/problem+json');
+      expect(answer.headers.get('content-language')).toBeNull();
+      expect(await answer.json()).toMatchObject({ code: 'FENCE_HOLD_EXPIRED' });
+      // The first route still hangs: the next token is admitted meanwhile.
+      const next = await send('2');
+      expect(next.status).toBe(200);
+      expect(await next.text()).toBe('late');
+      releaseHang!();
+      // The mark is the next one's; the fence kept token 1 below it.
+      expect((await send('1')).status).toBe(409);
+    });
+  }
 });
 
 describe('idempotency() on Hono', () => {
