@@ -75,7 +75,7 @@ export function fencing<Transaction = undefined>(options: HonoFencingOptions<Tra
     }, nodeServerResponse(c.env));
     return fenced.then((response) => {
       if (!ran) return response;
-      // Unchanged (no body to hold): setting c.res again would only copy it.
+      // Unchanged (no body to hold): c.res is the response already.
       if (response !== c.res) replaceResponse(c, response);
       return undefined;
     });
@@ -125,7 +125,7 @@ export function idempotency(options: HonoIdempotencyOptions): MiddlewareHandler 
       return c.res;
     });
     if (!ran) return response;
-    // Unchanged (no body to hold): setting c.res again would only copy it.
+    // Unchanged (no body to hold): c.res is the response already.
     if (response !== c.res) replaceResponse(c, response);
     return undefined;
   };
